@@ -1,0 +1,3 @@
+from tailagent.cli import main
+
+raise SystemExit(main())

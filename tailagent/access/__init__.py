@@ -1,0 +1,1 @@
+"""Who is calling, and may they: the layer in front of every route."""

@@ -1,0 +1,66 @@
+"""The Caller: who sent a request, as established by the access layer.
+
+A Caller owns the tasks it creates; a2a-sdk's stores scope every read by the
+owner name this module gives them, so one caller never sees another's tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from a2a.auth.user import User
+from a2a.server.context import ServerCallContext
+from a2a.server.routes.common import DefaultServerCallContextBuilder
+from starlette.requests import Request
+
+CallerKind = Literal["user", "tagged", "token", "local"]
+SCOPE_KEY = "tailagent.caller"
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    kind: CallerKind
+    login: str
+    display_name: str = ""
+    node: str = ""
+    tags: tuple[str, ...] = ()
+    established_by: str = ""
+
+    @property
+    def owner(self) -> str:
+        """The stable name tasks are stored under."""
+        if self.kind == "tagged":
+            return "tags:" + ",".join(sorted(self.tags))
+        return f"{self.kind}:{self.login}"
+
+
+LOCAL_CALLER = Caller(kind="local", login="local", established_by="loopback listener")
+
+
+class CallerUser(User):
+    def __init__(self, caller: Caller) -> None:
+        self.caller = caller
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def user_name(self) -> str:
+        return self.caller.owner
+
+
+class CallerContextBuilder(DefaultServerCallContextBuilder):
+    """Hands the verified Caller to a2a-sdk; a request without one cannot get here."""
+
+    def build_user(self, request: Request) -> User:
+        caller = request.scope.get(SCOPE_KEY)
+        if not isinstance(caller, Caller):
+            raise RuntimeError("request reached the A2A routes without a verified caller")
+        return CallerUser(caller)
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        context.state["caller"] = request.scope[SCOPE_KEY]
+        return context

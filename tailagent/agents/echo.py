@@ -1,0 +1,225 @@
+"""The offline echo agent: deterministic, instant, and able to show every event.
+
+It answers with what it was sent. Keywords in the prompt make it act out the
+vocabulary, in the order they appear, so demos and tests can exercise the whole
+bridge without a model account:
+
+    think  plan  tool  edit  ask  ask:NAME  question  slow N  boom
+
+`ask` always asks for the same command (so asking twice trips loop protection);
+`ask:NAME` asks for a command about NAME (distinct requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator
+
+from tailagent.agents.events import (
+    AgentEvent,
+    Answer,
+    FileChanged,
+    Notice,
+    PermissionAsked,
+    PermissionDecision,
+    PermissionOption,
+    Plan,
+    PlanEntry,
+    PromptData,
+    PromptPart,
+    PromptText,
+    Question,
+    QuestionAnswers,
+    QuestionAsked,
+    QuestionOption,
+    Skill,
+    Text,
+    Thought,
+    ToolFinished,
+    ToolStarted,
+    TurnDone,
+    TurnFailed,
+)
+
+_WORD = re.compile(r"[a-z]+(?::[\w.-]+)?|\d+")
+KEYWORDS = ("think", "plan", "tool", "edit", "ask", "question", "slow", "boom")
+COLOUR_QUESTION = "Which colour do you prefer?"
+CALC_DIFF = "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
+
+
+def _prompt_text(parts: list[PromptPart]) -> str:
+    chunks = []
+    for part in parts:
+        if isinstance(part, PromptText):
+            chunks.append(part.text)
+        elif isinstance(part, PromptData):
+            chunks.append(json.dumps(part.data, sort_keys=True))
+    return "\n".join(chunks)
+
+
+def script(text: str) -> list[tuple[str, str]]:
+    """The actions a prompt asks for, as (keyword, argument) pairs, in order."""
+    words = _WORD.findall(text.lower())
+    actions: list[tuple[str, str]] = []
+    for i, word in enumerate(words):
+        keyword, _, arg = word.partition(":")
+        if keyword not in KEYWORDS:
+            continue
+        if keyword == "slow":
+            following = words[i + 1] if i + 1 < len(words) else ""
+            arg = following if following.isdigit() else "3"
+        actions.append((keyword, arg))
+    return actions
+
+
+class EchoSession:
+    def __init__(self, session_id: str) -> None:
+        self._session_id = session_id
+        self._turns = 0
+        self._answers: dict[str, asyncio.Future[Answer]] = {}
+        self._cancelled = asyncio.Event()
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    async def answer(self, request_id: str, answer: Answer) -> None:
+        future = self._answers.get(request_id)
+        if future is None or future.done():
+            raise KeyError(f"no pending request {request_id}")
+        future.set_result(answer)
+
+    async def cancel(self) -> None:
+        self._cancelled.set()
+        for future in self._answers.values():
+            if not future.done():
+                future.set_result(PermissionDecision(allow=False, message="cancelled"))
+
+    async def close(self) -> None:
+        await self.cancel()
+
+    async def _wait_answer(self, request_id: str) -> Answer:
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._answers[request_id] = future
+        try:
+            return await future
+        finally:
+            del self._answers[request_id]
+
+    async def prompt(self, parts: list[PromptPart]) -> AsyncIterator[AgentEvent]:
+        self._cancelled.clear()
+        self._turns += 1
+        text = _prompt_text(parts)
+        tool_ids = (f"tool-{n}" for n in itertools.count(1))
+        for keyword, arg in script(text):
+            if self._cancelled.is_set():
+                break
+            if keyword == "think":
+                yield Thought("Thinking about: " + text)
+            elif keyword == "plan":
+                steps = ("Read the code", "Fix the bug", "Run the tests")
+                yield Plan(tuple(PlanEntry(s, "pending") for s in steps))
+                yield Plan(
+                    (
+                        PlanEntry(steps[0], "completed"),
+                        PlanEntry(steps[1], "in_progress"),
+                        PlanEntry(steps[2], "pending"),
+                    )
+                )
+            elif keyword == "tool":
+                tool_id = next(tool_ids)
+                yield ToolStarted(tool_id, "Read", "Read calc.py", {"path": "calc.py"})
+                yield ToolFinished(tool_id, "completed", "def add(a, b):\n    return a - b\n")
+            elif keyword == "edit":
+                tool_id = next(tool_ids)
+                yield ToolStarted(tool_id, "Edit", "Edit calc.py", {"path": "calc.py"})
+                yield FileChanged("calc.py", CALC_DIFF)
+                yield ToolFinished(tool_id, "completed")
+            elif keyword == "ask":
+                async for event in self._ask(arg or "build", next(tool_ids)):
+                    yield event
+                    if isinstance(event, TurnDone):
+                        return
+            elif keyword == "question":
+                request_id = uuid.uuid4().hex
+                options = (
+                    QuestionOption("red", "Choose red"),
+                    QuestionOption("blue", "Choose blue"),
+                )
+                yield QuestionAsked(request_id, (Question(COLOUR_QUESTION, "Colour", options),))
+                answer = await self._wait_answer(request_id)
+                if isinstance(answer, QuestionAnswers):
+                    chosen = answer.answers.get(COLOUR_QUESTION, "")
+                    yield Text(f"You chose {chosen}.\n")
+            elif keyword == "slow":
+                seconds = int(arg)
+                for tick in range(1, seconds + 1):
+                    try:
+                        await asyncio.wait_for(self._cancelled.wait(), timeout=1.0)
+                    except TimeoutError:
+                        yield Text(f"tick {tick}/{seconds}\n")
+                    else:
+                        break
+            elif keyword == "boom":
+                yield TurnFailed("boom: the echo agent failed on purpose")
+                return
+        if self._cancelled.is_set():
+            yield TurnDone(stop_reason="cancelled", usage={"turns": self._turns})
+            return
+        yield Text("echo: ")
+        yield Text(text)
+        yield TurnDone(usage={"turns": self._turns, "inputChars": len(text)}, cost=0.0)
+
+    async def _ask(self, target: str, tool_id: str) -> AsyncIterator[AgentEvent]:
+        command = f"rm -rf {target}"
+        request_id = uuid.uuid4().hex
+        yield PermissionAsked(
+            request_id=request_id,
+            tool="Bash",
+            input={"command": command},
+            title=f"Run `{command}`",
+            reason="The echo agent asks before every command.",
+            options=(
+                PermissionOption("allow_once", "Allow", "allow_once"),
+                PermissionOption("reject_once", "Deny", "reject_once"),
+            ),
+        )
+        decision = await self._wait_answer(request_id)
+        if self._cancelled.is_set():
+            return
+        if isinstance(decision, PermissionDecision) and decision.allow:
+            yield ToolStarted(tool_id, "Bash", command, {"command": command})
+            yield ToolFinished(tool_id, "completed", f"removed {target}")
+            return
+        message = decision.message if isinstance(decision, PermissionDecision) else ""
+        if isinstance(decision, PermissionDecision) and decision.interrupt:
+            yield TurnDone(stop_reason="interrupted", usage={"turns": self._turns})
+            return
+        yield Notice(f"Permission denied for `{command}`: {message}")
+
+
+class EchoBackend:
+    name = "echo"
+    description = "An offline echo agent that answers with what it was sent."
+    skills = (
+        Skill(
+            id="echo",
+            name="Echo",
+            description=(
+                "Answers with the prompt. The words think, plan, tool, edit, ask, question, "
+                "slow N and boom make it emit every kind of agent event."
+            ),
+            tags=("demo", "test"),
+            examples=("think plan edit", "ask", "slow 5"),
+        ),
+    )
+
+    async def open_session(self, resume_id: str | None = None) -> EchoSession:
+        return EchoSession(resume_id or uuid.uuid4().hex)
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,215 @@
+"""The one event vocabulary every backend emits, and the answers it accepts.
+
+Backends translate their own protocol (ACP updates, Claude SDK messages, the echo
+script) into these events; the bridge translates them into A2A. Keeping the set
+small and closed is what lets one mapping serve every agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+JSONDict = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """A chunk of the answer, to be shown as soon as it arrives."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Thought:
+    text: str
+
+
+PlanStatus = Literal["pending", "in_progress", "completed"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanEntry:
+    content: str
+    status: PlanStatus = "pending"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The whole plan as it stands now; each Plan replaces the previous one."""
+
+    entries: tuple[PlanEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    id: str
+    name: str
+    title: str
+    input: JSONDict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    id: str
+    status: Literal["completed", "failed"]
+    output: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FileChanged:
+    path: str
+    diff: str
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something the caller should know that is not part of the answer."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionOption:
+    id: str
+    name: str
+    kind: Literal["allow_once", "allow_always", "reject_once", "reject_always"]
+
+    @property
+    def allows(self) -> bool:
+        return self.kind.startswith("allow")
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionAsked:
+    """The agent waits, inside its turn, until `AgentSession.answer` is called."""
+
+    request_id: str
+    tool: str
+    input: JSONDict
+    title: str
+    reason: str = ""
+    options: tuple[PermissionOption, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionOption:
+    label: str
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    question: str
+    header: str = ""
+    options: tuple[QuestionOption, ...] = ()
+    multi_select: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionAsked:
+    request_id: str
+    questions: tuple[Question, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnDone:
+    stop_reason: str = "end_turn"
+    usage: JSONDict = field(default_factory=dict)
+    cost: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFailed:
+    message: str
+
+
+AgentEvent = (
+    Text
+    | Thought
+    | Plan
+    | ToolStarted
+    | ToolFinished
+    | FileChanged
+    | Notice
+    | PermissionAsked
+    | QuestionAsked
+    | TurnDone
+    | TurnFailed
+)
+Prompting = PermissionAsked | QuestionAsked
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionDecision:
+    """What the caller decided. `message` is the text an agent that reads words gets;
+    `interrupt` asks the agent to end its turn after this denial."""
+
+    allow: bool
+    option_id: str | None = None
+    message: str = ""
+    interrupt: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionAnswers:
+    answers: dict[str, str]
+
+
+Answer = PermissionDecision | QuestionAnswers
+
+
+@dataclass(frozen=True, slots=True)
+class PromptText:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class PromptData:
+    data: Any
+
+
+PromptPart = PromptText | PromptData
+
+
+@dataclass(frozen=True, slots=True)
+class Skill:
+    """How the card describes what the configured agent can do."""
+
+    id: str
+    name: str
+    description: str
+    tags: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()
+
+
+class AgentSession(Protocol):
+    """One conversation with an agent; lives as long as its A2A context."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    def prompt(self, parts: list[PromptPart]) -> AsyncIterator[AgentEvent]:
+        """Runs one turn. The iterator ends after TurnDone or TurnFailed."""
+        ...
+
+    async def answer(self, request_id: str, answer: Answer) -> None: ...
+
+    async def cancel(self) -> None:
+        """Ends the running turn as soon as the agent allows; it then yields TurnDone."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class AgentBackend(Protocol):
+    name: str
+    description: str
+    skills: tuple[Skill, ...]
+
+    async def open_session(self, resume_id: str | None = None) -> AgentSession:
+        """A new session, or the one `resume_id` names when the agent can load it."""
+        ...
+
+    async def aclose(self) -> None: ...

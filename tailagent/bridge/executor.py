@@ -1,0 +1,272 @@
+"""The a2a-sdk AgentExecutor: runs agent turns for A2A tasks.
+
+A turn that asks the caller something publishes input-required and returns from
+`execute()`, while the agent itself stays parked inside its turn. The caller's
+follow-up message calls `execute()` again; the pending prompt lives here, in a
+registry keyed by task id, not inside one `execute()` call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from a2a.helpers import new_task_from_user_message
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types.a2a_pb2 import Message, TaskState
+from google.protobuf.json_format import MessageToDict
+
+from tailagent.agents.events import (
+    AgentBackend,
+    AgentEvent,
+    AgentSession,
+    Notice,
+    PermissionAsked,
+    PermissionDecision,
+    PromptData,
+    Prompting,
+    PromptPart,
+    PromptText,
+    QuestionAsked,
+    TurnDone,
+    TurnFailed,
+)
+from tailagent.bridge import tck
+from tailagent.bridge.answers import AnswerError, Reply, deny_message, parse_answer
+from tailagent.bridge.publish import Publisher, text_part
+from tailagent.bridge.sessions import SessionPool
+
+log = logging.getLogger(__name__)
+
+DRAIN_TIMEOUT = 10.0
+
+
+@dataclass
+class TaskRuntime:
+    """What one task keeps while its turn is alive on this server."""
+
+    task_id: str
+    context_id: str
+    session: AgentSession
+    events: AsyncIterator[AgentEvent]
+    publisher: Publisher
+    pending: Prompting | None = None
+    denied: set[str] = field(default_factory=set)
+    denials: int = 0
+    cancelled: bool = False
+
+
+def prompt_parts(message: Message) -> list[PromptPart]:
+    parts: list[PromptPart] = []
+    for part in message.parts:
+        if part.HasField("text"):
+            parts.append(PromptText(part.text))
+        elif part.HasField("data"):
+            parts.append(PromptData(MessageToDict(part.data)))
+    return parts
+
+
+def reply_of(message: Message) -> Reply:
+    texts = [p.text for p in message.parts if p.HasField("text")]
+    data = tuple(
+        item
+        for p in message.parts
+        if p.HasField("data")
+        for item in [MessageToDict(p.data)]
+        if isinstance(item, dict)
+    )
+    meta = MessageToDict(message.metadata) if message.HasField("metadata") else {}
+    request_id = meta.get("requestId")
+    return Reply(" ".join(texts), data, request_id if isinstance(request_id, str) else None)
+
+
+def request_key(event: PermissionAsked) -> str:
+    return event.tool + " " + json.dumps(event.input, sort_keys=True, ensure_ascii=False)
+
+
+class BridgeExecutor(AgentExecutor):
+    def __init__(
+        self,
+        backend: AgentBackend,
+        pool: SessionPool,
+        *,
+        max_permission_denials: int = 3,
+    ) -> None:
+        self._backend = backend
+        self._pool = pool
+        self._max_denials = max_permission_denials
+        self._runtimes: dict[str, TaskRuntime] = {}
+
+    def runtime(self, task_id: str) -> TaskRuntime | None:
+        return self._runtimes.get(task_id)
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        message = context.message
+        assert message is not None and context.task_id and context.context_id
+        task_id, context_id = context.task_id, context.context_id
+        first_turn = context.current_task is None
+        scenario = tck.scenario_of(message) if self._backend.name == "echo" else None
+        if scenario is not None and task_id not in self._runtimes:
+            await tck.run(scenario, message, task_id, context_id, first_turn, event_queue)
+            return
+        if first_turn:
+            task = new_task_from_user_message(message)
+            task.id, task.context_id = task_id, context_id
+            await event_queue.enqueue_event(task)
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        runtime = self._runtimes.get(task_id)
+        if runtime is not None and runtime.pending is not None:
+            if not await self._apply_answer(runtime, message, updater):
+                return
+        elif runtime is None:
+            runtime = await self._start_turn(context, message, updater)
+            if runtime is None:
+                return
+        else:
+            # The guard refuses messages for a working task before they get here.
+            await Publisher(task_id, context_id).fail(updater, "Task is already running.")
+            return
+        await self._pump(runtime, updater)
+
+    async def _start_turn(
+        self, context: RequestContext, message: Message, updater: TaskUpdater
+    ) -> TaskRuntime | None:
+        task_id, context_id = context.task_id or "", context.context_id or ""
+        publisher = Publisher(task_id, context_id)
+        try:
+            session, resumed = await self._pool.acquire(context_id, task_id)
+        except Exception as exc:
+            log.exception("opening an agent session for context %s", context_id)
+            await publisher.fail(updater, f"The agent could not start: {exc}")
+            return None
+        runtime = TaskRuntime(
+            task_id, context_id, session, session.prompt(prompt_parts(message)), publisher
+        )
+        self._runtimes[task_id] = runtime
+        await publisher.status(updater, TaskState.TASK_STATE_WORKING, "started")
+        if resumed:
+            await publisher.publish(updater, Notice("Resumed the agent session of this context."))
+        return runtime
+
+    async def _apply_answer(
+        self, runtime: TaskRuntime, message: Message, updater: TaskUpdater
+    ) -> bool:
+        pending = runtime.pending
+        assert pending is not None
+        try:
+            parsed = parse_answer(reply_of(message), pending)
+        except AnswerError as exc:
+            await runtime.publisher.ask(updater, pending, note=str(exc))
+            return False
+        await runtime.publisher.status(updater, TaskState.TASK_STATE_WORKING, "resumed")
+        runtime.pending = None
+        if isinstance(pending, PermissionAsked) and parsed.denied:
+            runtime.denied.add(request_key(pending))
+            runtime.denials += 1
+            if runtime.denials >= self._max_denials:
+                reason = (
+                    f"Stopped: {runtime.denials} permission denials in this task "
+                    f"(limit {self._max_denials})."
+                )
+                await self._interrupt(runtime, pending, parsed.reason, reason, updater)
+                return False
+        await runtime.session.answer(pending.request_id, parsed.answer)
+        return True
+
+    async def _interrupt(
+        self,
+        runtime: TaskRuntime,
+        pending: PermissionAsked,
+        reason: str,
+        why: str,
+        updater: TaskUpdater,
+    ) -> None:
+        """Denies with interrupt, lets the agent wind down unheard, then fails once, saying why."""
+        option = next((o.id for o in pending.options if not o.allows), None)
+        decision = PermissionDecision(False, option, deny_message(reason), interrupt=True)
+        with contextlib.suppress(Exception):
+            await runtime.session.answer(pending.request_id, decision)
+        try:
+            async with asyncio.timeout(DRAIN_TIMEOUT):
+                async for event in runtime.events:
+                    if isinstance(event, PermissionAsked | QuestionAsked):
+                        await runtime.session.answer(event.request_id, decision)
+        except (TimeoutError, Exception):
+            log.warning("task %s: agent did not stop after an interrupt", runtime.task_id)
+            with contextlib.suppress(Exception):
+                await runtime.session.cancel()
+        await self._end(runtime)
+        await runtime.publisher.fail(updater, why, kind="loop_protection")
+
+    async def _pump(self, runtime: TaskRuntime, updater: TaskUpdater) -> None:
+        publisher = runtime.publisher
+        while True:
+            try:
+                event = await anext(runtime.events)
+            except StopAsyncIteration:
+                event = TurnFailed("The agent ended its turn without a result.")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("task %s: agent turn failed", runtime.task_id)
+                await self._pool.discard(runtime.context_id)
+                event = TurnFailed(f"The agent failed: {exc}")
+            if runtime.cancelled:
+                return
+            if isinstance(event, PermissionAsked):
+                if request_key(event) in runtime.denied:
+                    why = (
+                        "Stopped: the agent requested the same denied permission again "
+                        f"({event.tool})."
+                    )
+                    await self._interrupt(runtime, event, "already denied", why, updater)
+                    return
+                runtime.pending = event
+                await publisher.ask(updater, event)
+                return
+            if isinstance(event, QuestionAsked):
+                runtime.pending = event
+                await publisher.ask(updater, event)
+                return
+            if isinstance(event, TurnDone):
+                await self._end(runtime)
+                await publisher.finish(
+                    updater, event, {"agentSessionId": runtime.session.session_id}
+                )
+                return
+            if isinstance(event, TurnFailed):
+                await self._end(runtime)
+                await publisher.fail(updater, event.message)
+                return
+            await publisher.publish(updater, event)
+
+    async def _end(self, runtime: TaskRuntime) -> None:
+        self._runtimes.pop(runtime.task_id, None)
+        self._pool.release(runtime.context_id, runtime.task_id)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id = context.task_id or ""
+        context_id = context.context_id or ""
+        runtime = self._runtimes.get(task_id)
+        if runtime is not None:
+            runtime.cancelled = True
+            parked = runtime.pending is not None
+            await runtime.session.cancel()
+            if parked:
+                # Nobody is iterating a parked turn: close it here, or it leaks.
+                with contextlib.suppress(Exception):
+                    await runtime.events.aclose()  # type: ignore[attr-defined]
+            await self._end(runtime)
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        await Publisher(task_id, context_id).status(
+            updater,
+            TaskState.TASK_STATE_CANCELED,
+            "canceled",
+            [text_part("The task was canceled by the caller.")],
+        )

@@ -1,0 +1,78 @@
+"""a2a-sdk's request handler, with the rules tailagent adds before a turn starts.
+
+These checks run before the SDK opens the task's event stream: a refusal here
+touches nothing but the request that was refused.
+
+Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it):
+- a message that names only `taskId` inherits the task's `contextId` (the SDK
+  would mint a fresh one);
+- a messageId the task already holds is renamed, so the SDK's de-duplication
+  does not drop a second turn's words from the history;
+- a streamed follow-up starts with the stored task, so a client can tell a resume
+  from a new task.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncGenerator
+
+from a2a.server.context import ServerCallContext
+from a2a.server.events import Event
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.types.a2a_pb2 import SendMessageRequest, Task, TaskState
+from a2a.utils.errors import UnsupportedOperationError
+
+from tailagent.bridge.sessions import SessionPool
+
+BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
+
+
+class GuardedRequestHandler(DefaultRequestHandler):
+    def __init__(self, *args, pool: SessionPool, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self._pool = pool
+
+    async def _admit(self, params: SendMessageRequest, context: ServerCallContext) -> Task | None:
+        """Applies the pre-turn rules; returns the stored task a follow-up names."""
+        message = params.message
+        stored: Task | None = None
+        if message.task_id:
+            stored = await self.task_store.get(message.task_id, context)
+            if stored is None:
+                return None  # the SDK answers TaskNotFound in its own words
+            if stored.status.state in BUSY_STATES:
+                raise UnsupportedOperationError(
+                    message=(
+                        f"Task {message.task_id} is still working; wait for input-required "
+                        "or send a new message without taskId."
+                    )
+                )
+            if not message.context_id:
+                message.context_id = stored.context_id
+            if any(m.message_id == message.message_id for m in stored.history):
+                message.metadata.update({"originalMessageId": message.message_id})
+                message.message_id = f"{message.message_id}~{uuid.uuid4().hex[:8]}"
+        if message.context_id:
+            holder = self._pool.holder(message.context_id)
+            if holder is not None and holder != message.task_id:
+                raise UnsupportedOperationError(
+                    message=(
+                        f"Context {message.context_id} is busy with task {holder}; answer or "
+                        "cancel that task, or start a new context."
+                    )
+                )
+        return stored
+
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext):  # type: ignore[no-untyped-def]
+        await self._admit(params, context)
+        return await super().on_message_send(params, context)
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        stored = await self._admit(params, context)
+        if stored is not None:
+            yield stored
+        async for event in super().on_message_send_stream(params, context):
+            yield event

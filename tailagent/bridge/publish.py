@@ -1,0 +1,249 @@
+"""The mapping table of DESIGN.md: one agent event -> the A2A events a caller sees.
+
+Every status message carries `metadata.kind`, so a client never has to guess what
+a piece of text is from the text itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import Any
+
+from a2a.server.tasks import TaskUpdater
+from a2a.types.a2a_pb2 import Message, Part, Role, TaskState
+from google.protobuf.json_format import ParseDict
+from google.protobuf.struct_pb2 import Value
+
+from tailagent.agents.events import (
+    AgentEvent,
+    FileChanged,
+    Notice,
+    PermissionAsked,
+    Plan,
+    QuestionAsked,
+    Text,
+    Thought,
+    ToolFinished,
+    ToolStarted,
+    TurnDone,
+    TurnFailed,
+)
+
+RESPONSE_ARTIFACT = "response"
+THINKING_ARTIFACT = "thinking"
+PLAN_ARTIFACT = "plan"
+DIFF_MEDIA_TYPE = "text/x-diff"
+
+
+def data_part(data: dict[str, Any]) -> Part:
+    return Part(data=ParseDict(data, Value()), media_type="application/json")
+
+
+def text_part(text: str, media_type: str = "") -> Part:
+    return Part(text=text, media_type=media_type)
+
+
+def permission_prompt_text(event: PermissionAsked) -> str:
+    return f"The agent wants to {_lower_first(event.title or event.tool)}."
+
+
+def question_prompt_text(event: QuestionAsked) -> str:
+    return "\n".join(q.question for q in event.questions)
+
+
+def permission_data(event: PermissionAsked) -> dict[str, Any]:
+    return {
+        "kind": "permission_request",
+        "requestId": event.request_id,
+        "toolName": event.tool,
+        "input": event.input,
+        "title": event.title,
+        "decisionReason": event.reason,
+        "options": [{"optionId": o.id, "name": o.name, "kind": o.kind} for o in event.options],
+    }
+
+
+def question_data(event: QuestionAsked) -> dict[str, Any]:
+    return {
+        "kind": "ask_user_question",
+        "requestId": event.request_id,
+        "questions": [
+            {
+                "question": q.question,
+                "header": q.header,
+                "options": [{"label": o.label, "description": o.description} for o in q.options],
+                "multiSelect": q.multi_select,
+            }
+            for q in event.questions
+        ],
+    }
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+class Publisher:
+    """Publishes one task's events; remembers what this task has streamed so far.
+
+    It outlives a single `execute()` call: a turn that pauses on a question and
+    resumes keeps appending to the same response artifact.
+    """
+
+    def __init__(self, task_id: str, context_id: str) -> None:
+        self.task_id = task_id
+        self.context_id = context_id
+        self._started: set[str] = set()
+        self._answer: list[str] = []
+
+    def message(self, parts: list[Part], kind: str, **metadata: Any) -> Message:
+        msg = Message(
+            message_id=uuid.uuid4().hex,
+            role=Role.ROLE_AGENT,
+            task_id=self.task_id,
+            context_id=self.context_id,
+            parts=parts,
+        )
+        msg.metadata.update({"kind": kind, **metadata})
+        return msg
+
+    async def status(
+        self,
+        updater: TaskUpdater,
+        state: TaskState.ValueType,
+        kind: str,
+        parts: list[Part] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        message = self.message(parts, kind, **(metadata or {})) if parts else None
+        await updater.update_status(
+            state, message=message, metadata={"kind": kind, **(metadata or {})}
+        )
+
+    async def _chunk(self, updater: TaskUpdater, artifact_id: str, part: Part) -> None:
+        append = artifact_id in self._started
+        self._started.add(artifact_id)
+        await updater.add_artifact(
+            [part], artifact_id=artifact_id, name=artifact_id, append=append, last_chunk=False
+        )
+
+    async def publish(self, updater: TaskUpdater, event: AgentEvent) -> None:
+        """Publishes a non-pausing event (everything but prompts and the turn's end)."""
+        working = TaskState.TASK_STATE_WORKING
+        match event:
+            case Text(text=text):
+                self._answer.append(text)
+                await self._chunk(updater, RESPONSE_ARTIFACT, text_part(text))
+            case Thought(text=text):
+                await self._chunk(updater, THINKING_ARTIFACT, text_part(text))
+            case Plan(entries=entries):
+                self._started.add(PLAN_ARTIFACT)
+                listing = "\n".join(f"[{_mark(e.status)}] {e.content}" for e in entries)
+                entries_data = [dataclasses.asdict(e) for e in entries]
+                await updater.add_artifact(
+                    [text_part(listing), data_part({"kind": "plan", "entries": entries_data})],
+                    artifact_id=PLAN_ARTIFACT,
+                    name=PLAN_ARTIFACT,
+                    append=False,
+                    last_chunk=True,
+                )
+            case ToolStarted(id=tool_id, name=name, title=title, input=tool_input):
+                await self.status(
+                    updater,
+                    working,
+                    "tool_use",
+                    [
+                        text_part(f"Calling tool {title or name}"),
+                        data_part(
+                            {
+                                "toolCallId": tool_id,
+                                "toolName": name,
+                                "title": title,
+                                "input": tool_input,
+                            }
+                        ),
+                    ],
+                    {"toolName": name, "toolCallId": tool_id},
+                )
+            case ToolFinished(id=tool_id, status=status, output=output):
+                parts = [text_part(f"Tool {tool_id} {status}")]
+                if output:
+                    parts.append(
+                        data_part({"toolCallId": tool_id, "status": status, "output": output})
+                    )
+                await self.status(
+                    updater,
+                    working,
+                    "tool_result",
+                    parts,
+                    {"toolCallId": tool_id, "status": status},
+                )
+            case FileChanged(path=path, diff=diff):
+                await updater.add_artifact(
+                    [text_part(diff, DIFF_MEDIA_TYPE)],
+                    artifact_id=f"diff:{path}",
+                    name=path,
+                    metadata={"kind": "diff", "path": path},
+                    append=False,
+                    last_chunk=True,
+                )
+            case Notice(text=text):
+                await self.status(updater, working, "notice", [text_part(text)])
+            case _:
+                raise TypeError(f"{type(event).__name__} is not a streaming event")
+
+    async def ask(
+        self, updater: TaskUpdater, event: PermissionAsked | QuestionAsked, note: str = ""
+    ) -> None:
+        if isinstance(event, PermissionAsked):
+            kind, prompt, data = (
+                "permission_request",
+                permission_prompt_text(event),
+                permission_data(event),
+            )
+        else:
+            kind, prompt, data = (
+                "ask_user_question",
+                question_prompt_text(event),
+                question_data(event),
+            )
+        text = f"{note}\n{prompt}" if note else prompt
+        await self.status(
+            updater,
+            TaskState.TASK_STATE_INPUT_REQUIRED,
+            kind,
+            [text_part(text), data_part(data)],
+            {"requestId": event.request_id},
+        )
+
+    async def finish(self, updater: TaskUpdater, event: TurnDone, extra: dict[str, Any]) -> None:
+        if RESPONSE_ARTIFACT in self._started:
+            await updater.add_artifact(
+                [text_part("")],
+                artifact_id=RESPONSE_ARTIFACT,
+                name=RESPONSE_ARTIFACT,
+                append=True,
+                last_chunk=True,
+            )
+        outcome = {"stopReason": event.stop_reason, "usage": event.usage, **extra}
+        if event.cost is not None:
+            outcome["costUsd"] = event.cost
+        await self.status(
+            updater,
+            TaskState.TASK_STATE_WORKING,
+            "result",
+            [text_part("".join(self._answer))],
+            outcome,
+        )
+        await updater.update_status(TaskState.TASK_STATE_COMPLETED, metadata=outcome)
+
+    async def fail(self, updater: TaskUpdater, reason: str, kind: str = "error") -> None:
+        await self.status(updater, TaskState.TASK_STATE_FAILED, kind, [text_part(reason)])
+
+    async def failed_turn(self, updater: TaskUpdater, event: TurnFailed) -> None:
+        await self.fail(updater, event.message)
+
+
+def _mark(status: str) -> str:
+    return {"completed": "x", "in_progress": ">"}.get(status, " ")

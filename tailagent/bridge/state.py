@@ -1,0 +1,139 @@
+"""Everything tailagent keeps across restarts, in one SQLite file in the state dir.
+
+Tasks live in a2a-sdk's own DatabaseTaskStore; beside them, the context -> agent
+session map. On start, tasks a previous run left working or parked are closed as
+failed: their agent turn died with that process, and a task must never read as
+`working` forever.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+
+from a2a.auth.user import User
+from a2a.server.context import ServerCallContext
+from a2a.server.models import TaskModel
+from a2a.server.tasks import DatabaseTaskStore
+from a2a.types.a2a_pb2 import Message, Part, Role, TaskState
+from sqlalchemy import event, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+log = logging.getLogger(__name__)
+
+UNFINISHED_STATES = (
+    TaskState.TASK_STATE_SUBMITTED,
+    TaskState.TASK_STATE_WORKING,
+    TaskState.TASK_STATE_INPUT_REQUIRED,
+    TaskState.TASK_STATE_AUTH_REQUIRED,
+)
+RESTART_MESSAGE = "The server restarted while this task was running; its turn was lost."
+
+
+class OwnerUser(User):
+    """The a2a-sdk user a stored task belongs to: the task store scopes by user_name."""
+
+    def __init__(self, owner: str) -> None:
+        self._owner = owner
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def user_name(self) -> str:
+        return self._owner
+
+
+def open_engine(state_dir: Path) -> AsyncEngine:
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    engine = create_async_engine(f"sqlite+aiosqlite:///{state_dir / 'tailagent.db'}")
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _tune(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+        # WAL keeps readers off the writer's back; NORMAL stays durable across a
+        # process crash, which is the failure that matters for a local service.
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=5000")
+        cursor.close()
+
+    return engine
+
+
+class SessionMap:
+    """A2A context id -> agent session id, so a context outlives its agent process."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def initialize(self) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "CREATE TABLE IF NOT EXISTS agent_sessions ("
+                    " context_id TEXT PRIMARY KEY, backend TEXT NOT NULL,"
+                    " session_id TEXT NOT NULL, updated_at TEXT NOT NULL)"
+                )
+            )
+
+    async def get(self, context_id: str, backend: str) -> str | None:
+        async with self._engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    text(
+                        "SELECT session_id FROM agent_sessions"
+                        " WHERE context_id = :c AND backend = :b"
+                    ),
+                    {"c": context_id, "b": backend},
+                )
+            ).first()
+        return row[0] if row else None
+
+    async def put(self, context_id: str, backend: str, session_id: str) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO agent_sessions (context_id, backend, session_id, updated_at)"
+                    " VALUES (:c, :b, :s, :t) ON CONFLICT(context_id) DO UPDATE SET"
+                    " backend = excluded.backend, session_id = excluded.session_id,"
+                    " updated_at = excluded.updated_at"
+                ),
+                {"c": context_id, "b": backend, "s": session_id, "t": _now()},
+            )
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+async def close_unfinished_tasks(store: DatabaseTaskStore) -> int:
+    """Marks every task a previous run left unfinished as failed; returns how many."""
+    await store.initialize()
+    names = [TaskState.Name(state) for state in UNFINISHED_STATES]
+    async with store.async_session_maker() as session:
+        rows = (
+            await session.execute(
+                select(TaskModel).where(TaskModel.status["state"].as_string().in_(names))
+            )
+        ).scalars()
+        stale = [(row.owner or "", store._from_orm(row)) for row in rows]
+    for owner, task in stale:
+        task.status.state = TaskState.TASK_STATE_FAILED
+        task.status.timestamp.FromDatetime(datetime.now(UTC))
+        task.status.message.CopyFrom(
+            Message(
+                message_id=f"restart-{task.id}",
+                role=Role.ROLE_AGENT,
+                task_id=task.id,
+                context_id=task.context_id,
+                parts=[Part(text=RESTART_MESSAGE)],
+            )
+        )
+        task.status.message.metadata.update({"kind": "server_restarted"})
+        await store.save(task, ServerCallContext(user=OwnerUser(owner)))
+    if stale:
+        log.info("closed %d task(s) left unfinished by the previous run", len(stale))
+    return len(stale)

@@ -1,0 +1,65 @@
+"""Builds the agent card in its two variants.
+
+A strict A2A 1.0 client (one that sends `A2A-Version: 1.0`) gets a card with
+only 1.0 interfaces, which passes the 1.0 schema. Anyone else gets the card
+that also lists 0.3 interfaces, from which a2a-sdk derives the 0.3 top-level
+fields (`url`, `preferredTransport`, ...) so 0.3 clients find the agent too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.types.a2a_pb2 import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentProvider,
+    AgentSkill,
+)
+
+from tailagent import __version__
+from tailagent.agents.events import AgentBackend
+
+INPUT_MODES = ["text/plain", "application/json"]
+OUTPUT_MODES = ["text/plain", "application/json", "text/x-diff"]
+
+
+def build_card(backend: AgentBackend, public_url: str, name: str, *, legacy: bool) -> AgentCard:
+    url = public_url.rstrip("/")
+    versions = ["1.0", "0.3"] if legacy else ["1.0"]
+    interfaces = [
+        AgentInterface(url=url, protocol_binding=binding, protocol_version=version)
+        for version in versions
+        for binding in ("JSONRPC", "HTTP+JSON")
+    ]
+    skills = [
+        AgentSkill(
+            id=skill.id,
+            name=skill.name,
+            description=skill.description,
+            tags=list(skill.tags) or [backend.name],
+            examples=list(skill.examples),
+            input_modes=INPUT_MODES,
+            output_modes=OUTPUT_MODES,
+        )
+        for skill in backend.skills
+    ]
+    return AgentCard(
+        name=name,
+        description=f"A coding agent ({backend.name}) on a tailnet, over A2A. {backend.description}",
+        version=__version__,
+        supported_interfaces=interfaces,
+        provider=AgentProvider(organization="tailagent", url=url),
+        capabilities=AgentCapabilities(
+            streaming=True, push_notifications=False, extended_agent_card=False
+        ),
+        default_input_modes=INPUT_MODES,
+        default_output_modes=OUTPUT_MODES,
+        skills=skills,
+    )
+
+
+def card_json(card: AgentCard) -> dict[str, Any]:
+    return agent_card_to_dict(card)

@@ -1,0 +1,90 @@
+"""The `tailagent` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from tailagent import __version__
+from tailagent.config import AGENTS, LOG_LEVELS, ConfigError, load_settings
+
+DEFAULT_URL = "http://127.0.0.1:3008"
+
+
+def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("serve", help="run the A2A server")
+    p.add_argument("--agent", choices=AGENTS, help="which coding agent to serve (default: echo)")
+    p.add_argument("--agent-command", metavar="CMD", help="any ACP agent, as a command line")
+    p.add_argument("--cwd", metavar="DIR", help="the workspace (default: current directory)")
+    p.add_argument(
+        "--listen", metavar="ADDR", help="127.0.0.1:PORT, [::1]:PORT or unix:/path (default: 127.0.0.1:3008)"
+    )
+    p.add_argument("--public-url", metavar="URL", help="the URL the agent card advertises")
+    p.add_argument("--config", metavar="FILE", type=Path, help="a TOML config file")
+    p.add_argument("--state-dir", metavar="DIR", help="where tasks and sessions are kept")
+    p.add_argument("--log-level", choices=LOG_LEVELS)
+
+
+def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("call", help="send work to an A2A agent and watch it")
+    p.add_argument("text", nargs="?", default="", help="the message (an answer, on a follow-up)")
+    p.add_argument("--url", default=DEFAULT_URL, help=f"the agent (default: {DEFAULT_URL})")
+    p.add_argument("--context", metavar="ID", help="continue this conversation")
+    p.add_argument("--task", metavar="ID", help="answer or continue this task")
+    p.add_argument("--request", metavar="ID", help="the prompt this answer is for")
+    p.add_argument(
+        "--answer",
+        metavar="QUESTION=LABEL",
+        action="append",
+        default=[],
+        help="answer a question by its text (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object per event")
+    p.add_argument("-i", "--interactive", action="store_true", help="answer prompts in the terminal")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tailagent", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"tailagent {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    _call_parser(sub)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    from tailagent.client.call import call_command
+
+    return call_command(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    flags = {
+        "agent": args.agent,
+        "agent_command": args.agent_command,
+        "cwd": args.cwd,
+        "listen": args.listen,
+        "public_url": args.public_url,
+        "state_dir": args.state_dir,
+        "log_level": args.log_level,
+    }
+    try:
+        settings = load_settings(flags, args.config)
+    except ConfigError as exc:
+        print(f"tailagent: config error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from tailagent.server import run
+
+    try:
+        asyncio.run(run(settings))
+    except OSError as exc:
+        print(f"tailagent: cannot listen on {settings.listen.bind()}: {exc.strerror}", file=sys.stderr)
+        return 1
+    return 0

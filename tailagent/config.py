@@ -1,0 +1,217 @@
+"""One settings object for the server: TOML file < environment < command-line flags.
+
+Every value is validated at start, and a bad one stops the start with a single
+line naming where it came from, the key, and what is wrong.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+AGENTS = ("echo", "claude", "claude-acp", "codex", "gemini")
+AVAILABLE_AGENTS = ("echo",)
+LOG_LEVELS = ("debug", "info", "warning", "error")
+ENV_PREFIX = "TAILAGENT_"
+
+
+class ConfigError(Exception):
+    """A setting that stops the start; str() is the one line the user sees."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        super().__init__(f"{source}: {key}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class Listen:
+    """Where the server listens: a loopback TCP address or a unix socket path."""
+
+    host: str = "127.0.0.1"
+    port: int = 3008
+    path: Path | None = None
+
+    @property
+    def is_unix(self) -> bool:
+        return self.path is not None
+
+    def bind(self) -> str:
+        if self.path is not None:
+            return f"unix:{self.path}"
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def url(self) -> str:
+        return "http://localhost" if self.path is not None else f"http://{self.bind()}"
+
+
+def parse_listen(value: str) -> Listen:
+    """Parses `HOST:PORT`, `[::1]:PORT` or `unix:/path`, refusing any non-loopback host."""
+    if value.startswith("unix:"):
+        path = Path(value.removeprefix("unix:"))
+        if not path.is_absolute():
+            raise ValueError("a unix socket path must be absolute, e.g. unix:/run/tailagent/sock")
+        return Listen(path=path)
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT, [::1]:PORT or unix:/path")
+    host = host.removeprefix("[").removesuffix("]")
+    if host != "localhost":
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise ValueError(
+                f"refusing to listen on {value}: tailagent listens only on loopback or a unix "
+                "socket; expose it on your tailnet with `tailscale serve`"
+            )
+    return Listen(host="127.0.0.1" if host == "localhost" else host, port=int(port_text))
+
+
+def default_state_dir() -> Path:
+    if os.environ.get("STATE_DIRECTORY"):
+        # systemd may list several, colon-separated; the first is ours.
+        return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "tailagent"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    agent: str = "echo"
+    agent_command: str | None = None
+    cwd: Path = field(default_factory=Path.cwd)
+    listen: Listen = field(default_factory=Listen)
+    public_url: str | None = None
+    state_dir: Path = field(default_factory=default_state_dir)
+    name: str = "tailagent"
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_permission_denials: int = 3
+    log_level: str = "info"
+
+    @property
+    def advertised_url(self) -> str:
+        return (self.public_url or self.listen.url()).rstrip("/")
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in options:
+            raise ValueError(f"must be one of {', '.join(options)}, not {value!r}")
+        return str(value)
+
+    return check
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"must be a non-empty string, not {value!r}")
+    return value
+
+
+def _directory(value: Any) -> Path:
+    path = Path(_text(value)).expanduser().resolve()
+    if not path.is_dir():
+        raise ValueError(f"{path} is not a directory")
+    return path
+
+
+def _path(value: Any) -> Path:
+    return Path(_text(value)).expanduser().resolve()
+
+
+def _positive_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"must be a positive integer, not {value!r}")
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be a positive integer, not {value!r}") from None
+    if number <= 0:
+        raise ValueError(f"must be a positive integer, not {value!r}")
+    return number
+
+
+def _listen(value: Any) -> Listen:
+    return parse_listen(_text(value))
+
+
+def _url(value: Any) -> str:
+    text = _text(value)
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"must be an http(s) URL, not {text!r}")
+    return text.rstrip("/")
+
+
+PARSERS: dict[str, Callable[[Any], Any]] = {
+    "agent": _choice(AGENTS),
+    "agent_command": _text,
+    "cwd": _directory,
+    "listen": _listen,
+    "public_url": _url,
+    "state_dir": _path,
+    "name": _text,
+    "max_body_bytes": _positive_int,
+    "max_permission_denials": _positive_int,
+    "log_level": _choice(LOG_LEVELS),
+}
+assert set(PARSERS) == {f.name for f in fields(Settings)}
+
+
+def _apply(values: Mapping[str, Any], source: str, into: dict[str, Any]) -> None:
+    for key, raw in values.items():
+        parser = PARSERS.get(key)
+        if parser is None:
+            raise ConfigError(source, key, f"unknown key (known: {', '.join(PARSERS)})")
+        try:
+            into[key] = parser(raw)
+        except ValueError as exc:
+            raise ConfigError(source, key, str(exc)) from None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(str(path), "(file)", f"cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), "(file)", f"not valid TOML: {exc}") from None
+
+
+def load_settings(
+    flags: Mapping[str, Any],
+    config_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merges file, environment and flags (None flags are unset) into validated Settings."""
+    merged: dict[str, Any] = {}
+    if config_file is not None:
+        _apply(read_config_file(config_file), str(config_file), merged)
+    environ = os.environ if environ is None else environ
+    from_env = {
+        key: environ[ENV_PREFIX + key.upper()]
+        for key in PARSERS
+        if environ.get(ENV_PREFIX + key.upper())
+    }
+    _apply(from_env, "environment", merged)
+    _apply({k: v for k, v in flags.items() if v is not None}, "command line", merged)
+    settings = replace(Settings(), **merged)
+    if settings.agent_command is None and settings.agent not in AVAILABLE_AGENTS:
+        raise ConfigError(
+            "settings",
+            "agent",
+            f"{settings.agent!r} is not available yet in this version of tailagent "
+            f"(available: {', '.join(AVAILABLE_AGENTS)})",
+        )
+    if settings.agent_command is not None:
+        raise ConfigError(
+            "settings", "agent_command", "ACP agents are not available yet in this version"
+        )
+    return settings

@@ -1,0 +1,189 @@
+"""Builds the ASGI app and serves it with Hypercorn.
+
+The Quart app serves tailagent's own routes (the card, health); a2a-sdk's
+Starlette routes serve A2A. A small path switch composes them, and the access
+guard stands in front of both, so no route is reachable around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass, replace
+from email.utils import formatdate
+from typing import Any
+
+from a2a.server.routes import create_jsonrpc_routes, create_rest_routes
+from a2a.server.tasks import DatabaseTaskStore
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
+from quart import Quart, Response, request
+from starlette.routing import Mount, Router
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tailagent.access.guard import AccessGuard
+from tailagent.access.identity import CallerContextBuilder
+from tailagent.agents.events import AgentBackend
+from tailagent.agents.registry import make_backend
+from tailagent.bridge.executor import BridgeExecutor
+from tailagent.bridge.handler import GuardedRequestHandler
+from tailagent.bridge.sessions import SessionPool
+from tailagent.bridge.state import SessionMap, close_unfinished_tasks, open_engine
+from tailagent.card.builder import build_card, card_json
+from tailagent.config import Listen, Settings
+
+log = logging.getLogger("tailagent")
+
+CARD_PATH = "/.well-known/agent-card.json"
+CARD_MAX_AGE = 300
+
+
+@dataclass
+class Service:
+    """Everything one running server owns, so it can all be closed in order."""
+
+    app: Any
+    handler: GuardedRequestHandler
+    pool: SessionPool
+    backend: AgentBackend
+    engine: AsyncEngine
+
+    async def aclose(self) -> None:
+        await self.handler.aclose()
+        await self.pool.aclose()
+        await self.backend.aclose()
+        await self.engine.dispose()
+
+
+def _card_app(settings: Settings, backend: AgentBackend) -> Quart:
+    app = Quart("tailagent")
+    url = settings.advertised_url
+    strict = card_json(build_card(backend, url, settings.name, legacy=False))
+    legacy = card_json(build_card(backend, url, settings.name, legacy=True))
+    last_modified = formatdate(usegmt=True)
+
+    @app.get(CARD_PATH)
+    async def agent_card() -> Response:
+        wants_strict = request.headers.get("A2A-Version", "").strip().startswith("1.")
+        response = Response(
+            _dumps(strict if wants_strict else legacy), content_type="application/json"
+        )
+        response.headers["Cache-Control"] = f"public, max-age={CARD_MAX_AGE}"
+        response.headers["Last-Modified"] = last_modified
+        response.headers["Vary"] = "A2A-Version"
+        return response
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+async def build_service(settings: Settings) -> Service:
+    backend = make_backend(settings.agent)
+    engine = open_engine(settings.state_dir)
+    store = DatabaseTaskStore(engine)
+    await close_unfinished_tasks(store)
+    session_map = SessionMap(engine)
+    await session_map.initialize()
+    pool = SessionPool(backend, session_map)
+    executor = BridgeExecutor(
+        backend, pool, max_permission_denials=settings.max_permission_denials
+    )
+    card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
+    handler = GuardedRequestHandler(executor, store, card, pool=pool)
+    context_builder = CallerContextBuilder()
+    routes = [
+        *create_jsonrpc_routes(handler, "/", context_builder, enable_v0_3_compat=True),
+        # Tenants are not used here: leave out the SDK's catch-all `/{tenant}` mount,
+        # which would otherwise swallow every other path.
+        *(
+            r
+            for r in create_rest_routes(handler, context_builder, enable_v0_3_compat=True)
+            if not isinstance(r, Mount)
+        ),
+    ]
+    quart_app = _card_app(settings, backend)
+    router = Router(routes=routes, default=quart_app)
+
+    async def dispatch(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await quart_app(scope, receive, send)
+        else:
+            await router(scope, receive, send)
+
+    app = AccessGuard(dispatch, max_body_bytes=settings.max_body_bytes)
+    return Service(app, handler, pool, backend, engine)
+
+
+def open_listener(listen: Listen) -> socket.socket:
+    """Binds the listening socket ourselves, so the real port is known before serving
+    and a unix socket is created owner-only, with no window where others can connect."""
+    if listen.path is not None:
+        listen.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with contextlib.suppress(FileNotFoundError):
+            if listen.path.is_socket():
+                listen.path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            sock.bind(str(listen.path))
+        finally:
+            os.umask(old_umask)
+    else:
+        family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((listen.host, listen.port))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def listener_url(sock: socket.socket, listen: Listen) -> str:
+    if listen.path is not None:
+        return f"unix:{listen.path}"
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def run(settings: Settings) -> None:
+    sock = open_listener(settings.listen)
+    if settings.public_url is None and not settings.listen.is_unix:
+        # Port 0 picks a free port: advertise the one we actually got.
+        settings = replace(settings, public_url=listener_url(sock, settings.listen))
+    service = await build_service(settings)
+    config = Config()
+    config.bind = [f"fd://{sock.fileno()}"]
+    config.accesslog = None
+    config.graceful_timeout = 5.0
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    log.info(
+        "serving on %s (agent %s, workspace %s, state %s)",
+        listener_url(sock, settings.listen),
+        settings.agent,
+        settings.cwd,
+        settings.state_dir,
+    )
+    try:
+        await serve(service.app, config, shutdown_trigger=stop.wait)
+    finally:
+        await service.aclose()
+        sock.close()
+        if settings.listen.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                settings.listen.path.unlink()
+        log.info("stopped")
