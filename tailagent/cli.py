@@ -20,7 +20,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--agent-command", metavar="CMD", help="any ACP agent, as a command line")
     p.add_argument("--cwd", metavar="DIR", help="the workspace (default: current directory)")
     p.add_argument(
-        "--listen", metavar="ADDR", help="127.0.0.1:PORT, [::1]:PORT or unix:/path (default: 127.0.0.1:3008)"
+        "--listen",
+        metavar="ADDR",
+        help="127.0.0.1:PORT, [::1]:PORT or unix:/path (default: 127.0.0.1:3008)",
     )
     p.add_argument("--public-url", metavar="URL", help="the URL the agent card advertises")
     p.add_argument("--config", metavar="FILE", type=Path, help="a TOML config file")
@@ -43,7 +45,9 @@ def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="answer a question by its text (repeatable)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object per event")
-    p.add_argument("-i", "--interactive", action="store_true", help="answer prompts in the terminal")
+    p.add_argument(
+        "-i", "--interactive", action="store_true", help="answer prompts in the terminal"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,6 +89,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         asyncio.run(run(settings))
     except OSError as exc:
-        print(f"tailagent: cannot listen on {settings.listen.bind()}: {exc.strerror}", file=sys.stderr)
+        print(
+            f"tailagent: cannot listen on {settings.listen.bind()}: {exc.strerror}", file=sys.stderr
+        )
         return 1
     return 0

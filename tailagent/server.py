@@ -23,8 +23,8 @@ from a2a.server.tasks import DatabaseTaskStore
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 from quart import Quart, Response, request
-from starlette.routing import Mount, Router
 from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.routing import Mount, Router
 
 from tailagent.access.guard import AccessGuard
 from tailagent.access.identity import CallerContextBuilder
@@ -97,9 +97,7 @@ async def build_service(settings: Settings) -> Service:
     session_map = SessionMap(engine)
     await session_map.initialize()
     pool = SessionPool(backend, session_map)
-    executor = BridgeExecutor(
-        backend, pool, max_permission_denials=settings.max_permission_denials
-    )
+    executor = BridgeExecutor(backend, pool, max_permission_denials=settings.max_permission_denials)
     card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
     handler = GuardedRequestHandler(executor, store, card, pool=pool)
     context_builder = CallerContextBuilder()
@@ -166,6 +164,7 @@ async def run(settings: Settings) -> None:
     config = Config()
     config.bind = [f"fd://{sock.fileno()}"]
     config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = 5.0
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -48,7 +48,10 @@ from tailagent.agents.events import (
 _WORD = re.compile(r"[a-z]+(?::[\w.-]+)?|\d+")
 KEYWORDS = ("think", "plan", "tool", "edit", "ask", "question", "slow", "boom")
 COLOUR_QUESTION = "Which colour do you prefer?"
-CALC_DIFF = "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
+CALC_DIFF = (
+    "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
+    " def add(a, b):\n-    return a - b\n+    return a + b\n"
+)
 
 
 def _prompt_text(parts: list[PromptPart]) -> str:
@@ -102,11 +105,16 @@ class EchoSession:
     async def close(self) -> None:
         await self.cancel()
 
-    async def _wait_answer(self, request_id: str) -> Answer:
+    def _expect(self, request_id: str) -> asyncio.Future[Answer]:
+        """Registers the answer slot before the prompt is yielded: the bridge may
+        answer before it resumes this generator."""
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._answers[request_id] = future
+        return future
+
+    async def _wait(self, request_id: str) -> Answer:
         try:
-            return await future
+            return await self._answers[request_id]
         finally:
             del self._answers[request_id]
 
@@ -150,8 +158,9 @@ class EchoSession:
                     QuestionOption("red", "Choose red"),
                     QuestionOption("blue", "Choose blue"),
                 )
+                self._expect(request_id)
                 yield QuestionAsked(request_id, (Question(COLOUR_QUESTION, "Colour", options),))
-                answer = await self._wait_answer(request_id)
+                answer = await self._wait(request_id)
                 if isinstance(answer, QuestionAnswers):
                     chosen = answer.answers.get(COLOUR_QUESTION, "")
                     yield Text(f"You chose {chosen}.\n")
@@ -177,6 +186,7 @@ class EchoSession:
     async def _ask(self, target: str, tool_id: str) -> AsyncIterator[AgentEvent]:
         command = f"rm -rf {target}"
         request_id = uuid.uuid4().hex
+        self._expect(request_id)
         yield PermissionAsked(
             request_id=request_id,
             tool="Bash",
@@ -188,7 +198,7 @@ class EchoSession:
                 PermissionOption("reject_once", "Deny", "reject_once"),
             ),
         )
-        decision = await self._wait_answer(request_id)
+        decision = await self._wait(request_id)
         if self._cancelled.is_set():
             return
         if isinstance(decision, PermissionDecision) and decision.allow:

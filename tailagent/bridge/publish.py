@@ -96,6 +96,7 @@ class Publisher:
         self.context_id = context_id
         self._started: set[str] = set()
         self._answer: list[str] = []
+        self._tool_titles: dict[str, str] = {}
 
     def message(self, parts: list[Part], kind: str, **metadata: Any) -> Message:
         msg = Message(
@@ -149,6 +150,7 @@ class Publisher:
                     last_chunk=True,
                 )
             case ToolStarted(id=tool_id, name=name, title=title, input=tool_input):
+                self._tool_titles[tool_id] = title or name
                 await self.status(
                     updater,
                     working,
@@ -167,7 +169,8 @@ class Publisher:
                     {"toolName": name, "toolCallId": tool_id},
                 )
             case ToolFinished(id=tool_id, status=status, output=output):
-                parts = [text_part(f"Tool {tool_id} {status}")]
+                title = self._tool_titles.pop(tool_id, tool_id)
+                parts = [text_part(f"{title}: {status}")]
                 if output:
                     parts.append(
                         data_part({"toolCallId": tool_id, "status": status, "output": output})
@@ -219,8 +222,9 @@ class Publisher:
 
     async def finish(self, updater: TaskUpdater, event: TurnDone, extra: dict[str, Any]) -> None:
         if RESPONSE_ARTIFACT in self._started:
+            # The closing chunk carries no parts: it only marks the stream complete.
             await updater.add_artifact(
-                [text_part("")],
+                [],
                 artifact_id=RESPONSE_ARTIFACT,
                 name=RESPONSE_ARTIFACT,
                 append=True,

@@ -48,7 +48,9 @@ def build_card(backend: AgentBackend, public_url: str, name: str, *, legacy: boo
     ]
     return AgentCard(
         name=name,
-        description=f"A coding agent ({backend.name}) on a tailnet, over A2A. {backend.description}",
+        description=(
+            f"A coding agent ({backend.name}) on a tailnet, over A2A. {backend.description}"
+        ),
         version=__version__,
         supported_interfaces=interfaces,
         provider=AgentProvider(organization="tailagent", url=url),

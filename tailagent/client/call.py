@@ -1,0 +1,164 @@
+"""`tailagent call`: one turn (or, with -i, a whole conversation) against an agent.
+
+Exit codes a script can rely on: 0 completed, 1 failed / canceled / rejected,
+3 input-required (the reply command is printed), 2 usage or connection error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from typing import Any
+
+import httpx
+from a2a.client import A2AClientError, ClientConfig, create_client
+from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
+from a2a.utils.errors import A2AError
+from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.struct_pb2 import Value
+from rich.console import Console
+from rich.prompt import Prompt as AskPrompt
+
+from tailagent.client.render import Outcome, Prompt, Renderer
+
+EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT_REQUIRED = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_answers(pairs: list[str]) -> dict[str, str]:
+    answers: dict[str, str] = {}
+    for pair in pairs:
+        question, sep, label = pair.rpartition("=")
+        if not sep or not question.strip() or not label.strip():
+            raise UsageError(f"--answer wants QUESTION=LABEL, not {pair!r}")
+        answers[question.strip()] = label.strip()
+    return answers
+
+
+def build_message(
+    text: str,
+    *,
+    task_id: str | None,
+    context_id: str | None,
+    request_id: str | None,
+    answers: dict[str, str],
+) -> Message:
+    if not text and not answers:
+        raise UsageError("nothing to send: give a message, or --answer QUESTION=LABEL")
+    message = Message(
+        message_id=uuid.uuid4().hex,
+        role=Role.ROLE_USER,
+        task_id=task_id or "",
+        context_id=context_id or "",
+    )
+    if text:
+        message.parts.append(Part(text=text))
+    if answers:
+        data: dict[str, Any] = {"answers": answers}
+        if request_id:
+            data["requestId"] = request_id
+        message.parts.append(Part(data=ParseDict(data, Value()), media_type="application/json"))
+    if request_id:
+        message.metadata.update({"requestId": request_id})
+    return message
+
+
+def exit_code(outcome: Outcome) -> int:
+    if outcome.direct_message is not None or outcome.state == TaskState.TASK_STATE_COMPLETED:
+        return EXIT_COMPLETED
+    if outcome.prompt is not None:
+        return EXIT_INPUT_REQUIRED
+    return EXIT_FAILED
+
+
+async def run_call(args: argparse.Namespace, console: Console) -> int:
+    answers = parse_answers(args.answer)
+    message = build_message(
+        args.text,
+        task_id=args.task,
+        context_id=args.context,
+        request_id=args.request,
+        answers=answers,
+    )
+    renderer = Renderer(console, args.url)
+    async with httpx.AsyncClient(
+        headers={"A2A-Version": "1.0"}, timeout=httpx.Timeout(10.0, read=None)
+    ) as http:
+        client = await create_client(args.url, client_config=ClientConfig(httpx_client=http))
+        try:
+            while True:
+                outcome = Outcome()
+                request = SendMessageRequest(message=message)
+                async for event in client.send_message(request):
+                    outcome.observe(event)
+                    if args.json:
+                        print(json.dumps(MessageToDict(event)), flush=True)
+                    else:
+                        renderer.event(event, outcome)
+                if outcome.prompt is None or args.json:
+                    break
+                if not args.interactive:
+                    renderer.prompt(outcome)
+                    break
+                message = _ask_in_terminal(console, renderer, outcome, outcome.prompt)
+        finally:
+            await client.close()
+    return exit_code(outcome)
+
+
+def _ask_in_terminal(
+    console: Console, renderer: Renderer, outcome: Outcome, prompt: Prompt
+) -> Message:
+    console.print(f"[bold yellow]{prompt.text}[/]")
+    if prompt.kind == "ask_user_question":
+        answers: dict[str, str] = {}
+        for question in prompt.data.get("questions") or []:
+            labels = [o.get("label", "") for o in question.get("options") or []]
+            answers[question["question"]] = AskPrompt.ask(
+                question["question"], choices=labels or None, console=console
+            )
+        return build_message(
+            "",
+            task_id=outcome.task_id,
+            context_id=outcome.context_id,
+            request_id=prompt.request_id,
+            answers=answers,
+        )
+    reply = AskPrompt.ask("allow or deny (a reason may follow)", console=console)
+    return build_message(
+        reply,
+        task_id=outcome.task_id,
+        context_id=outcome.context_id,
+        request_id=prompt.request_id,
+        answers={},
+    )
+
+
+def call_command(args: argparse.Namespace) -> int:
+    console = Console(highlight=False, soft_wrap=True)
+    try:
+        return asyncio.run(run_call(args, console))
+    except UsageError as exc:
+        print(f"tailagent: {exc}", file=sys.stderr)
+    except httpx.HTTPError as exc:
+        print(f"tailagent: cannot reach {args.url}: {exc or type(exc).__name__}", file=sys.stderr)
+    except A2AClientError as exc:
+        print(f"tailagent: cannot talk to {args.url}: {_reason(exc)}", file=sys.stderr)
+    except A2AError as exc:
+        print(f"tailagent: {args.url} refused the request: {_reason(exc)}", file=sys.stderr)
+    except BrokenPipeError:
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("tailagent: interrupted", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0]

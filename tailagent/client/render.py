@@ -1,0 +1,184 @@
+"""Live rendering of an A2A event stream for a person at a terminal.
+
+Reads only the A2A wire shapes (and tailagent's `metadata.kind` conventions), so
+it renders any A2A agent, not just tailagent.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from a2a.types.a2a_pb2 import Artifact, Message, StreamResponse, TaskState
+from google.protobuf.json_format import MessageToDict
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.text import Text
+
+FINAL_STATES = {
+    TaskState.TASK_STATE_COMPLETED,
+    TaskState.TASK_STATE_FAILED,
+    TaskState.TASK_STATE_CANCELED,
+    TaskState.TASK_STATE_REJECTED,
+}
+PAUSED_STATES = {TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED}
+
+
+def message_text(message: Message) -> str:
+    return "\n".join(p.text for p in message.parts if p.HasField("text"))
+
+
+def message_data(message: Message) -> list[dict[str, Any]]:
+    items = [MessageToDict(p.data) for p in message.parts if p.HasField("data")]
+    return [item for item in items if isinstance(item, dict)]
+
+
+def metadata_of(message: Message) -> dict[str, Any]:
+    return MessageToDict(message.metadata) if message.HasField("metadata") else {}
+
+
+@dataclass
+class Prompt:
+    """A pause the caller must answer, as the agent described it."""
+
+    kind: str
+    text: str
+    data: dict[str, Any]
+
+    @property
+    def request_id(self) -> str | None:
+        value = self.data.get("requestId")
+        return value if isinstance(value, str) else None
+
+
+@dataclass
+class Outcome:
+    """What the stream came to, as far as this client saw."""
+
+    task_id: str = ""
+    context_id: str = ""
+    state: int = TaskState.TASK_STATE_UNSPECIFIED
+    status_text: str = ""
+    prompt: Prompt | None = None
+    direct_message: str | None = None
+    seen_artifacts: set[str] = field(default_factory=set)
+
+    def observe(self, event: StreamResponse) -> None:
+        if event.HasField("task"):
+            self.task_id, self.context_id = event.task.id, event.task.context_id
+            self._status(event.task.status.state, event.task.status.message)
+        elif event.HasField("status_update"):
+            update = event.status_update
+            self.task_id, self.context_id = update.task_id, update.context_id
+            self._status(update.status.state, update.status.message)
+        elif event.HasField("message"):
+            self.direct_message = message_text(event.message)
+            self.context_id = event.message.context_id
+
+    def _status(self, state: int, message: Message) -> None:
+        self.state = state
+        self.status_text = message_text(message)
+        self.prompt = None
+        if state in PAUSED_STATES:
+            data = next(iter(message_data(message)), {})
+            kind = str(metadata_of(message).get("kind") or data.get("kind") or "input")
+            self.prompt = Prompt(kind, self.status_text, data)
+
+
+def reply_command(url: str, outcome: Outcome, prompt: Prompt) -> list[str]:
+    """The exact command lines that answer `prompt`."""
+    base = ["--task", outcome.task_id, "--context", outcome.context_id]
+    if prompt.request_id:
+        base += ["--request", prompt.request_id]
+    base += ["--url", url]
+    if prompt.kind == "ask_user_question":
+        question = (prompt.data.get("questions") or [{}])[0]
+        label = ((question.get("options") or [{}])[0]).get("label", "ANSWER")
+        answer = f"{question.get('question', 'QUESTION')}={label}"
+        return [shlex.join(["tailagent", "call", "--answer", answer, *base])]
+    return [shlex.join(["tailagent", "call", word, *base]) for word in ("allow", "deny")]
+
+
+class Renderer:
+    def __init__(self, console: Console, url: str) -> None:
+        self.console = console
+        self.url = url
+        self._mid_line = False
+
+    def _line(self, renderable: Any) -> None:
+        if self._mid_line:
+            self.console.print()
+            self._mid_line = False
+        self.console.print(renderable)
+
+    def event(self, event: StreamResponse, outcome: Outcome) -> None:
+        if event.HasField("task"):
+            if event.task.id not in outcome.seen_artifacts:
+                outcome.seen_artifacts.add(event.task.id)
+                self._line(Text(f"task {event.task.id}  context {event.task.context_id}", "dim"))
+        elif event.HasField("artifact_update"):
+            self._artifact(event.artifact_update.artifact, event.artifact_update.append)
+        elif event.HasField("status_update"):
+            self._status(event.status_update.status.state, event.status_update.status.message)
+        elif event.HasField("message"):
+            self._line(message_text(event.message))
+
+    def _artifact(self, artifact: Artifact, append: bool) -> None:
+        texts = "".join(p.text for p in artifact.parts if p.HasField("text"))
+        if artifact.artifact_id == "response":
+            self.console.print(texts, end="", markup=False, highlight=False)
+            self._mid_line = (bool(texts) and not texts.endswith("\n")) or self._mid_line
+        elif artifact.artifact_id == "thinking":
+            self._line(Text(f"[thinking] {texts}", "dim italic"))
+        elif artifact.artifact_id == "plan":
+            self._line(Text("[plan]", "bold"))
+            for line in texts.splitlines():
+                self._line(Text("  " + line, "cyan"))
+        elif artifact.artifact_id.startswith("diff:"):
+            self._line(Text(f"[{artifact.name}]", "bold"))
+            self._line(Syntax(texts, "diff", theme="ansi_dark", background_color="default"))
+        else:
+            self._line(Text(f"[{artifact.name or artifact.artifact_id}] {texts}"))
+
+    def _status(self, state: int, message: Message) -> None:
+        kind = metadata_of(message).get("kind")
+        text = message_text(message)
+        if state == TaskState.TASK_STATE_WORKING:
+            if kind == "tool_use":
+                self._line(Text(f"· {text}", "blue"))
+            elif kind == "tool_result":
+                ok = metadata_of(message).get("status") != "failed"
+                self._line(Text(f"{'✓' if ok else '✗'} {text}", "green" if ok else "red"))
+                for item in message_data(message):
+                    if item.get("output"):
+                        self._line(Text("  " + str(item["output"]).rstrip(), "dim"))
+            elif kind == "notice":
+                self._line(Text(f"! {text}", "yellow"))
+        elif state in FINAL_STATES:
+            name = TaskState.Name(state).removeprefix("TASK_STATE_").lower()
+            style = "green" if state == TaskState.TASK_STATE_COMPLETED else "red"
+            self._line(
+                Text(f"[{name}] {text}".rstrip() if kind != "result" else f"[{name}]", style)
+            )
+
+    def prompt(self, outcome: Outcome) -> None:
+        prompt = outcome.prompt
+        if prompt is None:
+            return
+        self._line(Text(f"[input-required] {prompt.text}", "bold yellow"))
+        if prompt.kind == "permission_request":
+            if prompt.data.get("input"):
+                self._line(Text(f"  input: {json.dumps(prompt.data['input'])}", "dim"))
+            options = prompt.data.get("options") or []
+            if options:
+                names = ", ".join(f"option:{o.get('optionId')} ({o.get('name')})" for o in options)
+                self._line(Text(f"  options: {names}", "dim"))
+        for question in prompt.data.get("questions") or []:
+            labels = ", ".join(o.get("label", "") for o in question.get("options") or [])
+            if labels:
+                self._line(Text(f"  {question.get('question')}: {labels}", "dim"))
+        self._line(Text("reply with:", "bold"))
+        for line in reply_command(self.url, outcome, prompt):
+            self._line(Text("  " + line))
