@@ -240,7 +240,9 @@ class Publisher:
             [text_part("".join(self._answer))],
             outcome,
         )
-        await updater.update_status(TaskState.TASK_STATE_COMPLETED, metadata=outcome)
+        await updater.update_status(
+            TaskState.TASK_STATE_COMPLETED, metadata={"kind": "completed", **outcome}
+        )
 
     async def fail(self, updater: TaskUpdater, reason: str, kind: str = "error") -> None:
         await self.status(updater, TaskState.TASK_STATE_FAILED, kind, [text_part(reason)])

@@ -1,0 +1,90 @@
+"""Shared fixtures: real tailagent servers in subprocesses, and a2a-sdk clients.
+
+Each server is the real `tailagent serve` on an ephemeral loopback port, with its
+own state dir; tests talk to it over HTTP exactly as a user's client would.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.a2a_helpers import A2A
+
+SERVING = re.compile(r"serving on (\S+)")
+START_TIMEOUT = 20.0
+
+
+@dataclass
+class RunningServer:
+    url: str
+    process: subprocess.Popen[str]
+    state_dir: Path
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self, sig: int | None = None) -> int:
+        if self.process.poll() is None:
+            if sig is None:
+                self.process.terminate()
+            else:
+                self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def start_server(tmp: Path, *extra: str, state_dir: Path | None = None) -> RunningServer:
+    """Starts `tailagent serve` and waits until it says where it is serving."""
+    state_dir = state_dir or tmp / "state"
+    workspace = tmp / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    log_path = tmp / f"server-{time.monotonic_ns()}.log"
+    log_file = log_path.open("w")
+    args = [sys.executable, "-m", "tailagent", "serve", "--listen", "127.0.0.1:0"]
+    args += ["--state-dir", str(state_dir), "--cwd", str(workspace), *extra]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAILAGENT_")}
+    process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        match = SERVING.search(log_path.read_text())
+        if match:
+            return RunningServer(match.group(1), process, state_dir, log_path)
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"tailagent serve did not start:\n{log_path.read_text()}")
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """One server shared by the tests that do not restart or reconfigure it."""
+    running = start_server(tmp_path_factory.mktemp("server"))
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def fresh_server(tmp_path: Path) -> Iterator[RunningServer]:
+    running = start_server(tmp_path)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def a2a(server: RunningServer) -> A2A:
+    return A2A(server.url)
