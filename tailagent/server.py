@@ -16,15 +16,17 @@ import signal
 import socket
 from dataclasses import dataclass, replace
 from email.utils import formatdate
-from typing import Any
+from typing import Any, cast
 
 from a2a.server.routes import create_jsonrpc_routes, create_rest_routes
 from a2a.server.tasks import DatabaseTaskStore
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
+from hypercorn.typing import LifespanScope
 from quart import Quart, Response, request
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.routing import Mount, Router
+from starlette.types import ASGIApp
 
 from tailagent.access.guard import AccessGuard
 from tailagent.access.identity import CallerContextBuilder
@@ -112,11 +114,11 @@ async def build_service(settings: Settings) -> Service:
         ),
     ]
     quart_app = _card_app(settings, backend)
-    router = Router(routes=routes, default=quart_app)
+    router = Router(routes=routes, default=cast("ASGIApp", quart_app))
 
     async def dispatch(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await quart_app(scope, receive, send)
+            await quart_app(cast("LifespanScope", scope), receive, send)
         else:
             await router(scope, receive, send)
 

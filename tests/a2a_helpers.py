@@ -115,7 +115,8 @@ class Turn:
         return [
             e.artifact_update
             for e in self.events
-            if e.HasField("artifact_update") and e.artifact_update.artifact.artifact_id == artifact_id
+            if e.HasField("artifact_update")
+            and e.artifact_update.artifact.artifact_id == artifact_id
         ]
 
     def kinds(self) -> list[str | None]:
@@ -167,9 +168,7 @@ class A2A:
         if isinstance(message, str):
             message = user_message(message)
         async with self.client(streaming=False, **client_args) as client:
-            responses = [
-                r async for r in client.send_message(SendMessageRequest(message=message))
-            ]
+            responses = [r async for r in client.send_message(SendMessageRequest(message=message))]
         assert len(responses) == 1
         return responses[0]
 

@@ -1,4 +1,4 @@
-"""The answer rules of DESIGN.md: the free-text table row by row, then each rule on a live server."""
+"""The answer rules of DESIGN.md: the free-text table row by row, then each rule live."""
 
 from __future__ import annotations
 
@@ -95,8 +95,12 @@ def test_answer_for_another_request_is_refused() -> None:
     with pytest.raises(AnswerError, match="pending request is req-1"):
         parse_answer(Reply("yes", request_id="req-2"), ASK)
     with pytest.raises(AnswerError):
-        parse_answer(Reply("", ({"kind": "permission_response", "decision": "allow",
-                                  "requestId": "other"},)), ASK)
+        parse_answer(
+            Reply(
+                "", ({"kind": "permission_response", "decision": "allow", "requestId": "other"},)
+            ),
+            ASK,
+        )
 
 
 def test_question_free_text_answers_the_first_question() -> None:
@@ -153,8 +157,11 @@ async def test_answer_without_request_id_applies_to_the_pending_prompt(a2a: A2A)
 async def test_same_denied_request_twice_fails_once_saying_why(a2a: A2A) -> None:
     asked = await a2a.turn("ask ask")
     done = await a2a.turn(follow_up(asked, "no"))
-    terminal = [s for s in done.statuses if state_name(s.status.state) in
-                ("completed", "failed", "canceled")]
+    terminal = [
+        s
+        for s in done.statuses
+        if state_name(s.status.state) in ("completed", "failed", "canceled")
+    ]
     assert len(terminal) == 1
     assert done.final_state == "failed"
     assert "same denied permission again (Bash)" in texts(done.last_message)

@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 
 JSON_TYPES = ("application/json", "application/a2a+json")
 JSONRPC_PATH = "/"
+DISCARD_LIMIT = 64 * 1024 * 1024
 
 
 def _replay(body: bytes, receive: Any) -> Any:
@@ -88,6 +89,18 @@ class AccessGuard:
         self._app = app
         self._max_body = max_body_bytes
 
+    async def _discard_body(self, receive: Any, length: int | None) -> None:
+        """Reads and drops a refused body, up to a bound, so the client (still sending)
+        reads the 413 instead of a reset connection; past the bound we just answer."""
+        budget = DISCARD_LIMIT
+        if length is not None and length > budget:
+            return
+        while budget > 0:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body"):
+                return
+            budget -= len(message.get("body", b""))
+
     def _caller(self, scope: dict[str, Any]) -> Caller:
         return LOCAL_CALLER
 
@@ -106,6 +119,7 @@ class AccessGuard:
         if is_a2a and scope["method"] == "POST":
             length = _header(scope, b"content-length")
             if length.isdigit() and int(length) > self._max_body:
+                await self._discard_body(receive, int(length))
                 await refuse(
                     413,
                     "PAYLOAD_TOO_LARGE",
@@ -134,6 +148,7 @@ class AccessGuard:
                     return
                 body += message.get("body", b"")
                 if len(body) > self._max_body:
+                    await self._discard_body(receive, None)
                     await refuse(
                         413,
                         "PAYLOAD_TOO_LARGE",

@@ -215,7 +215,7 @@ class EchoSession:
 class EchoBackend:
     name = "echo"
     description = "An offline echo agent that answers with what it was sent."
-    skills = (
+    skills: tuple[Skill, ...] = (
         Skill(
             id="echo",
             name="Echo",

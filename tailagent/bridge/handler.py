@@ -17,10 +17,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncGenerator
 
+from a2a.server.agent_execution import AgentExecutor
 from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.types.a2a_pb2 import SendMessageRequest, Task, TaskState
+from a2a.server.tasks import TaskStore
+from a2a.types.a2a_pb2 import AgentCard, Message, SendMessageRequest, Task, TaskState
 from a2a.utils.errors import UnsupportedOperationError
 
 from tailagent.bridge.sessions import SessionPool
@@ -29,8 +31,11 @@ BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
 
 class GuardedRequestHandler(DefaultRequestHandler):
-    def __init__(self, *args, pool: SessionPool, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self, executor: AgentExecutor, store: TaskStore, card: AgentCard, *, pool: SessionPool
+    ) -> None:
+        super().__init__(executor, store, card)
+        self._store = store
         self._pool = pool
 
     async def _admit(self, params: SendMessageRequest, context: ServerCallContext) -> Task | None:
@@ -38,7 +43,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
         message = params.message
         stored: Task | None = None
         if message.task_id:
-            stored = await self.task_store.get(message.task_id, context)
+            stored = await self._store.get(message.task_id, context)
             if stored is None:
                 return None  # the SDK answers TaskNotFound in its own words
             if stored.status.state in BUSY_STATES:
@@ -64,7 +69,9 @@ class GuardedRequestHandler(DefaultRequestHandler):
                 )
         return stored
 
-    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext):  # type: ignore[no-untyped-def]
+    async def on_message_send(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> Message | Task:
         await self._admit(params, context)
         return await super().on_message_send(params, context)
 

@@ -112,7 +112,7 @@ class Publisher:
     async def status(
         self,
         updater: TaskUpdater,
-        state: TaskState.ValueType,
+        state: TaskState,
         kind: str,
         parts: list[Part] | None = None,
         metadata: dict[str, Any] | None = None,

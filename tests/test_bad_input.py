@@ -1,0 +1,121 @@
+"""Bad input gets a clear error, never a stack trace, and the next request is served."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from tests.a2a_helpers import A2A
+
+V1 = {"A2A-Version": "1.0"}
+
+
+def rpc(method: str, params: object, id_: object = 1) -> dict[str, object]:
+    return {"jsonrpc": "2.0", "id": id_, "method": method, "params": params}
+
+
+async def post(url: str, content: bytes | str, headers: dict[str, str]) -> httpx.Response:
+    async with httpx.AsyncClient() as http:
+        return await http.post(url, content=content, headers=headers)
+
+
+async def still_serving(a2a: A2A) -> None:
+    sent = await a2a.send("still here?")
+    assert sent.task.status.state == 3  # TASK_STATE_COMPLETED
+
+
+def assert_no_trace(response: httpx.Response) -> None:
+    assert "Traceback" not in response.text
+    assert 'File "' not in response.text
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b"{not json", -32700),
+        (json.dumps(rpc("NoSuchMethod", {})).encode(), -32601),
+        (json.dumps(rpc("SendMessage", {"message": "not an object"})).encode(), -32602),
+        (json.dumps(rpc("SendMessage", {})).encode(), -32602),
+        (json.dumps(rpc("GetTask", {"id": "no-such-task"})).encode(), -32001),
+        (json.dumps(rpc("CancelTask", {"id": "no-such-task"})).encode(), -32001),
+        (json.dumps([rpc("GetTask", {"id": "x"})]).encode(), -32600),
+    ],
+)
+async def test_jsonrpc_errors(a2a: A2A, body: bytes, code: int) -> None:
+    response = await post(a2a.url, body, {"Content-Type": "application/json", **V1})
+    assert response.json()["error"]["code"] == code
+    assert_no_trace(response)
+    await still_serving(a2a)
+
+
+async def test_wrong_content_type_is_415(a2a: A2A) -> None:
+    body = str(rpc("GetTask", {"id": "x"}))  # not even JSON, as the TCK sends it
+    response = await post(a2a.url, body, {"Content-Type": "text/plain", **V1})
+    assert response.status_code == 415
+    assert response.json()["error"]["code"] == -32005
+    rest = await post(a2a.url + "/message:send", "{}", {"Content-Type": "text/plain", **V1})
+    assert rest.status_code == 415
+    assert rest.json()["error"]["status"] == "CONTENT_TYPE_NOT_SUPPORTED"
+
+
+async def test_body_over_the_limit_is_413(a2a: A2A) -> None:
+    big = json.dumps(rpc("SendMessage", {"message": {"parts": [{"text": "x" * 5_000_000}]}}))
+    response = await post(a2a.url, big, {"Content-Type": "application/json", **V1})
+    assert response.status_code == 413
+    assert "too large" in response.json()["error"]["message"]
+    await still_serving(a2a)
+
+
+async def test_chunked_body_over_the_limit_is_413(a2a: A2A) -> None:
+    async def chunks():  # type: ignore[no-untyped-def]
+        for _ in range(50):
+            yield b"x" * 100_000
+
+    async with httpx.AsyncClient() as http:
+        response = await http.post(
+            a2a.url, content=chunks(), headers={"Content-Type": "application/json", **V1}
+        )
+    assert response.status_code == 413
+    await still_serving(a2a)
+
+
+async def test_unsupported_version_header(a2a: A2A) -> None:
+    body = json.dumps(rpc("GetTask", {"id": "x"}))
+    response = await post(
+        a2a.url, body, {"Content-Type": "application/json", "A2A-Version": "99.0"}
+    )
+    assert response.json()["error"]["code"] == -32009
+
+
+async def test_a_dropped_stream_client_leaves_the_task_true(a2a: A2A) -> None:
+    body = rpc(
+        "SendStreamingMessage",
+        {"message": {"messageId": "drop", "role": "ROLE_USER", "parts": [{"text": "slow 2"}]}},
+    )
+    task_id = None
+    async with (
+        httpx.AsyncClient(timeout=10) as http,
+        http.stream("POST", a2a.url, json=body, headers=V1) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("data:"):
+                task_id = json.loads(line[5:])["result"]["task"]["id"]
+                break
+    assert task_id
+    await still_serving(a2a)
+    for _ in range(50):
+        task = await a2a.get(task_id)
+        if task.status.state == 3:
+            break
+        await asyncio.sleep(0.1)
+    assert task.status.state == 3  # the turn ran to the end without its listener
+
+
+async def test_unknown_route_and_method(a2a: A2A) -> None:
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(a2a.url + "/no/such/path")).status_code == 404
+        assert (await http.get(a2a.url + "/")).status_code == 405
+    await still_serving(a2a)

@@ -1,0 +1,110 @@
+"""`tailagent call` as a user runs it: output, the reply command, --json, -i and exit codes."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+
+from tests.conftest import RunningServer
+
+
+def call(
+    server: RunningServer, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tailagent", "call", *args, "--url", server.url],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        input=stdin,
+    )
+
+
+def reply_lines(output: str) -> list[str]:
+    return [
+        line.strip() for line in output.splitlines() if line.strip().startswith("tailagent call")
+    ]
+
+
+def run_reply(line: str) -> subprocess.CompletedProcess[str]:
+    argv = shlex.split(line)
+    return subprocess.run(
+        [sys.executable, "-m", "tailagent", *argv[1:]], capture_output=True, text=True, timeout=30
+    )
+
+
+def test_completed_turn_renders_and_exits_0(server: RunningServer) -> None:
+    result = call(server, "think plan tool edit hello")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "[thinking] Thinking about" in out
+    assert "[x] Read the code" in out
+    assert "· Calling tool Read calc.py" in out and "✓ Read calc.py: completed" in out
+    assert "+    return a + b" in out
+    assert "echo: think plan tool edit hello" in out
+    assert out.rstrip().endswith("[completed]")
+
+
+def test_failed_turn_exits_1(server: RunningServer) -> None:
+    result = call(server, "boom")
+    assert result.returncode == 1
+    assert "[failed] boom: the echo agent failed on purpose" in result.stdout
+
+
+def test_input_required_prints_the_exact_reply_command_and_exits_3(server: RunningServer) -> None:
+    asked = call(server, "ask")
+    assert asked.returncode == 3
+    assert "[input-required] The agent wants to run `rm -rf build`." in asked.stdout
+    allow, _deny = reply_lines(asked.stdout)
+    assert "--request" in allow and allow.startswith("tailagent call allow")
+    answered = run_reply(allow)
+    assert answered.returncode == 0, answered.stdout + answered.stderr
+    assert "✓ rm -rf build: completed" in answered.stdout
+
+
+def test_question_reply_command_answers_it(server: RunningServer) -> None:
+    asked = call(server, "question")
+    assert asked.returncode == 3
+    (answer,) = reply_lines(asked.stdout)
+    assert "--answer 'Which colour do you prefer?=red'" in answer
+    answered = run_reply(answer)
+    assert answered.returncode == 0
+    assert "You chose red." in answered.stdout
+
+
+def test_json_prints_one_object_per_event(server: RunningServer) -> None:
+    result = call(server, "think", "--json")
+    assert result.returncode == 0
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert "task" in events[0]
+    assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert any(
+        e.get("artifactUpdate", {}).get("artifact", {}).get("artifactId") == "thinking"
+        for e in events
+    )
+
+
+def test_interactive_answers_in_place(server: RunningServer) -> None:
+    result = call(server, "ask then question", "-i", stdin="yes\nblue\n")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "✓ rm -rf build: completed" in result.stdout
+    assert "You chose blue." in result.stdout
+
+
+def test_usage_and_connection_errors_exit_2(server: RunningServer) -> None:
+    nothing = call(server)
+    assert nothing.returncode == 2 and "nothing to send" in nothing.stderr
+    unreachable = subprocess.run(
+        [sys.executable, "-m", "tailagent", "call", "hi", "--url", "http://127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert unreachable.returncode == 2
+    assert len(unreachable.stderr.strip().splitlines()) == 1
+    assert "http://127.0.0.1:9" in unreachable.stderr
+    unknown = call(server, "hi", "--task", "no-such-task")
+    assert unknown.returncode == 2
+    assert "refused the request" in unknown.stderr and "Traceback" not in unknown.stderr

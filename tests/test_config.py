@@ -1,0 +1,91 @@
+"""A bad setting stops the start with one line naming the file, the key and the problem."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tailagent.config import ConfigError, load_settings, parse_listen
+
+
+def serve(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tailagent", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd=cwd,
+    )
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ('agnet = "echo"\n', "agnet: unknown key"),
+        ('agent = "robot"\n', "agent: must be one of echo, claude"),
+        ("max_body_bytes = -1\n", "max_body_bytes: must be a positive integer"),
+        ('listen = "0.0.0.0:3008"\n', "expose it on your tailnet with `tailscale serve`"),
+        ('public_url = "ftp://x"\n', "public_url: must be an http(s) URL"),
+        ("listen = [1\n", "not valid TOML"),
+    ],
+)
+def test_bad_config_file_stops_with_one_line(tmp_path: Path, toml: str, expected: str) -> None:
+    config = tmp_path / "tailagent.toml"
+    config.write_text(toml)
+    result = serve("--config", str(config), "--state-dir", str(tmp_path / "s"))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert str(config) in lines[0] and expected in lines[0]
+
+
+def test_unreadable_config_file(tmp_path: Path) -> None:
+    result = serve("--config", str(tmp_path / "missing.toml"))
+    assert result.returncode == 2
+    assert "missing.toml: (file): cannot read" in result.stderr
+
+
+def test_non_loopback_flag_is_refused() -> None:
+    result = serve("--listen", "0.0.0.0:3008")
+    assert result.returncode == 2
+    assert "command line: listen: refusing to listen on 0.0.0.0:3008" in result.stderr
+    assert "tailscale serve" in result.stderr
+
+
+@pytest.mark.parametrize("agent", ["claude", "claude-acp", "codex", "gemini"])
+def test_agents_of_later_releases_say_not_available_yet(agent: str) -> None:
+    result = serve("--agent", agent)
+    assert result.returncode == 2
+    assert "not available yet" in result.stderr
+
+
+def test_file_then_environment_then_flags(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('name = "from-file"\nmax_permission_denials = 5\nlisten = "127.0.0.1:4000"\n')
+    env = {"TAILAGENT_NAME": "from-env", "TAILAGENT_LISTEN": "127.0.0.1:4001"}
+    settings = load_settings({"listen": "[::1]:4002"}, config, env)
+    assert settings.max_permission_denials == 5
+    assert settings.name == "from-env"
+    assert settings.listen.host == "::1" and settings.listen.port == 4002
+    with pytest.raises(ConfigError, match="environment: max_body_bytes"):
+        load_settings({}, None, {"TAILAGENT_MAX_BODY_BYTES": "lots"})
+
+
+def test_listen_forms() -> None:
+    assert parse_listen("127.0.0.1:3008").bind() == "127.0.0.1:3008"
+    assert parse_listen("[::1]:3008").bind() == "[::1]:3008"
+    assert parse_listen("unix:/run/tailagent/sock").bind() == "unix:/run/tailagent/sock"
+    for bad in ("10.0.0.5:80", "[::]:80", "example.com:80", "unix:relative", "3008"):
+        with pytest.raises(ValueError):
+            parse_listen(bad)
+
+
+def test_state_dir_defaults_to_systemd_then_xdg(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATE_DIRECTORY", "/var/lib/tailagent:/var/lib/other")
+    assert str(load_settings({}, None, {}).state_dir) == "/var/lib/tailagent"
+    monkeypatch.delenv("STATE_DIRECTORY")
+    monkeypatch.setenv("XDG_STATE_HOME", "/tmp/xdg")
+    assert str(load_settings({}, None, {}).state_dir) == "/tmp/xdg/tailagent"

@@ -1,0 +1,53 @@
+"""A restart loses no task, and leaves none `working` forever."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+from a2a.types.a2a_pb2 import SendMessageRequest
+
+from tailagent.bridge.state import RESTART_MESSAGE
+from tests.a2a_helpers import A2A, kind_of, state_name, texts, user_message
+from tests.conftest import start_server
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["crash", "stop"])
+async def test_tasks_survive_a_restart_in_a_true_state(tmp_path: Path, how: int) -> None:
+    first = start_server(tmp_path)
+    try:
+        a2a = A2A(first.url)
+        done = await a2a.turn("finished before the restart")
+        parked = await a2a.turn("ask")
+        async with a2a.client() as client:
+            stream = client.send_message(SendMessageRequest(message=user_message("slow 30")))
+            working_id = (await anext(stream)).task.id
+            await anext(stream)
+            first.stop(how)
+            with pytest.raises(Exception):  # noqa: B017 - the server is gone mid-stream
+                async for _ in stream:
+                    pass
+    finally:
+        first.stop()
+
+    second = start_server(tmp_path, state_dir=first.state_dir)
+    try:
+        a2a = A2A(second.url)
+        assert state_name((await a2a.get(done.task_id)).status.state) == "completed"
+        for task_id in (parked.task_id, working_id):
+            task = await a2a.get(task_id)
+            assert state_name(task.status.state) == "failed"
+            assert texts(task.status.message) == RESTART_MESSAGE
+        listed = {t.id for t in await a2a.list()}
+        assert {done.task_id, parked.task_id, working_id} <= listed
+
+        # The context keeps its agent session across the restart.
+        again = await a2a.turn(user_message("after", context_id=done.context_id))
+        assert again.final_state == "completed"
+        notices = [texts(s.status.message) for s in again.statuses if kind_of(s) == "notice"]
+        assert "Resumed the agent session of this context." in notices
+        before = done.statuses[-1].metadata["agentSessionId"]
+        assert again.statuses[-1].metadata["agentSessionId"] == before
+    finally:
+        second.stop()
