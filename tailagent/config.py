@@ -93,6 +93,7 @@ class Settings:
     max_body_bytes: int = 4 * 1024 * 1024
     max_permission_denials: int = 3
     log_level: str = "info"
+    card_lists_0_3: bool = True
 
     @property
     def advertised_url(self) -> str:
@@ -137,6 +138,14 @@ def _positive_int(value: Any) -> int:
     return number
 
 
+def _boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    raise ValueError(f"must be true or false, not {value!r}")
+
+
 def _listen(value: Any) -> Listen:
     return parse_listen(_text(value))
 
@@ -160,6 +169,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_body_bytes": _positive_int,
     "max_permission_denials": _positive_int,
     "log_level": _choice(LOG_LEVELS),
+    "card_lists_0_3": _boolean,
 }
 assert set(PARSERS) == {f.name for f in fields(Settings)}
 

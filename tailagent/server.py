@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -16,7 +17,7 @@ import signal
 import socket
 from dataclasses import dataclass, replace
 from email.utils import formatdate
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from a2a.server.routes import create_jsonrpc_routes, create_rest_routes
 from a2a.server.tasks import DatabaseTaskStore
@@ -65,20 +66,27 @@ class Service:
 def _card_app(settings: Settings, backend: AgentBackend) -> Quart:
     app = Quart("tailagent")
     url = settings.advertised_url
-    strict = card_json(build_card(backend, url, settings.name, legacy=False))
-    legacy = card_json(build_card(backend, url, settings.name, legacy=True))
+    strict = CardVariant.of(card_json(build_card(backend, url, settings.name, legacy=False)))
+    legacy = (
+        CardVariant.of(card_json(build_card(backend, url, settings.name, legacy=True)))
+        if settings.card_lists_0_3
+        else strict
+    )
     last_modified = formatdate(usegmt=True)
 
     @app.get(CARD_PATH)
     async def agent_card() -> Response:
         wants_strict = request.headers.get("A2A-Version", "").strip().startswith("1.")
-        response = Response(
-            _dumps(strict if wants_strict else legacy), content_type="application/json"
-        )
-        response.headers["Cache-Control"] = f"public, max-age={CARD_MAX_AGE}"
-        response.headers["Last-Modified"] = last_modified
-        response.headers["Vary"] = "A2A-Version"
-        return response
+        variant = strict if wants_strict else legacy
+        headers = {
+            "Cache-Control": f"public, max-age={CARD_MAX_AGE}",
+            "Last-Modified": last_modified,
+            "ETag": variant.etag,
+            "Vary": "A2A-Version",
+        }
+        if variant.etag in request.headers.get("If-None-Match", ""):
+            return Response("", status=304, headers=headers)
+        return Response(variant.body, content_type="application/json", headers=headers)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -87,8 +95,17 @@ def _card_app(settings: Settings, backend: AgentBackend) -> Quart:
     return app
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+class CardVariant(NamedTuple):
+    """One serialised card and its validator, computed once: the card does not change
+    while the server runs."""
+
+    body: str
+    etag: str
+
+    @classmethod
+    def of(cls, card: dict[str, Any]) -> CardVariant:
+        body = json.dumps(card, ensure_ascii=False)
+        return cls(body, '"' + hashlib.sha256(body.encode()).hexdigest()[:32] + '"')
 
 
 async def build_service(settings: Settings) -> Service:

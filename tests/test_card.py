@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 
 from tests.a2a_helpers import A2A
+from tests.conftest import start_server
 
 CARD = "/.well-known/agent-card.json"
 V03_FIELDS = {"url", "protocolVersion", "preferredTransport", "additionalInterfaces"}
@@ -41,3 +44,23 @@ async def test_card_has_caching_headers_and_describes_the_agent(a2a: A2A) -> Non
     (skill,) = card["skills"]
     assert skill["id"] == "echo" and "slow N" in skill["description"]
     assert "echo" in card["description"]
+
+
+async def test_card_etag_revalidates_with_304(a2a: A2A) -> None:
+    first = await get_card(a2a.url, **{"A2A-Version": "1.0"})
+    etag = first.headers["etag"]
+    again = await get_card(a2a.url, **{"A2A-Version": "1.0", "If-None-Match": etag})
+    assert again.status_code == 304
+    legacy = await get_card(a2a.url, **{"If-None-Match": etag})
+    assert legacy.status_code == 200 and legacy.headers["etag"] != etag
+
+
+async def test_card_without_0_3_fields_when_configured(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("card_lists_0_3 = false\n")
+    running = start_server(tmp_path, "--config", str(config))
+    try:
+        card = (await get_card(running.url)).json()
+        assert not V03_FIELDS & set(card)
+    finally:
+        running.stop()
