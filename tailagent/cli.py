@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -84,6 +85,9 @@ def _serve(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # a2a-sdk wraps every call in an OpenTelemetry span, which costs ~1 ms a request
+    # even with no exporter; tracing stays available to whoever sets this to true.
+    os.environ.setdefault("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")
     from tailagent.server import run
 
     try:

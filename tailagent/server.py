@@ -37,6 +37,7 @@ from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.sessions import SessionPool
 from tailagent.bridge.state import SessionMap, close_unfinished_tasks, open_engine
+from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.card.builder import build_card, card_json
 from tailagent.config import Listen, Settings
 
@@ -52,12 +53,16 @@ class Service:
 
     app: Any
     handler: GuardedRequestHandler
+    store: CoalescingTaskStore
+    session_map: SessionMap
     pool: SessionPool
     backend: AgentBackend
     engine: AsyncEngine
 
     async def aclose(self) -> None:
         await self.handler.aclose()
+        await self.store.flush()
+        await self.session_map.flush()
         await self.pool.aclose()
         await self.backend.aclose()
         await self.engine.dispose()
@@ -111,8 +116,9 @@ class CardVariant(NamedTuple):
 async def build_service(settings: Settings) -> Service:
     backend = make_backend(settings.agent)
     engine = open_engine(settings.state_dir)
-    store = DatabaseTaskStore(engine)
-    await close_unfinished_tasks(store)
+    database_store = DatabaseTaskStore(engine)
+    await close_unfinished_tasks(database_store)
+    store = CoalescingTaskStore(database_store)
     session_map = SessionMap(engine)
     await session_map.initialize()
     pool = SessionPool(backend, session_map)
@@ -140,7 +146,7 @@ async def build_service(settings: Settings) -> Service:
             await router(scope, receive, send)
 
     app = AccessGuard(dispatch, max_body_bytes=settings.max_body_bytes)
-    return Service(app, handler, pool, backend, engine)
+    return Service(app, handler, store, session_map, pool, backend, engine)
 
 
 def open_listener(listen: Listen) -> socket.socket:

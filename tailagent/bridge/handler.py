@@ -17,24 +17,39 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncGenerator
 
-from a2a.server.agent_execution import AgentExecutor
+from a2a.server.agent_execution import AgentExecutor, SimpleRequestContextBuilder
 from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.tasks import TaskStore
 from a2a.types.a2a_pb2 import AgentCard, Message, SendMessageRequest, Task, TaskState
 from a2a.utils.errors import UnsupportedOperationError
 
 from tailagent.bridge.sessions import SessionPool
+from tailagent.bridge.store import CoalescingTaskStore
 
 BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
 
 class GuardedRequestHandler(DefaultRequestHandler):
     def __init__(
-        self, executor: AgentExecutor, store: TaskStore, card: AgentCard, *, pool: SessionPool
+        self,
+        executor: AgentExecutor,
+        store: CoalescingTaskStore,
+        card: AgentCard,
+        *,
+        pool: SessionPool,
     ) -> None:
-        super().__init__(executor, store, card)
+        super().__init__(
+            executor,
+            store,
+            card,
+            request_context_builder=SimpleRequestContextBuilder(
+                should_populate_referred_tasks=False,
+                task_store=None,
+                task_id_generator=store.minted,
+                context_id_generator=pool.minted_contexts,
+            ),
+        )
         self._store = store
         self._pool = pool
 

@@ -11,7 +11,7 @@ import asyncio
 import logging
 
 from tailagent.agents.events import AgentBackend, AgentSession
-from tailagent.bridge.state import SessionMap
+from tailagent.bridge.state import MintedIds, SessionMap
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,10 @@ class SessionPool:
         self._sessions: dict[str, AgentSession] = {}
         self._holders: dict[str, str] = {}
         self._lock = asyncio.Lock()
+
+    @property
+    def minted_contexts(self) -> MintedIds:
+        return self._map.minted
 
     def holder(self, context_id: str) -> str | None:
         """The task that holds this context's session, if any."""

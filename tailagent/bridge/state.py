@@ -8,12 +8,15 @@ failed: their agent turn died with that process, and a task must never read as
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
+from a2a.server.id_generator import IDGenerator, IDGeneratorContext
 from a2a.server.models import TaskModel
 from a2a.server.tasks import DatabaseTaskStore
 from a2a.types.a2a_pb2 import Message, Part, Role, TaskState
@@ -28,6 +31,8 @@ UNFINISHED_STATES = (
     TaskState.TASK_STATE_INPUT_REQUIRED,
     TaskState.TASK_STATE_AUTH_REQUIRED,
 )
+MAX_MINTED = 10_000
+WRITE_DELAY = 0.05
 RESTART_MESSAGE = "The server restarted while this task was running; its turn was lost."
 
 
@@ -63,11 +68,46 @@ def open_engine(state_dir: Path) -> AsyncEngine:
     return engine
 
 
+class MintedIds(IDGenerator):
+    """Ids this process generated for new tasks or contexts, with nothing stored under
+    them yet: a store can answer "not found" for them without asking the database.
+
+    Handed to a2a-sdk as its id generator. Ids whose request failed before anything
+    was stored are forgotten oldest first, past a bound.
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[str, None] = {}
+
+    def generate(self, context: IDGeneratorContext | None = None) -> str:
+        new_id = str(uuid.uuid4())
+        self._ids[new_id] = None
+        if len(self._ids) > MAX_MINTED:
+            for stale in list(self._ids)[: MAX_MINTED // 2]:
+                del self._ids[stale]
+        return new_id
+
+    def __contains__(self, some_id: object) -> bool:
+        return some_id in self._ids
+
+    def discard(self, some_id: str) -> None:
+        self._ids.pop(some_id, None)
+
+
 class SessionMap:
-    """A2A context id -> agent session id, so a context outlives its agent process."""
+    """A2A context id -> agent session id, so a context outlives its agent process.
+
+    Reads are served from memory once seen; a context this process minted has no
+    row yet, so it costs no read at all. Writes go to SQLite in the background, in
+    order: the map only matters to the next run, and `flush()` runs at stop.
+    """
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
+        self._known: dict[str, tuple[str, str]] = {}
+        self.minted = MintedIds()
+        self._pending: dict[str, tuple[str, str]] = {}
+        self._writer: asyncio.Task[None] | None = None
 
     async def initialize(self) -> None:
         async with self._engine.begin() as conn:
@@ -80,29 +120,53 @@ class SessionMap:
             )
 
     async def get(self, context_id: str, backend: str) -> str | None:
-        async with self._engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    text(
-                        "SELECT session_id FROM agent_sessions"
-                        " WHERE context_id = :c AND backend = :b"
-                    ),
-                    {"c": context_id, "b": backend},
-                )
-            ).first()
-        return row[0] if row else None
+        known = self._known.get(context_id)
+        if known is None and context_id not in self.minted:
+            async with self._engine.connect() as conn:
+                row = (
+                    await conn.execute(
+                        text(
+                            "SELECT backend, session_id FROM agent_sessions WHERE context_id = :c"
+                        ),
+                        {"c": context_id},
+                    )
+                ).first()
+            if row is not None:
+                known = (row[0], row[1])
+                self._known[context_id] = known
+        if known is None or known[0] != backend:
+            return None
+        return known[1]
 
     async def put(self, context_id: str, backend: str, session_id: str) -> None:
-        async with self._engine.begin() as conn:
-            await conn.execute(
-                text(
-                    "INSERT INTO agent_sessions (context_id, backend, session_id, updated_at)"
-                    " VALUES (:c, :b, :s, :t) ON CONFLICT(context_id) DO UPDATE SET"
-                    " backend = excluded.backend, session_id = excluded.session_id,"
-                    " updated_at = excluded.updated_at"
-                ),
-                {"c": context_id, "b": backend, "s": session_id, "t": _now()},
-            )
+        self.minted.discard(context_id)
+        self._known[context_id] = self._pending[context_id] = (backend, session_id)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write(), name="session-map-writer")
+
+    async def _write(self, delay: float = WRITE_DELAY) -> None:
+        await asyncio.sleep(delay)  # one transaction for a burst of new contexts
+        while self._pending:
+            batch, self._pending = self._pending, {}
+            try:
+                async with self._engine.begin() as conn:
+                    await conn.execute(
+                        text(
+                            "INSERT INTO agent_sessions"
+                            " (context_id, backend, session_id, updated_at)"
+                            " VALUES (:c, :b, :s, :t) ON CONFLICT(context_id) DO UPDATE SET"
+                            " backend = excluded.backend, session_id = excluded.session_id,"
+                            " updated_at = excluded.updated_at"
+                        ),
+                        [{"c": c, "b": b, "s": sid, "t": _now()} for c, (b, sid) in batch.items()],
+                    )
+            except Exception:
+                log.exception("writing %d agent session(s)", len(batch))
+
+    async def flush(self) -> None:
+        if self._writer is not None:
+            await self._writer
+        await self._write(delay=0)
 
 
 def _now() -> str:
