@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from email.utils import formatdate
 from typing import Any, NamedTuple, cast
 
-from a2a.server.routes import create_jsonrpc_routes, create_rest_routes
+from a2a.server.routes import create_rest_routes
 from a2a.server.tasks import DatabaseTaskStore
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
@@ -35,6 +35,7 @@ from tailagent.agents.events import AgentBackend
 from tailagent.agents.registry import make_backend
 from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.handler import GuardedRequestHandler
+from tailagent.bridge.jsonrpc import jsonrpc_routes
 from tailagent.bridge.sessions import SessionPool
 from tailagent.bridge.state import SessionMap, close_unfinished_tasks, open_engine
 from tailagent.bridge.store import CoalescingTaskStore
@@ -127,7 +128,7 @@ async def build_service(settings: Settings) -> Service:
     handler = GuardedRequestHandler(executor, store, card, pool=pool)
     context_builder = CallerContextBuilder()
     routes = [
-        *create_jsonrpc_routes(handler, "/", context_builder, enable_v0_3_compat=True),
+        *jsonrpc_routes(handler, "/", context_builder),
         # Tenants are not used here: leave out the SDK's catch-all `/{tenant}` mount,
         # which would otherwise swallow every other path.
         *(

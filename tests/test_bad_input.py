@@ -119,3 +119,19 @@ async def test_unknown_route_and_method(a2a: A2A) -> None:
         assert (await http.get(a2a.url + "/no/such/path")).status_code == 404
         assert (await http.get(a2a.url + "/")).status_code == 405
     await still_serving(a2a)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        rpc("message/send", {"message": "not an object"}),
+        rpc("tasks/get", {}),
+        rpc("tasks/cancel", {"id": 5}),
+    ],
+)
+async def test_jsonrpc_0_3_bad_params_are_32602(a2a: A2A, body: dict[str, object]) -> None:
+    response = await post(a2a.url, json.dumps(body), {"Content-Type": "application/json"})
+    error = response.json()["error"]
+    assert error["code"] == -32602
+    assert "pydantic" not in response.text
+    await still_serving(a2a)

@@ -1,0 +1,92 @@
+"""The coalescing task store over a real SQLite file: what is durable when."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import DatabaseTaskStore
+from a2a.types.a2a_pb2 import ListTasksRequest, Task, TaskState, TaskStatus
+
+from tailagent.bridge.state import OwnerUser, close_unfinished_tasks, open_engine
+from tailagent.bridge.store import CoalescingTaskStore
+
+Stores = tuple[CoalescingTaskStore, DatabaseTaskStore]
+ALICE = ServerCallContext(user=OwnerUser("user:alice"))
+BOB = ServerCallContext(user=OwnerUser("user:bob"))
+
+
+@pytest.fixture
+async def stores(tmp_path: Path) -> AsyncIterator[Stores]:
+    engine = open_engine(tmp_path)
+    database = DatabaseTaskStore(engine)
+    await database.initialize()
+    yield CoalescingTaskStore(database), database
+    await engine.dispose()
+
+
+def task(task_id: str, state: TaskState) -> Task:
+    return Task(id=task_id, context_id="ctx", status=TaskStatus(state=state))
+
+
+async def test_first_paused_and_final_saves_are_written_at_once(stores: Stores) -> None:
+    store, database = stores
+    await store.save(task("t1", TaskState.TASK_STATE_SUBMITTED), ALICE)
+    assert (await database.get("t1", ALICE)).status.state == TaskState.TASK_STATE_SUBMITTED
+    await store.save(task("t1", TaskState.TASK_STATE_INPUT_REQUIRED), ALICE)
+    assert (await database.get("t1", ALICE)).status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    await store.save(task("t1", TaskState.TASK_STATE_COMPLETED), ALICE)
+    assert (await database.get("t1", ALICE)).status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_working_saves_are_coalesced_then_written(stores: Stores) -> None:
+    store, database = stores
+    await store.save(task("t2", TaskState.TASK_STATE_SUBMITTED), ALICE)
+    working = task("t2", TaskState.TASK_STATE_WORKING)
+    for n in range(5):
+        working.metadata.update({"step": n})
+        await store.save(working, ALICE)
+    assert (await store.get("t2", ALICE)).metadata["step"] == 4  # served from memory
+    assert (await database.get("t2", ALICE)).status.state == TaskState.TASK_STATE_SUBMITTED
+    await asyncio.sleep(0.2)
+    stored = await database.get("t2", ALICE)
+    assert stored.status.state == TaskState.TASK_STATE_WORKING
+    assert stored.metadata["step"] == 4
+
+
+async def test_held_tasks_stay_owner_scoped(stores: Stores) -> None:
+    store, _ = stores
+    await store.save(task("t3", TaskState.TASK_STATE_SUBMITTED), ALICE)
+    await store.save(task("t3", TaskState.TASK_STATE_WORKING), ALICE)
+    assert await store.get("t3", BOB) is None
+    assert await store.get("t3", ALICE) is not None
+
+
+async def test_list_sees_deferred_saves(stores: Stores) -> None:
+    store, _ = stores
+    await store.save(task("t4", TaskState.TASK_STATE_SUBMITTED), ALICE)
+    await store.save(task("t4", TaskState.TASK_STATE_WORKING), ALICE)
+    listed = await store.list(ListTasksRequest(), ALICE)
+    assert [(t.id, t.status.state) for t in listed.tasks] == [("t4", TaskState.TASK_STATE_WORKING)]
+
+
+async def test_minted_ids_need_no_read(stores: Stores) -> None:
+    store, _ = stores
+    new_id = store.minted.generate()
+    assert await store.get(new_id, ALICE) is None
+    await store.save(task(new_id, TaskState.TASK_STATE_SUBMITTED), ALICE)
+    assert new_id not in store.minted
+
+
+async def test_restart_rule_fails_unfinished_tasks_of_every_owner(stores: Stores) -> None:
+    store, database = stores
+    await store.save(task("a", TaskState.TASK_STATE_WORKING), ALICE)
+    await store.save(task("b", TaskState.TASK_STATE_INPUT_REQUIRED), BOB)
+    await store.save(task("c", TaskState.TASK_STATE_COMPLETED), BOB)
+    assert await close_unfinished_tasks(database) == 2
+    assert (await database.get("a", ALICE)).status.state == TaskState.TASK_STATE_FAILED
+    assert (await database.get("b", BOB)).status.state == TaskState.TASK_STATE_FAILED
+    assert (await database.get("c", BOB)).status.state == TaskState.TASK_STATE_COMPLETED
