@@ -5,7 +5,7 @@ Measures, against a real server in a subprocess:
   - time to the first streamed event of SendStreamingMessage (median, p95);
   - C concurrent SendStreamingMessage streams, each read to its end (errors, wall time).
 
-Usage: python bench/bench_core.py [--requests 300] [--streams 100]
+Usage: python bench/bench_core.py [--requests 300] [--streams 100] [--floor]
 Prints the figures; exits non-zero if any stream failed.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.conftest import start_server  # noqa: E402
+from tests.conftest import start_server
 
 HEADERS = {"A2A-Version": "1.0"}
 
@@ -109,19 +109,30 @@ async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--streams", type=int, default=100)
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="serve with a2a-sdk's in-memory task store: the SDK path without persistence",
+    )
     args = parser.parse_args()
+    floor = (str(Path(__file__).with_name("floor_server.py")),)
+    program = floor if args.floor else ("-m", "tailagent")
     with tempfile.TemporaryDirectory() as tmp:
-        server = start_server(Path(tmp))
+        server = start_server(Path(tmp), program=program)
         try:
             seq = await sequential(server.url, args.requests)
             first = await first_event(server.url, min(args.requests, 100))
             errors, wall = await concurrent(server.url, args.streams)
         finally:
             server.stop()
-    print(f"SendMessage x{len(seq)} sequential: median {ms(statistics.median(seq))}, "
-          f"p95 {ms(pct(seq, 0.95))}")
-    print(f"first streamed event x{len(first)}: median {ms(statistics.median(first))}, "
-          f"p95 {ms(pct(first, 0.95))}")
+    print(
+        f"SendMessage x{len(seq)} sequential: median {ms(statistics.median(seq))}, "
+        f"p95 {ms(pct(seq, 0.95))}"
+    )
+    print(
+        f"first streamed event x{len(first)}: median {ms(statistics.median(first))}, "
+        f"p95 {ms(pct(first, 0.95))}"
+    )
     print(f"{args.streams} concurrent streams: {errors} errors, wall {wall:.2f} s")
     return 1 if errors else 0
 
