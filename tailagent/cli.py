@@ -88,13 +88,11 @@ def _serve(args: argparse.Namespace) -> int:
     # a2a-sdk wraps every call in an OpenTelemetry span, which costs ~1 ms a request
     # even with no exporter; tracing stays available to whoever sets this to true.
     os.environ.setdefault("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")
-    from tailagent.server import run
+    from tailagent.server import ListenError, run
 
     try:
         asyncio.run(run(settings))
-    except OSError as exc:
-        print(
-            f"tailagent: cannot listen on {settings.listen.bind()}: {exc.strerror}", file=sys.stderr
-        )
+    except ListenError as exc:
+        print(f"tailagent: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -181,14 +181,22 @@ def listener_url(sock: socket.socket, listen: Listen) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+class ListenError(Exception):
+    """The listening socket could not be created; str() says where and why."""
+
+
 async def run(settings: Settings) -> None:
-    sock = open_listener(settings.listen)
+    try:
+        sock = open_listener(settings.listen)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {settings.listen.bind()}: {exc.strerror}") from None
     if settings.public_url is None and not settings.listen.is_unix:
         # Port 0 picks a free port: advertise the one we actually got.
         settings = replace(settings, public_url=listener_url(sock, settings.listen))
     service = await build_service(settings)
     config = Config()
-    config.bind = [f"fd://{sock.fileno()}"]
+    # Hypercorn closes the socket it serves on; give it its own descriptor.
+    config.bind = [f"fd://{os.dup(sock.fileno())}"]
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = 5.0

@@ -80,14 +80,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """One server shared by the tests that do not restart or reconfigure it."""
     running = start_server(tmp_path_factory.mktemp("server"))
     yield running
-    running.stop()
-
-
-@pytest.fixture
-def fresh_server(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path)
-    yield running
-    running.stop()
+    assert running.stop() == 0, running.log()
 
 
 @pytest.fixture

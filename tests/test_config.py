@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,15 @@ def test_state_dir_defaults_to_systemd_then_xdg(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.delenv("STATE_DIRECTORY")
     monkeypatch.setenv("XDG_STATE_HOME", "/tmp/xdg")
     assert str(load_settings({}, None, {}).state_dir) == "/tmp/xdg/tailagent"
+
+
+def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = serve("--listen", f"127.0.0.1:{port}", "--state-dir", str(tmp_path / "s"))
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"tailagent: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
