@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
 import httpx
 import pytest
@@ -118,3 +120,39 @@ async def test_a_message_id_reused_across_turns_stays_in_history(a2a: A2A) -> No
     task = await a2a.get(asked.task_id)
     user_texts = [texts(m) for m in task.history if m.role == 1]
     assert user_texts == ["question", "blue"]
+
+
+async def test_jsonrpc_0_3_stream_and_resubscribe(a2a: A2A) -> None:
+    message = {
+        "messageId": "s03",
+        "role": "user",
+        "kind": "message",
+        "parts": [{"kind": "text", "text": "slow 2"}],
+    }
+    send = {"jsonrpc": "2.0", "id": 1, "method": "message/stream", "params": {"message": message}}
+    async with (
+        httpx.AsyncClient(timeout=20) as http,
+        http.stream("POST", a2a.url, json=send) as stream,
+    ):
+        first = await first_data(stream)
+        resubscribe = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tasks/resubscribe",
+            "params": {"id": first["result"]["id"]},
+        }
+        async with http.stream("POST", a2a.url, json=resubscribe) as watch:
+            events = [
+                json.loads(line[5:])
+                async for line in watch.aiter_lines()
+                if line.startswith("data:")
+            ]
+    assert events[-1]["result"]["status"]["state"] == "completed"
+    assert events[-1]["result"]["final"] is True
+
+
+async def first_data(stream: httpx.Response) -> dict[str, Any]:
+    async for line in stream.aiter_lines():
+        if line.startswith("data:"):
+            return json.loads(line[5:])
+    raise AssertionError("the stream ended without an event")

@@ -85,6 +85,7 @@ class EchoSession:
         self._turns = 0
         self._answers: dict[str, asyncio.Future[Answer]] = {}
         self._cancelled = asyncio.Event()
+        self.closed = False
 
     @property
     def session_id(self) -> str:
@@ -103,6 +104,7 @@ class EchoSession:
                 future.set_result(PermissionDecision(allow=False, message="cancelled"))
 
     async def close(self) -> None:
+        self.closed = True
         await self.cancel()
 
     def _expect(self, request_id: str) -> asyncio.Future[Answer]:

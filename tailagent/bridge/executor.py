@@ -248,7 +248,7 @@ class BridgeExecutor(AgentExecutor):
 
     async def _end(self, runtime: TaskRuntime) -> None:
         self._runtimes.pop(runtime.task_id, None)
-        self._pool.release(runtime.context_id, runtime.task_id)
+        await self._pool.release(runtime.context_id, runtime.task_id)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""

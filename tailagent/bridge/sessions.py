@@ -15,6 +15,10 @@ from tailagent.bridge.state import MintedIds, SessionMap
 
 log = logging.getLogger(__name__)
 
+# Sessions kept open with no task on them. Echo sessions are tiny; the agent
+# processes of later backends will make this a setting.
+MAX_IDLE_SESSIONS = 64
+
 
 class ContextBusy(Exception):
     def __init__(self, context_id: str, task_id: str) -> None:
@@ -26,11 +30,16 @@ class ContextBusy(Exception):
 
 
 class SessionPool:
-    def __init__(self, backend: AgentBackend, session_map: SessionMap) -> None:
+    def __init__(
+        self, backend: AgentBackend, session_map: SessionMap, max_idle: int = MAX_IDLE_SESSIONS
+    ) -> None:
         self._backend = backend
         self._map = session_map
+        self._max_idle = max_idle
         self._sessions: dict[str, AgentSession] = {}
         self._holders: dict[str, str] = {}
+        # Contexts whose session no task holds, least recently used first.
+        self._idle: dict[str, None] = {}
         self._lock = asyncio.Lock()
 
     @property
@@ -48,6 +57,7 @@ class SessionPool:
             if holder is not None and holder != task_id:
                 raise ContextBusy(context_id, holder)
             self._holders[context_id] = task_id
+            self._idle.pop(context_id, None)
             session = self._sessions.get(context_id)
             if session is not None:
                 return session, False
@@ -62,19 +72,32 @@ class SessionPool:
                 await self._map.put(context_id, self._backend.name, session.session_id)
             return session, resume_id is not None
 
-    def release(self, context_id: str, task_id: str) -> None:
-        if self._holders.get(context_id) == task_id:
-            del self._holders[context_id]
+    async def release(self, context_id: str, task_id: str) -> None:
+        """Returns the session to the pool; past `max_idle` idle sessions the least
+        recently used is closed (its context resumes it from the session map)."""
+        if self._holders.get(context_id) != task_id:
+            return
+        del self._holders[context_id]
+        if context_id in self._sessions:
+            self._idle[context_id] = None
+        while len(self._idle) > self._max_idle:
+            oldest = next(iter(self._idle))
+            del self._idle[oldest]
+            await self._close(oldest)
 
     async def discard(self, context_id: str) -> None:
         """Drops a session that failed; the context's next turn opens a fresh one."""
-        session = self._sessions.pop(context_id, None)
         self._holders.pop(context_id, None)
+        self._idle.pop(context_id, None)
+        await self._close(context_id)
+
+    async def _close(self, context_id: str) -> None:
+        session = self._sessions.pop(context_id, None)
         if session is not None:
             try:
                 await session.close()
             except Exception:
-                log.exception("closing a failed session of context %s", context_id)
+                log.exception("closing the session of context %s", context_id)
 
     async def aclose(self) -> None:
         for context_id in list(self._sessions):

@@ -32,6 +32,7 @@ UNFINISHED_STATES = (
     TaskState.TASK_STATE_AUTH_REQUIRED,
 )
 MAX_MINTED = 10_000
+MAX_CACHED_SESSIONS = 10_000
 WRITE_DELAY = 0.05
 RESTART_MESSAGE = "The server restarted while this task was running; its turn was lost."
 
@@ -133,16 +134,25 @@ class SessionMap:
                 ).first()
             if row is not None:
                 known = (row[0], row[1])
-                self._known[context_id] = known
+                self._remember(context_id, known)
         if known is None or known[0] != backend:
             return None
         return known[1]
 
     async def put(self, context_id: str, backend: str, session_id: str) -> None:
         self.minted.discard(context_id)
-        self._known[context_id] = self._pending[context_id] = (backend, session_id)
+        self._pending[context_id] = (backend, session_id)
+        self._remember(context_id, (backend, session_id))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write(), name="session-map-writer")
+
+    def _remember(self, context_id: str, entry: tuple[str, str]) -> None:
+        """Caches an entry; the cache is bounded, the database has them all."""
+        self._known.pop(context_id, None)
+        self._known[context_id] = entry
+        if len(self._known) > MAX_CACHED_SESSIONS:
+            for stale in list(self._known)[: MAX_CACHED_SESSIONS // 2]:
+                del self._known[stale]
 
     async def _write(self, delay: float = WRITE_DELAY) -> None:
         await asyncio.sleep(delay)  # one transaction for a burst of new contexts

@@ -1,0 +1,50 @@
+"""The session pool: one session per context, idle ones bounded, resumed from the map."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tailagent.agents.echo import EchoBackend, EchoSession
+from tailagent.bridge.sessions import ContextBusy, SessionPool
+from tailagent.bridge.state import SessionMap, open_engine
+
+
+@pytest.fixture
+async def session_map(tmp_path: Path) -> AsyncIterator[SessionMap]:
+    engine = open_engine(tmp_path)
+    sessions = SessionMap(engine)
+    await sessions.initialize()
+    yield sessions
+    await sessions.flush()
+    await engine.dispose()
+
+
+async def test_a_context_is_lent_to_one_task_at_a_time(session_map: SessionMap) -> None:
+    pool = SessionPool(EchoBackend(), session_map)
+    session, resumed = await pool.acquire("ctx", "task-1")
+    assert not resumed
+    with pytest.raises(ContextBusy):
+        await pool.acquire("ctx", "task-2")
+    await pool.release("ctx", "task-1")
+    again, _ = await pool.acquire("ctx", "task-2")
+    assert again is session
+
+
+async def test_idle_sessions_are_bounded_and_resume_from_the_map(
+    session_map: SessionMap,
+) -> None:
+    pool = SessionPool(EchoBackend(), session_map, max_idle=2)
+    first: list[EchoSession] = []
+    for n in range(3):
+        session, _ = await pool.acquire(f"ctx-{n}", f"task-{n}")
+        first.append(session)  # type: ignore[arg-type]
+        await pool.release(f"ctx-{n}", f"task-{n}")
+    assert first[0].closed and not first[1].closed  # the least recently used of three
+    resumed, was_resumed = await pool.acquire("ctx-0", "task-later")
+    assert was_resumed
+    assert resumed is not first[0] and resumed.session_id == first[0].session_id
+    kept, was_resumed = await pool.acquire("ctx-2", "task-other")
+    assert kept is first[2] and not was_resumed
