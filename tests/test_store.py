@@ -11,7 +11,8 @@ from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabaseTaskStore
 from a2a.types.a2a_pb2 import ListTasksRequest, Task, TaskState, TaskStatus
 
-from tailagent.bridge.state import OwnerUser, close_unfinished_tasks, open_engine
+from tailagent.access.identity import OwnerUser
+from tailagent.bridge.state import close_unfinished_tasks, open_engine
 from tailagent.bridge.store import CoalescingTaskStore
 
 Stores = tuple[CoalescingTaskStore, DatabaseTaskStore]

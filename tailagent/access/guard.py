@@ -89,17 +89,25 @@ class AccessGuard:
         self._app = app
         self._max_body = max_body_bytes
 
-    async def _discard_body(self, receive: Any, length: int | None) -> None:
-        """Reads and drops a refused body, up to a bound, so the client (still sending)
-        reads the 413 instead of a reset connection; past the bound we just answer."""
-        budget = DISCARD_LIMIT
-        if length is not None and length > budget:
-            return
-        while budget > 0:
+    async def _read_body(self, receive: Any, declared: str) -> bytes | None:
+        """The whole request body, or None when it is over the limit (with or without
+        a Content-Length). A refused body is drained, up to a bound, so a client still
+        sending reads the 413 instead of a reset connection."""
+        too_large = declared.isdigit() and int(declared) > self._max_body
+        if too_large and int(declared) > DISCARD_LIMIT:
+            return None
+        body = bytearray()
+        while True:
             message = await receive()
-            if message["type"] != "http.request" or not message.get("more_body"):
-                return
-            budget -= len(message.get("body", b""))
+            if message["type"] != "http.request":
+                return None
+            body += message.get("body", b"")
+            if len(body) > self._max_body:
+                too_large = True
+                if len(body) > DISCARD_LIMIT:
+                    return None
+            if not message.get("more_body"):
+                return None if too_large else bytes(body)
 
     def _caller(self, scope: dict[str, Any]) -> Caller:
         return LOCAL_CALLER
@@ -116,17 +124,8 @@ class AccessGuard:
             body = jsonrpc_error(code, message) if is_rpc else rest_error(status, reason, message)
             await send_json(send, status, body)
 
+        length = _header(scope, b"content-length")
         if is_a2a and scope["method"] == "POST":
-            length = _header(scope, b"content-length")
-            if length.isdigit() and int(length) > self._max_body:
-                await self._discard_body(receive, int(length))
-                await refuse(
-                    413,
-                    "PAYLOAD_TOO_LARGE",
-                    -32600,
-                    f"Request body too large (limit {self._max_body} bytes)",
-                )
-                return
             content_type = _header(scope, b"content-type").split(";")[0].strip().lower()
             if content_type not in JSON_TYPES and (content_type or length not in ("", "0")):
                 await refuse(
@@ -139,26 +138,17 @@ class AccessGuard:
 
         scope[SCOPE_KEY] = self._caller(scope)
         if scope["method"] in ("POST", "PUT", "PATCH"):
-            # Read the whole body here, within the limit, so a chunked upload with no
-            # Content-Length is refused with 413 too, before any handler parses it.
-            body = bytearray()
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return
-                body += message.get("body", b"")
-                if len(body) > self._max_body:
-                    await self._discard_body(receive, None)
-                    await refuse(
-                        413,
-                        "PAYLOAD_TOO_LARGE",
-                        -32600,
-                        f"Request body too large (limit {self._max_body} bytes)",
-                    )
-                    return
-                if not message.get("more_body"):
-                    break
-            receive = _replay(bytes(body), receive)
+            # Read the whole body here, within the limit, before any handler parses it.
+            body = await self._read_body(receive, length)
+            if body is None:
+                await refuse(
+                    413,
+                    "PAYLOAD_TOO_LARGE",
+                    -32600,
+                    f"Request body too large (limit {self._max_body} bytes)",
+                )
+                return
+            receive = _replay(body, receive)
         started = False
 
         async def rewriting_send(message: ASGISendEvent) -> None:

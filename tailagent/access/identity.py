@@ -38,9 +38,11 @@ class Caller:
 LOCAL_CALLER = Caller(kind="local", login="local", established_by="loopback listener")
 
 
-class CallerUser(User):
-    def __init__(self, caller: Caller) -> None:
-        self.caller = caller
+class OwnerUser(User):
+    """The a2a-sdk user a request acts as: its stores scope every task by user_name."""
+
+    def __init__(self, owner: str) -> None:
+        self._owner = owner
 
     @property
     def is_authenticated(self) -> bool:
@@ -48,7 +50,7 @@ class CallerUser(User):
 
     @property
     def user_name(self) -> str:
-        return self.caller.owner
+        return self._owner
 
 
 class CallerContextBuilder(DefaultServerCallContextBuilder):
@@ -58,7 +60,7 @@ class CallerContextBuilder(DefaultServerCallContextBuilder):
         caller = request.scope.get(SCOPE_KEY)
         if not isinstance(caller, Caller):
             raise RuntimeError("request reached the A2A routes without a verified caller")
-        return CallerUser(caller)
+        return OwnerUser(caller.owner)
 
     def build(self, request: Request) -> ServerCallContext:
         context = super().build(request)

@@ -15,7 +15,6 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from a2a.helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
@@ -39,7 +38,7 @@ from tailagent.agents.events import (
 )
 from tailagent.bridge import tck
 from tailagent.bridge.answers import AnswerError, Reply, deny_message, parse_answer
-from tailagent.bridge.publish import Publisher, text_part
+from tailagent.bridge.publish import Publisher, open_task, text_part
 from tailagent.bridge.sessions import SessionPool
 
 log = logging.getLogger(__name__)
@@ -116,9 +115,7 @@ class BridgeExecutor(AgentExecutor):
             await tck.run(scenario, message, task_id, context_id, first_turn, event_queue)
             return
         if first_turn:
-            task = new_task_from_user_message(message)
-            task.id, task.context_id = task_id, context_id
-            await event_queue.enqueue_event(task)
+            await open_task(message, task_id, context_id, event_queue)
         updater = TaskUpdater(event_queue, task_id, context_id)
         runtime = self._runtimes.get(task_id)
         if runtime is not None and runtime.pending is not None:

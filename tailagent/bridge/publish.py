@@ -10,6 +10,8 @@ import dataclasses
 import uuid
 from typing import Any
 
+from a2a.helpers import new_task_from_user_message
+from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import Message, Part, Role, TaskState
 from google.protobuf.json_format import ParseDict
@@ -34,6 +36,13 @@ RESPONSE_ARTIFACT = "response"
 THINKING_ARTIFACT = "thinking"
 PLAN_ARTIFACT = "plan"
 DIFF_MEDIA_TYPE = "text/x-diff"
+
+
+async def open_task(message: Message, task_id: str, context_id: str, queue: EventQueue) -> None:
+    """Enqueues the new Task of a first turn: a2a-sdk wants it before any update."""
+    task = new_task_from_user_message(message)
+    task.id, task.context_id = task_id, context_id
+    await queue.enqueue_event(task)
 
 
 def data_part(data: dict[str, Any]) -> Part:

@@ -14,7 +14,6 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
 from a2a.server.id_generator import IDGenerator, IDGeneratorContext
 from a2a.server.models import TaskModel
@@ -22,6 +21,8 @@ from a2a.server.tasks import DatabaseTaskStore
 from a2a.types.a2a_pb2 import Message, Part, Role, TaskState
 from sqlalchemy import event, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from tailagent.access.identity import OwnerUser
 
 log = logging.getLogger(__name__)
 
@@ -35,21 +36,6 @@ MAX_MINTED = 10_000
 MAX_CACHED_SESSIONS = 10_000
 WRITE_DELAY = 0.05
 RESTART_MESSAGE = "The server restarted while this task was running; its turn was lost."
-
-
-class OwnerUser(User):
-    """The a2a-sdk user a stored task belongs to: the task store scopes by user_name."""
-
-    def __init__(self, owner: str) -> None:
-        self._owner = owner
-
-    @property
-    def is_authenticated(self) -> bool:
-        return True
-
-    @property
-    def user_name(self) -> str:
-        return self._owner
 
 
 def open_engine(state_dir: Path) -> AsyncEngine:

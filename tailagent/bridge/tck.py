@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from a2a.helpers import new_task_from_user_message
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import Message, Part, Role
 
-from tailagent.bridge.publish import data_part
+from tailagent.bridge.publish import data_part, open_task
 
 Scenario = Callable[[TaskUpdater], Awaitable[None]]
 
@@ -120,9 +119,7 @@ async def run(
         await event_queue.enqueue_event(reply)
         return
     if first_turn:
-        task = new_task_from_user_message(message)
-        task.id, task.context_id = task_id, context_id
-        await event_queue.enqueue_event(task)
+        await open_task(message, task_id, context_id, event_queue)
     updater = TaskUpdater(event_queue, task_id, context_id)
     scenario = SCENARIOS.get(prefix, _complete_hello)
     await scenario(updater)
