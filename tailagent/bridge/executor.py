@@ -102,9 +102,6 @@ class BridgeExecutor(AgentExecutor):
         self._max_denials = max_permission_denials
         self._runtimes: dict[str, TaskRuntime] = {}
 
-    def runtime(self, task_id: str) -> TaskRuntime | None:
-        return self._runtimes.get(task_id)
-
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         message = context.message
         assert message is not None and context.task_id and context.context_id

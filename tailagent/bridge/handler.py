@@ -24,7 +24,7 @@ from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.types.a2a_pb2 import AgentCard, Message, SendMessageRequest, Task, TaskState
 from a2a.utils.errors import UnsupportedOperationError
 
-from tailagent.bridge.sessions import SessionPool
+from tailagent.bridge.sessions import ContextBusy, SessionPool
 from tailagent.bridge.store import CoalescingTaskStore
 
 BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
@@ -77,10 +77,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
             holder = self._pool.holder(message.context_id)
             if holder is not None and holder != message.task_id:
                 raise UnsupportedOperationError(
-                    message=(
-                        f"Context {message.context_id} is busy with task {holder}; answer or "
-                        "cancel that task, or start a new context."
-                    )
+                    message=str(ContextBusy(message.context_id, holder))
                 )
         return stored
 

@@ -29,7 +29,6 @@ from tailagent.agents.events import (
     ToolFinished,
     ToolStarted,
     TurnDone,
-    TurnFailed,
 )
 
 RESPONSE_ARTIFACT = "response"
@@ -255,9 +254,6 @@ class Publisher:
 
     async def fail(self, updater: TaskUpdater, reason: str, kind: str = "error") -> None:
         await self.status(updater, TaskState.TASK_STATE_FAILED, kind, [text_part(reason)])
-
-    async def failed_turn(self, updater: TaskUpdater, event: TurnFailed) -> None:
-        await self.fail(updater, event.message)
 
 
 def _mark(status: str) -> str:

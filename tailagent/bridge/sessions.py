@@ -26,7 +26,6 @@ class ContextBusy(Exception):
             f"Context {context_id} is busy with task {task_id}; answer or cancel that task, "
             "or start a new context."
         )
-        self.task_id = task_id
 
 
 class SessionPool:
