@@ -49,9 +49,9 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def sequential(url: str, n: int) -> list[float]:
+async def sequential(url: str, n: int, headers: dict[str, str]) -> list[float]:
     times = []
-    async with httpx.AsyncClient(headers=HEADERS) as http:
+    async with httpx.AsyncClient(headers=headers) as http:
         for _ in range(20):  # warm up
             await http.post(url, json=rpc("SendMessage", "warm"))
         for _ in range(n):
@@ -62,9 +62,9 @@ async def sequential(url: str, n: int) -> list[float]:
     return times
 
 
-async def first_event(url: str, n: int) -> list[float]:
+async def first_event(url: str, n: int, headers: dict[str, str]) -> list[float]:
     times = []
-    async with httpx.AsyncClient(headers=HEADERS, timeout=30) as http:
+    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
         for _ in range(n):
             start = time.perf_counter()
             async with http.stream("POST", url, json=rpc("SendStreamingMessage", "hi")) as r:
@@ -89,9 +89,9 @@ async def one_stream(http: httpx.AsyncClient, url: str) -> bool:
     return final == "TASK_STATE_COMPLETED"
 
 
-async def concurrent(url: str, c: int) -> tuple[int, float]:
+async def concurrent(url: str, c: int, headers: dict[str, str]) -> tuple[int, float]:
     limits = httpx.Limits(max_connections=c, max_keepalive_connections=c)
-    async with httpx.AsyncClient(headers=HEADERS, timeout=60, limits=limits) as http:
+    async with httpx.AsyncClient(headers=headers, timeout=60, limits=limits) as http:
         start = time.perf_counter()
         results = await asyncio.gather(
             *(one_stream(http, url) for _ in range(c)), return_exceptions=True
@@ -120,9 +120,10 @@ async def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(Path(tmp), program=program)
         try:
-            seq = await sequential(server.url, args.requests)
-            first = await first_event(server.url, min(args.requests, 100))
-            errors, wall = await concurrent(server.url, args.streams)
+            headers = {**HEADERS, "Authorization": f"Bearer {server.token}"}
+            seq = await sequential(server.url, args.requests, headers)
+            first = await first_event(server.url, min(args.requests, 100), headers)
+            errors, wall = await concurrent(server.url, args.streams, headers)
         finally:
             server.stop()
     print(

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from tailagent import __version__
-from tailagent.config import AGENTS, LOG_LEVELS, ConfigError, load_settings
+from tailagent.config import AGENTS, LOG_LEVELS, ROLES, ConfigError, load_settings
 
 DEFAULT_URL = "http://127.0.0.1:3008"
 
@@ -29,6 +29,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--config", metavar="FILE", type=Path, help="a TOML config file")
     p.add_argument("--state-dir", metavar="DIR", help="where tasks and sessions are kept")
     p.add_argument("--log-level", choices=LOG_LEVELS)
+    p.add_argument(
+        "--tailscale-socket", metavar="PATH", help="tailscaled's LocalAPI socket (default: found)"
+    )
 
 
 def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -49,6 +52,44 @@ def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument(
         "-i", "--interactive", action="store_true", help="answer prompts in the terminal"
     )
+    p.add_argument(
+        "--token",
+        metavar="TOKEN",
+        default=os.environ.get("TAILAGENT_TOKEN"),
+        help="a bearer token (default: $TAILAGENT_TOKEN; for this box's server, its local token)",
+    )
+    p.add_argument("--state-dir", metavar="DIR", help="where this box's server keeps its state")
+
+
+def _state_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", type=Path, help="the server's TOML config file")
+    p.add_argument("--state-dir", metavar="DIR", help="the server's state dir")
+
+
+def _token_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("token", help="bearer tokens: add, list, revoke")
+    actions = p.add_subparsers(dest="action", required=True)
+    add = actions.add_parser("add", help="create a token and print it, once")
+    add.add_argument("name")
+    add.add_argument(
+        "--role",
+        dest="roles",
+        action="append",
+        choices=ROLES,
+        help="a role of the token (repeatable; default: caller)",
+    )
+    _state_options(add)
+    _state_options(actions.add_parser("list", help="the tokens, without their secrets"))
+    revoke = actions.add_parser("revoke", help="revoke a token now")
+    revoke.add_argument("name")
+    _state_options(revoke)
+
+
+def _audit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("audit", help="who approved or denied what, and when")
+    p.add_argument("--since", metavar="WHEN", help="an ISO time, or an age such as 30m, 12h, 7d")
+    p.add_argument("--json", action="store_true", help="one JSON object per decision")
+    _state_options(p)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,9 +98,20 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _call_parser(sub)
+    _token_parser(sub)
+    _audit_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command in ("token", "audit"):
+        from tailagent.admin import audit_command, token_command
+
+        try:
+            state_dir = load_settings({"state_dir": args.state_dir}, args.config).state_dir
+        except ConfigError as exc:
+            print(f"tailagent: config error: {exc}", file=sys.stderr)
+            return 2
+        return (token_command if args.command == "token" else audit_command)(args, state_dir)
     from tailagent.client.call import call_command
 
     return call_command(args)
@@ -74,6 +126,7 @@ def _serve(args: argparse.Namespace) -> int:
         "public_url": args.public_url,
         "state_dir": args.state_dir,
         "log_level": args.log_level,
+        "tailscale.socket": args.tailscale_socket,
     }
     try:
         settings = load_settings(flags, args.config)

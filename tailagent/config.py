@@ -10,7 +10,7 @@ import ipaddress
 import os
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -81,6 +81,30 @@ def default_state_dir() -> Path:
     return Path(base) / "tailagent"
 
 
+ROLES = ("caller", "approver", "admin")
+
+
+@dataclass(frozen=True, slots=True)
+class AccessSettings:
+    """Who may call, and what they may do (the `[access]` table)."""
+
+    allowed_logins: tuple[str, ...] = ()
+    allowed_tags: tuple[str, ...] = ()
+    login_roles: tuple[str, ...] = ("caller", "approver")
+    tag_roles: tuple[str, ...] = ("caller",)
+    capability: str | None = None
+    require_token: bool = False
+    allowed_origins: tuple[str, ...] = ()
+    local_without_token: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TailscaleSettings:
+    """How to reach tailscaled (the `[tailscale]` table)."""
+
+    socket: Path | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     agent: str = "echo"
@@ -94,6 +118,8 @@ class Settings:
     max_permission_denials: int = 3
     log_level: str = "info"
     card_lists_0_3: bool = True
+    access: AccessSettings = field(default_factory=AccessSettings)
+    tailscale: TailscaleSettings = field(default_factory=TailscaleSettings)
 
     @property
     def advertised_url(self) -> str:
@@ -146,6 +172,46 @@ def _boolean(value: Any) -> bool:
     raise ValueError(f"must be true or false, not {value!r}")
 
 
+def _strings(value: Any) -> tuple[str, ...]:
+    """A list of strings; from the environment, comma-separated."""
+    if isinstance(value, str):
+        value = [item.strip() for item in value.split(",") if item.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"must be a list of strings, not {value!r}")
+    return tuple(value)
+
+
+def _tags(value: Any) -> tuple[str, ...]:
+    tags = _strings(value)
+    bad = [t for t in tags if not t.startswith("tag:")]
+    if bad:
+        raise ValueError(f"tags start with 'tag:', not {bad[0]!r}")
+    return tags
+
+
+def _roles(value: Any) -> tuple[str, ...]:
+    roles = _strings(value)
+    bad = [r for r in roles if r not in ROLES]
+    if bad:
+        raise ValueError(f"roles are {', '.join(ROLES)}, not {bad[0]!r}")
+    return roles
+
+
+def _capability(value: Any) -> str:
+    text = _text(value)
+    if "/" not in text or " " in text:
+        raise ValueError(f"must look like example.com/cap/tailagent, not {text!r}")
+    return text
+
+
+def _origins(value: Any) -> tuple[str, ...]:
+    origins = _strings(value)
+    bad = [o for o in origins if urlsplit(o).scheme not in ("http", "https") or o.endswith("/")]
+    if bad:
+        raise ValueError(f"an origin is scheme://host[:port], not {bad[0]!r}")
+    return origins
+
+
 def _listen(value: Any) -> Listen:
     return parse_listen(_text(value))
 
@@ -170,8 +236,36 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_permission_denials": _positive_int,
     "log_level": _choice(LOG_LEVELS),
     "card_lists_0_3": _boolean,
+    "access.allowed_logins": _strings,
+    "access.allowed_tags": _tags,
+    "access.login_roles": _roles,
+    "access.tag_roles": _roles,
+    "access.capability": _capability,
+    "access.require_token": _boolean,
+    "access.allowed_origins": _origins,
+    "access.local_without_token": _boolean,
+    "tailscale.socket": _path,
 }
-assert set(PARSERS) == {f.name for f in fields(Settings)}
+SECTIONS = {"access": AccessSettings, "tailscale": TailscaleSettings}
+
+
+def _flatten(values: Mapping[str, Any]) -> dict[str, Any]:
+    """TOML tables become dotted keys: `[access] require_token` -> `access.require_token`."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in SECTIONS and isinstance(value, dict):
+            flat.update({f"{key}.{inner}": v for inner, v in value.items()})
+        else:
+            flat[key] = value
+    return flat
+
+
+def _build(merged: Mapping[str, Any]) -> Settings:
+    top = {k: v for k, v in merged.items() if "." not in k}
+    for section, cls in SECTIONS.items():
+        values = {k.split(".", 1)[1]: v for k, v in merged.items() if k.startswith(section + ".")}
+        top[section] = cls(**values)
+    return Settings(**top)
 
 
 def _apply(values: Mapping[str, Any], source: str, into: dict[str, Any]) -> None:
@@ -183,6 +277,10 @@ def _apply(values: Mapping[str, Any], source: str, into: dict[str, Any]) -> None
             into[key] = parser(raw)
         except ValueError as exc:
             raise ConfigError(source, key, str(exc)) from None
+
+
+def _env_name(key: str) -> str:
+    return ENV_PREFIX + key.replace(".", "_").upper()
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -203,16 +301,12 @@ def load_settings(
     """Merges file, environment and flags (None flags are unset) into validated Settings."""
     merged: dict[str, Any] = {}
     if config_file is not None:
-        _apply(read_config_file(config_file), str(config_file), merged)
+        _apply(_flatten(read_config_file(config_file)), str(config_file), merged)
     environ = os.environ if environ is None else environ
-    from_env = {
-        key: environ[ENV_PREFIX + key.upper()]
-        for key in PARSERS
-        if environ.get(ENV_PREFIX + key.upper())
-    }
+    from_env = {key: environ[_env_name(key)] for key in PARSERS if environ.get(_env_name(key))}
     _apply(from_env, "environment", merged)
     _apply({k: v for k, v in flags.items() if v is not None}, "command line", merged)
-    settings = replace(Settings(), **merged)
+    settings = _build(merged)
     if settings.agent_command is None and settings.agent not in AVAILABLE_AGENTS:
         raise ConfigError(
             "settings",

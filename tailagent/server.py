@@ -18,6 +18,7 @@ import socket
 from dataclasses import dataclass, replace
 from email.utils import formatdate
 from typing import Any, NamedTuple, cast
+from urllib.parse import urlsplit
 
 from a2a.server.routes import create_rest_routes
 from a2a.server.tasks import DatabaseTaskStore
@@ -31,8 +32,13 @@ from starlette.types import ASGIApp
 
 from tailagent.access.guard import AccessGuard
 from tailagent.access.identity import CallerContextBuilder
+from tailagent.access.localapi import LocalAPI
+from tailagent.access.policy import Policy
+from tailagent.access.resolve import Resolver
+from tailagent.access.tokens import TokenStore
 from tailagent.agents.events import AgentBackend
 from tailagent.agents.registry import make_backend
+from tailagent.bridge.audit import AuditLog
 from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.jsonrpc import jsonrpc_routes
@@ -59,6 +65,7 @@ class Service:
     pool: SessionPool
     backend: AgentBackend
     engine: AsyncEngine
+    localapi: LocalAPI
 
     async def aclose(self) -> None:
         await self.handler.aclose()
@@ -67,6 +74,7 @@ class Service:
         await self.pool.aclose()
         await self.backend.aclose()
         await self.engine.dispose()
+        await self.localapi.aclose()
 
 
 def _card_app(settings: Settings, backend: AgentBackend) -> Quart:
@@ -123,7 +131,11 @@ async def build_service(settings: Settings) -> Service:
     session_map = SessionMap(engine)
     await session_map.initialize()
     pool = SessionPool(backend, session_map)
-    executor = BridgeExecutor(backend, pool, max_permission_denials=settings.max_permission_denials)
+    audit = AuditLog(engine)
+    await audit.initialize()
+    executor = BridgeExecutor(
+        backend, pool, audit, max_permission_denials=settings.max_permission_denials
+    )
     card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
     handler = GuardedRequestHandler(executor, store, card, pool=pool)
     context_builder = CallerContextBuilder()
@@ -146,8 +158,30 @@ async def build_service(settings: Settings) -> Service:
         else:
             await router(scope, receive, send)
 
-    app = AccessGuard(dispatch, max_body_bytes=settings.max_body_bytes)
-    return Service(app, handler, store, session_map, pool, backend, engine)
+    tokens = TokenStore(settings.state_dir)
+    tokens.ensure_local()
+    localapi = LocalAPI(settings.tailscale.socket)
+    app = AccessGuard(
+        dispatch,
+        policy=Policy(settings.access),
+        resolver=Resolver(localapi, unix_listener=settings.listen.is_unix),
+        tokens=tokens,
+        max_body_bytes=settings.max_body_bytes,
+        hosts=served_hosts(settings),
+        allowed_origins=settings.access.allowed_origins,
+    )
+    return Service(app, handler, store, session_map, pool, backend, engine, localapi)
+
+
+def served_hosts(settings: Settings) -> set[str]:
+    """The names a request's Host may use; tailscaled adds the node's own at run time."""
+    hosts = {"localhost", "127.0.0.1", "::1"}
+    if not settings.listen.is_unix:
+        hosts.add(settings.listen.host)
+    public_host = urlsplit(settings.advertised_url).hostname
+    if public_host:
+        hosts.add(public_host)
+    return hosts
 
 
 def open_listener(listen: Listen) -> socket.socket:

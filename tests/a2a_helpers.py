@@ -126,14 +126,20 @@ class Turn:
 class A2A:
     """A user's view of one tailagent server."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, token: str | None = None) -> None:
         self.url = url
+        self.auth = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def http(self, **kwargs: Any) -> httpx.AsyncClient:
+        """A plain HTTP client that authenticates as this user."""
+        return httpx.AsyncClient(headers=self.auth, **kwargs)
 
     @asynccontextmanager
     async def client(
         self, binding: str = JSONRPC, version: str = "1.0", streaming: bool = True
     ) -> AsyncIterator[Client]:
         headers = {"A2A-Version": "1.0"} if version == "1.0" else {}
+        headers.update(self.auth)
         async with httpx.AsyncClient(headers=headers, timeout=30) as http:
             config = ClientConfig(
                 httpx_client=http, streaming=streaming, supported_protocol_bindings=[binding]

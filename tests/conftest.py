@@ -30,6 +30,11 @@ class RunningServer:
     state_dir: Path
     log_path: Path
 
+    @property
+    def token(self) -> str:
+        """The local token the server made: how a user on this box gets in."""
+        return (self.state_dir / "local-token").read_text().strip()
+
     def log(self) -> str:
         return self.log_path.read_text()
 
@@ -85,4 +90,4 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 @pytest.fixture
 async def a2a(server: RunningServer) -> A2A:
-    return A2A(server.url)
+    return A2A(server.url, server.token)

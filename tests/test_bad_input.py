@@ -17,8 +17,8 @@ def rpc(method: str, params: object, id_: object = 1) -> dict[str, object]:
     return {"jsonrpc": "2.0", "id": id_, "method": method, "params": params}
 
 
-async def post(url: str, content: bytes | str, headers: dict[str, str]) -> httpx.Response:
-    async with httpx.AsyncClient() as http:
+async def post(a2a: A2A, url: str, content: bytes | str, headers: dict[str, str]) -> httpx.Response:
+    async with a2a.http() as http:
         return await http.post(url, content=content, headers=headers)
 
 
@@ -45,7 +45,7 @@ def assert_no_trace(response: httpx.Response) -> None:
     ],
 )
 async def test_jsonrpc_errors(a2a: A2A, body: bytes, code: int) -> None:
-    response = await post(a2a.url, body, {"Content-Type": "application/json", **V1})
+    response = await post(a2a, a2a.url, body, {"Content-Type": "application/json", **V1})
     assert response.json()["error"]["code"] == code
     assert_no_trace(response)
     await still_serving(a2a)
@@ -53,17 +53,17 @@ async def test_jsonrpc_errors(a2a: A2A, body: bytes, code: int) -> None:
 
 async def test_wrong_content_type_is_415(a2a: A2A) -> None:
     body = str(rpc("GetTask", {"id": "x"}))  # not even JSON, as the TCK sends it
-    response = await post(a2a.url, body, {"Content-Type": "text/plain", **V1})
+    response = await post(a2a, a2a.url, body, {"Content-Type": "text/plain", **V1})
     assert response.status_code == 415
     assert response.json()["error"]["code"] == -32005
-    rest = await post(a2a.url + "/message:send", "{}", {"Content-Type": "text/plain", **V1})
+    rest = await post(a2a, a2a.url + "/message:send", "{}", {"Content-Type": "text/plain", **V1})
     assert rest.status_code == 415
     assert rest.json()["error"]["status"] == "CONTENT_TYPE_NOT_SUPPORTED"
 
 
 async def test_body_over_the_limit_is_413(a2a: A2A) -> None:
     big = json.dumps(rpc("SendMessage", {"message": {"parts": [{"text": "x" * 5_000_000}]}}))
-    response = await post(a2a.url, big, {"Content-Type": "application/json", **V1})
+    response = await post(a2a, a2a.url, big, {"Content-Type": "application/json", **V1})
     assert response.status_code == 413
     assert "too large" in response.json()["error"]["message"]
     await still_serving(a2a)
@@ -74,7 +74,7 @@ async def test_chunked_body_over_the_limit_is_413(a2a: A2A) -> None:
         for _ in range(50):
             yield b"x" * 100_000
 
-    async with httpx.AsyncClient() as http:
+    async with a2a.http() as http:
         response = await http.post(
             a2a.url, content=chunks(), headers={"Content-Type": "application/json", **V1}
         )
@@ -85,7 +85,7 @@ async def test_chunked_body_over_the_limit_is_413(a2a: A2A) -> None:
 async def test_unsupported_version_header(a2a: A2A) -> None:
     body = json.dumps(rpc("GetTask", {"id": "x"}))
     response = await post(
-        a2a.url, body, {"Content-Type": "application/json", "A2A-Version": "99.0"}
+        a2a, a2a.url, body, {"Content-Type": "application/json", "A2A-Version": "99.0"}
     )
     assert response.json()["error"]["code"] == -32009
 
@@ -97,7 +97,7 @@ async def test_a_dropped_stream_client_leaves_the_task_true(a2a: A2A) -> None:
     )
     task_id = None
     async with (
-        httpx.AsyncClient(timeout=10) as http,
+        a2a.http(timeout=10) as http,
         http.stream("POST", a2a.url, json=body, headers=V1) as response,
     ):
         async for line in response.aiter_lines():
@@ -115,7 +115,7 @@ async def test_a_dropped_stream_client_leaves_the_task_true(a2a: A2A) -> None:
 
 
 async def test_unknown_route_and_method(a2a: A2A) -> None:
-    async with httpx.AsyncClient() as http:
+    async with a2a.http() as http:
         assert (await http.get(a2a.url + "/no/such/path")).status_code == 404
         assert (await http.get(a2a.url + "/")).status_code == 405
     await still_serving(a2a)
@@ -130,7 +130,7 @@ async def test_unknown_route_and_method(a2a: A2A) -> None:
     ],
 )
 async def test_jsonrpc_0_3_bad_params_are_32602(a2a: A2A, body: dict[str, object]) -> None:
-    response = await post(a2a.url, json.dumps(body), {"Content-Type": "application/json"})
+    response = await post(a2a, a2a.url, json.dumps(body), {"Content-Type": "application/json"})
     error = response.json()["error"]
     assert error["code"] == -32602
     assert "pydantic" not in response.text

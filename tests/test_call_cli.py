@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -15,6 +16,7 @@ def call(
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tailagent", "call", *args, "--url", server.url],
+        env=user_env(server),
         capture_output=True,
         text=True,
         timeout=30,
@@ -28,10 +30,19 @@ def reply_lines(output: str) -> list[str]:
     ]
 
 
-def run_reply(line: str) -> subprocess.CompletedProcess[str]:
+def user_env(server: RunningServer) -> dict[str, str]:
+    """The environment of a user on the server's box (who finds its local token)."""
+    return {**os.environ, "TAILAGENT_STATE_DIR": str(server.state_dir)}
+
+
+def run_reply(server: RunningServer, line: str) -> subprocess.CompletedProcess[str]:
     argv = shlex.split(line)
     return subprocess.run(
-        [sys.executable, "-m", "tailagent", *argv[1:]], capture_output=True, text=True, timeout=30
+        [sys.executable, "-m", "tailagent", *argv[1:]],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=user_env(server),
     )
 
 
@@ -59,7 +70,7 @@ def test_input_required_prints_the_exact_reply_command_and_exits_3(server: Runni
     assert "[input-required] The agent wants to run `rm -rf build`." in asked.stdout
     allow, _deny = reply_lines(asked.stdout)
     assert "--request" in allow and allow.startswith("tailagent call allow")
-    answered = run_reply(allow)
+    answered = run_reply(server, allow)
     assert answered.returncode == 0, answered.stdout + answered.stderr
     assert "✓ rm -rf build: completed" in answered.stdout
 
@@ -69,7 +80,7 @@ def test_question_reply_command_answers_it(server: RunningServer) -> None:
     assert asked.returncode == 3
     (answer,) = reply_lines(asked.stdout)
     assert "--answer 'Which colour do you prefer?=red'" in answer
-    answered = run_reply(answer)
+    answered = run_reply(server, answer)
     assert answered.returncode == 0
     assert "You chose red." in answered.stdout
 

@@ -19,6 +19,11 @@ SEND = {
 }
 
 
+def auth(tmp_path: Path) -> dict[str, str]:
+    token = (tmp_path / "state" / "local-token").read_text().strip()
+    return {**V1, "Authorization": f"Bearer {token}"}
+
+
 def test_unix_socket_listener(tmp_path: Path) -> None:
     socket_path = tmp_path / "run" / "tailagent.sock"
     process = subprocess.Popen(
@@ -49,7 +54,7 @@ def test_unix_socket_listener(tmp_path: Path) -> None:
         with httpx.Client(transport=transport, base_url="http://localhost") as http:
             card = http.get("/.well-known/agent-card.json", headers=V1).json()
             assert card["supportedInterfaces"][0]["url"] == "http://localhost"
-            result = http.post("/", json=SEND, headers=V1).json()["result"]
+            result = http.post("/", json=SEND, headers=auth(tmp_path)).json()["result"]
             assert result["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     finally:
         process.terminate()
@@ -81,7 +86,7 @@ def test_ipv6_loopback_listener(tmp_path: Path) -> None:
                 url = line.split("serving on ")[1].split()[0]
                 break
         assert url.startswith("http://[::1]:")
-        response = httpx.post(url, json=SEND, headers=V1)
+        response = httpx.post(url, json=SEND, headers=auth(tmp_path))
         assert response.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     finally:
         process.terminate()

@@ -42,7 +42,7 @@ async def test_jsonrpc_answers_at_the_root_with_and_without_slash(a2a: A2A, suff
         "method": "SendMessage",
         "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}},
     }
-    async with httpx.AsyncClient() as http:
+    async with a2a.http() as http:
         response = await http.post(a2a.url + suffix, json=body, headers={"A2A-Version": "1.0"})
     assert response.status_code == 200
     assert response.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
@@ -62,7 +62,7 @@ async def test_jsonrpc_0_3_method_names(a2a: A2A) -> None:
             }
         },
     }
-    async with httpx.AsyncClient() as http:
+    async with a2a.http() as http:
         sent = (await http.post(a2a.url, json=body)).json()["result"]
         assert sent["status"]["state"] == "completed"
         got = await http.post(
@@ -74,7 +74,7 @@ async def test_jsonrpc_0_3_method_names(a2a: A2A) -> None:
 
 async def test_http_json_responses_are_application_json(a2a: A2A) -> None:
     body = {"message": {"messageId": "r1", "role": "ROLE_USER", "parts": [{"text": "rest"}]}}
-    async with httpx.AsyncClient() as http:
+    async with a2a.http() as http:
         response = await http.post(
             a2a.url + "/message:send", json=body, headers={"A2A-Version": "1.0"}
         )
@@ -131,7 +131,7 @@ async def test_jsonrpc_0_3_stream_and_resubscribe(a2a: A2A) -> None:
     }
     send = {"jsonrpc": "2.0", "id": 1, "method": "message/stream", "params": {"message": message}}
     async with (
-        httpx.AsyncClient(timeout=20) as http,
+        a2a.http(timeout=20) as http,
         http.stream("POST", a2a.url, json=send) as stream,
     ):
         first = await first_data(stream)

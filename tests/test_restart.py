@@ -17,7 +17,7 @@ from tests.conftest import start_server
 async def test_tasks_survive_a_restart_in_a_true_state(tmp_path: Path, how: int) -> None:
     first = start_server(tmp_path)
     try:
-        a2a = A2A(first.url)
+        a2a = A2A(first.url, first.token)
         done = await a2a.turn("finished before the restart")
         parked = await a2a.turn("ask")
         async with a2a.client() as client:
@@ -33,7 +33,7 @@ async def test_tasks_survive_a_restart_in_a_true_state(tmp_path: Path, how: int)
 
     second = start_server(tmp_path, state_dir=first.state_dir)
     try:
-        a2a = A2A(second.url)
+        a2a = A2A(second.url, second.token)
         assert state_name((await a2a.get(done.task_id)).status.state) == "completed"
         for task_id in (parked.task_id, working_id):
             task = await a2a.get(task_id)

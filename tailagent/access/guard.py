@@ -1,25 +1,41 @@
-"""The ASGI layer in front of every route: request hygiene and the caller.
+"""The ASGI layer in front of every route: request hygiene, the caller, the policy.
 
-It runs before any A2A code, so a refusal here costs nothing deeper. This issue
-establishes every caller as local; the tailnet identity (LocalAPI whois) slots in
-at `_caller` without touching anything behind it.
+It runs before any A2A code: a refused request gets its answer here, and nothing
+of it reaches a handler or the agent. The card, its JWKS and the health probe
+are public; everything else needs a caller the policy lets in.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from hypercorn.typing import ASGIReceiveEvent, ASGISendEvent
 
-from tailagent.access.identity import LOCAL_CALLER, SCOPE_KEY, Caller
+from tailagent.access.identity import SCOPE_KEY, Caller
+from tailagent.access.localapi import LocalAPIUnavailable
+from tailagent.access.policy import Policy, Refusal, Seen
+from tailagent.access.resolve import BadForwarding, Resolver, TailnetSelf
+from tailagent.access.tokens import TokenInfo, TokenStore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("tailagent.access")
 
 JSON_TYPES = ("application/json", "application/a2a+json")
 JSONRPC_PATH = "/"
+PUBLIC_PATHS = frozenset(
+    {
+        "/.well-known/agent-card.json",
+        "/.well-known/agent-card",
+        "/.well-known/agent.json",
+        "/.well-known/jwks.json",
+        "/healthz",
+    }
+)
 DISCARD_LIMIT = 64 * 1024 * 1024
+LOG_BODY_LIMIT = 64 * 1024
 
 
 def _replay(body: bytes, receive: Any) -> Any:
@@ -36,11 +52,14 @@ def _replay(body: bytes, receive: Any) -> Any:
     return replay
 
 
-def _header(scope: dict[str, Any], name: bytes) -> str:
+def _headers(scope: dict[str, Any]) -> dict[bytes, str]:
+    """Request headers by lower-case name; a repeated header keeps every value."""
+    found: dict[bytes, str] = {}
     for key, value in scope.get("headers", ()):
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return ""
+        name = key.lower()
+        text = value.decode("latin-1")
+        found[name] = f"{found[name]}, {text}" if name in found else text
+    return found
 
 
 def _is_a2a_rest(path: str) -> bool:
@@ -69,7 +88,9 @@ def rest_error(status: int, reason: str, message: str) -> dict[str, Any]:
     }
 
 
-async def send_json(send: Any, status: int, body: dict[str, Any]) -> None:
+async def send_json(
+    send: Any, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     payload = json.dumps(body).encode()
     await send(
         {
@@ -78,16 +99,62 @@ async def send_json(send: Any, status: int, body: dict[str, Any]) -> None:
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(payload)).encode()),
+                *(headers or []),
             ],
         }
     )
     await send({"type": "http.response.body", "body": payload})
 
 
+def _host_name(host_header: str) -> str:
+    """The host part of a Host header, lower case, without port or brackets."""
+    return (urlsplit(f"//{host_header}").hostname or "").lower()
+
+
+def _what(path: str, body: bytes) -> str:
+    """The A2A method and task id of a request, for the log line."""
+    if path != JSONRPC_PATH or not body or len(body) > LOG_BODY_LIMIT:
+        return ""
+    try:
+        request = json.loads(body)
+        params = request.get("params") or {}
+        task_id = params.get("id") or (params.get("message") or {}).get("taskId")
+    except (ValueError, AttributeError, TypeError):
+        return "(unparsed body)"
+    method = request.get("method", "?")
+    return f"{method} task={task_id}" if task_id else str(method)
+
+
+@dataclass
+class _Outcome:
+    caller: str = "anonymous"
+    decision: str = "allowed"
+    status: int = 0
+
+
 class AccessGuard:
-    def __init__(self, app: Any, *, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        policy: Policy,
+        resolver: Resolver,
+        tokens: TokenStore,
+        max_body_bytes: int,
+        hosts: set[str],
+        allowed_origins: tuple[str, ...],
+    ) -> None:
         self._app = app
+        self._policy = policy
+        self._resolver = resolver
+        self._tokens = tokens
         self._max_body = max_body_bytes
+        self._hosts = {h.lower() for h in hosts}
+        self._origins = set(allowed_origins)
+
+    def _host_allowed(self, host_header: str, me: TailnetSelf) -> bool:
+        name = _host_name(host_header)
+        return name in self._hosts or name == me.dns_name or name in me.addresses
 
     async def _read_body(self, receive: Any, declared: str) -> bytes | None:
         """The whole request body, or None when it is over the limit (with or without
@@ -109,8 +176,26 @@ class AccessGuard:
             if not message.get("more_body"):
                 return None if too_large else bytes(body)
 
-    def _caller(self, scope: dict[str, Any]) -> Caller:
-        return LOCAL_CALLER
+    async def _identify(self, scope: dict[str, Any], headers: dict[bytes, str]) -> Caller | Refusal:
+        token: TokenInfo | None = None
+        authorization = headers.get(b"authorization", "")
+        if authorization:
+            scheme, _, value = authorization.partition(" ")
+            if scheme.lower() != "bearer" or not value.strip():
+                return Refusal(401, "the Authorization header must be `Bearer <token>`")
+            token = self._tokens.verify(value.strip())
+            if token is None:
+                return Refusal(401, "the bearer token is not valid (unknown or revoked)")
+        try:
+            seen = await self._resolver.seen(scope, headers.get(b"x-forwarded-for", ""))
+        except BadForwarding as exc:
+            return Refusal(401, str(exc))
+        except LocalAPIUnavailable as exc:
+            if token is None:
+                log.warning("identity unavailable: %s", exc)
+                return Refusal(503, f"tailscaled cannot tell who is calling: {exc}")
+            seen = Seen(None, "tailscaled unavailable")
+        return self._policy.decide(seen, token)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -119,42 +204,93 @@ class AccessGuard:
         path = scope["path"]
         is_rpc = path == JSONRPC_PATH
         is_a2a = is_rpc or _is_a2a_rest(path)
+        headers = _headers(scope)
+        outcome = _Outcome()
+        what = ""
 
         async def refuse(status: int, reason: str, code: int, message: str) -> None:
-            body = jsonrpc_error(code, message) if is_rpc else rest_error(status, reason, message)
-            await send_json(send, status, body)
+            outcome.decision, outcome.status = f"refused: {message}", status
+            if is_a2a and status in (413, 415):
+                body = (
+                    jsonrpc_error(code, message) if is_rpc else rest_error(status, reason, message)
+                )
+                await send_json(send, status, body)
+                return
+            extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
+            error = {401: "unauthorized", 403: "forbidden", 503: "identity unavailable"}
+            await send_json(
+                send, status, {"error": error.get(status, reason.lower()), "reason": message}, extra
+            )
 
-        length = _header(scope, b"content-length")
-        if is_a2a and scope["method"] == "POST":
-            content_type = _header(scope, b"content-type").split(";")[0].strip().lower()
-            if content_type not in JSON_TYPES and (content_type or length not in ("", "0")):
+        try:
+            if headers.get(b"tailscale-funnel-request"):
+                await refuse(403, "FORBIDDEN", 0, "requests from Tailscale Funnel are refused")
+                return
+            me = await self._resolver.current_self()
+            self._policy.owner_login = me.owner_login
+            if not self._host_allowed(headers.get(b"host", ""), me):
+                host = headers.get(b"host", "")
+                await refuse(403, "FORBIDDEN", 0, f"Host {host!r} does not name this server")
+                return
+            if path in PUBLIC_PATHS:
+                outcome.decision = "public"
+                await self._app(scope, receive, self._tracking(send, outcome, is_a2a))
+                return
+            origin = headers.get(b"origin")
+            if origin is not None and origin not in self._origins:
                 await refuse(
-                    415,
-                    "CONTENT_TYPE_NOT_SUPPORTED",
-                    -32005,
-                    f"Content-Type must be application/json, not {content_type or 'missing'}",
+                    403, "FORBIDDEN", 0, f"Origin {origin} is not in access.allowed_origins"
                 )
                 return
-
-        scope[SCOPE_KEY] = self._caller(scope)
-        if scope["method"] in ("POST", "PUT", "PATCH"):
-            # Read the whole body here, within the limit, before any handler parses it.
-            body = await self._read_body(receive, length)
-            if body is None:
-                await refuse(
-                    413,
-                    "PAYLOAD_TOO_LARGE",
-                    -32600,
-                    f"Request body too large (limit {self._max_body} bytes)",
-                )
+            length = headers.get(b"content-length", "")
+            if is_a2a and scope["method"] == "POST":
+                content_type = headers.get(b"content-type", "").split(";")[0].strip().lower()
+                if content_type not in JSON_TYPES and (content_type or length not in ("", "0")):
+                    shown = content_type or "missing"
+                    await refuse(
+                        415,
+                        "CONTENT_TYPE_NOT_SUPPORTED",
+                        -32005,
+                        f"Content-Type must be application/json, not {shown}",
+                    )
+                    return
+            if scope["method"] in ("POST", "PUT", "PATCH"):
+                # Read the whole body here, within the limit, before any handler parses it.
+                body = await self._read_body(receive, length)
+                if body is None:
+                    limit = f"Request body too large (limit {self._max_body} bytes)"
+                    await refuse(413, "PAYLOAD_TOO_LARGE", -32600, limit)
+                    return
+                what = _what(path, body)
+                receive = _replay(body, receive)
+            identified = await self._identify(scope, headers)
+            if isinstance(identified, Refusal):
+                await refuse(identified.status, identified.error.upper(), 0, identified.reason)
                 return
-            receive = _replay(body, receive)
-        started = False
+            outcome.caller = identified.describe()
+            scope[SCOPE_KEY] = identified
+            await self._app(scope, receive, self._tracking(send, outcome, is_a2a))
+        except Exception:
+            log.exception("unhandled error on %s %s", scope["method"], path)
+            if not outcome.status:
+                outcome.decision = "error"
+                await send_json(send, 500, {"error": "internal error"})
+        finally:
+            log.info(
+                "%s %s %s%s -> %s %s",
+                outcome.caller,
+                scope["method"],
+                path,
+                f" {what}" if what else "",
+                outcome.status or "-",
+                outcome.decision,
+            )
 
-        async def rewriting_send(message: ASGISendEvent) -> None:
-            nonlocal started
+    @staticmethod
+    def _tracking(send: Any, outcome: _Outcome, is_a2a: bool) -> Any:
+        async def tracking_send(message: ASGISendEvent) -> None:
             if message["type"] == "http.response.start":
-                started = True
+                outcome.status = message["status"]
                 if is_a2a:
                     # a2a-sdk answers HTTP+JSON with application/a2a+json; the binding
                     # (and the TCK's MUST) want application/json.
@@ -166,9 +302,4 @@ class AccessGuard:
                     ]
             await send(message)
 
-        try:
-            await self._app(scope, receive, rewriting_send)
-        except Exception:
-            log.exception("unhandled error on %s %s", scope["method"], path)
-            if not started:
-                await refuse(500, "INTERNAL", -32603, "Internal error")
+        return tracking_send

@@ -1,7 +1,7 @@
-"""The Caller: who sent a request, as established by the access layer.
+"""The Caller: who sent a request, as the access layer established it.
 
 A Caller owns the tasks it creates; a2a-sdk's stores scope every read by the
-owner name this module gives them, so one caller never sees another's tasks.
+owner name given here, so one caller never sees another's tasks.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ from starlette.requests import Request
 
 CallerKind = Literal["user", "tagged", "token", "local"]
 SCOPE_KEY = "tailagent.caller"
+ALL_ROLES = frozenset({"caller", "approver", "admin"})
 
 
 @dataclass(frozen=True, slots=True)
 class Caller:
     kind: CallerKind
     login: str
+    roles: frozenset[str] = frozenset()
     display_name: str = ""
     node: str = ""
     tags: tuple[str, ...] = ()
@@ -34,8 +36,18 @@ class Caller:
             return "tags:" + ",".join(sorted(self.tags))
         return f"{self.kind}:{self.login}"
 
+    def may(self, role: str) -> bool:
+        return role in self.roles or "admin" in self.roles
 
-LOCAL_CALLER = Caller(kind="local", login="local", established_by="loopback listener")
+    def describe(self) -> str:
+        return f"{self.owner} ({self.established_by})" if self.established_by else self.owner
+
+
+def caller_of(context: ServerCallContext | None) -> Caller | None:
+    if context is None:
+        return None
+    caller = context.state.get("caller")
+    return caller if isinstance(caller, Caller) else None
 
 
 class OwnerUser(User):

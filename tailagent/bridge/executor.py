@@ -21,6 +21,7 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import Message, TaskState
 from google.protobuf.json_format import MessageToDict
 
+from tailagent.access.identity import caller_of
 from tailagent.agents.events import (
     AgentBackend,
     AgentEvent,
@@ -38,6 +39,7 @@ from tailagent.agents.events import (
 )
 from tailagent.bridge import tck
 from tailagent.bridge.answers import AnswerError, Reply, deny_message, parse_answer
+from tailagent.bridge.audit import AuditEntry, AuditLog, summarize
 from tailagent.bridge.publish import Publisher, open_task, text_part
 from tailagent.bridge.sessions import SessionPool
 
@@ -94,13 +96,37 @@ class BridgeExecutor(AgentExecutor):
         self,
         backend: AgentBackend,
         pool: SessionPool,
+        audit: AuditLog,
         *,
         max_permission_denials: int = 3,
     ) -> None:
         self._backend = backend
         self._pool = pool
+        self._audit = audit
         self._max_denials = max_permission_denials
         self._runtimes: dict[str, TaskRuntime] = {}
+
+    def pending(self, task_id: str) -> Prompting | None:
+        """The prompt a task is parked on, if any."""
+        runtime = self._runtimes.get(task_id)
+        return runtime.pending if runtime is not None else None
+
+    async def _record(
+        self, runtime: TaskRuntime, asked: PermissionAsked, allow: bool, reason: str, by: str
+    ) -> None:
+        entry = AuditEntry(
+            task_id=runtime.task_id,
+            context_id=runtime.context_id,
+            tool=asked.tool,
+            input=summarize(asked.input),
+            decision="allow" if allow else "deny",
+            reason=reason,
+            answered_by=by,
+        )
+        try:
+            await self._audit.record(entry)
+        except Exception:
+            log.exception("writing the audit log")
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         message = context.message
@@ -116,7 +142,9 @@ class BridgeExecutor(AgentExecutor):
         updater = TaskUpdater(event_queue, task_id, context_id)
         runtime = self._runtimes.get(task_id)
         if runtime is not None and runtime.pending is not None:
-            if not await self._apply_answer(runtime, message, updater):
+            answerer = caller_of(context.call_context)
+            by = answerer.describe() if answerer else "unknown"
+            if not await self._apply_answer(runtime, message, updater, by):
                 return
         elif runtime is None:
             runtime = await self._start_turn(context, message, updater)
@@ -149,7 +177,7 @@ class BridgeExecutor(AgentExecutor):
         return runtime
 
     async def _apply_answer(
-        self, runtime: TaskRuntime, message: Message, updater: TaskUpdater
+        self, runtime: TaskRuntime, message: Message, updater: TaskUpdater, by: str
     ) -> bool:
         pending = runtime.pending
         assert pending is not None
@@ -160,6 +188,8 @@ class BridgeExecutor(AgentExecutor):
             return False
         await runtime.publisher.status(updater, TaskState.TASK_STATE_WORKING, "resumed")
         runtime.pending = None
+        if isinstance(pending, PermissionAsked):
+            await self._record(runtime, pending, not parsed.denied, parsed.reason, by)
         if isinstance(pending, PermissionAsked) and parsed.denied:
             runtime.denied.add(request_key(pending))
             runtime.denials += 1
@@ -219,6 +249,7 @@ class BridgeExecutor(AgentExecutor):
                         "Stopped: the agent requested the same denied permission again "
                         f"({event.tool})."
                     )
+                    await self._record(runtime, event, False, why, "tailagent (loop protection)")
                     await self._interrupt(runtime, event, "already denied", why, updater)
                     return
                 runtime.pending = event
@@ -251,6 +282,10 @@ class BridgeExecutor(AgentExecutor):
         if runtime is not None:
             runtime.cancelled = True
             parked = runtime.pending is not None
+            if isinstance(runtime.pending, PermissionAsked):
+                canceller = caller_of(context.call_context)
+                by = canceller.describe() if canceller else "unknown"
+                await self._record(runtime, runtime.pending, False, "task canceled", by)
             await runtime.session.cancel()
             if parked:
                 # Nobody is iterating a parked turn: close it here, or it leaks.

@@ -17,13 +17,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncGenerator
 
-from a2a.server.agent_execution import AgentExecutor, SimpleRequestContextBuilder
+from a2a.server.agent_execution import SimpleRequestContextBuilder
 from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.types.a2a_pb2 import AgentCard, Message, SendMessageRequest, Task, TaskState
-from a2a.utils.errors import UnsupportedOperationError
+from a2a.utils.errors import InvalidRequestError, UnsupportedOperationError
 
+from tailagent.access.identity import caller_of
+from tailagent.agents.events import PermissionAsked
+from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.sessions import ContextBusy, SessionPool
 from tailagent.bridge.store import CoalescingTaskStore
 
@@ -33,7 +36,7 @@ BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 class GuardedRequestHandler(DefaultRequestHandler):
     def __init__(
         self,
-        executor: AgentExecutor,
+        executor: BridgeExecutor,
         store: CoalescingTaskStore,
         card: AgentCard,
         *,
@@ -52,6 +55,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
         )
         self._store = store
         self._pool = pool
+        self._executor = executor
 
     async def _admit(self, params: SendMessageRequest, context: ServerCallContext) -> Task | None:
         """Applies the pre-turn rules; returns the stored task a follow-up names."""
@@ -68,6 +72,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
                         "or send a new message without taskId."
                     )
                 )
+            self._check_approver(message.task_id, context)
             if not message.context_id:
                 message.context_id = stored.context_id
             if any(m.message_id == message.message_id for m in stored.history):
@@ -80,6 +85,21 @@ class GuardedRequestHandler(DefaultRequestHandler):
                     message=str(ContextBusy(message.context_id, holder))
                 )
         return stored
+
+    def _check_approver(self, task_id: str, context: ServerCallContext) -> None:
+        """An answer to a permission prompt needs the approver role. Refused here,
+        the prompt stays pending, untouched, for a caller who has it."""
+        caller = caller_of(context)
+        if isinstance(self._executor.pending(task_id), PermissionAsked) and not (
+            caller and caller.may("approver")
+        ):
+            who = caller.owner if caller else "this caller"
+            raise InvalidRequestError(
+                message=(
+                    f"{who} may not answer permission prompts (it lacks the approver role); "
+                    f"task {task_id} stays waiting for a caller who has it."
+                )
+            )
 
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext

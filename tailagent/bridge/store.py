@@ -22,9 +22,11 @@ import logging
 
 from a2a.server.context import ServerCallContext
 from a2a.server.owner_resolver import resolve_user_scope
-from a2a.server.tasks import TaskStore
+from a2a.server.tasks import DatabaseTaskStore, TaskStore
 from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task, TaskState
+from sqlalchemy import select
 
+from tailagent.access.identity import OwnerUser, caller_of
 from tailagent.bridge.state import UNFINISHED_STATES, WRITE_DELAY, MintedIds
 
 log = logging.getLogger(__name__)
@@ -33,27 +35,53 @@ _DEFERRABLE = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
 
 class CoalescingTaskStore(TaskStore):
-    def __init__(self, inner: TaskStore) -> None:
+    def __init__(self, inner: DatabaseTaskStore) -> None:
         self._inner = inner
-        # task id -> (owner, latest snapshot, call context that wrote it)
-        self._held: dict[str, tuple[str, Task, ServerCallContext]] = {}
+        # task id -> (owner, latest snapshot): the tasks of this process not yet final.
+        self._held: dict[str, tuple[str, Task]] = {}
         # Ids this process just minted for new tasks: nothing can be stored under them yet.
         self.minted = MintedIds()
         self._dirty: set[str] = set()
         self._writer: asyncio.Task[None] | None = None
         self._write_lock = asyncio.Lock()
 
+    async def _owner(self, task_id: str, context: ServerCallContext) -> str | None:
+        """Whose task this is, as the caller may see it: its own, or any for an admin."""
+        mine = resolve_user_scope(context)
+        held = self._held.get(task_id)
+        stored = held[0] if held is not None else None
+        caller = caller_of(context)
+        if caller is None or not caller.may("admin"):
+            return mine if stored in (None, mine) else None
+        if stored is None and task_id not in self.minted:
+            stored = await self._stored_owner(task_id)
+        return stored or mine
+
+    async def _stored_owner(self, task_id: str) -> str | None:
+        model = self._inner.task_model
+        async with self._inner.async_session_maker() as session:
+            row = await session.execute(select(model.owner).where(model.id == task_id))
+            return row.scalar_one_or_none()
+
+    async def _write(self, task: Task, owner: str) -> None:
+        async with self._write_lock:
+            await self._inner.save(task, ServerCallContext(user=OwnerUser(owner)))
+
     async def save(self, task: Task, context: ServerCallContext) -> None:
-        owner = resolve_user_scope(context)
+        # A task keeps the owner that created it, even when an admin answers it.
+        held = self._held.get(task.id)
+        if held is not None:
+            owner = held[0]
+        else:
+            owner = await self._owner(task.id, context) or resolve_user_scope(context)
         snapshot = Task()
         snapshot.CopyFrom(task)
-        first = task.id not in self._held
+        first = held is None
         self.minted.discard(task.id)
-        self._held[task.id] = (owner, snapshot, context)
+        self._held[task.id] = (owner, snapshot)
         if first or task.status.state not in _DEFERRABLE:
             self._dirty.discard(task.id)
-            async with self._write_lock:
-                await self._inner.save(snapshot, context)
+            await self._write(snapshot, owner)
             if task.status.state not in UNFINISHED_STATES:
                 self._held.pop(task.id, None)
             return
@@ -70,25 +98,23 @@ class CoalescingTaskStore(TaskStore):
             held = self._held.get(task_id)
             if held is None:
                 continue
-            _, snapshot, context = held
             try:
-                async with self._write_lock:
-                    await self._inner.save(snapshot, context)
+                await self._write(held[1], held[0])
             except Exception:
                 log.exception("writing task %s", task_id)
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
-        held = self._held.get(task_id)
-        if held is not None:
-            owner, snapshot, _ = held
-            if owner != resolve_user_scope(context):
-                return None
-            copy = Task()
-            copy.CopyFrom(snapshot)
-            return copy
         if task_id in self.minted:
             return None
-        return await self._inner.get(task_id, context)
+        owner = await self._owner(task_id, context)
+        if owner is None:
+            return None
+        held = self._held.get(task_id)
+        if held is not None:
+            copy = Task()
+            copy.CopyFrom(held[1])
+            return copy
+        return await self._inner.get(task_id, ServerCallContext(user=OwnerUser(owner)))
 
     async def flush(self) -> None:
         """Writes every deferred save; after it returns the database is current."""

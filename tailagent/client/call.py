@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import json
+import os
 import sys
 import uuid
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from a2a.client import A2AClientError, ClientConfig, create_client
@@ -22,7 +26,9 @@ from google.protobuf.struct_pb2 import Value
 from rich.console import Console
 from rich.prompt import Prompt as AskPrompt
 
+from tailagent.access.tokens import read_local_token
 from tailagent.client.render import Outcome, Prompt, Renderer
+from tailagent.config import default_state_dir
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT_REQUIRED = 0, 1, 2, 3
 
@@ -69,6 +75,22 @@ def build_message(
     return message
 
 
+def choose_token(url: str, token: str | None, state_dir: str | None) -> str | None:
+    """The token to send: the one given, else, for a server on this box only, the
+    local token it made in its state dir. The local token never leaves the box."""
+    if token:
+        return token
+    host = urlsplit(url).hostname or ""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        return None
+    directory = state_dir or os.environ.get("TAILAGENT_STATE_DIR")
+    return read_local_token(Path(directory) if directory else default_state_dir())
+
+
 def exit_code(outcome: Outcome) -> int:
     if outcome.direct_message is not None or outcome.state == TaskState.TASK_STATE_COMPLETED:
         return EXIT_COMPLETED
@@ -87,9 +109,11 @@ async def run_call(args: argparse.Namespace, console: Console) -> int:
         answers=answers,
     )
     renderer = Renderer(console, args.url)
-    async with httpx.AsyncClient(
-        headers={"A2A-Version": "1.0"}, timeout=httpx.Timeout(10.0, read=None)
-    ) as http:
+    headers = {"A2A-Version": "1.0"}
+    token = choose_token(args.url, args.token, args.state_dir)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(10.0, read=None)) as http:
         client = await create_client(args.url, client_config=ClientConfig(httpx_client=http))
         try:
             while True:

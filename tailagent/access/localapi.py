@@ -1,0 +1,160 @@
+"""An async client for tailscaled's LocalAPI, over its unix socket.
+
+tailscaled is the only authority on who is calling: it knows which tailnet node
+and user stand behind an address. The `tailscale-localapi` package is not used:
+it has no whois, ignores the socket path it is given, and pins an old requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKETS = (
+    Path("/var/run/tailscale/tailscaled.sock"),
+    Path("/run/tailscale/tailscaled.sock"),
+)
+# tailscaled insists on this Host for LocalAPI requests over the socket.
+LOCALAPI_BASE = "http://local-tailscaled.sock"
+TAGGED_DEVICES = "tagged-devices"
+MISS_TTL = 5.0
+HIT_TTL = 30.0
+
+
+class LocalAPIUnavailable(Exception):
+    """tailscaled could not say: unreachable, or it answered 5xx. Callers fail closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    tags: tuple[str, ...] = ()
+    addresses: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class UserProfile:
+    login: str
+    display_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WhoIs:
+    node: Node
+    user: UserProfile
+    capabilities: dict[str, list[Any]] = field(default_factory=dict)
+
+    @property
+    def tagged(self) -> bool:
+        """A tagged node's identity is its tags; its profile is a placeholder."""
+        return bool(self.node.tags)
+
+    @classmethod
+    def parse(cls, data: dict[str, Any]) -> WhoIs:
+        node = data.get("Node") or {}
+        profile = data.get("UserProfile") or {}
+        capmap = data.get("CapMap") or {}
+        return cls(
+            node=Node(
+                name=str(node.get("Name") or node.get("ComputedName") or "").rstrip("."),
+                tags=tuple(node.get("Tags") or ()),
+                addresses=tuple(node.get("Addresses") or ()),
+            ),
+            user=UserProfile(
+                login=str(profile.get("LoginName") or ""),
+                display_name=str(profile.get("DisplayName") or ""),
+            ),
+            capabilities={k: list(v or []) for k, v in capmap.items()},
+        )
+
+
+def find_socket(configured: Path | None) -> Path:
+    if configured is not None:
+        return configured
+    for candidate in DEFAULT_SOCKETS:
+        if candidate.exists():
+            return candidate
+    return DEFAULT_SOCKETS[0]
+
+
+class LocalAPI:
+    def __init__(self, socket_path: Path | None = None, timeout: float = 3.0) -> None:
+        self.socket_path = find_socket(socket_path)
+        self._client = httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(uds=str(self.socket_path)),
+            base_url=LOCALAPI_BASE,
+            timeout=timeout,
+        )
+        self._cache: dict[tuple[str, str], tuple[float, WhoIs | None]] = {}
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def _get(self, path: str, params: dict[str, str] | None = None) -> httpx.Response:
+        try:
+            response = await self._client.get(path, params=params)
+        except httpx.HTTPError as exc:
+            raise LocalAPIUnavailable(
+                f"tailscaled is not reachable at {self.socket_path}: {exc or type(exc).__name__}"
+            ) from None
+        if response.status_code >= 500:
+            raise LocalAPIUnavailable(
+                f"tailscaled answered {response.status_code}: {response.text.strip()[:200]}"
+            )
+        return response
+
+    async def whois(self, addr: str, proto: str = "") -> WhoIs | None:
+        """Who is behind `addr` (an IP, or IP:port); None when tailscaled knows no such peer.
+
+        Misses are cached briefly: tailscaled spends ~180 ms on each unknown address."""
+        key = (addr, proto)
+        cached = self._cache.get(key)
+        now = time.monotonic()
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        params = {"addr": addr}
+        if proto:
+            params["proto"] = proto
+        response = await self._get("/localapi/v0/whois", params)
+        result: WhoIs | None
+        if response.status_code == 404:
+            result = None
+        elif response.status_code == 200:
+            result = WhoIs.parse(response.json())
+        else:
+            raise LocalAPIUnavailable(
+                f"tailscaled answered whois with {response.status_code}: {response.text[:200]}"
+            )
+        self._cache[key] = (now + (HIT_TTL if result else MISS_TTL), result)
+        if len(self._cache) > 4096:
+            self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
+        return result
+
+    async def status(self) -> dict[str, Any]:
+        response = await self._get("/localapi/v0/status")
+        if response.status_code != 200:
+            raise LocalAPIUnavailable(f"tailscaled answered status with {response.status_code}")
+        data: dict[str, Any] = response.json()
+        return data
+
+
+def self_login(status: dict[str, Any]) -> str | None:
+    """The login that owns this node, from a status answer; None for a tagged node."""
+    me = status.get("Self") or {}
+    if me.get("Tags"):
+        return None
+    user = (status.get("User") or {}).get(str(me.get("UserID")))
+    login = (user or {}).get("LoginName")
+    return str(login) if login else None
+
+
+def self_dns_name(status: dict[str, Any]) -> str | None:
+    name = (status.get("Self") or {}).get("DNSName")
+    return str(name).rstrip(".") if name else None

@@ -1,0 +1,146 @@
+"""The per-connection identity algorithm of DESIGN.md ("Identity").
+
+tailscaled is the only authority; no header is believed unless tailscaled itself
+sent it:
+
+- unix-socket listener: only tailscaled (root) and the service user can connect,
+  so X-Forwarded-For (exactly one IP) is tailscaled's word, and whois(IP) names
+  the peer; no X-Forwarded-For means a local process.
+- TCP loopback listener: whois(remote ip:port) first. A 200 is a tailnet peer that
+  userspace networking forwarded straight to us, and no header counts. A 404 is a
+  local connection: X-Forwarded-For counts only when the connecting socket belongs
+  to root or tailscaled's user (that is `tailscale serve`); any other local process
+  is just local, whatever it sends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name, self_login
+from tailagent.access.peercred import connection_owner
+from tailagent.access.policy import Seen
+
+CONNECTION_TTL = 600.0
+SELF_TTL = 60.0
+SELF_RETRY = 5.0
+
+
+class BadForwarding(ValueError):
+    """An X-Forwarded-For that tailscaled would never send."""
+
+
+def forwarded_ip(value: str) -> str:
+    parts = [p.strip() for p in value.split(",")]
+    if len(parts) != 1:
+        raise BadForwarding("X-Forwarded-For must name exactly one address")
+    try:
+        return str(ipaddress.ip_address(parts[0]))
+    except ValueError:
+        raise BadForwarding(f"X-Forwarded-For is not an IP address: {parts[0]!r}") from None
+
+
+def _addr_port(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Connection:
+    """What one TCP connection is, decided on its first request."""
+
+    client: tuple[str, int]  # the very tuple object Hypercorn hands every request on it
+    seen: Seen | None  # a netstack peer, fixed for the connection
+    uid: int | None  # else: the local owner of the connecting socket
+    expires: float
+
+
+@dataclass
+class TailnetSelf:
+    """This node as tailscaled describes it: its owner and the names it answers to."""
+
+    owner_login: str | None = None
+    dns_name: str | None = None
+    addresses: tuple[str, ...] = ()
+
+
+class Resolver:
+    def __init__(self, localapi: LocalAPI, *, unix_listener: bool) -> None:
+        self.localapi = localapi
+        self._unix = unix_listener
+        self._connections: dict[tuple[str, int], _Connection] = {}
+        self._trusted_uids = {0}
+        with contextlib.suppress(OSError):
+            self._trusted_uids.add(os.stat(localapi.socket_path).st_uid)
+        self.me = TailnetSelf()
+        self._me_expires = 0.0
+
+    async def current_self(self) -> TailnetSelf:
+        """This node's owner and names, re-read at most once a minute (every few
+        seconds while tailscaled is unreachable); the last known answer otherwise."""
+        now = time.monotonic()
+        if now >= self._me_expires:
+            try:
+                status = await self.localapi.status()
+            except LocalAPIUnavailable:
+                self._me_expires = now + SELF_RETRY
+                return self.me
+            me = status.get("Self") or {}
+            self.me = TailnetSelf(
+                owner_login=self_login(status),
+                dns_name=self_dns_name(status),
+                addresses=tuple(me.get("TailscaleIPs") or ()),
+            )
+            self._me_expires = now + SELF_TTL
+        return self.me
+
+    async def _forwarded(self, header: str, how: str) -> Seen:
+        ip = forwarded_ip(header)
+        peer = await self.localapi.whois(ip)
+        if peer is None:
+            return Seen(None, f"{how}, but tailscaled knows no peer {ip}")
+        return Seen(peer, how)
+
+    async def seen(self, scope: dict[str, Any], forwarded_for: str) -> Seen:
+        """Raises LocalAPIUnavailable when tailscaled cannot say (callers fail closed)."""
+        if self._unix:
+            if forwarded_for:
+                return await self._forwarded(forwarded_for, "tailscale serve (unix socket)")
+            return Seen(None, "local process on the unix socket")
+        client = scope.get("client")
+        server = scope.get("server")
+        if not client or not server:
+            return Seen(None, "connection without addresses")
+        connection = await self._connection(client, server)
+        if connection.seen is not None:
+            return connection.seen
+        uid = connection.uid
+        if forwarded_for and uid in self._trusted_uids:
+            return await self._forwarded(forwarded_for, "tailscale serve")
+        ignored = ", X-Forwarded-For ignored" if forwarded_for else ""
+        return Seen(None, f"local process (uid {uid}){ignored}")
+
+    async def _connection(self, client: Any, server: Any) -> _Connection:
+        key = (client[0], client[1])
+        now = time.monotonic()
+        cached = self._connections.get(key)
+        # Ports are reused: an entry counts only for the same connection, which
+        # Hypercorn marks by handing every one of its requests the same tuple.
+        if cached is not None and cached.client is client and cached.expires > now:
+            return cached
+        peer = await self.localapi.whois(_addr_port(client[0], client[1]), "tcp")
+        if peer is not None:
+            entry = _Connection(
+                client, Seen(peer, "tailnet connection"), None, now + CONNECTION_TTL
+            )
+        else:
+            uid = connection_owner((client[0], client[1]), (server[0], server[1]))
+            entry = _Connection(client, None, uid, now + CONNECTION_TTL)
+        self._connections[key] = entry
+        if len(self._connections) > 4096:
+            self._connections = {k: v for k, v in self._connections.items() if v.expires > now}
+        return entry

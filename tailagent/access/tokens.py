@@ -1,0 +1,128 @@
+"""Bearer tokens: named, with roles, stored only as hashes, revocable.
+
+The file (`tokens.json` in the state dir, 0600) is re-read when it changes, so
+`tailagent token revoke` takes effect on a running server at its next request.
+A `local` token is made on first start and kept in `local-token` (0600): it is
+how `tailagent call`, run by the same user on the same box, gets in without a
+tailnet identity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+TOKENS_FILE = "tokens.json"
+LOCAL_TOKEN_FILE = "local-token"
+LOCAL_TOKEN_NAME = "local"
+TOKEN_PREFIX = "ta_"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    name: str
+    roles: tuple[str, ...]
+    created: str
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def write_private(path: Path, text: str) -> None:
+    """Writes a file readable only by its owner, atomically (a reader sees old or new)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, 0o600)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+class TokenStore:
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / TOKENS_FILE
+        self.local_path = state_dir / LOCAL_TOKEN_FILE
+        self._loaded_at: float | None = None
+        self._entries: dict[str, dict[str, object]] = {}
+
+    def _load(self) -> dict[str, dict[str, object]]:
+        try:
+            mtime = self.path.stat().st_mtime_ns
+        except FileNotFoundError:
+            self._entries, self._loaded_at = {}, None
+            return self._entries
+        if mtime != self._loaded_at:
+            self._entries = json.loads(self.path.read_text() or "{}")
+            self._loaded_at = mtime
+        return self._entries
+
+    def _save(self, entries: dict[str, dict[str, object]]) -> None:
+        write_private(self.path, json.dumps(entries, indent=2, sort_keys=True) + "\n")
+
+    def add(self, name: str, roles: tuple[str, ...]) -> str:
+        """Creates a token and returns it: the only time it is ever seen."""
+        entries = dict(self._load())
+        if name in entries:
+            raise ValueError(f"a token named {name!r} exists; revoke it first")
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        entries[name] = {
+            "hash": _hash(token),
+            "roles": list(roles),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        self._save(entries)
+        return token
+
+    def revoke(self, name: str) -> None:
+        entries = dict(self._load())
+        if name not in entries:
+            raise KeyError(f"no token named {name!r}")
+        del entries[name]
+        self._save(entries)
+        if name == LOCAL_TOKEN_NAME:
+            self.local_path.unlink(missing_ok=True)
+
+    def list(self) -> list[TokenInfo]:
+        return [
+            TokenInfo(name, tuple(entry["roles"]), str(entry["created"]))  # type: ignore[arg-type]
+            for name, entry in sorted(self._load().items())
+        ]
+
+    def verify(self, token: str) -> TokenInfo | None:
+        """The token's entry, compared in constant time against every stored hash."""
+        presented = _hash(token)
+        found: TokenInfo | None = None
+        for name, entry in self._load().items():
+            if hmac.compare_digest(presented, str(entry["hash"])):
+                found = TokenInfo(name, tuple(entry["roles"]), str(entry["created"]))  # type: ignore[arg-type]
+        return found
+
+    def ensure_local(self) -> None:
+        """Makes the `local` token on first start (and again if its file was lost)."""
+        if self.local_path.exists() and LOCAL_TOKEN_NAME in self._load():
+            return
+        if LOCAL_TOKEN_NAME in self._load():
+            self.revoke(LOCAL_TOKEN_NAME)
+        token = self.add(LOCAL_TOKEN_NAME, ("caller", "approver", "admin"))
+        write_private(self.local_path, token + "\n")
+
+
+def read_local_token(state_dir: Path) -> str | None:
+    try:
+        return (state_dir / LOCAL_TOKEN_FILE).read_text().strip() or None
+    except OSError:
+        return None

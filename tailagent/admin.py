@@ -1,0 +1,81 @@
+"""`tailagent token` and `tailagent audit`: the owner's commands on this box's state."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from tailagent.access.tokens import TokenStore
+from tailagent.bridge.audit import read_audit
+
+_AGE = re.compile(r"(\d+)([smhd])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def token_command(args: argparse.Namespace, state_dir: Path) -> int:
+    store = TokenStore(state_dir)
+    if args.action == "add":
+        try:
+            token = store.add(args.name, tuple(args.roles or ["caller"]))
+        except ValueError as exc:
+            print(f"tailagent: {exc}", file=sys.stderr)
+            return 1
+        print(token)  # alone on stdout, so `TOKEN=$(tailagent token add ci)` works
+        return 0
+    if args.action == "revoke":
+        try:
+            store.revoke(args.name)
+        except KeyError as exc:
+            print(f"tailagent: {exc.args[0]}", file=sys.stderr)
+            return 1
+        print(f"revoked {args.name}", file=sys.stderr)
+        return 0
+    table = Table("name", "roles", "created")
+    for info in store.list():
+        table.add_row(info.name, ", ".join(info.roles), info.created)
+    Console().print(table)
+    return 0
+
+
+def parse_since(text: str) -> datetime:
+    age = _AGE.fullmatch(text.strip())
+    if age:
+        amount, unit = int(age.group(1)), _UNITS[age.group(2)]
+        return datetime.now(UTC) - timedelta(**{unit: amount})
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def audit_command(args: argparse.Namespace, state_dir: Path) -> int:
+    try:
+        since = parse_since(args.since) if args.since else None
+    except ValueError:
+        print(f"tailagent: --since wants an ISO time or an age like 12h, not {args.since!r}")
+        return 2
+    entries = read_audit(state_dir / "tailagent.db", since)
+    if args.json:
+        for entry in entries:
+            print(json.dumps(asdict(entry), ensure_ascii=False))
+        return 0
+    table = Table("when", "decision", "tool", "input", "answered by", "reason", "task")
+    for e in entries:
+        style = "green" if e.decision == "allow" else "red"
+        table.add_row(
+            e.at[:19],
+            f"[{style}]{e.decision}[/]",
+            e.tool,
+            e.input,
+            e.answered_by,
+            e.reason,
+            e.task_id[:8],
+        )
+    Console(soft_wrap=False).print(table)
+    return 0
