@@ -17,6 +17,7 @@ from tailagent.access.tokens import TokenStore
 from tailagent.bridge.audit import read_audit
 
 _AGE = re.compile(r"(\d+)([smhd])")
+PIPED_WIDTH = 240
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
@@ -41,8 +42,13 @@ def token_command(args: argparse.Namespace, state_dir: Path) -> int:
     table = Table("name", "roles", "created")
     for info in store.list():
         table.add_row(info.name, ", ".join(info.roles), info.created)
-    Console().print(table)
+    _console().print(table)
     return 0
+
+
+def _console() -> Console:
+    """A terminal's own width; a wide one when piped, so rows stay whole for grep."""
+    return Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
 
 
 def parse_since(text: str) -> datetime:
@@ -77,5 +83,5 @@ def audit_command(args: argparse.Namespace, state_dir: Path) -> int:
             e.reason,
             e.task_id[:8],
         )
-    Console(soft_wrap=False).print(table)
+    _console().print(table)
     return 0

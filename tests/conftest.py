@@ -57,6 +57,7 @@ def start_server(
     *extra: str,
     state_dir: Path | None = None,
     program: tuple[str, ...] = ("-m", "tailagent"),
+    listen: str = "127.0.0.1:0",
 ) -> RunningServer:
     """Starts `tailagent serve` and waits until it says where it is serving."""
     state_dir = state_dir or tmp / "state"
@@ -64,7 +65,7 @@ def start_server(
     workspace.mkdir(parents=True, exist_ok=True)
     log_path = tmp / f"server-{time.monotonic_ns()}.log"
     log_file = log_path.open("w")
-    args = [sys.executable, *program, "serve", "--listen", "127.0.0.1:0"]
+    args = [sys.executable, *program, "serve", "--listen", listen]
     args += ["--state-dir", str(state_dir), "--cwd", str(workspace), *extra]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILAGENT_")}
     process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, text=True, env=env)

@@ -1,0 +1,79 @@
+"""A stand-in for tailscaled's LocalAPI, on a unix socket, for the tests.
+
+It answers `whois` and `status` the way tailscaled shapes them (Node,
+UserProfile, CapMap; `404 no match for IP:port` as text/plain; 503 when the
+backend is down), from a JSON file the test rewrites whenever it likes:
+
+    {"whois": {"100.64.0.2": {...}, "127.0.0.1:40000": {...}},
+     "status": {...}, "down": false}
+
+Run: python tests/fake_tailscaled.py SOCKET CONFIG
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socketserver
+import sys
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+
+class Handler(BaseHTTPRequestHandler):
+    config_path: Path
+
+    def _reply(self, status: int, body: str, content_type: str) -> None:
+        payload = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def do_GET(self) -> None:
+        if self.headers.get("Host") != "local-tailscaled.sock":
+            self._reply(403, "invalid Host header\n", "text/plain")
+            return
+        config = json.loads(self.config_path.read_text())
+        if config.get("down"):
+            self._reply(503, "no backend\n", "text/plain")
+            return
+        url = urlsplit(self.path)
+        if url.path == "/localapi/v0/status":
+            self._reply(200, json.dumps(config.get("status", {})), "application/json")
+        elif url.path == "/localapi/v0/whois":
+            addr = parse_qs(url.query).get("addr", [""])[0]
+            found = config.get("whois", {}).get(addr)
+            if found is None:
+                self._reply(404, f"no match for {addr}\n", "text/plain; charset=utf-8")
+            else:
+                self._reply(200, json.dumps(found), "application/json")
+        else:
+            self._reply(404, "not found\n", "text/plain")
+
+    def address_string(self) -> str:
+        return "local"
+
+    def log_message(self, format: str, *args: object) -> None:
+        sys.stderr.write(f"fake-tailscaled: {format % args}\n")
+
+
+class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+def main() -> None:
+    socket_path, config_path = sys.argv[1], Path(sys.argv[2])
+    Handler.config_path = config_path
+    if os.path.exists(socket_path):
+        os.unlink(socket_path)
+    with Server(socket_path, Handler) as server:
+        os.chmod(socket_path, 0o666)  # like tailscaled: anyone may ask, it checks who
+        print("ready", flush=True)
+        server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,317 @@
+"""Who gets in: every source of a request, on both listener kinds, against the policy.
+
+Each row is a real request to a real server whose tailscaled is the fake one in
+tests/fake_tailscaled.py. The forging client of the local-process rows really runs
+as another Unix user (`runuser -u nobody`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.conftest import RunningServer, start_server
+from tests.tailnet import (
+    NODE_DNS,
+    OWNER,
+    FakeTailscaled,
+    curl_as_nobody,
+    free_port,
+    request,
+    send_message,
+    whois,
+)
+
+CAPABILITY = "example.com/cap/tailagent"
+CONFIG = f"""
+[access]
+allowed_logins = ["alice@example.com"]
+allowed_tags = ["tag:ci"]
+capability = "{CAPABILITY}"
+allowed_origins = ["https://dash.example.com"]
+"""
+FORGED = {"Tailscale-User-Login": OWNER, "Tailscale-User-Name": "Owner"}
+needs_runuser = pytest.mark.skipif(
+    shutil.which("runuser") is None or shutil.which("curl") is None or os.geteuid() != 0,
+    reason="needs root with runuser and curl, to send a request as another Unix user",
+)
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeTailscaled]:
+    tailscaled = FakeTailscaled(tmp_path_factory.mktemp("tailscaled")).start()
+    yield tailscaled
+    tailscaled.stop()
+
+
+@pytest.fixture(scope="module")
+def tcp_server(
+    tmp_path_factory: pytest.TempPathFactory, fake: FakeTailscaled
+) -> Iterator[RunningServer]:
+    tmp = tmp_path_factory.mktemp("access")
+    config = tmp / "tailagent.toml"
+    config.write_text(CONFIG)
+    server = start_server(tmp, "--config", str(config), "--tailscale-socket", str(fake.socket))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def reset(fake: FakeTailscaled) -> Iterator[None]:
+    fake.peers, fake.down = {}, False
+    fake.write()
+    yield
+
+
+def port_of(server: RunningServer) -> int:
+    return int(urlsplit(server.url).port or 0)
+
+
+def last_access_line(server: RunningServer) -> str:
+    time.sleep(0.1)
+    lines = [line for line in server.log().splitlines() if "tailagent.access:" in line]
+    return lines[-1]
+
+
+def ask(server: RunningServer, text: str, **kwargs: object) -> tuple[int, dict[str, object]]:
+    return request("127.0.0.1", port_of(server), body=send_message(text), **kwargs)  # type: ignore[arg-type]
+
+
+# --- TCP loopback listener ---------------------------------------------------------------------
+
+
+def test_serve_forwarded_owner_gets_in(tcp_server: RunningServer, fake: FakeTailscaled) -> None:
+    fake.peers["100.64.0.9"] = whois(OWNER, ip="100.64.0.9")
+    fake.write()
+    status, body = ask(
+        tcp_server, "owner", headers={"X-Forwarded-For": "100.64.0.9", "Host": NODE_DNS}
+    )
+    assert status == 200, body
+    assert "user:owner@example.com (tailscale serve)" in last_access_line(tcp_server)
+
+
+def test_serve_forwarded_stranger_is_refused_with_what_would_let_them_in(
+    tcp_server: RunningServer, fake: FakeTailscaled
+) -> None:
+    fake.peers["100.64.0.10"] = whois("mallory@example.com", ip="100.64.0.10")
+    fake.write()
+    status, body = ask(tcp_server, "stranger", headers={"X-Forwarded-For": "100.64.0.10"})
+    assert status == 403
+    assert body["error"] == "forbidden"
+    assert "mallory@example.com is not in access.allowed_logins" in body["reason"]
+    assert CAPABILITY in body["reason"]
+
+
+def test_netstack_connection_is_the_peer_whatever_headers_it_sends(
+    tcp_server: RunningServer, fake: FakeTailscaled
+) -> None:
+    source = free_port()
+    fake.peers[f"127.0.0.1:{source}"] = whois("alice@example.com", name="alice-laptop")
+    fake.write()
+    status, _ = ask(
+        tcp_server,
+        "netstack",
+        source_port=source,
+        headers={"X-Forwarded-For": "100.64.0.9", **FORGED},
+    )
+    assert status == 200
+    line = last_access_line(tcp_server)
+    assert "user:alice@example.com (tailnet connection)" in line
+
+
+@needs_runuser
+def test_local_non_root_process_forging_headers_is_refused(
+    tcp_server: RunningServer, fake: FakeTailscaled
+) -> None:
+    fake.peers["100.64.0.9"] = whois(OWNER, ip="100.64.0.9")
+    fake.write()
+    result = curl_as_nobody(
+        tcp_server.url + "/",
+        body=send_message("forged"),
+        headers={"X-Forwarded-For": "100.64.0.9", **FORGED},
+    )
+    assert result.stdout == "401", result
+    line = last_access_line(tcp_server)
+    assert "X-Forwarded-For ignored" in line and "uid 65534" in line
+
+
+def test_local_process_with_a_token_gets_in_as_the_token(tcp_server: RunningServer) -> None:
+    status, _ = ask(tcp_server, "token", headers={"Authorization": f"Bearer {tcp_server.token}"})
+    assert status == 200
+    assert "token:local (bearer token" in last_access_line(tcp_server)
+
+
+def test_local_process_without_token_is_401_with_bearer_challenge(
+    tcp_server: RunningServer,
+) -> None:
+    status, body = ask(tcp_server, "anonymous")
+    assert status == 401
+    assert body["error"] == "unauthorized"
+    assert "need a bearer token" in body["reason"]
+
+
+def test_wrong_token_is_401_and_never_echoed(tcp_server: RunningServer) -> None:
+    status, body = ask(tcp_server, "badtoken", headers={"Authorization": "Bearer ta_nope-secret"})
+    assert status == 401
+    assert "ta_nope-secret" not in str(body)
+
+
+def test_browser_origin_is_refused_unless_allowed(tcp_server: RunningServer) -> None:
+    auth = {"Authorization": f"Bearer {tcp_server.token}"}
+    status, body = ask(tcp_server, "origin", headers={**auth, "Origin": "https://evil.example"})
+    assert status == 403 and "access.allowed_origins" in body["reason"]
+    status, _ = ask(tcp_server, "origin-ok", headers={**auth, "Origin": "https://dash.example.com"})
+    assert status == 200
+
+
+def test_funnel_request_is_refused(tcp_server: RunningServer, fake: FakeTailscaled) -> None:
+    fake.peers["100.64.0.9"] = whois(OWNER, ip="100.64.0.9")
+    fake.write()
+    status, body = ask(
+        tcp_server,
+        "funnel",
+        headers={"X-Forwarded-For": "100.64.0.9", "Tailscale-Funnel-Request": "?1"},
+    )
+    assert status == 403 and "Funnel" in body["reason"]
+
+
+def test_a_foreign_host_name_is_refused(tcp_server: RunningServer) -> None:
+    auth = {"Authorization": f"Bearer {tcp_server.token}"}
+    status, body = ask(tcp_server, "rebind", headers={**auth, "Host": "evil.example:3008"})
+    assert status == 403 and "does not name this server" in body["reason"]
+    for good in (NODE_DNS, "100.64.0.1", "localhost:1234"):
+        assert ask(tcp_server, f"host-{good}", headers={**auth, "Host": good})[0] == 200
+
+
+def test_tailscaled_down_fails_closed(tcp_server: RunningServer, fake: FakeTailscaled) -> None:
+    fake.down = True
+    fake.write()
+    status, body = ask(tcp_server, "down", headers={"X-Forwarded-For": "100.64.0.9"})
+    assert status == 503
+    assert body["error"] == "identity unavailable"
+    # A token still works: nothing but a local process can reach us while it is down.
+    auth = {"Authorization": f"Bearer {tcp_server.token}"}
+    assert ask(tcp_server, "down-token", headers=auth)[0] == 200
+
+
+def test_tagged_node_is_its_tags_not_the_placeholder_login(
+    tcp_server: RunningServer, fake: FakeTailscaled
+) -> None:
+    fake.peers["100.64.0.20"] = whois(tags=("tag:ci",), name="runner", ip="100.64.0.20")
+    fake.peers["100.64.0.21"] = whois(tags=("tag:other",), name="box", ip="100.64.0.21")
+    fake.write()
+    status, _ = ask(tcp_server, "tagged", headers={"X-Forwarded-For": "100.64.0.20"})
+    assert status == 200
+    line = last_access_line(tcp_server)
+    assert "tags:tag:ci" in line and "tagged-devices" not in line
+    status, body = ask(tcp_server, "tagged-no", headers={"X-Forwarded-For": "100.64.0.21"})
+    assert status == 403 and "access.allowed_tags" in body["reason"]
+
+
+def test_a_grant_gives_its_role(tcp_server: RunningServer, fake: FakeTailscaled) -> None:
+    caps = {CAPABILITY: [{"role": "approver"}]}
+    fake.peers["100.64.0.30"] = whois("carol@example.com", caps=caps, ip="100.64.0.30")
+    fake.peers["100.64.0.31"] = whois(
+        "dave@example.com", caps={"other.com/cap/x": [{"role": "admin"}]}, ip="100.64.0.31"
+    )
+    fake.write()
+    assert ask(tcp_server, "granted", headers={"X-Forwarded-For": "100.64.0.30"})[0] == 200
+    assert ask(tcp_server, "other-cap", headers={"X-Forwarded-For": "100.64.0.31"})[0] == 403
+
+
+def test_public_routes_need_no_identity(tcp_server: RunningServer, fake: FakeTailscaled) -> None:
+    fake.down = True
+    fake.write()
+    for path in ("/.well-known/agent-card.json", "/healthz"):
+        status, _ = request("127.0.0.1", port_of(tcp_server), method="GET", path=path)
+        assert status == 200, path
+
+
+def test_malformed_forwarding_is_refused(tcp_server: RunningServer) -> None:
+    status, body = ask(tcp_server, "xff2", headers={"X-Forwarded-For": "100.64.0.9, 100.64.0.10"})
+    assert status == 401 and "exactly one address" in body["reason"]
+
+
+# --- unix socket listener ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def unix_server(fake: FakeTailscaled) -> Iterator[tuple[RunningServer, Path]]:
+    # A world-traversable directory, so that only the socket's own mode keeps others out.
+    base = Path(tempfile.mkdtemp(prefix="tailagent-unix-"))
+    base.chmod(0o755)
+    socket_path = base / "tailagent.sock"
+    config = base / "tailagent.toml"
+    config.write_text(CONFIG)
+    server = start_server(
+        base,
+        "--config",
+        str(config),
+        "--tailscale-socket",
+        str(fake.socket),
+        listen=f"unix:{socket_path}",
+    )
+    yield server, socket_path
+    server.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def unix_request(
+    socket_path: Path, text: str, headers: dict[str, str]
+) -> tuple[int, dict[str, object]]:
+    import http.client
+    import json
+    import socket as socket_module
+
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+            self.sock.connect(str(socket_path))
+
+    conn = UnixConnection("localhost", timeout=10)
+    conn.request(
+        "POST",
+        "/",
+        body=json.dumps(send_message(text)),
+        headers={"Content-Type": "application/json", "A2A-Version": "1.0", **headers},
+    )
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, json.loads(data)
+
+
+def test_unix_forwarded_request_is_the_peer(unix_server, fake: FakeTailscaled) -> None:  # type: ignore[no-untyped-def]
+    server, socket_path = unix_server
+    fake.peers["100.64.0.40"] = whois("alice@example.com", ip="100.64.0.40")
+    fake.write()
+    status, _ = unix_request(socket_path, "unix-peer", {"X-Forwarded-For": "100.64.0.40", **FORGED})
+    assert status == 200
+    assert "user:alice@example.com (tailscale serve (unix socket))" in last_access_line(server)
+
+
+def test_unix_local_caller_needs_a_token(unix_server) -> None:  # type: ignore[no-untyped-def]
+    server, socket_path = unix_server
+    assert unix_request(socket_path, "unix-anon", {})[0] == 401
+    assert (
+        unix_request(socket_path, "unix-token", {"Authorization": f"Bearer {server.token}"})[0]
+        == 200
+    )
+
+
+@needs_runuser
+def test_other_users_cannot_connect_to_the_unix_socket(unix_server) -> None:  # type: ignore[no-untyped-def]
+    _, socket_path = unix_server
+    assert stat.S_IMODE(socket_path.stat().st_mode) == 0o600
+    result = curl_as_nobody(
+        "http://localhost/", body=send_message("x"), headers=FORGED, unix_socket=socket_path
+    )
+    assert result.returncode == 7 and result.stdout == "000"  # curl: could not connect
