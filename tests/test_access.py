@@ -315,3 +315,28 @@ def test_other_users_cannot_connect_to_the_unix_socket(unix_server) -> None:  # 
         "http://localhost/", body=send_message("x"), headers=FORGED, unix_socket=socket_path
     )
     assert result.returncode == 7 and result.stdout == "000"  # curl: could not connect
+
+
+def test_tailscaled_gone_fails_closed(tmp_path: Path) -> None:
+    tailscaled = FakeTailscaled(tmp_path / "tailscaled").start()
+    server = start_server(tmp_path, "--tailscale-socket", str(tailscaled.socket))
+    try:
+        tailscaled.stop()
+        status, body = ask(server, "gone", headers={"X-Forwarded-For": "100.64.0.9"})
+        assert status == 503
+        assert "not reachable" in body["reason"]
+        assert "identity unavailable" in server.log()
+    finally:
+        assert server.stop() == 0
+
+
+def test_local_without_token_is_an_explicit_opt_in(tmp_path: Path) -> None:
+    config = tmp_path / "open.toml"
+    config.write_text("[access]\nlocal_without_token = true\n")
+    missing = tmp_path / "no-tailscaled.sock"
+    server = start_server(tmp_path, "--config", str(config), "--tailscale-socket", str(missing))
+    try:
+        assert ask(server, "open")[0] == 200
+        assert "local:local" in last_access_line(server)
+    finally:
+        assert server.stop() == 0

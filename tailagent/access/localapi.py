@@ -26,6 +26,7 @@ LOCALAPI_BASE = "http://local-tailscaled.sock"
 TAGGED_DEVICES = "tagged-devices"
 MISS_TTL = 5.0
 HIT_TTL = 30.0
+RETRY_AFTER = 1.0
 
 
 class LocalAPIUnavailable(Exception):
@@ -93,17 +94,25 @@ class LocalAPI:
             timeout=timeout,
         )
         self._cache: dict[tuple[str, str], tuple[float, WhoIs | None]] = {}
+        self._unreachable_until = 0.0
+        self._unreachable_reason = ""
 
     async def aclose(self) -> None:
         await self._client.aclose()
 
     async def _get(self, path: str, params: dict[str, str] | None = None) -> httpx.Response:
+        # After a failed connection, fail fast for a moment instead of dialling again on
+        # every request: while tailscaled is gone, every caller is local anyway.
+        if time.monotonic() < self._unreachable_until:
+            raise LocalAPIUnavailable(self._unreachable_reason)
         try:
             response = await self._client.get(path, params=params)
         except httpx.HTTPError as exc:
-            raise LocalAPIUnavailable(
+            self._unreachable_reason = (
                 f"tailscaled is not reachable at {self.socket_path}: {exc or type(exc).__name__}"
-            ) from None
+            )
+            self._unreachable_until = time.monotonic() + RETRY_AFTER
+            raise LocalAPIUnavailable(self._unreachable_reason) from None
         if response.status_code >= 500:
             raise LocalAPIUnavailable(
                 f"tailscaled answered {response.status_code}: {response.text.strip()[:200]}"
