@@ -340,3 +340,24 @@ def test_local_without_token_is_an_explicit_opt_in(tmp_path: Path) -> None:
         assert "local:local" in last_access_line(server)
     finally:
         assert server.stop() == 0
+
+
+def test_require_token_demands_both(tmp_path: Path) -> None:
+    tailscaled = FakeTailscaled(tmp_path / "tailscaled").start()
+    tailscaled.peers["100.64.0.50"] = whois("alice@example.com", ip="100.64.0.50")
+    tailscaled.write()
+    config = tmp_path / "strict.toml"
+    config.write_text('[access]\nallowed_logins = ["alice@example.com"]\nrequire_token = true\n')
+    server = start_server(
+        tmp_path, "--config", str(config), "--tailscale-socket", str(tailscaled.socket)
+    )
+    try:
+        forwarded = {"X-Forwarded-For": "100.64.0.50"}
+        status, body = ask(server, "no-token", headers=forwarded)
+        assert status == 401 and "access.require_token" in body["reason"]
+        auth = {"Authorization": f"Bearer {server.token}"}
+        assert ask(server, "both", headers={**forwarded, **auth})[0] == 200
+        assert "user:alice@example.com" in last_access_line(server)
+    finally:
+        server.stop()
+        tailscaled.stop()

@@ -119,3 +119,10 @@ def test_usage_and_connection_errors_exit_2(server: RunningServer) -> None:
     unknown = call(server, "hi", "--task", "no-such-task")
     assert unknown.returncode == 2
     assert "refused the request" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_a_refusal_is_one_line_with_the_servers_reason(server: RunningServer) -> None:
+    result = call(server, "hi", "--token", "ta_not-a-real-token")
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "401 unauthorized: the bearer token is not valid" in line

@@ -173,7 +173,7 @@ def call_command(args: argparse.Namespace) -> int:
     except httpx.HTTPError as exc:
         print(f"tailagent: cannot reach {args.url}: {exc or type(exc).__name__}", file=sys.stderr)
     except A2AClientError as exc:
-        print(f"tailagent: cannot talk to {args.url}: {_reason(exc)}", file=sys.stderr)
+        print(f"tailagent: {args.url}: {_reason(exc)}", file=sys.stderr)
     except A2AError as exc:
         print(f"tailagent: {args.url} refused the request: {_reason(exc)}", file=sys.stderr)
     except BrokenPipeError:
@@ -184,5 +184,17 @@ def call_command(args: argparse.Namespace) -> int:
 
 
 def _reason(exc: BaseException) -> str:
+    """One line: the server's own reason when it refused (401/403/503), else the error."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, httpx.HTTPStatusError):
+            try:
+                body = cause.response.json()
+            except ValueError:
+                break
+            if isinstance(body, dict) and body.get("reason"):
+                return f"{cause.response.status_code} {body.get('error', '')}: {body['reason']}"
+            break
+        cause = cause.__cause__ or cause.__context__
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0]
