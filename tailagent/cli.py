@@ -141,11 +141,11 @@ def _serve(args: argparse.Namespace) -> int:
     # a2a-sdk wraps every call in an OpenTelemetry span, which costs ~1 ms a request
     # even with no exporter; tracing stays available to whoever sets this to true.
     os.environ.setdefault("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")
-    from tailagent.server import ListenError, run
+    from tailagent.server import StartError, run
 
     try:
         asyncio.run(run(settings))
-    except ListenError as exc:
+    except StartError as exc:
         print(f"tailagent: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 AGENTS = ("echo", "claude", "claude-acp", "codex", "gemini")
-AVAILABLE_AGENTS = ("echo",)
+AVAILABLE_AGENTS = ("echo", "claude-acp", "codex", "gemini")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ENV_PREFIX = "TAILAGENT_"
 
@@ -99,6 +99,21 @@ class AccessSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """How agent processes are run (the `[agent]` table)."""
+
+    package_version: str | None = None
+    env_passthrough: tuple[str, ...] = ()
+    idle_timeout: float = 1800.0
+    max_processes: int = 8
+    warm_spares: int = 1
+    start_timeout: float = 120.0
+    cancel_timeout: float = 5.0
+    terminal_output_limit: int = 256 * 1024
+    max_terminals_per_turn: int = 16
+
+
+@dataclass(frozen=True, slots=True)
 class TailscaleSettings:
     """How to reach tailscaled (the `[tailscale]` table)."""
 
@@ -119,6 +134,7 @@ class Settings:
     log_level: str = "info"
     card_lists_0_3: bool = True
     access: AccessSettings = field(default_factory=AccessSettings)
+    agent_process: AgentSettings = field(default_factory=AgentSettings)
     tailscale: TailscaleSettings = field(default_factory=TailscaleSettings)
 
     @property
@@ -212,6 +228,24 @@ def _origins(value: Any) -> tuple[str, ...]:
     return origins
 
 
+def _positive_number(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"must be a positive number, not {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be a positive number, not {value!r}") from None
+    if number <= 0:
+        raise ValueError(f"must be a positive number, not {value!r}")
+    return number
+
+
+def _count(value: Any) -> int:
+    if value in (0, "0"):
+        return 0
+    return _positive_int(value)
+
+
 def _listen(value: Any) -> Listen:
     return parse_listen(_text(value))
 
@@ -245,15 +279,27 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "access.allowed_origins": _origins,
     "access.local_without_token": _boolean,
     "tailscale.socket": _path,
+    "agent.package_version": _text,
+    "agent.env_passthrough": _strings,
+    "agent.idle_timeout": _positive_number,
+    "agent.max_processes": _positive_int,
+    "agent.warm_spares": _count,
+    "agent.start_timeout": _positive_number,
+    "agent.cancel_timeout": _positive_number,
+    "agent.terminal_output_limit": _positive_int,
+    "agent.max_terminals_per_turn": _positive_int,
 }
-SECTIONS = {"access": AccessSettings, "tailscale": TailscaleSettings}
+# TOML table -> Settings field; `agent` is also a plain key (which agent), so its
+# table lands in `agent_process`.
+SECTIONS = {"access": "access", "tailscale": "tailscale", "agent": "agent_process"}
+SECTION_TYPES = {"access": AccessSettings, "tailscale": TailscaleSettings, "agent": AgentSettings}
 
 
 def _flatten(values: Mapping[str, Any]) -> dict[str, Any]:
     """TOML tables become dotted keys: `[access] require_token` -> `access.require_token`."""
     flat: dict[str, Any] = {}
     for key, value in values.items():
-        if key in SECTIONS and isinstance(value, dict):
+        if key in SECTION_TYPES and isinstance(value, dict):
             flat.update({f"{key}.{inner}": v for inner, v in value.items()})
         else:
             flat[key] = value
@@ -262,9 +308,9 @@ def _flatten(values: Mapping[str, Any]) -> dict[str, Any]:
 
 def _build(merged: Mapping[str, Any]) -> Settings:
     top = {k: v for k, v in merged.items() if "." not in k}
-    for section, cls in SECTIONS.items():
+    for section, cls in SECTION_TYPES.items():
         values = {k.split(".", 1)[1]: v for k, v in merged.items() if k.startswith(section + ".")}
-        top[section] = cls(**values)
+        top[SECTIONS[section]] = cls(**values)
     return Settings(**top)
 
 
@@ -313,9 +359,5 @@ def load_settings(
             "agent",
             f"{settings.agent!r} is not available yet in this version of tailagent "
             f"(available: {', '.join(AVAILABLE_AGENTS)})",
-        )
-    if settings.agent_command is not None:
-        raise ConfigError(
-            "settings", "agent_command", "ACP agents are not available yet in this version"
         )
     return settings

@@ -36,6 +36,7 @@ from tailagent.access.localapi import LocalAPI
 from tailagent.access.policy import Policy
 from tailagent.access.resolve import Resolver
 from tailagent.access.tokens import TokenStore
+from tailagent.agents.acp.process import AgentStartError
 from tailagent.agents.events import AgentBackend
 from tailagent.agents.registry import make_backend
 from tailagent.bridge.audit import AuditLog
@@ -123,14 +124,15 @@ class CardVariant(NamedTuple):
 
 
 async def build_service(settings: Settings) -> Service:
-    backend = make_backend(settings.agent)
+    backend = make_backend(settings)
     engine = open_engine(settings.state_dir)
     database_store = DatabaseTaskStore(engine)
     await close_unfinished_tasks(database_store)
     store = CoalescingTaskStore(database_store)
     session_map = SessionMap(engine)
     await session_map.initialize()
-    pool = SessionPool(backend, session_map)
+    await backend.start()
+    pool = SessionPool(backend, session_map, idle_timeout=settings.agent_process.idle_timeout)
     audit = AuditLog(engine)
     await audit.initialize()
     executor = BridgeExecutor(
@@ -215,19 +217,23 @@ def listener_url(sock: socket.socket, listen: Listen) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-class ListenError(Exception):
-    """The listening socket could not be created; str() says where and why."""
+class StartError(Exception):
+    """The server cannot start; str() is the one line that says why."""
 
 
 async def run(settings: Settings) -> None:
     try:
         sock = open_listener(settings.listen)
     except OSError as exc:
-        raise ListenError(f"cannot listen on {settings.listen.bind()}: {exc.strerror}") from None
+        raise StartError(f"cannot listen on {settings.listen.bind()}: {exc.strerror}") from None
     if settings.public_url is None and not settings.listen.is_unix:
         # Port 0 picks a free port: advertise the one we actually got.
         settings = replace(settings, public_url=listener_url(sock, settings.listen))
-    service = await build_service(settings)
+    try:
+        service = await build_service(settings)
+    except AgentStartError as exc:
+        sock.close()
+        raise StartError(str(exc)) from None
     config = Config()
     # Hypercorn closes the socket it serves on; give it its own descriptor.
     config.bind = [f"fd://{os.dup(sock.fileno())}"]

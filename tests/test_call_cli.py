@@ -67,7 +67,7 @@ def test_failed_turn_exits_1(server: RunningServer) -> None:
 def test_input_required_prints_the_exact_reply_command_and_exits_3(server: RunningServer) -> None:
     asked = call(server, "ask")
     assert asked.returncode == 3
-    assert "[input-required] The agent wants to run `rm -rf build`." in asked.stdout
+    assert "[input-required] Permission requested: Run `rm -rf build`" in asked.stdout
     allow, _deny = reply_lines(asked.stdout)
     assert "--request" in allow and allow.startswith("tailagent call allow")
     answered = run_reply(server, allow)

@@ -60,7 +60,7 @@ async def test_permission_prompt_is_input_required_with_bare_text_and_data(a2a: 
     assert turn.final_state == "input_required"
     message = turn.last_message
     assert message.metadata["kind"] == "permission_request"
-    assert texts(message) == "The agent wants to run `rm -rf build`."
+    assert texts(message) == "Permission requested: Run `rm -rf build`"
     data = turn.pending
     assert data["kind"] == "permission_request"
     assert data["toolName"] == "Bash"

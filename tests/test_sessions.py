@@ -33,10 +33,12 @@ async def test_a_context_is_lent_to_one_task_at_a_time(session_map: SessionMap) 
     assert again is session
 
 
-async def test_idle_sessions_are_bounded_and_resume_from_the_map(
+async def test_sessions_are_capped_and_resume_from_the_map(
     session_map: SessionMap,
 ) -> None:
-    pool = SessionPool(EchoBackend(), session_map, max_idle=2)
+    backend = EchoBackend()
+    backend.max_sessions = 2
+    pool = SessionPool(backend, session_map)
     first: list[EchoSession] = []
     for n in range(3):
         session, _ = await pool.acquire(f"ctx-{n}", f"task-{n}")

@@ -91,6 +91,10 @@ class EchoSession:
     def session_id(self) -> str:
         return self._session_id
 
+    @property
+    def alive(self) -> bool:
+        return not self.closed
+
     async def answer(self, request_id: str, answer: Answer) -> None:
         future = self._answers.get(request_id)
         if future is None or future.done():
@@ -229,6 +233,11 @@ class EchoBackend:
             examples=("think plan edit", "ask", "slow 5"),
         ),
     )
+
+    max_sessions: int | None = None
+
+    async def start(self) -> None:
+        return None
 
     async def open_session(self, resume_id: str | None = None) -> EchoSession:
         return EchoSession(resume_id or uuid.uuid4().hex)

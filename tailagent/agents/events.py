@@ -71,6 +71,15 @@ class Notice:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """What the agent says about its session (its mode, its commands): kept in the
+    task's metadata rather than shown as progress."""
+
+    mode: str | None = None
+    commands: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PermissionOption:
     id: str
     name: str
@@ -133,6 +142,7 @@ AgentEvent = (
     | ToolFinished
     | FileChanged
     | Notice
+    | SessionInfo
     | PermissionAsked
     | QuestionAsked
     | TurnDone
@@ -190,6 +200,11 @@ class AgentSession(Protocol):
     @property
     def session_id(self) -> str: ...
 
+    @property
+    def alive(self) -> bool:
+        """False once the agent behind it is gone; the pool then opens a new one."""
+        ...
+
     def prompt(self, parts: list[PromptPart]) -> AsyncIterator[AgentEvent]:
         """Runs one turn. The iterator ends after TurnDone or TurnFailed."""
         ...
@@ -207,6 +222,12 @@ class AgentBackend(Protocol):
     name: str
     description: str
     skills: tuple[Skill, ...]
+    # Sessions alive at once, busy or idle (None: no cap but the idle bound).
+    max_sessions: int | None
+
+    async def start(self) -> None:
+        """Checks the agent can start at all, before the server takes requests."""
+        ...
 
     async def open_session(self, resume_id: str | None = None) -> AgentSession:
         """A new session, or the one `resume_id` names when the agent can load it."""

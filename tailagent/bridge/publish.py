@@ -24,6 +24,7 @@ from tailagent.agents.events import (
     PermissionAsked,
     Plan,
     QuestionAsked,
+    SessionInfo,
     Text,
     Thought,
     ToolFinished,
@@ -53,7 +54,7 @@ def text_part(text: str, media_type: str = "") -> Part:
 
 
 def permission_prompt_text(event: PermissionAsked) -> str:
-    return f"The agent wants to {_lower_first(event.title or event.tool)}."
+    return f"Permission requested: {event.title or event.tool}"
 
 
 def question_prompt_text(event: QuestionAsked) -> str:
@@ -86,10 +87,6 @@ def question_data(event: QuestionAsked) -> dict[str, Any]:
             for q in event.questions
         ],
     }
-
-
-def _lower_first(text: str) -> str:
-    return text[:1].lower() + text[1:]
 
 
 class Publisher:
@@ -201,6 +198,13 @@ class Publisher:
                 )
             case Notice(text=text):
                 await self.status(updater, working, "notice", [text_part(text)])
+            case SessionInfo(mode=mode, commands=commands):
+                info: dict[str, Any] = {}
+                if mode is not None:
+                    info["currentMode"] = mode
+                if commands is not None:
+                    info["availableCommands"] = list(commands)
+                await updater.update_status(working, metadata={"kind": "session_info", **info})
             case _:
                 raise TypeError(f"{type(event).__name__} is not a streaming event")
 

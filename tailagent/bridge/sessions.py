@@ -1,22 +1,26 @@
 """Which agent session serves which A2A context, and which task holds it now.
 
 A context keeps one agent session across its tasks, so a follow-up turn reaches
-the same conversation. An agent session runs one turn at a time, so a context
-is lent to one task at a time.
+the same conversation without a new process or handshake. An agent session runs
+one turn at a time, so a context is lent to one task at a time. Sessions with no
+task are idle: the least recently used go first when the pool is full, and any
+idle past `idle_timeout` are closed; their contexts come back from the session
+map on their next turn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 
 from tailagent.agents.events import AgentBackend, AgentSession
 from tailagent.bridge.state import MintedIds, SessionMap
 
 log = logging.getLogger(__name__)
 
-# Sessions kept open with no task on them. Echo sessions are tiny; the agent
-# processes of later backends will make this a setting.
+# Idle sessions kept when the backend sets no cap of its own (echo sessions are tiny).
 MAX_IDLE_SESSIONS = 64
 
 
@@ -28,38 +32,62 @@ class ContextBusy(Exception):
         )
 
 
+class PoolFull(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"All {limit} agent processes are busy (agent.max_processes); try again when a "
+            "task finishes, or cancel one."
+        )
+
+
 class SessionPool:
     def __init__(
-        self, backend: AgentBackend, session_map: SessionMap, max_idle: int = MAX_IDLE_SESSIONS
+        self,
+        backend: AgentBackend,
+        session_map: SessionMap,
+        idle_timeout: float | None = None,
     ) -> None:
         self._backend = backend
         self._map = session_map
-        self._max_idle = max_idle
+        self._max = backend.max_sessions
+        self._max_idle = MAX_IDLE_SESSIONS if self._max is None else self._max
+        self._idle_timeout = idle_timeout
         self._sessions: dict[str, AgentSession] = {}
         self._holders: dict[str, str] = {}
-        # Contexts whose session no task holds, least recently used first.
-        self._idle: dict[str, None] = {}
+        # Contexts whose session no task holds -> when it was released, oldest first.
+        self._idle: dict[str, float] = {}
         self._lock = asyncio.Lock()
+        self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def minted_contexts(self) -> MintedIds:
         return self._map.minted
+
+    @property
+    def live(self) -> int:
+        return len(self._sessions)
 
     def holder(self, context_id: str) -> str | None:
         """The task that holds this context's session, if any."""
         return self._holders.get(context_id)
 
     async def acquire(self, context_id: str, task_id: str) -> tuple[AgentSession, bool]:
-        """The context's session, lent to `task_id`; True when it was resumed from disk."""
+        """The context's session, lent to `task_id`; True when an earlier session of the
+        context was reloaded into a new one."""
         async with self._lock:
             holder = self._holders.get(context_id)
             if holder is not None and holder != task_id:
                 raise ContextBusy(context_id, holder)
-            self._holders[context_id] = task_id
             self._idle.pop(context_id, None)
             session = self._sessions.get(context_id)
+            if session is not None and not session.alive:
+                await self._close(context_id)  # crashed or killed: the next turn gets a new one
+                session = None
             if session is not None:
+                self._holders[context_id] = task_id
                 return session, False
+            await self._make_room()
+            self._holders[context_id] = task_id
             try:
                 resume_id = await self._map.get(context_id, self._backend.name)
                 session = await self._backend.open_session(resume_id)
@@ -69,20 +97,45 @@ class SessionPool:
             self._sessions[context_id] = session
             if session.session_id != resume_id:
                 await self._map.put(context_id, self._backend.name, session.session_id)
-            return session, resume_id is not None
+            self._start_sweeper()
+            return session, resume_id is not None and session.session_id == resume_id
+
+    async def _make_room(self) -> None:
+        if self._max is None or len(self._sessions) < self._max:
+            return
+        if not self._idle:
+            raise PoolFull(self._max)
+        oldest = next(iter(self._idle))
+        del self._idle[oldest]
+        await self._close(oldest)
 
     async def release(self, context_id: str, task_id: str) -> None:
-        """Returns the session to the pool; past `max_idle` idle sessions the least
-        recently used is closed (its context resumes it from the session map)."""
+        """Returns the session to the pool; past the idle bound the least recently used
+        is closed."""
         if self._holders.get(context_id) != task_id:
             return
         del self._holders[context_id]
         if context_id in self._sessions:
-            self._idle[context_id] = None
+            self._idle[context_id] = time.monotonic()
         while len(self._idle) > self._max_idle:
             oldest = next(iter(self._idle))
             del self._idle[oldest]
             await self._close(oldest)
+
+    def _start_sweeper(self) -> None:
+        if self._idle_timeout is not None and (self._sweeper is None or self._sweeper.done()):
+            self._sweeper = asyncio.create_task(self._sweep(), name="session-sweeper")
+
+    async def _sweep(self) -> None:
+        assert self._idle_timeout is not None
+        interval = min(max(self._idle_timeout / 4, 0.05), 30.0)
+        while self._sessions:
+            await asyncio.sleep(interval)
+            deadline = time.monotonic() - self._idle_timeout
+            for context_id, since in list(self._idle.items()):
+                if since <= deadline and self._idle.pop(context_id, None) is not None:
+                    log.info("stopping the idle agent session of context %s", context_id)
+                    await self._close(context_id)
 
     async def discard(self, context_id: str) -> None:
         """Drops a session that failed; the context's next turn opens a fresh one."""
@@ -99,5 +152,8 @@ class SessionPool:
                 log.exception("closing the session of context %s", context_id)
 
     async def aclose(self) -> None:
-        for context_id in list(self._sessions):
-            await self.discard(context_id)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(BaseException):
+                await self._sweeper
+        await asyncio.gather(*(self._close(c) for c in list(self._sessions)))

@@ -1,0 +1,1 @@
+"""Any agent that speaks Zed's Agent Client Protocol over stdio, as a tailagent backend."""

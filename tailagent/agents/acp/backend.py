@@ -1,0 +1,168 @@
+"""The ACP backend: one agent process per conversation, with warm spares.
+
+Starting an agent through npx and completing the ACP handshake takes seconds; a
+spare process, spawned and initialized ahead, takes the next new conversation so
+it does not wait. A conversation whose process is gone comes back through
+`session/load` when the agent can do that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+
+from acp import RequestError
+
+from tailagent.agents.acp.presets import Preset, agent_environment, command_line
+from tailagent.agents.acp.process import AgentProcess, AgentStartError
+from tailagent.agents.acp.session import AUTH_REQUIRED, AcpSession, AgentNeedsLogin, HostClient
+from tailagent.agents.acp.terminals import Terminals
+from tailagent.agents.events import Notice, Skill
+from tailagent.config import AgentSettings
+
+log = logging.getLogger("tailagent.agent")
+
+
+class AcpBackend:
+    def __init__(
+        self,
+        preset: Preset,
+        workspace: Path,
+        settings: AgentSettings,
+        custom_command: str | None = None,
+    ) -> None:
+        self.preset = preset
+        self.name = preset.name
+        self.workspace = workspace
+        self.settings = settings
+        self.argv = command_line(preset, settings.package_version, custom_command)
+        self.env = agent_environment(dict(os.environ), preset, settings.env_passthrough)
+        self.max_sessions: int | None = settings.max_processes
+        self.description = f"{preset.title}, working in {workspace.name}."
+        self.skills: tuple[Skill, ...] = (
+            Skill(
+                id="coding",
+                name="Coding",
+                description=(
+                    f"{preset.title} reads, edits and runs code in the workspace. Every "
+                    "dangerous step comes back as an input-required question."
+                ),
+                tags=("coding", preset.name),
+                examples=("Fix the failing test in calc.py", "Explain what this repository does"),
+            ),
+        )
+        self._spares: list[AgentProcess] = []
+        self._refill: asyncio.Task[None] | None = None
+
+    def _process(self) -> AgentProcess:
+        return AgentProcess(
+            self.argv, self.env, self.workspace, lambda p: HostClient(p, self.workspace)
+        )
+
+    async def _spawn(self) -> AgentProcess:
+        process = self._process()
+        await process.start(self.settings.start_timeout)
+        return process
+
+    async def start(self) -> None:
+        """Starts the first process now: a missing npx or a broken command stops the
+        server at start-up, with one line, not the first caller's task."""
+        first = await self._spawn()
+        if self.settings.warm_spares:
+            self._spares.append(first)
+            self._top_up()
+        else:
+            await first.stop(grace=1.0)
+
+    def _top_up(self) -> None:
+        if self._refill is None or self._refill.done():
+            self._refill = asyncio.create_task(self._fill(), name="agent-spares")
+
+    async def _fill(self) -> None:
+        while len(self._spares) < self.settings.warm_spares:
+            try:
+                self._spares.append(await self._spawn())
+            except AgentStartError as exc:
+                log.warning("could not start a spare agent process: %s", exc)
+                return
+
+    async def _take(self) -> AgentProcess:
+        while self._spares:
+            process = self._spares.pop(0)
+            if process.alive:
+                self._top_up()
+                return process
+        process = await self._spawn()
+        self._top_up()
+        return process
+
+    async def open_session(self, resume_id: str | None = None) -> AcpSession:
+        process = await self._take()
+        try:
+            return await self._open(process, resume_id)
+        except BaseException:
+            await process.stop(grace=1.0)
+            raise
+
+    async def _open(self, process: AgentProcess, resume_id: str | None) -> AcpSession:
+        if process.auth_methods:
+            raise AgentNeedsLogin(
+                f"The agent needs a login on the server: {self.preset.login_hint}."
+            )
+        connection = process.connection
+        assert connection is not None
+        cwd = str(self.workspace)
+        notice: Notice | None = None
+        try:
+            if resume_id and process.supports_load:
+                try:
+                    await connection.load_session(cwd=cwd, session_id=resume_id, mcp_servers=[])
+                    return self._session(process, resume_id)
+                except RequestError as exc:
+                    if exc.code == AUTH_REQUIRED:
+                        raise
+                    notice = Notice(
+                        f"The agent could not reload the earlier session ({exc}): this turn "
+                        "starts fresh, and the conversation's earlier turns are not known to it."
+                    )
+            elif resume_id:
+                notice = Notice(
+                    "The agent cannot load earlier sessions: this turn starts fresh, and the "
+                    "conversation's earlier turns are not known to it."
+                )
+            created = await connection.new_session(cwd=cwd, mcp_servers=[])
+        except RequestError as exc:
+            if exc.code == AUTH_REQUIRED:
+                raise AgentNeedsLogin(
+                    f"The agent needs a login on the server: {self.preset.login_hint}."
+                ) from None
+            raise
+        session = self._session(process, created.session_id)
+        if notice is not None:
+            session.note(notice)
+        return session
+
+    def _session(self, process: AgentProcess, session_id: str) -> AcpSession:
+        return AcpSession(
+            process,
+            session_id,
+            self.workspace,
+            login_hint=self.preset.login_hint,
+            cancel_timeout=self.settings.cancel_timeout,
+            terminals=Terminals(
+                self.workspace,
+                self.settings.terminal_output_limit,
+                self.settings.max_terminals_per_turn,
+            ),
+        )
+
+    async def aclose(self) -> None:
+        if self._refill is not None:
+            self._refill.cancel()
+            with contextlib.suppress(BaseException):
+                await self._refill
+        spares, self._spares = self._spares, []
+        await asyncio.gather(*(p.stop(grace=2.0) for p in spares), return_exceptions=True)

@@ -1,0 +1,83 @@
+"""The agents tailagent knows by name, and what each needs from the environment.
+
+An agent process never inherits the server's whole environment: it gets a small
+allowlist, plus the variables its own credentials live in, plus any the operator
+names in `agent.env_passthrough`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+BASE_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "TZ",
+    "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
+    "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy",
+)  # fmt: skip
+BASE_ENV_PREFIXES = ("LC_", "NPM_CONFIG_", "npm_config_")
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    name: str
+    title: str
+    package: str | None  # the npm package `npx -y` runs; None for a plain command
+    args: tuple[str, ...]
+    credential_env: tuple[str, ...]
+    login_hint: str
+
+
+PRESETS = {
+    "claude-acp": Preset(
+        "claude-acp",
+        "Claude Code (through claude-agent-acp)",
+        "@zed-industries/claude-agent-acp",
+        (),
+        ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "CLAUDE_CONFIG_DIR",
+         "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"),
+        "run `claude` once on the server as the service's user to log in, or set "
+        "ANTHROPIC_API_KEY in its environment",
+    ),
+    "codex": Preset(
+        "codex",
+        "Codex (through codex-acp)",
+        "@zed-industries/codex-acp",
+        (),
+        ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"),
+        "run `codex login` on the server as the service's user, or set OPENAI_API_KEY",
+    ),
+    "gemini": Preset(
+        "gemini",
+        "Gemini CLI",
+        "@google/gemini-cli",
+        ("--acp",),
+        ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_CLOUD_PROJECT",
+         "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_GENAI_USE_VERTEXAI"),
+        "run `gemini` once on the server to log in (organization Code Assist plans), or set "
+        "GEMINI_API_KEY",
+    ),
+}  # fmt: skip
+
+CUSTOM = Preset("acp", "an ACP agent", None, (), (), "log the agent in on the server")
+
+
+def command_line(preset: Preset, version: str | None, custom: str | None) -> list[str]:
+    """The argv that starts the agent: `npx -y PACKAGE[@VERSION] ARGS`, or the custom one."""
+    if custom is not None:
+        return shlex.split(custom)
+    assert preset.package is not None
+    package = f"{preset.package}@{version}" if version else preset.package
+    return ["npx", "-y", package, *preset.args]
+
+
+def agent_environment(
+    source: dict[str, str], preset: Preset, passthrough: tuple[str, ...]
+) -> dict[str, str]:
+    allowed = set(BASE_ENV) | set(preset.credential_env) | set(passthrough)
+    return {
+        key: value
+        for key, value in source.items()
+        if key in allowed or key.startswith(BASE_ENV_PREFIXES)
+    }

@@ -1,0 +1,189 @@
+"""One ACP agent process: spawned, drained, spoken to, and stopped.
+
+Its stderr is read all the time: an agent that writes to a pipe nobody reads
+stalls. The lines are logged (bounded), and the last ones are kept to quote when
+a turn or a start fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import acp
+from acp.schema import (
+    ClientCapabilities,
+    FileSystemCapabilities,
+    Implementation,
+    InitializeResponse,
+)
+
+from tailagent import __version__
+
+log = logging.getLogger("tailagent.agent")
+
+STDERR_TAIL_LINES = 20
+STDERR_LOG_LINES = 200  # per process; past this, stderr is kept but no longer logged
+STREAM_LIMIT = 16 * 1024 * 1024  # one ACP message may carry a whole file
+
+
+class AgentStartError(Exception):
+    """The agent did not start; str() is the one line the operator sees."""
+
+
+class AgentProcess:
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        host: Callable[[AgentProcess], Any],
+    ) -> None:
+        self.argv = argv
+        self._env = env
+        self._cwd = cwd
+        self._host_factory = host
+        self.host: Any = None
+        self.connection: acp.core.ClientSideConnection | None = None
+        self.info: InitializeResponse | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr_task: asyncio.Task[None] | None = None
+        self.exited: asyncio.Task[int] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.returncode is None
+
+    @property
+    def supports_load(self) -> bool:
+        caps = self.info.agent_capabilities if self.info else None
+        return bool(caps and caps.load_session)
+
+    @property
+    def auth_methods(self) -> list[Any]:
+        return list(self.info.auth_methods or []) if self.info else []
+
+    def stderr_tail(self) -> str:
+        return "\n".join(self._stderr)
+
+    def describe_exit(self) -> str:
+        code = self._process.returncode if self._process else None
+        tail = self.stderr_tail()
+        return f"the agent exited (code {code})" + (f"; its last words:\n{tail}" if tail else "")
+
+    async def start(self, handshake_timeout: float) -> None:
+        """Spawns the process and completes the ACP handshake, or raises AgentStartError."""
+        program = shutil.which(self.argv[0], path=self._env.get("PATH"))
+        if program is None:
+            raise AgentStartError(
+                f"cannot start the agent: {self.argv[0]!r} is not on PATH"
+                + (" (install Node.js and npm)" if self.argv[0] in ("npx", "node") else "")
+            )
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                program,
+                *self.argv[1:],
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env,
+                cwd=self._cwd,
+                limit=STREAM_LIMIT,
+                start_new_session=True,  # its children die with it, not with our terminal
+            )
+        except OSError as exc:
+            raise AgentStartError(f"cannot start the agent {self.argv[0]!r}: {exc}") from None
+        process = self._process
+        assert process.stdin and process.stdout and process.stderr
+        self._stderr_task = asyncio.create_task(self._drain(process.stderr), name="agent-stderr")
+        self.exited = asyncio.create_task(process.wait(), name="agent-exit")
+        self.host = self._host_factory(self)
+        self.connection = acp.connect_to_agent(self.host, process.stdin, process.stdout)
+        handshake = asyncio.ensure_future(
+            self.connection.initialize(
+                protocol_version=acp.PROTOCOL_VERSION,
+                client_capabilities=ClientCapabilities(
+                    fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
+                    terminal=True,
+                ),
+                client_info=Implementation(name="tailagent", version=__version__),
+            )
+        )
+        done, _ = await asyncio.wait(
+            {handshake, self.exited}, timeout=handshake_timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if handshake in done and handshake.exception() is None:
+            self.info = handshake.result()
+            return
+        handshake.cancel()
+        if handshake in done and not self.exited.done():
+            # A broken pipe usually means the process is on its way out: say why.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), timeout=1.0)
+        if self.exited.done():
+            await asyncio.sleep(0.05)  # let the drain catch the last stderr lines
+            reason = self.describe_exit()
+        elif handshake in done:
+            reason = f"the ACP handshake failed: {handshake.exception()}"
+        else:
+            reason = f"no ACP handshake within {handshake_timeout:.0f} s"
+        await self.stop(grace=1.0)
+        raise AgentStartError(f"the agent {' '.join(self.argv)!r} did not start: {reason}")
+
+    async def _drain(self, stream: asyncio.StreamReader) -> None:
+        logged = 0
+        while line := await stream.readline():
+            text = line.decode(errors="replace").rstrip()
+            self._stderr.append(text)
+            if logged < STDERR_LOG_LINES:
+                logged += 1
+                log.info("agent %s stderr: %s", self.pid, text[:500])
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Closes stdin, waits `grace`, then terminates, then kills: bounded whatever it does."""
+        process = self._process
+        if process is None:
+            return
+        if self.connection is not None:
+            with contextlib.suppress(Exception):
+                await self.connection.close()
+        if process.returncode is None:
+            with contextlib.suppress(Exception):
+                assert process.stdin is not None
+                process.stdin.close()
+            for action in (None, "terminate", "kill"):
+                if action == "terminate":
+                    self._signal(15)
+                elif action == "kill":
+                    self._signal(9)
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._wait()), timeout=grace)
+                    break
+                except TimeoutError:
+                    continue
+        if self._stderr_task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._stderr_task, timeout=1.0)
+
+    async def _wait(self) -> int:
+        assert self._process is not None
+        return await self._process.wait()
+
+    def _signal(self, signum: int) -> None:
+        """Signals the agent's whole process group: npx spawns node, node may spawn more."""
+        if self._process is None or self._process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signum)

@@ -1,0 +1,452 @@
+"""One ACP session on its own agent process, seen as an AgentSession.
+
+The agent talks back through the host side of ACP (`HostClient`): its updates,
+its permission requests, its file and terminal calls. Each becomes an event of
+the vocabulary on the running turn's queue; a permission request waits inside
+the agent's call until the bridge answers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import difflib
+import json
+import logging
+import shlex
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import acp
+from acp import RequestError
+from acp.schema import (
+    AgentMessageChunk,
+    AgentPlanUpdate,
+    AgentThoughtChunk,
+    AllowedOutcome,
+    AvailableCommandsUpdate,
+    CreateTerminalResponse,
+    CurrentModeUpdate,
+    DeniedOutcome,
+    EmbeddedResourceContentBlock,
+    FileEditToolCallContent,
+    KillTerminalResponse,
+    ReadTextFileResponse,
+    ReleaseTerminalResponse,
+    RequestPermissionResponse,
+    TerminalExitStatus,
+    TerminalOutputResponse,
+    TextContentBlock,
+    TextResourceContents,
+    ToolCallProgress,
+    ToolCallStart,
+    WaitForTerminalExitResponse,
+    WriteTextFileResponse,
+)
+
+from tailagent.agents.acp.process import AgentProcess
+from tailagent.agents.acp.terminals import TerminalLimit, Terminals
+from tailagent.agents.acp.workspace import OutsideWorkspace, confine
+from tailagent.agents.events import (
+    AgentEvent,
+    Answer,
+    FileChanged,
+    Notice,
+    PermissionAsked,
+    PermissionDecision,
+    PermissionOption,
+    Plan,
+    PlanEntry,
+    PromptData,
+    PromptPart,
+    PromptText,
+    SessionInfo,
+    Text,
+    Thought,
+    ToolFinished,
+    ToolStarted,
+    TurnDone,
+    TurnFailed,
+)
+
+log = logging.getLogger("tailagent.agent")
+
+AUTH_REQUIRED = -32000
+TERMINAL_OPTIONS = (
+    PermissionOption("allow_once", "Allow", "allow_once"),
+    PermissionOption("reject_once", "Deny", "reject_once"),
+)
+
+
+class AgentNeedsLogin(Exception):
+    """The agent wants credentials it does not have; str() says what to do on the server."""
+
+
+def _text_of(content: Any) -> str:
+    return content.text if isinstance(content, TextContentBlock) else ""
+
+
+def _tool_output(items: list[Any] | None) -> str:
+    return "\n".join(_text_of(getattr(item, "content", None)) for item in items or []).strip()
+
+
+class AcpSession:
+    def __init__(
+        self,
+        process: AgentProcess,
+        session_id: str,
+        workspace: Path,
+        *,
+        login_hint: str,
+        cancel_timeout: float,
+        terminals: Terminals,
+    ) -> None:
+        self.process = process
+        self._session_id = session_id
+        self.workspace = workspace
+        self._login_hint = login_hint
+        self._cancel_timeout = cancel_timeout
+        self.terminals = terminals
+        self._queue: asyncio.Queue[AgentEvent] | None = None
+        self._answers: dict[str, asyncio.Future[Answer]] = {}
+        self._prompt_task: asyncio.Task[Any] | None = None
+        self._waiting: list[AgentEvent] = []  # said between turns: shown at the next one
+        process.host.session = self
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    @property
+    def alive(self) -> bool:
+        return self.process.alive
+
+    def note(self, event: AgentEvent) -> None:
+        """An event from the agent: to the running turn, or kept for the next one."""
+        if self._queue is not None:
+            self._queue.put_nowait(event)
+        elif isinstance(event, SessionInfo | Notice):
+            self._waiting.append(event)
+
+    # -- the turn ---------------------------------------------------------------------------
+
+    def _blocks(self, parts: list[PromptPart]) -> list[Any]:
+        blocks: list[Any] = []
+        for part in parts:
+            if isinstance(part, PromptText):
+                blocks.append(acp.text_block(part.text))
+            elif isinstance(part, PromptData):
+                blocks.append(
+                    EmbeddedResourceContentBlock(
+                        type="resource",
+                        resource=TextResourceContents(
+                            uri="data:application/json",
+                            mime_type="application/json",
+                            text=json.dumps(part.data, ensure_ascii=False),
+                        ),
+                    )
+                )
+        return blocks
+
+    async def prompt(self, parts: list[PromptPart]) -> AsyncIterator[AgentEvent]:
+        for waiting in self._waiting:
+            yield waiting
+        self._waiting.clear()
+        connection = self.process.connection
+        assert connection is not None and self.process.exited is not None
+        queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
+        self._queue = queue
+        self._prompt_task = asyncio.ensure_future(
+            connection.prompt(session_id=self._session_id, prompt=self._blocks(parts))
+        )
+        prompt_task, exited = self._prompt_task, self.process.exited
+        try:
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait(
+                    {getter, prompt_task, exited}, return_when=asyncio.FIRST_COMPLETED
+                )
+                if getter.done():
+                    yield getter.result()
+                    continue
+                getter.cancel()
+                while not queue.empty():
+                    yield queue.get_nowait()
+                yield self._outcome(prompt_task)
+                return
+        finally:
+            self._queue = None
+            await self.terminals.end_turn()
+
+    def _outcome(self, prompt_task: asyncio.Task[Any]) -> AgentEvent:
+        if not prompt_task.done():
+            return TurnFailed(
+                f"The agent process died during the turn: {self.process.describe_exit()}"
+            )
+        error = prompt_task.exception()
+        if error is None:
+            response = prompt_task.result()
+            usage = response.usage.model_dump(exclude_none=True) if response.usage else {}
+            return TurnDone(stop_reason=response.stop_reason, usage=_camel(usage))
+        if isinstance(error, RequestError) and error.code == AUTH_REQUIRED:
+            return TurnFailed(f"The agent needs a login on the server: {self._login_hint}.")
+        if not self.process.alive:
+            return TurnFailed(
+                f"The agent process died during the turn: {self.process.describe_exit()}"
+            )
+        tail = self.process.stderr_tail()
+        return TurnFailed(f"The agent failed the turn: {error}" + (f"\n{tail}" if tail else ""))
+
+    async def answer(self, request_id: str, answer: Answer) -> None:
+        future = self._answers.get(request_id)
+        if future is None or future.done():
+            raise KeyError(f"no pending request {request_id}")
+        future.set_result(answer)
+
+    async def ask(self, event: PermissionAsked) -> PermissionDecision:
+        """Puts a permission prompt to the caller and waits for the bridge's answer."""
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._answers[event.request_id] = future
+        try:
+            self.note(event)
+            answer = await future
+        finally:
+            self._answers.pop(event.request_id, None)
+        if not isinstance(answer, PermissionDecision):
+            return PermissionDecision(False, message="not a permission answer")
+        if answer.interrupt:
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._send_cancel()))
+        return answer
+
+    async def _send_cancel(self) -> None:
+        connection = self.process.connection
+        if connection is not None and self.process.alive:
+            with contextlib.suppress(Exception):
+                await connection.cancel(session_id=self._session_id)
+
+    async def cancel(self) -> None:
+        """session/cancel, a bounded wait, then the process is killed."""
+        for future in self._answers.values():
+            if not future.done():
+                future.set_result(PermissionDecision(False, message="the task was canceled"))
+        await self._send_cancel()
+        task = self._prompt_task
+        if task is None or task.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout=self._cancel_timeout)
+        except TimeoutError:
+            log.warning("agent %s ignored session/cancel; stopping it", self.process.pid)
+            await self.process.stop(grace=1.0)
+        except Exception:
+            pass
+
+    async def close(self) -> None:
+        await self.terminals.end_turn()
+        await self.process.stop(grace=self._cancel_timeout)
+
+
+def _camel(values: dict[str, Any]) -> dict[str, Any]:
+    def camel(key: str) -> str:
+        head, *rest = key.split("_")
+        return head + "".join(word.title() for word in rest)
+
+    return {camel(k): v for k, v in values.items()}
+
+
+class HostClient:
+    """The host side of ACP for one agent process: tailagent as the agent's editor."""
+
+    def __init__(self, process: AgentProcess, workspace: Path) -> None:
+        self.process = process
+        self.workspace = workspace
+        self.session: AcpSession | None = None
+
+    def on_connect(self, conn: Any) -> None:
+        return None
+
+    def _session(self, session_id: str) -> AcpSession:
+        if self.session is None or self.session.session_id != session_id:
+            raise RequestError.invalid_params(
+                {"sessionId": session_id, "reason": "unknown session"}
+            )
+        return self.session
+
+    def _diff(self, item: FileEditToolCallContent) -> FileChanged:
+        try:
+            shown = str(confine(self.workspace, item.path).relative_to(self.workspace.resolve()))
+        except (OutsideWorkspace, ValueError):
+            shown = item.path
+        old = (item.old_text or "").splitlines(keepends=True)
+        new = item.new_text.splitlines(keepends=True)
+        diff = "".join(difflib.unified_diff(old, new, f"a/{shown}", f"b/{shown}"))
+        return FileChanged(shown, diff)
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if self.session is None or self.session.session_id != session_id:
+            return
+        note = self.session.note
+        if isinstance(update, AgentMessageChunk):
+            if text := _text_of(update.content):
+                note(Text(text))
+        elif isinstance(update, AgentThoughtChunk):
+            if text := _text_of(update.content):
+                note(Thought(text))
+        elif isinstance(update, AgentPlanUpdate):
+            note(Plan(tuple(PlanEntry(e.content, e.status) for e in update.entries)))
+        elif isinstance(update, ToolCallStart | ToolCallProgress):
+            self._tool(update, note)
+        elif isinstance(update, CurrentModeUpdate):
+            note(SessionInfo(mode=update.current_mode_id))
+        elif isinstance(update, AvailableCommandsUpdate):
+            note(SessionInfo(commands=tuple(c.name for c in update.available_commands)))
+
+    def _tool(self, update: ToolCallStart | ToolCallProgress, note: Any) -> None:
+        if isinstance(update, ToolCallStart):
+            note(
+                ToolStarted(
+                    update.tool_call_id,
+                    update.kind or "tool",
+                    update.title,
+                    update.raw_input if isinstance(update.raw_input, dict) else {},
+                )
+            )
+        for item in update.content or []:
+            if isinstance(item, FileEditToolCallContent):
+                note(self._diff(item))
+        if update.status in ("completed", "failed"):
+            note(ToolFinished(update.tool_call_id, update.status, _tool_output(update.content)))
+
+    async def request_permission(
+        self, session_id: str, tool_call: Any, options: list[Any], **kwargs: Any
+    ) -> RequestPermissionResponse:
+        session = self._session(session_id)
+        event = PermissionAsked(
+            request_id=uuid.uuid4().hex,
+            tool=tool_call.kind or "tool",
+            input=tool_call.raw_input if isinstance(tool_call.raw_input, dict) else {},
+            title=tool_call.title or tool_call.kind or "use a tool",
+            reason="",
+            options=tuple(PermissionOption(o.option_id, o.name, o.kind) for o in options),
+        )
+        decision = await session.ask(event)
+        wanted = "allow" if decision.allow else "reject"
+        chosen = decision.option_id or next(
+            (o.id for o in event.options if o.kind.startswith(wanted)), None
+        )
+        if chosen is None:
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(option_id=chosen, outcome="selected")
+        )
+
+    async def read_text_file(
+        self,
+        session_id: str,
+        path: str,
+        line: int | None = None,
+        limit: int | None = None,
+        **kwargs: Any,
+    ) -> ReadTextFileResponse:
+        self._session(session_id)
+        try:
+            text = confine(self.workspace, path).read_text()
+        except OutsideWorkspace as exc:
+            raise RequestError.invalid_params({"path": path, "reason": str(exc)}) from None
+        except OSError as exc:
+            raise RequestError.resource_not_found(path) from exc
+        if line is not None or limit is not None:
+            lines = text.splitlines(keepends=True)
+            start = max((line or 1) - 1, 0)
+            text = "".join(lines[start : start + limit if limit else None])
+        return ReadTextFileResponse(content=text)
+
+    async def write_text_file(
+        self, session_id: str, path: str, content: str, **kwargs: Any
+    ) -> WriteTextFileResponse:
+        self._session(session_id)
+        try:
+            target = confine(self.workspace, path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+        except OutsideWorkspace as exc:
+            raise RequestError.invalid_params({"path": path, "reason": str(exc)}) from None
+        except OSError as exc:
+            raise RequestError.internal_error({"path": path, "reason": str(exc)}) from None
+        return WriteTextFileResponse()
+
+    async def create_terminal(
+        self,
+        session_id: str,
+        command: str,
+        args: list[str] | None = None,
+        env: list[Any] | None = None,
+        cwd: str | None = None,
+        output_byte_limit: int | None = None,
+        **kwargs: Any,
+    ) -> CreateTerminalResponse:
+        session = self._session(session_id)
+        try:
+            directory = confine(self.workspace, cwd or str(self.workspace))
+        except OutsideWorkspace as exc:
+            raise RequestError.invalid_params({"cwd": cwd, "reason": str(exc)}) from None
+        extra = {variable.name: variable.value for variable in env or []}
+        line = shlex.join([command, *(args or [])])
+        # ACP does not make agents ask before terminal/create: tailagent always asks.
+        decision = await session.ask(
+            PermissionAsked(
+                request_id=uuid.uuid4().hex,
+                tool="terminal",
+                input={"command": line, "cwd": str(directory), "env": extra},
+                title=f"Run `{line}` in {directory}",
+                reason="Every terminal command needs the caller's approval.",
+                options=TERMINAL_OPTIONS,
+            )
+        )
+        if not decision.allow:
+            raise RequestError(-32001, f"The caller refused to run `{line}`. {decision.message}")
+        try:
+            terminal_id = await session.terminals.create(
+                command, list(args or []), directory, extra, output_byte_limit
+            )
+        except (TerminalLimit, OSError) as exc:
+            raise RequestError.internal_error({"reason": str(exc)}) from None
+        return CreateTerminalResponse(terminal_id=terminal_id)
+
+    async def terminal_output(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> TerminalOutputResponse:
+        terminal = self._terminal(session_id, terminal_id)
+        code = terminal.process.returncode
+        status = TerminalExitStatus(exit_code=code) if code is not None else None
+        return TerminalOutputResponse(
+            output=terminal.text(), truncated=terminal.truncated, exit_status=status
+        )
+
+    def _terminal(self, session_id: str, terminal_id: str) -> Any:
+        try:
+            return self._session(session_id).terminals.get(terminal_id)
+        except KeyError as exc:
+            raise RequestError.invalid_params({"terminalId": terminal_id}) from exc
+
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> WaitForTerminalExitResponse:
+        self._terminal(session_id, terminal_id)
+        code = await self._session(session_id).terminals.wait(terminal_id)
+        return WaitForTerminalExitResponse(exit_code=code)
+
+    async def kill_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> KillTerminalResponse:
+        self._terminal(session_id, terminal_id)
+        self._session(session_id).terminals.kill(terminal_id)
+        return KillTerminalResponse()
+
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> ReleaseTerminalResponse:
+        await self._session(session_id).terminals.release(terminal_id)
+        return ReleaseTerminalResponse()

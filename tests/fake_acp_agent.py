@@ -1,0 +1,446 @@
+"""A scriptable ACP agent, spoken to over stdio, for the tests.
+
+tailagent hosts real ACP (Agent Client Protocol) agents as subprocesses. The tests
+need one that speaks the real protocol (through the `acp` package, exactly as a
+real agent would) but whose behaviour is chosen by the test, cheaply and
+deterministically: this is it. Each prompt is scanned for keywords, lower-case
+words acted on in order of appearance:
+
+    think         agent_thought_chunk "considering: <text>"
+    plan          plan update: look (completed), fix (in_progress), test (pending)
+    tool          read tool call "Read calc.py", then completed with the file's text
+    edit          edit tool call with a diff of <cwd>/calc.py, then completed
+    fail          execute tool call "Run tests", then failed ("2 tests failed")
+    ask           session/request_permission with the four option kinds
+    shell         terminal/create + wait_for_exit + output + release
+    read:PATH     fs/read_text_file (PATH relative to the session's cwd)
+    write:PATH    fs/write_text_file with "written by fake\\n"
+    slow N        N ticks, one a second, stopped by session/cancel
+    hang          sleeps an hour, deaf to session/cancel
+    crash         says "about to crash", then exits with status 3
+    env           lists the names of its own environment variables
+    noise N       writes N lines to stderr
+
+A turn ends with "turn <n> of session <sid> in process <pid>" (plus the URIs of
+embedded resources, if any) and stop reason end_turn.
+
+Run: python tests/fake_acp_agent.py [--no-load] [--auth-required] [--slow-start SECONDS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import acp
+from acp import (
+    Agent,
+    Client,
+    InitializeResponse,
+    LoadSessionResponse,
+    NewSessionResponse,
+    PromptResponse,
+    RequestError,
+)
+from acp.helpers import (
+    plan_entry,
+    start_tool_call,
+    text_block,
+    tool_content,
+    tool_diff_content,
+    update_agent_message_text,
+    update_agent_thought_text,
+    update_available_commands,
+    update_current_mode,
+    update_plan,
+    update_tool_call,
+)
+from acp.schema import (
+    AgentCapabilities,
+    AllowedOutcome,
+    AuthMethodAgent,
+    AvailableCommand,
+    EmbeddedResourceContentBlock,
+    EnvVarAuthMethod,
+    EnvVariable,
+    Implementation,
+    PermissionOption,
+    PromptCapabilities,
+    TerminalAuthMethod,
+    TextContentBlock,
+    ToolCallUpdate,
+)
+
+AGENT_NAME = "fake-acp-agent"
+AGENT_VERSION = "1.0.0"
+DEFAULT_SLOW_TICKS = 3
+DEFAULT_NOISE_LINES = 3
+
+
+@dataclass
+class Session:
+    """What the agent remembers about one session, for the life of this process."""
+
+    cwd: str
+    turns: int = 0
+    tool_calls: int = 0
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def next_tool_call_id(self) -> str:
+        self.tool_calls += 1
+        return f"call-{self.tool_calls}"
+
+
+@dataclass
+class Turn:
+    """One prompt being answered: the session, its words, and what it embedded."""
+
+    session_id: str
+    session: Session
+    text: str
+    words: list[str]
+    resources: list[str]
+
+
+class TurnCancelled(Exception):
+    """Raised inside a turn when the client cancelled it."""
+
+
+Action = Callable[[Turn, str, str | None], Awaitable[None]]
+
+
+def _int_or(word: str | None, default: int) -> int:
+    if word is not None and word.isdigit():
+        return int(word)
+    return default
+
+
+class FakeAgent:
+    """The ACP Agent side: lifecycle methods plus the keyword actions of a prompt."""
+
+    def __init__(self, *, can_load: bool, auth_required: bool) -> None:
+        self._can_load = can_load
+        self._auth_required = auth_required
+        self._conn: Client | None = None
+        self._sessions: dict[str, Session] = {}
+        self._actions: dict[str, Action] = {
+            "think": self._think,
+            "plan": self._plan,
+            "tool": self._tool,
+            "edit": self._edit,
+            "fail": self._fail,
+            "ask": self._ask,
+            "shell": self._shell,
+            "read": self._read,
+            "write": self._write,
+            "slow": self._slow,
+            "hang": self._hang,
+            "crash": self._crash,
+            "env": self._env,
+            "noise": self._noise,
+        }
+
+    # -- connection and lifecycle ---------------------------------------------------------
+
+    def on_connect(self, conn: Client) -> None:
+        self._conn = conn
+
+    @property
+    def conn(self) -> Client:
+        if self._conn is None:
+            raise RuntimeError("no client connection yet")
+        return self._conn
+
+    async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
+        auth_methods: list[EnvVarAuthMethod | TerminalAuthMethod | AuthMethodAgent] = []
+        if self._auth_required:
+            auth_methods.append(
+                AuthMethodAgent(
+                    id="login", name="Log in", description="Run `fake-agent login` on the server"
+                )
+            )
+        return InitializeResponse(
+            protocol_version=acp.PROTOCOL_VERSION,
+            agent_capabilities=AgentCapabilities(
+                load_session=self._can_load,
+                prompt_capabilities=PromptCapabilities(embedded_context=True, image=False),
+            ),
+            auth_methods=auth_methods,
+            agent_info=Implementation(name=AGENT_NAME, version=AGENT_VERSION),
+        )
+
+    async def new_session(self, cwd: str, **kwargs: Any) -> NewSessionResponse:
+        if self._auth_required:
+            raise RequestError.auth_required()
+        session_id = uuid.uuid4().hex
+        self._sessions[session_id] = Session(cwd=cwd)
+        await self.conn.session_update(
+            session_id=session_id,
+            update=update_available_commands(
+                [
+                    AvailableCommand(name="review", description="Review the changes"),
+                    AvailableCommand(name="test", description="Run the tests"),
+                ]
+            ),
+        )
+        await self.conn.session_update(session_id=session_id, update=update_current_mode("default"))
+        return NewSessionResponse(session_id=session_id)
+
+    async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> LoadSessionResponse:
+        if not self._can_load:
+            raise RequestError.method_not_found(acp.AGENT_METHODS["session_load"])
+        if self._auth_required:
+            raise RequestError.auth_required()
+        session = self._sessions.get(session_id)
+        if session is None:
+            self._sessions[session_id] = Session(cwd=cwd)
+        else:
+            session.cwd = cwd
+        await self.conn.session_update(session_id=session_id, update=update_current_mode("default"))
+        return LoadSessionResponse()
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.cancelled.set()
+
+    # -- prompts --------------------------------------------------------------------------
+
+    async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise RequestError.invalid_params(
+                {"sessionId": session_id, "details": "unknown session"}
+            )
+        session.cancelled.clear()
+        session.turns += 1
+        texts = [block.text for block in prompt if isinstance(block, TextContentBlock)]
+        resources = [
+            f"resource:{block.resource.uri}"
+            for block in prompt
+            if isinstance(block, EmbeddedResourceContentBlock)
+        ]
+        text = " ".join(texts)
+        turn = Turn(session_id, session, text, text.split(), resources)
+        try:
+            for index, word in enumerate(turn.words):
+                name, _, arg = word.partition(":")
+                action = self._actions.get(name)
+                if action is None:
+                    continue
+                following = turn.words[index + 1] if index + 1 < len(turn.words) else None
+                await action(turn, arg, following)
+                if session.cancelled.is_set():
+                    raise TurnCancelled
+        except TurnCancelled:
+            return PromptResponse(stop_reason="cancelled")
+        closing = f"turn {session.turns} of session {session_id} in process {os.getpid()}"
+        if resources:
+            closing += " resources: " + ", ".join(resources)
+        await self._say(turn, closing)
+        return PromptResponse(stop_reason="end_turn")
+
+    async def _say(self, turn: Turn, text: str) -> None:
+        await self.conn.session_update(
+            session_id=turn.session_id, update=update_agent_message_text(text)
+        )
+
+    def _absolute(self, turn: Turn, path: str) -> str:
+        return path if os.path.isabs(path) else os.path.join(turn.session.cwd, path)
+
+    # -- keyword actions ------------------------------------------------------------------
+
+    async def _think(self, turn: Turn, arg: str, following: str | None) -> None:
+        await self.conn.session_update(
+            session_id=turn.session_id,
+            update=update_agent_thought_text(f"considering: {turn.text}"),
+        )
+
+    async def _plan(self, turn: Turn, arg: str, following: str | None) -> None:
+        entries = [
+            plan_entry("look", status="completed", priority="medium"),
+            plan_entry("fix", status="in_progress", priority="medium"),
+            plan_entry("test", status="pending", priority="medium"),
+        ]
+        await self.conn.session_update(session_id=turn.session_id, update=update_plan(entries))
+
+    async def _tool(self, turn: Turn, arg: str, following: str | None) -> None:
+        call_id = turn.session.next_tool_call_id()
+        await self.conn.session_update(
+            session_id=turn.session_id,
+            update=start_tool_call(
+                call_id,
+                "Read calc.py",
+                kind="read",
+                status="in_progress",
+                raw_input={"path": "calc.py"},
+            ),
+        )
+        await self.conn.session_update(
+            session_id=turn.session_id,
+            update=update_tool_call(
+                call_id,
+                status="completed",
+                content=[tool_content(text_block("def add(a, b): return a - b"))],
+            ),
+        )
+
+    async def _edit(self, turn: Turn, arg: str, following: str | None) -> None:
+        call_id = turn.session.next_tool_call_id()
+        diff = tool_diff_content(
+            os.path.join(turn.session.cwd, "calc.py"), new_text="b\n", old_text="a\n"
+        )
+        await self.conn.session_update(
+            session_id=turn.session_id,
+            update=start_tool_call(
+                call_id, "Write calc.py", kind="edit", status="in_progress", content=[diff]
+            ),
+        )
+        await self.conn.session_update(
+            session_id=turn.session_id, update=update_tool_call(call_id, status="completed")
+        )
+
+    async def _fail(self, turn: Turn, arg: str, following: str | None) -> None:
+        call_id = turn.session.next_tool_call_id()
+        await self.conn.session_update(
+            session_id=turn.session_id,
+            update=start_tool_call(call_id, "Run tests", kind="execute", status="in_progress"),
+        )
+        await self.conn.session_update(
+            session_id=turn.session_id,
+            update=update_tool_call(
+                call_id, status="failed", content=[tool_content(text_block("2 tests failed"))]
+            ),
+        )
+
+    async def _ask(self, turn: Turn, arg: str, following: str | None) -> None:
+        tool_call = ToolCallUpdate(
+            tool_call_id=turn.session.next_tool_call_id(),
+            title="rm -rf build",
+            kind="execute",
+            raw_input={"command": "rm -rf build"},
+        )
+        options = [
+            PermissionOption(option_id="allow_once", name="Allow once", kind="allow_once"),
+            PermissionOption(option_id="allow_always", name="Always allow", kind="allow_always"),
+            PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"),
+            PermissionOption(option_id="reject_always", name="Always reject", kind="reject_always"),
+        ]
+        try:
+            response = await self.conn.request_permission(
+                session_id=turn.session_id, tool_call=tool_call, options=options
+            )
+        except RequestError as exc:
+            await self._say(turn, f"permission refused: {exc}\n")
+            return
+        if isinstance(response.outcome, AllowedOutcome):
+            await self._say(turn, f"permission: {response.outcome.option_id}\n")
+        else:
+            await self._say(turn, "permission cancelled\n")
+
+    async def _shell(self, turn: Turn, arg: str, following: str | None) -> None:
+        try:
+            created = await self.conn.create_terminal(
+                session_id=turn.session_id,
+                command=sys.executable,
+                args=["-c", "print('from the terminal')"],
+                cwd=turn.session.cwd,
+                env=[EnvVariable(name="FAKE_AGENT_VAR", value="1")],
+            )
+        except RequestError as exc:
+            await self._say(turn, f"terminal refused: {exc}\n")
+            return
+        terminal_id = created.terminal_id
+        try:
+            await self.conn.wait_for_terminal_exit(
+                session_id=turn.session_id, terminal_id=terminal_id
+            )
+            output = await self.conn.terminal_output(
+                session_id=turn.session_id, terminal_id=terminal_id
+            )
+            await self._say(turn, f"shell said {output.output.strip()}\n")
+        except RequestError as exc:
+            await self._say(turn, f"terminal failed: {exc}\n")
+        finally:
+            await self.conn.release_terminal(session_id=turn.session_id, terminal_id=terminal_id)
+
+    async def _read(self, turn: Turn, arg: str, following: str | None) -> None:
+        if not arg:
+            return
+        try:
+            response = await self.conn.read_text_file(
+                session_id=turn.session_id, path=self._absolute(turn, arg)
+            )
+        except RequestError as exc:
+            await self._say(turn, f"read refused: {exc}\n")
+            return
+        await self._say(turn, f"read: {response.content}\n")
+
+    async def _write(self, turn: Turn, arg: str, following: str | None) -> None:
+        if not arg:
+            return
+        try:
+            await self.conn.write_text_file(
+                session_id=turn.session_id,
+                path=self._absolute(turn, arg),
+                content="written by fake\n",
+            )
+        except RequestError as exc:
+            await self._say(turn, f"write refused: {exc}\n")
+            return
+        await self._say(turn, f"wrote {arg}\n")
+
+    async def _slow(self, turn: Turn, arg: str, following: str | None) -> None:
+        ticks = _int_or(following, DEFAULT_SLOW_TICKS)
+        for i in range(1, ticks + 1):
+            try:
+                await asyncio.wait_for(turn.session.cancelled.wait(), timeout=1.0)
+            except TimeoutError:
+                await self._say(turn, f"tick {i}/{ticks}\n")
+            else:
+                raise TurnCancelled
+
+    async def _hang(self, turn: Turn, arg: str, following: str | None) -> None:
+        await asyncio.sleep(3600)
+
+    async def _crash(self, turn: Turn, arg: str, following: str | None) -> None:
+        await self._say(turn, "about to crash\n")
+        sys.stderr.write("fatal: fake agent crashed on purpose\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+    async def _env(self, turn: Turn, arg: str, following: str | None) -> None:
+        await self._say(turn, "env: " + ",".join(sorted(os.environ)) + "\n")
+
+    async def _noise(self, turn: Turn, arg: str, following: str | None) -> None:
+        for i in range(1, _int_or(following, DEFAULT_NOISE_LINES) + 1):
+            sys.stderr.write(f"noise line {i}\n")
+            sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--no-load", action="store_true", help="do not support session/load")
+    parser.add_argument(
+        "--auth-required", action="store_true", help="refuse sessions: authentication required"
+    )
+    parser.add_argument(
+        "--slow-start", type=float, default=0.0, metavar="SECONDS", help="sleep before serving"
+    )
+    args = parser.parse_args(argv)
+    if args.slow_start > 0:
+        time.sleep(args.slow_start)
+    agent = FakeAgent(can_load=not args.no_load, auth_required=args.auth_required)
+    # The agent implements only what it needs; acp answers the rest "method not found".
+    asyncio.run(acp.run_agent(cast(Agent, agent)))
+
+
+if __name__ == "__main__":
+    main()
