@@ -58,6 +58,7 @@ def start_server(
     state_dir: Path | None = None,
     program: tuple[str, ...] = ("-m", "tailagent"),
     listen: str = "127.0.0.1:0",
+    env: dict[str, str] | None = None,
 ) -> RunningServer:
     """Starts `tailagent serve` and waits until it says where it is serving."""
     state_dir = state_dir or tmp / "state"
@@ -67,7 +68,7 @@ def start_server(
     log_file = log_path.open("w")
     args = [sys.executable, *program, "serve", "--listen", listen]
     args += ["--state-dir", str(state_dir), "--cwd", str(workspace), *extra]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TAILAGENT_")}
+    env = {k: v for k, v in (env or os.environ).items() if not k.startswith("TAILAGENT_")}
     process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, text=True, env=env)
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:

@@ -113,7 +113,7 @@ class AcpSession:
         self._answers: dict[str, asyncio.Future[Answer]] = {}
         self._prompt_task: asyncio.Task[Any] | None = None
         self._waiting: list[AgentEvent] = []  # said between turns: shown at the next one
-        process.host.session = self
+        process.host.bind(self)
 
     @property
     def session_id(self) -> str:
@@ -263,9 +263,19 @@ class HostClient:
         self.process = process
         self.workspace = workspace
         self.session: AcpSession | None = None
+        # Updates an agent sends while session/new is still answering, before the
+        # session exists on our side.
+        self._early: list[tuple[str, Any]] = []
 
     def on_connect(self, conn: Any) -> None:
         return None
+
+    def bind(self, session: AcpSession) -> None:
+        self.session = session
+        early, self._early = self._early, []
+        for session_id, update in early:
+            if session_id == session.session_id:
+                self._route(session, update)
 
     def _session(self, session_id: str) -> AcpSession:
         if self.session is None or self.session.session_id != session_id:
@@ -286,8 +296,13 @@ class HostClient:
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         if self.session is None or self.session.session_id != session_id:
+            if len(self._early) < 100:
+                self._early.append((session_id, update))
             return
-        note = self.session.note
+        self._route(self.session, update)
+
+    def _route(self, session: AcpSession, update: Any) -> None:
+        note = session.note
         if isinstance(update, AgentMessageChunk):
             if text := _text_of(update.content):
                 note(Text(text))
