@@ -10,8 +10,13 @@ from tailagent.config import Settings
 
 
 def make_backend(settings: Settings) -> AgentBackend:
+    preset = PRESETS.get(settings.agent)
     if settings.agent_command is not None:
-        return AcpBackend(CUSTOM, settings.cwd, settings.agent_process, settings.agent_command)
-    if settings.agent == "echo":
+        # A preset with its own command (say, a local install) keeps the preset's
+        # credentials and login advice; without a preset it is just an ACP agent.
+        return AcpBackend(
+            preset or CUSTOM, settings.cwd, settings.agent_process, settings.agent_command
+        )
+    if preset is None:
         return EchoBackend()
-    return AcpBackend(PRESETS[settings.agent], settings.cwd, settings.agent_process)
+    return AcpBackend(preset, settings.cwd, settings.agent_process)

@@ -1,0 +1,149 @@
+"""Benchmark of ACP agents, with tests/fake_acp_agent.py standing in for a real one.
+
+Measures, against real servers in subprocesses:
+  - a first turn on a new context with a warm spare process and without one;
+  - a follow-up turn on an existing context, against the echo agent doing the same;
+  - the memory of the server and its agent processes with 20 live contexts.
+
+Usage: python bench/bench_acp.py [--samples 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.conftest import RunningServer, start_server
+
+FAKE = Path(__file__).resolve().parent.parent / "tests" / "fake_acp_agent.py"
+
+
+def send(text: str, context_id: str = "") -> dict[str, object]:
+    message: dict[str, object] = {
+        "messageId": uuid.uuid4().hex,
+        "role": "ROLE_USER",
+        "parts": [{"text": text}],
+    }
+    if context_id:
+        message["contextId"] = context_id
+    return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+
+
+def acp_server(tmp: Path, config: str) -> RunningServer:
+    (tmp / "c.toml").write_text(config)
+    command = f"{sys.executable} {FAKE}"
+    return start_server(tmp, "--agent-command", command, "--config", str(tmp / "c.toml"))
+
+
+async def turn(
+    http: httpx.AsyncClient, url: str, text: str, context_id: str = ""
+) -> tuple[float, str]:
+    start = time.perf_counter()
+    response = (await http.post(url, json=send(text, context_id))).json()
+    elapsed = time.perf_counter() - start
+    task = response["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task["status"]
+    return elapsed, task["contextId"]
+
+
+def client(server: RunningServer) -> httpx.AsyncClient:
+    headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {server.token}"}
+    return httpx.AsyncClient(headers=headers, timeout=60)
+
+
+async def first_turns(config: str, samples: int, settle: float) -> list[float]:
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        server = acp_server(Path(tmp), config)
+        try:
+            async with client(server) as http:
+                await asyncio.sleep(settle)
+                for _ in range(samples):
+                    elapsed, _ = await turn(http, server.url, "hello")
+                    times.append(elapsed)
+                    await asyncio.sleep(settle)  # a person takes a moment between chats
+        finally:
+            server.stop()
+    return times
+
+
+async def follow_ups(server: RunningServer, samples: int) -> list[float]:
+    async with client(server) as http:
+        _, context_id = await turn(http, server.url, "hello")
+        for _ in range(5):
+            await turn(http, server.url, "warm", context_id)
+        return [(await turn(http, server.url, "again", context_id))[0] for _ in range(samples)]
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()]
+
+
+async def memory_with_contexts(count: int) -> tuple[int, int, int]:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = acp_server(Path(tmp), f"[agent]\nmax_processes = {count}\nwarm_spares = 1\n")
+        try:
+            async with client(server) as http:
+                for _ in range(count):
+                    await turn(http, server.url, "hello")
+            agents = children(server.process.pid)
+            return rss_kib(server.process.pid), sum(rss_kib(p) for p in agents), len(agents)
+        finally:
+            server.stop()
+
+
+def ms(values: list[float]) -> str:
+    return f"median {statistics.median(values) * 1000:.1f} ms"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--samples", type=int, default=8)
+    args = parser.parse_args()
+    warm = await first_turns("[agent]\nwarm_spares = 1\n", args.samples, settle=1.5)
+    cold = await first_turns("[agent]\nwarm_spares = 0\n", args.samples, settle=0.2)
+    print(f"first turn, new context, warm spare:    {ms(warm)}")
+    print(f"first turn, new context, no spare:      {ms(cold)}")
+    print(f"  ratio: {statistics.median(cold) / statistics.median(warm):.1f}x")
+    with tempfile.TemporaryDirectory() as tmp:
+        server = acp_server(Path(tmp), "")
+        try:
+            acp = await follow_ups(server, args.samples * 10)
+        finally:
+            server.stop()
+    with tempfile.TemporaryDirectory() as tmp:
+        server = start_server(Path(tmp))
+        try:
+            echo = await follow_ups(server, args.samples * 10)
+        finally:
+            server.stop()
+    print(f"follow-up turn, same context, ACP fake: {ms(acp)}")
+    print(f"follow-up turn, same context, echo:     {ms(echo)}")
+    overhead = (statistics.median(acp) - statistics.median(echo)) * 1000
+    print(f"  ACP overhead: {overhead:.2f} ms")
+    server_kib, agents_kib, agents = await memory_with_contexts(20)
+    print(
+        f"20 live contexts: server RSS {server_kib / 1024:.0f} MiB, "
+        f"{agents} agent processes {agents_kib / 1024:.0f} MiB in all"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
