@@ -56,9 +56,8 @@ def test_non_loopback_flag_is_refused() -> None:
     assert "tailscale serve" in result.stderr
 
 
-@pytest.mark.parametrize("agent", ["claude", "claude-acp", "codex", "gemini"])
-def test_agents_of_later_releases_say_not_available_yet(agent: str) -> None:
-    result = serve("--agent", agent)
+def test_an_agent_of_a_later_release_says_not_available_yet() -> None:
+    result = serve("--agent", "claude")
     assert result.returncode == 2
     assert "not available yet" in result.stderr
 
