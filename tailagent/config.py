@@ -16,7 +16,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 AGENTS = ("echo", "claude", "claude-acp", "codex", "gemini")
-AVAILABLE_AGENTS = ("echo", "claude-acp", "codex", "gemini")
+PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto")
+SETTING_SOURCES = ("user", "project", "local")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ENV_PREFIX = "TAILAGENT_"
 
@@ -114,6 +115,22 @@ class AgentSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaudeSettings:
+    """Claude Code through the Claude Agent SDK (the `[claude]` table)."""
+
+    cwd: Path | None = None
+    permission_mode: str = "acceptEdits"
+    model: str | None = None
+    allowed_tools: tuple[str, ...] = ()
+    setting_sources: tuple[str, ...] = SETTING_SOURCES
+    max_turns: int | None = None
+    max_permission_denials: int | None = None
+    permission_prompts: str = "input-required"
+    cli_path: Path | None = None
+    cancel_timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
 class TailscaleSettings:
     """How to reach tailscaled (the `[tailscale]` table)."""
 
@@ -122,7 +139,7 @@ class TailscaleSettings:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    agent: str = "echo"
+    agent: str = "claude"
     agent_command: str | None = None
     cwd: Path = field(default_factory=Path.cwd)
     listen: Listen = field(default_factory=Listen)
@@ -135,6 +152,7 @@ class Settings:
     card_lists_0_3: bool = True
     access: AccessSettings = field(default_factory=AccessSettings)
     agent_process: AgentSettings = field(default_factory=AgentSettings)
+    claude: ClaudeSettings = field(default_factory=ClaudeSettings)
     tailscale: TailscaleSettings = field(default_factory=TailscaleSettings)
 
     @property
@@ -246,6 +264,14 @@ def _count(value: Any) -> int:
     return _positive_int(value)
 
 
+def _setting_sources(value: Any) -> tuple[str, ...]:
+    sources = _strings(value) if value != [] else ()
+    bad = [s for s in sources if s not in SETTING_SOURCES]
+    if bad:
+        raise ValueError(f"sources are {', '.join(SETTING_SOURCES)}, not {bad[0]!r}")
+    return sources
+
+
 def _listen(value: Any) -> Listen:
     return parse_listen(_text(value))
 
@@ -288,11 +314,31 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "agent.cancel_timeout": _positive_number,
     "agent.terminal_output_limit": _positive_int,
     "agent.max_terminals_per_turn": _positive_int,
+    "claude.cwd": _directory,
+    "claude.permission_mode": _choice(PERMISSION_MODES),
+    "claude.model": _text,
+    "claude.allowed_tools": _strings,
+    "claude.setting_sources": _setting_sources,
+    "claude.max_turns": _positive_int,
+    "claude.max_permission_denials": _positive_int,
+    "claude.permission_prompts": _choice(("input-required", "deny")),
+    "claude.cli_path": _path,
+    "claude.cancel_timeout": _positive_number,
 }
 # TOML table -> Settings field; `agent` is also a plain key (which agent), so its
 # table lands in `agent_process`.
-SECTIONS = {"access": "access", "tailscale": "tailscale", "agent": "agent_process"}
-SECTION_TYPES = {"access": AccessSettings, "tailscale": TailscaleSettings, "agent": AgentSettings}
+SECTIONS = {
+    "access": "access",
+    "tailscale": "tailscale",
+    "agent": "agent_process",
+    "claude": "claude",
+}
+SECTION_TYPES = {
+    "access": AccessSettings,
+    "tailscale": TailscaleSettings,
+    "agent": AgentSettings,
+    "claude": ClaudeSettings,
+}
 
 
 def _flatten(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -352,12 +398,4 @@ def load_settings(
     from_env = {key: environ[_env_name(key)] for key in PARSERS if environ.get(_env_name(key))}
     _apply(from_env, "environment", merged)
     _apply({k: v for k, v in flags.items() if v is not None}, "command line", merged)
-    settings = _build(merged)
-    if settings.agent_command is None and settings.agent not in AVAILABLE_AGENTS:
-        raise ConfigError(
-            "settings",
-            "agent",
-            f"{settings.agent!r} is not available yet in this version of tailagent "
-            f"(available: {', '.join(AVAILABLE_AGENTS)})",
-        )
-    return settings
+    return _build(merged)

@@ -135,9 +135,10 @@ async def build_service(settings: Settings) -> Service:
     pool = SessionPool(backend, session_map, idle_timeout=settings.agent_process.idle_timeout)
     audit = AuditLog(engine)
     await audit.initialize()
-    executor = BridgeExecutor(
-        backend, pool, audit, max_permission_denials=settings.max_permission_denials
-    )
+    denials = settings.max_permission_denials
+    if settings.agent == "claude" and settings.claude.max_permission_denials:
+        denials = settings.claude.max_permission_denials
+    executor = BridgeExecutor(backend, pool, audit, max_permission_denials=denials)
     card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
     handler = GuardedRequestHandler(executor, store, card, pool=pool)
     context_builder = CallerContextBuilder()

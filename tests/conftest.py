@@ -67,6 +67,8 @@ def start_server(
     log_path = tmp / f"server-{time.monotonic_ns()}.log"
     log_file = log_path.open("w")
     args = [sys.executable, *program, "serve", "--listen", listen]
+    if "--agent" not in extra and "--agent-command" not in extra:
+        args += ["--agent", "echo"]  # the offline agent, unless a test picks another
     args += ["--state-dir", str(state_dir), "--cwd", str(workspace), *extra]
     env = {k: v for k, v in (env or os.environ).items() if not k.startswith("TAILAGENT_")}
     process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, text=True, env=env)

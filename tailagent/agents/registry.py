@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tailagent.agents.acp.backend import AcpBackend
 from tailagent.agents.acp.presets import CUSTOM, PRESETS
+from tailagent.agents.claude import ClaudeBackend
 from tailagent.agents.echo import EchoBackend
 from tailagent.agents.events import AgentBackend
 from tailagent.config import Settings
@@ -17,6 +18,8 @@ def make_backend(settings: Settings) -> AgentBackend:
         return AcpBackend(
             preset or CUSTOM, settings.cwd, settings.agent_process, settings.agent_command
         )
+    if settings.agent == "claude":
+        return ClaudeBackend(settings.claude, settings.cwd, settings.agent_process.max_processes)
     if preset is None:
         return EchoBackend()
     return AcpBackend(preset, settings.cwd, settings.agent_process)

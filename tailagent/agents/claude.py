@@ -1,0 +1,406 @@
+"""Claude Code through the Claude Agent SDK, directly: `--agent claude`.
+
+Going through the SDK rather than an ACP adapter is what lets a refusal or an
+answer carry the caller's own words back to Claude: `can_use_tool` is the bridge
+between Claude's questions and the A2A caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import difflib
+import json
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import claude_agent_sdk
+from claude_agent_sdk import (
+    AssistantMessage,
+    ClaudeAgentOptions,
+    ClaudeSDKClient,
+    ClaudeSDKError,
+    PermissionResultAllow,
+    PermissionResultDeny,
+    ResultMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolPermissionContext,
+    ToolResultBlock,
+    ToolUseBlock,
+    UserMessage,
+)
+
+from tailagent.agents.acp.process import AgentStartError
+from tailagent.agents.events import (
+    AgentEvent,
+    Answer,
+    FileChanged,
+    PermissionAsked,
+    PermissionDecision,
+    Plan,
+    PlanEntry,
+    PromptData,
+    PromptPart,
+    PromptText,
+    Question,
+    QuestionAnswers,
+    QuestionAsked,
+    QuestionOption,
+    Skill,
+    Text,
+    Thought,
+    ToolFinished,
+    ToolStarted,
+    TurnDone,
+    TurnFailed,
+)
+from tailagent.config import ClaudeSettings
+
+log = logging.getLogger("tailagent.agent")
+
+LOGIN_ADVICE = (
+    "Claude Code is not logged in on the server: run `claude` once as the service's user "
+    "to log in, or set ANTHROPIC_API_KEY in its environment."
+)
+EDIT_TOOLS = ("Write", "Edit", "MultiEdit")
+STDERR_TAIL_LINES = 20
+_DONE = object()
+
+
+def bundled_cli() -> Path:
+    return Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+
+
+def _camel(values: dict[str, Any]) -> dict[str, Any]:
+    def camel(key: str) -> str:
+        head, *rest = key.split("_")
+        return head + "".join(word.title() for word in rest)
+
+    return {camel(k): v for k, v in values.items()}
+
+
+def _relative(path: str, workspace: Path) -> str:
+    with contextlib.suppress(ValueError):
+        return str(Path(path).resolve().relative_to(workspace.resolve()))
+    return path
+
+
+def file_change(name: str, tool_input: dict[str, Any], workspace: Path) -> FileChanged | None:
+    """The diff a Write / Edit / MultiEdit will make, from its input (computed before
+    it runs, so the caller sees what is about to change)."""
+    path = str(tool_input.get("file_path") or "")
+    if not path:
+        return None
+    shown = _relative(path, workspace)
+    if name == "Write":
+        try:
+            old = Path(path).read_text()
+        except OSError:
+            old = ""
+        new = str(tool_input.get("content") or "")
+    else:
+        edits = tool_input.get("edits") if name == "MultiEdit" else [tool_input]
+        old = "".join(str(e.get("old_string") or "") + "\n" for e in edits or [])
+        new = "".join(str(e.get("new_string") or "") + "\n" for e in edits or [])
+    diff = "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{shown}", f"b/{shown}"
+        )
+    )
+    return FileChanged(shown, diff)
+
+
+def _plan(tool_input: dict[str, Any]) -> Plan:
+    entries = []
+    for todo in tool_input.get("todos") or []:
+        status = todo.get("status")
+        entries.append(
+            PlanEntry(
+                str(todo.get("content") or ""),
+                status if status in ("pending", "in_progress", "completed") else "pending",
+            )
+        )
+    return Plan(tuple(entries))
+
+
+def _questions(tool_input: dict[str, Any]) -> tuple[Question, ...]:
+    return tuple(
+        Question(
+            question=str(q.get("question") or ""),
+            header=str(q.get("header") or ""),
+            options=tuple(
+                QuestionOption(str(o.get("label") or ""), str(o.get("description") or ""))
+                for o in q.get("options") or []
+            ),
+            multi_select=bool(q.get("multiSelect")),
+        )
+        for q in tool_input.get("questions") or []
+    )
+
+
+def _tool_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(item.get("text", "")) for item in content if isinstance(item, dict))
+    return ""
+
+
+class ClaudeSession:
+    def __init__(self, settings: ClaudeSettings, workspace: Path, session_id: str, resume: bool):
+        self._settings = settings
+        self._workspace = workspace
+        self._session_id = session_id
+        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._queue: asyncio.Queue[Any] | None = None
+        self._answers: dict[str, asyncio.Future[Answer]] = {}
+        self._dead = False
+        self._cancelled = False
+        self._client = ClaudeSDKClient(self._options(resume))
+
+    def _options(self, resume: bool) -> ClaudeAgentOptions:
+        s = self._settings
+        return ClaudeAgentOptions(
+            cwd=str(s.cwd or self._workspace),
+            permission_mode=s.permission_mode,  # type: ignore[arg-type]
+            model=s.model,
+            allowed_tools=list(s.allowed_tools),
+            setting_sources=list(s.setting_sources),  # type: ignore[arg-type]
+            max_turns=s.max_turns,
+            system_prompt={"type": "preset", "preset": "claude_code"},
+            cli_path=str(s.cli_path) if s.cli_path else None,
+            resume=self._session_id if resume else None,
+            session_id=None if resume else self._session_id,
+            can_use_tool=self._can_use_tool,
+            stderr=self._stderr.append,
+        )
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    @property
+    def alive(self) -> bool:
+        return not self._dead
+
+    async def connect(self) -> None:
+        await self._client.connect()
+
+    # -- a turn -------------------------------------------------------------------------------
+
+    async def prompt(self, parts: list[PromptPart]) -> AsyncIterator[AgentEvent]:
+        text = "\n".join(
+            p.text if isinstance(p, PromptText) else json.dumps(p.data, ensure_ascii=False)
+            for p in parts
+            if isinstance(p, PromptText | PromptData)
+        )
+        self._cancelled = False
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queue = queue
+        reader = asyncio.create_task(self._read(text, queue), name="claude-turn")
+        try:
+            while True:
+                item = await queue.get()
+                if item is _DONE:
+                    break
+                yield item
+        finally:
+            self._queue = None
+            if not reader.done():
+                reader.cancel()
+                with contextlib.suppress(BaseException):
+                    await reader
+
+    async def _read(self, text: str, queue: asyncio.Queue[Any]) -> None:
+        not_logged_in = False
+        try:
+            await self._client.query(text)
+            async for message in self._client.receive_response():
+                if isinstance(message, AssistantMessage):
+                    if message.error == "authentication_failed":
+                        not_logged_in = True
+                        continue
+                    for block in message.content:
+                        for event in self._block_events(block):
+                            queue.put_nowait(event)
+                elif isinstance(message, UserMessage) and isinstance(message.content, list):
+                    for block in message.content:
+                        if isinstance(block, ToolResultBlock):
+                            output = _tool_text(block.content)
+                            queue.put_nowait(
+                                ToolFinished(
+                                    block.tool_use_id,
+                                    "failed" if block.is_error else "completed",
+                                    output,
+                                )
+                            )
+                elif isinstance(message, ResultMessage):
+                    queue.put_nowait(self._result(message, not_logged_in))
+        except ClaudeSDKError as exc:
+            self._dead = True
+            tail = "\n".join(self._stderr)
+            queue.put_nowait(
+                TurnFailed(
+                    f"Claude Code stopped during the turn: {exc}" + (f"\n{tail}" if tail else "")
+                )
+            )
+        finally:
+            queue.put_nowait(_DONE)
+
+    def _block_events(self, block: Any) -> list[AgentEvent]:
+        if isinstance(block, TextBlock):
+            return [Text(block.text)] if block.text else []
+        if isinstance(block, ThinkingBlock):
+            return [Thought(block.thinking)]
+        if isinstance(block, ToolUseBlock):
+            if block.name == "TodoWrite":
+                return [_plan(block.input)]
+            events: list[AgentEvent] = [
+                ToolStarted(block.id, block.name, _title(block.name, block.input), block.input)
+            ]
+            if block.name in EDIT_TOOLS and (
+                change := file_change(block.name, block.input, self._workspace)
+            ):
+                events.append(change)
+            return events
+        return []
+
+    def _result(self, message: ResultMessage, not_logged_in: bool) -> AgentEvent:
+        if not_logged_in:
+            return TurnFailed(LOGIN_ADVICE)
+        if self._cancelled:
+            return TurnDone(stop_reason="cancelled")
+        if message.is_error:
+            detail = message.result or message.subtype
+            return TurnFailed(f"Claude Code ended the turn with an error: {detail}")
+        usage = _camel(message.usage or {})
+        usage["numTurns"] = message.num_turns
+        return TurnDone(
+            stop_reason=message.stop_reason or "end_turn", usage=usage, cost=message.total_cost_usd
+        )
+
+    # -- questions and permissions ----------------------------------------------------------
+
+    async def _ask(self, event: PermissionAsked | QuestionAsked) -> Answer:
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._answers[event.request_id] = future
+        try:
+            if self._queue is not None:
+                self._queue.put_nowait(event)
+            else:
+                future.set_result(PermissionDecision(False, message="no turn is running"))
+            return await future
+        finally:
+            self._answers.pop(event.request_id, None)
+
+    async def _can_use_tool(
+        self, tool_name: str, tool_input: dict[str, Any], context: ToolPermissionContext
+    ) -> PermissionResultAllow | PermissionResultDeny:
+        if self._settings.permission_prompts == "deny":
+            return PermissionResultDeny(
+                message="tailagent denies every permission prompt (claude.permission_prompts)."
+            )
+        request_id = uuid.uuid4().hex
+        if tool_name == "AskUserQuestion":
+            answer = await self._ask(QuestionAsked(request_id, _questions(tool_input)))
+            if isinstance(answer, QuestionAnswers):
+                return PermissionResultAllow(
+                    updated_input={**tool_input, "answers": answer.answers}
+                )
+            return PermissionResultDeny(message="The question was not answered.")
+        answer = await self._ask(
+            PermissionAsked(
+                request_id=request_id,
+                tool=tool_name,
+                input=tool_input,
+                title=context.title or _title(tool_name, tool_input),
+                reason=context.decision_reason or "",
+            )
+        )
+        if isinstance(answer, PermissionDecision) and answer.allow:
+            return PermissionResultAllow(updated_input=tool_input)
+        message = answer.message if isinstance(answer, PermissionDecision) else ""
+        interrupt = isinstance(answer, PermissionDecision) and answer.interrupt
+        return PermissionResultDeny(message=message or "Denied.", interrupt=interrupt)
+
+    async def answer(self, request_id: str, answer: Answer) -> None:
+        future = self._answers.get(request_id)
+        if future is None or future.done():
+            raise KeyError(f"no pending request {request_id}")
+        future.set_result(answer)
+
+    async def cancel(self) -> None:
+        """Interrupts the query; a parked prompt is denied first so Claude can stop."""
+        self._cancelled = True
+        for future in self._answers.values():
+            if not future.done():
+                future.set_result(PermissionDecision(False, message="The task was canceled."))
+        try:
+            await asyncio.wait_for(self._client.interrupt(), timeout=self._settings.cancel_timeout)
+        except (TimeoutError, ClaudeSDKError, Exception):
+            log.warning("Claude Code did not take the interrupt; stopping it")
+            await self.close()
+
+    async def close(self) -> None:
+        self._dead = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._client.disconnect(), timeout=10)
+
+
+def _title(tool: str, tool_input: dict[str, Any]) -> str:
+    detail = tool_input.get("command") or tool_input.get("file_path") or tool_input.get("pattern")
+    return f"{tool} {detail}" if detail else tool
+
+
+class ClaudeBackend:
+    name = "claude"
+
+    def __init__(self, settings: ClaudeSettings, workspace: Path, max_sessions: int) -> None:
+        self.settings = settings
+        self.workspace = workspace
+        self.max_sessions: int | None = max_sessions
+        self.description = (
+            f"Claude Code (through the Claude Agent SDK), working in {workspace.name}."
+        )
+        self.skills: tuple[Skill, ...] = (
+            Skill(
+                id="coding",
+                name="Coding with Claude Code",
+                description=(
+                    "Claude Code reads, edits and runs code in the workspace. Questions and "
+                    "every permission it needs come back as input-required."
+                ),
+                tags=("coding", "claude"),
+                examples=("Fix the failing test in calc.py", "Explain what this repository does"),
+            ),
+        )
+
+    async def start(self) -> None:
+        self._check_cli()
+
+    def _check_cli(self) -> None:
+        cli = self.settings.cli_path or bundled_cli()
+        if not os.path.exists(cli):
+            raise AgentStartError(
+                f"the Claude Code CLI is not at {cli} (set claude.cli_path, or reinstall "
+                "claude-agent-sdk, which bundles it)"
+            )
+
+    async def open_session(self, resume_id: str | None = None) -> ClaudeSession:
+        session = ClaudeSession(
+            self.settings, self.workspace, resume_id or str(uuid.uuid4()), resume_id is not None
+        )
+        try:
+            await session.connect()
+        except ClaudeSDKError as exc:
+            raise AgentStartError(f"Claude Code did not start: {exc}") from None
+        return session
+
+    async def aclose(self) -> None:
+        return None
