@@ -56,12 +56,6 @@ def test_non_loopback_flag_is_refused() -> None:
     assert "tailscale serve" in result.stderr
 
 
-def test_an_agent_of_a_later_release_says_not_available_yet() -> None:
-    result = serve("--agent", "claude")
-    assert result.returncode == 2
-    assert "not available yet" in result.stderr
-
-
 def test_file_then_environment_then_flags(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('name = "from-file"\nmax_permission_denials = 5\nlisten = "127.0.0.1:4000"\n')
