@@ -363,13 +363,18 @@ class FakeClaude:
             message = self._inbox.get()
             if message is None:
                 return 1 if self.last_result_error else 0
+            turn = Turn(self, message)
             try:
-                Turn(self, message).run()
+                turn.run()
             finally:
-                with self._state_lock:
-                    self._turns_owed -= 1
-                    if not self._turns_owed:
-                        self._interrupted.clear()
+                turn.over()
+
+    def turn_over(self) -> None:
+        """A turn is answered: an interrupt from now on is for the next one, if any."""
+        with self._state_lock:
+            self._turns_owed -= 1
+            if not self._turns_owed:
+                self._interrupted.clear()
 
 
 class Turn:
@@ -395,6 +400,12 @@ class Turn:
         self.denials: list[dict[str, Any]] = []
         self.last_text = ""
         self.user_uuid = message.get("uuid") if isinstance(message.get("uuid"), str) else None
+        self.answered = False
+
+    def over(self) -> None:
+        if not self.answered:
+            self.answered = True
+            self.cli.turn_over()
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -519,6 +530,7 @@ class Turn:
             message["user_message_uuid"] = self.user_uuid
             message["user_message_uuids"] = [self.user_uuid]
         self.cli.last_result_error = is_error
+        self.over()  # before the result goes out, so a late interrupt misses this turn
         self.cli.emit(message)
 
     # -- the turn -----------------------------------------------------------------------------
