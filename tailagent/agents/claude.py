@@ -162,6 +162,7 @@ class ClaudeSession:
         self._answers: dict[str, asyncio.Future[Answer]] = {}
         self._dead = False
         self._cancelled = False
+        self._reader: asyncio.Task[None] | None = None
         self._client = ClaudeSDKClient(self._options(resume))
 
     def _options(self, resume: bool) -> ClaudeAgentOptions:
@@ -204,6 +205,7 @@ class ClaudeSession:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._queue = queue
         reader = asyncio.create_task(self._read(text, queue), name="claude-turn")
+        self._reader = reader
         try:
             while True:
                 item = await queue.get()
@@ -343,8 +345,14 @@ class ClaudeSession:
                 future.set_result(PermissionDecision(False, message="The task was canceled."))
         try:
             await asyncio.wait_for(self._client.interrupt(), timeout=self._settings.cancel_timeout)
-        except (TimeoutError, ClaudeSDKError, Exception):
-            log.warning("Claude Code did not take the interrupt; stopping it")
+            # Read the interrupted turn to its result, so the next turn does not start
+            # by reading this one's end.
+            if self._reader is not None and not self._reader.done():
+                await asyncio.wait_for(
+                    asyncio.shield(self._reader), timeout=self._settings.cancel_timeout
+                )
+        except Exception:
+            log.warning("Claude Code did not stop on the interrupt; stopping it")
             await self.close()
 
     async def close(self) -> None:

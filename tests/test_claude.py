@@ -1,0 +1,218 @@
+"""`--agent claude` through a real server, with tests/fake_claude_cli.py as the Claude
+Code CLI: the real claude-agent-sdk drives it over its stream-json control protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from a2a.types.a2a_pb2 import SendMessageRequest
+from google.protobuf.json_format import MessageToDict
+
+from tests.a2a_helpers import A2A, data_parts, kind_of, state_name, texts, user_message
+from tests.conftest import RunningServer, start_server
+
+FAKE_CLI = Path(__file__).with_name("fake_claude_cli.py")
+
+
+def start_claude(
+    tmp: Path, config: str = "", env: dict[str, str] | None = None, state_dir: Path | None = None
+) -> RunningServer:
+    path = tmp / "tailagent.toml"
+    path.write_text(f'[claude]\ncli_path = "{FAKE_CLI}"\n{config}')
+    return start_server(
+        tmp, "--agent", "claude", "--config", str(path), env=env, state_dir=state_dir
+    )
+
+
+class FakeLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def entries(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line]
+
+    def permission_responses(self) -> list[dict[str, Any]]:
+        return [e["permission_response"] for e in self.entries() if "permission_response" in e]
+
+    def argvs(self) -> list[list[str]]:
+        return [e["argv"] for e in self.entries() if "argv" in e]
+
+
+@pytest.fixture(scope="module")
+def claude(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, FakeLog]]:
+    tmp = tmp_path_factory.mktemp("claude")
+    log = FakeLog(tmp / "fake.log")
+    server = start_claude(tmp, env={**os.environ, "FAKE_CLAUDE_LOG": str(log.path)})
+    yield server, log
+    assert server.stop() == 0
+
+
+@pytest.fixture
+def agent(claude: tuple[RunningServer, FakeLog]) -> A2A:
+    return A2A(claude[0].url, claude[0].token)
+
+
+def answer(turn) -> str:  # type: ignore[no-untyped-def]
+    return "".join(texts(a.artifact) for a in turn.artifacts("response"))
+
+
+async def test_a_plain_turn(agent: A2A) -> None:
+    turn = await agent.turn("hello")
+    assert turn.final_state == "completed"
+    assert "echo: hello" in answer(turn)
+    outcome = MessageToDict(turn.statuses[-1].metadata)
+    assert outcome["costUsd"] == pytest.approx(0.0123)
+    assert outcome["usage"]["numTurns"] >= 1
+
+
+async def test_messages_map_to_the_event_vocabulary(agent: A2A) -> None:
+    turn = await agent.turn("think todo write edit")
+    assert texts(turn.artifacts("thinking")[0].artifact).startswith("considering:")
+    entries = data_parts(turn.artifacts("plan")[-1].artifact)[0]["entries"]
+    assert [e["status"] for e in entries] == ["completed", "in_progress"]
+    assert turn.artifacts("diff:new.txt") and turn.artifacts("diff:calc.py")
+    assert "+    return a + b" not in texts(turn.artifacts("diff:calc.py")[0].artifact)
+    assert "+a + b" in texts(turn.artifacts("diff:calc.py")[0].artifact)
+    kinds = turn.kinds()
+    assert kinds.count("tool_use") == 2 and kinds.count("tool_result") >= 2
+
+
+async def test_a_question_answered_by_data_part_and_by_text(agent: A2A) -> None:
+    asked = await agent.turn("question")
+    assert asked.pending["kind"] == "ask_user_question"
+    data = {"answers": {"Which colour do you prefer?": "red"}}
+    done = await agent.turn(user_message("", task_id=asked.task_id, data=data))
+    assert "you chose red" in answer(done)
+    asked = await agent.turn("question")
+    done = await agent.turn(user_message("blue", task_id=asked.task_id))
+    assert "you chose blue" in answer(done)
+
+
+async def test_a_permission_allowed(agent: A2A) -> None:
+    asked = await agent.turn("bash")
+    assert asked.pending["toolName"] == "Bash"
+    assert asked.pending["input"] == {"command": "rm -rf build"}
+    done = await agent.turn(user_message("yes", task_id=asked.task_id))
+    assert "ran: rm -rf build" in answer(done)
+
+
+async def test_a_denial_carries_the_callers_reason_to_claude(
+    agent: A2A, claude: tuple[RunningServer, FakeLog]
+) -> None:
+    asked = await agent.turn("bash:logs")
+    done = await agent.turn(user_message("no, run pytest -x instead", task_id=asked.task_id))
+    assert done.final_state == "completed"
+    sent = claude[1].permission_responses()[-1]
+    assert sent["behavior"] == "deny"
+    assert "no, run pytest -x instead" in sent["message"]
+    assert "Do not request the same permission again" in sent["message"]
+    assert "interrupt" not in sent
+
+
+async def test_the_same_denied_request_twice_fails_the_task_with_an_interrupt(
+    agent: A2A, claude: tuple[RunningServer, FakeLog]
+) -> None:
+    asked = await agent.turn("bash:cache bash:cache")
+    done = await agent.turn(user_message("no", task_id=asked.task_id))
+    assert done.final_state == "failed"
+    assert "same denied permission again (Bash)" in texts(done.last_message)
+    terminal = [s for s in done.statuses if state_name(s.status.state) in ("failed", "completed")]
+    assert len(terminal) == 1
+    assert claude[1].permission_responses()[-1].get("interrupt") is True
+
+
+async def test_max_permission_denials(tmp_path: Path) -> None:
+    server = start_claude(tmp_path, "max_permission_denials = 2\n")
+    try:
+        agent = A2A(server.url, server.token)
+        turn = await agent.turn("bash:a bash:b bash:c")
+        turn = await agent.turn(user_message("no", task_id=turn.task_id))
+        assert turn.final_state == "input_required"
+        turn = await agent.turn(user_message("no", task_id=turn.task_id))
+        assert turn.final_state == "failed"
+        assert "2 permission denials in this task (limit 2)" in texts(turn.last_message)
+    finally:
+        server.stop()
+
+
+async def test_cancel_while_working(agent: A2A, claude: tuple[RunningServer, FakeLog]) -> None:
+    async with agent.client() as client:
+        stream = client.send_message(SendMessageRequest(message=user_message("slow 20")))
+        first = await anext(stream)
+        await anext(stream)
+        canceled = await agent.cancel(first.task.id)
+        assert state_name(canceled.status.state) == "canceled"
+        await asyncio.wait_for(stream.aclose(), 5)
+    assert {"interrupt": True} in claude[1].entries()
+    after = await agent.turn(user_message("after", context_id=first.task.context_id))
+    assert after.final_state == "completed" and "echo: after" in answer(after)
+
+
+async def test_cancel_while_parked(agent: A2A) -> None:
+    asked = await agent.turn("bash:parked")
+    canceled = await agent.cancel(asked.task_id)
+    assert state_name(canceled.status.state) == "canceled"
+    after = await agent.turn(user_message("after", context_id=asked.context_id))
+    assert after.final_state == "completed"
+
+
+async def test_no_login_fails_the_task_with_what_to_do(agent: A2A) -> None:
+    turn = await agent.turn("nologin")
+    assert turn.final_state == "failed"
+    assert "run `claude` once" in texts(turn.last_message)
+    assert "Not logged in" not in answer(turn)
+
+
+async def test_deny_mode_refuses_without_asking(tmp_path: Path) -> None:
+    server = start_claude(tmp_path, 'permission_prompts = "deny"\n')
+    try:
+        turn = await A2A(server.url, server.token).turn("bash")
+        assert turn.final_state == "completed"
+        assert "denied: tailagent denies every permission prompt" in answer(turn)
+    finally:
+        server.stop()
+
+
+async def test_a_follow_up_resumes_the_claude_session_after_a_restart(tmp_path: Path) -> None:
+    log = FakeLog(tmp_path / "fake.log")
+    env = {**os.environ, "FAKE_CLAUDE_LOG": str(log.path)}
+    first = start_claude(tmp_path, env=env)
+    try:
+        turn = await A2A(first.url, first.token).turn("hello")
+    finally:
+        first.stop()
+    session_id = next(a for a in log.argvs()[0] if a.startswith("--session-id=")).split("=", 1)[1]
+    second = start_claude(tmp_path, env=env, state_dir=first.state_dir)
+    try:
+        again = await A2A(second.url, second.token).turn(
+            user_message("again", context_id=turn.context_id)
+        )
+        assert again.final_state == "completed"
+        assert f"--resume={session_id}" in log.argvs()[-1]
+        notices = [texts(s.status.message) for s in again.statuses if kind_of(s) == "notice"]
+        assert "Resumed the agent session of this context." in notices
+    finally:
+        second.stop()
+
+
+async def test_the_real_bundled_cli_without_credentials_fails_with_the_login_message(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+    server = start_server(tmp_path, "--agent", "claude", env=env)
+    try:
+        turn = await A2A(server.url, server.token).turn("Say hello.")
+        assert turn.final_state == "failed"
+        assert "Claude Code is not logged in on the server" in texts(turn.last_message)
+    finally:
+        assert server.stop() == 0
