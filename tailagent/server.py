@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import signal
 import socket
 from dataclasses import dataclass, replace
-from email.utils import formatdate
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from a2a.server.routes import create_rest_routes
@@ -46,7 +43,9 @@ from tailagent.bridge.jsonrpc import jsonrpc_routes
 from tailagent.bridge.sessions import SessionPool
 from tailagent.bridge.state import SessionMap, close_unfinished_tasks, open_engine
 from tailagent.bridge.store import CoalescingTaskStore
-from tailagent.card.builder import build_card, card_json
+from tailagent.card.builder import build_card
+from tailagent.card.keys import KeyStore
+from tailagent.card.publish import JWKS_PATH, CardPublisher
 from tailagent.config import Listen, Settings
 
 log = logging.getLogger("tailagent")
@@ -78,24 +77,16 @@ class Service:
         await self.localapi.aclose()
 
 
-def _card_app(settings: Settings, backend: AgentBackend) -> Quart:
+def _card_app(publisher: CardPublisher) -> Quart:
     app = Quart("tailagent")
-    url = settings.advertised_url
-    strict = CardVariant.of(card_json(build_card(backend, url, settings.name, legacy=False)))
-    legacy = (
-        CardVariant.of(card_json(build_card(backend, url, settings.name, legacy=True)))
-        if settings.card_lists_0_3
-        else strict
-    )
-    last_modified = formatdate(usegmt=True)
 
-    @app.get(CARD_PATH)
     async def agent_card() -> Response:
+        publisher.refresh()
         wants_strict = request.headers.get("A2A-Version", "").strip().startswith("1.")
-        variant = strict if wants_strict else legacy
+        variant = publisher.strict if wants_strict else publisher.legacy
         headers = {
             "Cache-Control": f"public, max-age={CARD_MAX_AGE}",
-            "Last-Modified": last_modified,
+            "Last-Modified": publisher.last_modified,
             "ETag": variant.etag,
             "Vary": "A2A-Version",
         }
@@ -103,24 +94,21 @@ def _card_app(settings: Settings, backend: AgentBackend) -> Quart:
             return Response("", status=304, headers=headers)
         return Response(variant.body, content_type="application/json", headers=headers)
 
+    # The 1.0 path, and the two older ones clients still ask for.
+    for path in (CARD_PATH, "/.well-known/agent-card", "/.well-known/agent.json"):
+        app.add_url_rule(path, view_func=agent_card, endpoint=path, methods=["GET"])
+
+    @app.get(JWKS_PATH)
+    async def jwks() -> Response:
+        publisher.refresh()
+        headers = {"Cache-Control": f"public, max-age={CARD_MAX_AGE}"}
+        return Response(publisher.jwks, content_type="application/jwk-set+json", headers=headers)
+
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     return app
-
-
-class CardVariant(NamedTuple):
-    """One serialised card and its validator, computed once: the card does not change
-    while the server runs."""
-
-    body: str
-    etag: str
-
-    @classmethod
-    def of(cls, card: dict[str, Any]) -> CardVariant:
-        body = json.dumps(card, ensure_ascii=False)
-        return cls(body, '"' + hashlib.sha256(body.encode()).hexdigest()[:32] + '"')
 
 
 async def build_service(settings: Settings) -> Service:
@@ -152,7 +140,14 @@ async def build_service(settings: Settings) -> Service:
             if not isinstance(r, Mount)
         ),
     ]
-    quart_app = _card_app(settings, backend)
+    publisher = CardPublisher(
+        backend,
+        settings.advertised_url,
+        settings.name,
+        KeyStore(settings.state_dir),
+        settings.card_lists_0_3,
+    )
+    quart_app = _card_app(publisher)
     router = Router(routes=routes, default=cast("ASGIApp", quart_app))
 
     async def dispatch(scope: dict[str, Any], receive: Any, send: Any) -> None:
