@@ -59,6 +59,11 @@ def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="a bearer token (default: $TAILAGENT_TOKEN; for this box's server, its local token)",
     )
     p.add_argument("--state-dir", metavar="DIR", help="where this box's server keeps its state")
+    p.add_argument(
+        "--require-signed",
+        action="store_true",
+        help="refuse an agent whose card is unsigned or whose key is not pinned",
+    )
 
 
 def _state_options(p: argparse.ArgumentParser) -> None:
@@ -85,6 +90,29 @@ def _token_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     _state_options(revoke)
 
 
+def _card_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    keys = sub.add_parser("keys", help="the card's signing key: init, rotate")
+    actions = keys.add_subparsers(dest="action", required=True)
+    for action, text in (("init", "make the signing key"), ("rotate", "sign with a new key")):
+        p = actions.add_parser(action, help=text)
+        p.add_argument(
+            "--alg",
+            choices=("ES256", "EdDSA"),
+            default=None if action == "rotate" else "ES256",
+            help="the key type (default: ES256; rotate keeps it)",
+        )
+        _state_options(p)
+    card = sub.add_parser("card", help="show an agent's card and check its signature")
+    card.add_argument("url")
+    card.add_argument("--trust", action="store_true", help="pin the card's key for this URL")
+    peers = sub.add_parser("peers", help="every tailagent on the tailnet, with its card")
+    peers.add_argument("--json", action="store_true", help="one JSON object per agent")
+    peers.add_argument("--port", type=int, help="the port agents are served on (default: 443)")
+    peers.add_argument("--scheme", choices=("https", "http"), default="https")
+    peers.add_argument("--timeout", type=float, default=3.0, help="seconds per peer")
+    peers.add_argument("--tailscale-socket", metavar="PATH", help="tailscaled's LocalAPI socket")
+
+
 def _audit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("audit", help="who approved or denied what, and when")
     p.add_argument("--since", metavar="WHEN", help="an ISO time, or an age such as 30m, 12h, 7d")
@@ -100,18 +128,25 @@ def main(argv: list[str] | None = None) -> int:
     _call_parser(sub)
     _token_parser(sub)
     _audit_parser(sub)
+    _card_parsers(sub)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
-    if args.command in ("token", "audit"):
+    if args.command in ("card", "peers"):
+        from tailagent.card.commands import card_command, peers_command
+
+        return card_command(args) if args.command == "card" else peers_command(args)
+    if args.command in ("token", "audit", "keys"):
         from tailagent.admin import audit_command, token_command
+        from tailagent.card.commands import keys_command
 
         try:
             state_dir = load_settings({"state_dir": args.state_dir}, args.config).state_dir
         except ConfigError as exc:
             print(f"tailagent: config error: {exc}", file=sys.stderr)
             return 2
-        return (token_command if args.command == "token" else audit_command)(args, state_dir)
+        commands = {"token": token_command, "audit": audit_command, "keys": keys_command}
+        return commands[args.command](args, state_dir)
     from tailagent.client.call import call_command
 
     return call_command(args)

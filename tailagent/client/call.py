@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.prompt import Prompt as AskPrompt
 
 from tailagent.access.tokens import read_local_token
+from tailagent.card.verify import KnownAgents, fetch_card, verify_card
 from tailagent.client.render import Outcome, Prompt, Renderer
 from tailagent.config import default_state_dir
 
@@ -91,6 +92,26 @@ def choose_token(url: str, token: str | None, state_dir: str | None) -> str | No
     return read_local_token(Path(directory) if directory else default_state_dir())
 
 
+class CardRefused(Exception):
+    pass
+
+
+async def check_card(url: str, http: httpx.AsyncClient, require_signed: bool) -> None:
+    """A pinned key that no longer verifies stops the call; so, with --require-signed,
+    does an unsigned or unpinned card."""
+    pinned = KnownAgents().get(url)
+    if pinned is None and not require_signed:
+        return
+    verdict = await verify_card(await fetch_card(url, http), url, http, pinned)
+    if not verdict.valid:
+        raise CardRefused(f"{url}'s card is {verdict.status}")
+    if require_signed and not verdict.pinned:
+        raise CardRefused(
+            f"{url}'s card is {verdict.status}; --require-signed wants a pinned key "
+            f"(`tailagent card {url} --trust` pins it)"
+        )
+
+
 def exit_code(outcome: Outcome) -> int:
     if outcome.direct_message is not None or outcome.state == TaskState.TASK_STATE_COMPLETED:
         return EXIT_COMPLETED
@@ -114,6 +135,7 @@ async def run_call(args: argparse.Namespace, console: Console) -> int:
     if token:
         headers["Authorization"] = f"Bearer {token}"
     async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(10.0, read=None)) as http:
+        await check_card(args.url, http, args.require_signed)
         client = await create_client(args.url, client_config=ClientConfig(httpx_client=http))
         try:
             while True:
@@ -168,7 +190,7 @@ def call_command(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     try:
         return asyncio.run(run_call(args, console))
-    except UsageError as exc:
+    except (UsageError, CardRefused) as exc:
         print(f"tailagent: {exc}", file=sys.stderr)
     except httpx.HTTPError as exc:
         print(f"tailagent: cannot reach {args.url}: {exc or type(exc).__name__}", file=sys.stderr)

@@ -1,0 +1,99 @@
+"""`tailagent keys`, `tailagent card` and `tailagent peers`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable
+from tailagent.card.keys import KeyStore
+from tailagent.card.peers import discover
+from tailagent.card.verify import KnownAgents, fetch_card, verify_card
+
+
+def keys_command(args: argparse.Namespace, state_dir: Path) -> int:
+    store = KeyStore(state_dir)
+    try:
+        key = store.init(args.alg) if args.action == "init" else store.rotate(args.alg)
+    except FileExistsError as exc:
+        print(f"tailagent: {exc} (use `tailagent keys rotate` to replace it)", file=sys.stderr)
+        return 1
+    print(f"{key.alg} key {key.kid} in {store.path}")
+    if args.action == "rotate":
+        print("the previous key stays in the JWKS for 7 days", file=sys.stderr)
+    return 0
+
+
+async def _card(args: argparse.Namespace) -> int:
+    known = KnownAgents()
+    async with httpx.AsyncClient(timeout=10) as http:
+        try:
+            card = await fetch_card(args.url, http)
+        except (httpx.HTTPError, ValueError) as exc:
+            print(f"tailagent: cannot fetch the card of {args.url}: {exc}", file=sys.stderr)
+            return 2
+        # --trust (re-)pins what the card's own signing key, from its jku, verifies.
+        pinned = None if args.trust else known.get(args.url)
+        verdict = await verify_card(card, args.url, http, pinned)
+    if args.trust and verdict.valid and verdict.jwk is not None:
+        known.pin(args.url, verdict.jwk)
+        verdict = type(verdict)("valid (pinned)", verdict.jwk)
+    console = Console(highlight=False, soft_wrap=True)
+    interfaces = ", ".join(
+        f"{i.get('protocolBinding')} {i.get('protocolVersion')} {i.get('url')}"
+        for i in card.get("supportedInterfaces") or []
+    )
+    console.print(f"[bold]{card.get('name', '?')}[/] {card.get('version', '')}")
+    console.print(f"  {card.get('description', '')}")
+    console.print(f"  owner node: {(card.get('provider') or {}).get('url', '?')}")
+    console.print(f"  interfaces: {interfaces}")
+    for skill in card.get("skills") or []:
+        console.print(f"  skill: {skill.get('name')}: {skill.get('description', '')}")
+    style = "green" if verdict.valid else "bold red"
+    console.print(f"  signature: [{style}]{verdict.status}[/]")
+    return 0 if verdict.valid else 1
+
+
+def card_command(args: argparse.Namespace) -> int:
+    return asyncio.run(_card(args))
+
+
+async def _peers(args: argparse.Namespace) -> int:
+    localapi = LocalAPI(Path(args.tailscale_socket) if args.tailscale_socket else None)
+    console = Console(stderr=True)
+    try:
+        with console.status("asking the tailnet's agents for their cards..."):
+            peers = await discover(
+                localapi, KnownAgents(), scheme=args.scheme, port=args.port,
+                per_peer_timeout=args.timeout,
+            )  # fmt: skip
+    except LocalAPIUnavailable as exc:
+        print(f"tailagent: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        await localapi.aclose()
+    if args.json:
+        for peer in peers:
+            print(json.dumps(peer.as_dict()))
+        return 0
+    table = Table("peer", "owner", "url", "agent", "skills", "signature")
+    for p in peers:
+        style = "green" if p.signature.startswith("valid") else "red"
+        table.add_row(
+            p.peer, p.owner, p.url, p.name, ", ".join(p.skills), f"[{style}]{p.signature}[/]"
+        )
+    Console(width=None if sys.stdout.isatty() else 240).print(table)
+    if not peers:
+        print("no tailagent answered on the tailnet's online peers", file=sys.stderr)
+    return 0
+
+
+def peers_command(args: argparse.Namespace) -> int:
+    return asyncio.run(_peers(args))

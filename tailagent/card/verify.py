@@ -1,0 +1,137 @@
+"""Checking another agent's card: its signature, its key, and what we pinned for it.
+
+Like ssh's known_hosts: the first time, a key can be trusted (pinned) for a URL;
+from then on a card from that URL must be signed by that key, and a different
+key is refused, loudly, until the user trusts it again.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from a2a.types.a2a_pb2 import AgentCard
+from a2a.utils.signing import SignatureVerificationError, create_signature_verifier
+from google.protobuf.json_format import ParseDict
+from jwt import PyJWK
+
+from tailagent.access.tokens import write_private
+
+CARD_PATH = "/.well-known/agent-card.json"
+ALGORITHMS = ["ES256", "EdDSA"]
+
+
+def known_agents_path() -> Path:
+    if os.environ.get("TAILAGENT_KNOWN_AGENTS"):
+        return Path(os.environ["TAILAGENT_KNOWN_AGENTS"])
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "tailagent" / "known_agents.json"
+
+
+class KnownAgents:
+    """URL -> the key pinned for it."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or known_agents_path()
+
+    def _read(self) -> dict[str, Any]:
+        return json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def get(self, url: str) -> dict[str, Any] | None:
+        return self._read().get(url.rstrip("/"))
+
+    def pin(self, url: str, jwk: dict[str, Any]) -> None:
+        data = self._read()
+        data[url.rstrip("/")] = {"jwk": jwk, "trusted": datetime.now(UTC).isoformat()}
+        write_private(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # "valid (pinned)", "valid (key from jku, not pinned)", "unsigned", "INVALID: ..."
+    jwk: dict[str, Any] | None = None  # the key that verified it
+
+    @property
+    def valid(self) -> bool:
+        return self.status.startswith("valid")
+
+    @property
+    def pinned(self) -> bool:
+        return self.status == "valid (pinned)"
+
+
+def _protected(signature: dict[str, Any]) -> dict[str, Any]:
+    raw = str(signature.get("protected", ""))
+    try:
+        header = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+    except (ValueError, TypeError):
+        return {}
+    return header if isinstance(header, dict) else {}
+
+
+def _same_origin(a: str, b: str) -> bool:
+    pa, pb = urlsplit(a), urlsplit(b)
+    return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
+
+
+def _as_card(card_json: dict[str, Any]) -> AgentCard:
+    return ParseDict(card_json, AgentCard(), ignore_unknown_fields=True)
+
+
+def _check(card: AgentCard, jwk: dict[str, Any]) -> bool:
+    verify = create_signature_verifier(lambda kid, jku: PyJWK(jwk), ALGORITHMS)
+    try:
+        verify(card)
+    except SignatureVerificationError:
+        return False
+    return True
+
+
+async def verify_card(
+    card_json: dict[str, Any], url: str, http: httpx.AsyncClient, pinned: dict[str, Any] | None
+) -> Verdict:
+    """Checks the card against the key pinned for its URL, or else against the key its
+    signature names (`jku`, which must be on the same origin as the card)."""
+    signatures = card_json.get("signatures") or []
+    if not signatures:
+        return Verdict("unsigned")
+    card = _as_card(card_json)
+    header = _protected(signatures[0])
+    if pinned is not None:
+        jwk = pinned["jwk"]
+        if _check(card, jwk):
+            return Verdict("valid (pinned)", jwk)
+        return Verdict(
+            f"INVALID: the card is not signed by the key pinned for {url} "
+            f"(pinned kid {jwk.get('kid')}, card kid {header.get('kid')}): the agent's key "
+            "changed, or this is not the agent you trusted. Check, then re-trust with --trust"
+        )
+    jku = header.get("jku")
+    if not isinstance(jku, str) or not _same_origin(jku, url):
+        return Verdict(f"INVALID: the signature's key URL {jku!r} is not on {url}")
+    try:
+        response = await http.get(jku)
+        response.raise_for_status()
+        keys = response.json().get("keys", [])
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        return Verdict(f"INVALID: cannot fetch the signing keys from {jku}: {exc}")
+    jwk = next((k for k in keys if k.get("kid") == header.get("kid")), None)
+    if jwk is None:
+        return Verdict(f"INVALID: no key {header.get('kid')} in {jku}")
+    if not _check(card, jwk):
+        return Verdict("INVALID: the signature does not match the card")
+    return Verdict("valid (key from jku, not pinned)", jwk)
+
+
+async def fetch_card(url: str, http: httpx.AsyncClient) -> dict[str, Any]:
+    response = await http.get(url.rstrip("/") + CARD_PATH, headers={"A2A-Version": "1.0"})
+    response.raise_for_status()
+    card: dict[str, Any] = response.json()
+    return card
