@@ -113,6 +113,20 @@ def _card_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     peers.add_argument("--tailscale-socket", metavar="PATH", help="tailscaled's LocalAPI socket")
 
 
+def _service_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("service", help="install or remove a systemd unit for this machine")
+    actions = p.add_subparsers(dest="action", required=True)
+    for action in ("install", "uninstall"):
+        a = actions.add_parser(action)
+        a.add_argument("--user", action="store_true", help="a `systemctl --user` unit")
+        a.add_argument("--dest", type=Path, help="write the unit here instead")
+        if action == "install":
+            a.add_argument(
+                "--workspace", type=Path, default=Path.cwd(), help="the agent's workspace"
+            )
+            a.add_argument("--config", type=Path, help="the TOML config file the unit passes")
+
+
 def _audit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("audit", help="who approved or denied what, and when")
     p.add_argument("--since", metavar="WHEN", help="an ISO time, or an age such as 30m, 12h, 7d")
@@ -129,9 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     _token_parser(sub)
     _audit_parser(sub)
     _card_parsers(sub)
+    _service_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "service":
+        from tailagent.service import install, uninstall
+
+        if args.action == "install":
+            config = args.config.resolve() if args.config else None
+            return install(args.user, args.workspace, config, args.dest)
+        return uninstall(args.user, args.dest)
     if args.command in ("card", "peers"):
         from tailagent.card.commands import card_command, peers_command
 
