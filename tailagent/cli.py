@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--config", metavar="FILE", type=Path, help="a TOML config file")
     p.add_argument("--state-dir", metavar="DIR", help="where tasks and sessions are kept")
     p.add_argument("--log-level", choices=LOG_LEVELS)
+    p.add_argument("--log-format", choices=("text", "json"), help="json: one object a line")
     p.add_argument(
         "--tailscale-socket", metavar="PATH", help="tailscaled's LocalAPI socket (default: found)"
     )
@@ -183,6 +183,7 @@ def _serve(args: argparse.Namespace) -> int:
         "public_url": args.public_url,
         "state_dir": args.state_dir,
         "log_level": args.log_level,
+        "log_format": args.log_format,
         "tailscale.socket": args.tailscale_socket,
     }
     try:
@@ -190,11 +191,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"tailagent: config error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from tailagent.logs import setup
+
+    setup(settings.log_level, settings.log_format)
     # a2a-sdk wraps every call in an OpenTelemetry span, which costs ~1 ms a request
     # even with no exporter; tracing stays available to whoever sets this to true.
     os.environ.setdefault("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")

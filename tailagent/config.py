@@ -149,6 +149,7 @@ class Settings:
     max_body_bytes: int = 4 * 1024 * 1024
     max_permission_denials: int = 3
     log_level: str = "info"
+    log_format: str = "text"
     card_lists_0_3: bool = True
     access: AccessSettings = field(default_factory=AccessSettings)
     agent_process: AgentSettings = field(default_factory=AgentSettings)
@@ -295,6 +296,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_body_bytes": _positive_int,
     "max_permission_denials": _positive_int,
     "log_level": _choice(LOG_LEVELS),
+    "log_format": _choice(("text", "json")),
     "card_lists_0_3": _boolean,
     "access.allowed_logins": _strings,
     "access.allowed_tags": _tags,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 from urllib.parse import urlsplit
 
+import httpx
 from a2a.server.routes import create_rest_routes
 from a2a.server.tasks import DatabaseTaskStore
 from hypercorn.asyncio import serve
@@ -41,12 +42,13 @@ from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.jsonrpc import jsonrpc_routes
 from tailagent.bridge.sessions import SessionPool
-from tailagent.bridge.state import SessionMap, close_unfinished_tasks, open_engine
+from tailagent.bridge.state import STOP_MESSAGE, SessionMap, close_unfinished_tasks, open_engine
 from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.card.builder import build_card
 from tailagent.card.keys import KeyStore
 from tailagent.card.publish import JWKS_PATH, CardPublisher
 from tailagent.config import Listen, Settings
+from tailagent.notify import Notifier
 
 log = logging.getLogger("tailagent")
 
@@ -59,6 +61,7 @@ class Service:
     """Everything one running server owns, so it can all be closed in order."""
 
     app: Any
+    executor: BridgeExecutor
     handler: GuardedRequestHandler
     store: CoalescingTaskStore
     session_map: SessionMap
@@ -66,6 +69,12 @@ class Service:
     backend: AgentBackend
     engine: AsyncEngine
     localapi: LocalAPI
+
+    async def stop_turns(self) -> int:
+        """Ends every running or waiting turn, saying the server stopped; returns how many."""
+        await self.executor.stop_all()
+        await self.handler.aclose()
+        return await self.store.close_held(STOP_MESSAGE)
 
     async def aclose(self) -> None:
         await self.handler.aclose()
@@ -168,7 +177,7 @@ async def build_service(settings: Settings) -> Service:
         hosts=served_hosts(settings),
         allowed_origins=settings.access.allowed_origins,
     )
-    return Service(app, handler, store, session_map, pool, backend, engine, localapi)
+    return Service(app, executor, handler, store, session_map, pool, backend, engine, localapi)
 
 
 def served_hosts(settings: Settings) -> set[str]:
@@ -217,7 +226,26 @@ class StartError(Exception):
     """The server cannot start; str() is the one line that says why."""
 
 
+async def _announce_ready(notifier: Notifier, settings: Settings, what: str) -> None:
+    """READY=1 once a request really gets an answer, not merely once the socket exists."""
+    if settings.listen.path is not None:
+        transport = httpx.AsyncHTTPTransport(uds=str(settings.listen.path))
+        base = "http://localhost"
+    else:
+        transport, base = httpx.AsyncHTTPTransport(), settings.listen.url()
+        base = settings.advertised_url if settings.listen.port == 0 else base
+    async with httpx.AsyncClient(transport=transport, base_url=base, timeout=2) as http:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get("/healthz", headers={"Host": "localhost"})).status_code == 200:
+                    break
+            await asyncio.sleep(0.05)
+    notifier.ready(what)
+
+
 async def run(settings: Settings) -> None:
+    notifier = Notifier()
+    notifier.status("starting")
     try:
         sock = open_listener(settings.listen)
     except OSError as exc:
@@ -238,21 +266,45 @@ async def run(settings: Settings) -> None:
     config.graceful_timeout = 5.0
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    where = listener_url(sock, settings.listen)
+    stopping: list[asyncio.Task[None]] = []
+
+    async def shutdown() -> None:
+        notifier.stopping(f"stopping: ending {service.executor.running} running turn(s)")
+        try:
+            ended = await service.stop_turns()
+            log.info("stopping: %d unfinished task(s) ended", ended)
+        finally:
+            stop.set()
+
+    def on_signal() -> None:
+        if stopping:
+            log.warning("a second signal: exiting at once")
+            os._exit(1)
+        stopping.append(asyncio.ensure_future(shutdown()))
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, on_signal)
     log.info(
         "serving on %s (agent %s, workspace %s, state %s)",
-        listener_url(sock, settings.listen),
+        where,
         settings.agent,
         settings.cwd,
         settings.state_dir,
     )
+    background = [asyncio.ensure_future(notifier.watchdog())]
+    if notifier.enabled:
+        what = f"serving on {where} (agent {settings.agent})"
+        background.append(asyncio.ensure_future(_announce_ready(notifier, settings, what)))
     try:
         await serve(service.app, config, shutdown_trigger=stop.wait)
     finally:
+        for task in background:
+            task.cancel()
         await service.aclose()
         sock.close()
         if settings.listen.path is not None:
             with contextlib.suppress(FileNotFoundError):
                 settings.listen.path.unlink()
+        notifier.close()
         log.info("stopped")

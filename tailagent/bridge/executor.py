@@ -275,6 +275,22 @@ class BridgeExecutor(AgentExecutor):
         self._runtimes.pop(runtime.task_id, None)
         await self._pool.release(runtime.context_id, runtime.task_id)
 
+    @property
+    def running(self) -> int:
+        return len(self._runtimes)
+
+    async def stop_all(self) -> None:
+        """At server stop: every turn is told to stop, and says nothing more. The store
+        then records why each task ended (`CoalescingTaskStore.close_held`)."""
+        runtimes = list(self._runtimes.values())
+        for runtime in runtimes:
+            runtime.cancelled = True
+        await asyncio.gather(
+            *(runtime.session.cancel() for runtime in runtimes), return_exceptions=True
+        )
+        for runtime in runtimes:
+            await self._end(runtime)
+
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""
         context_id = context.context_id or ""

@@ -18,7 +18,7 @@ from a2a.server.context import ServerCallContext
 from a2a.server.id_generator import IDGenerator, IDGeneratorContext
 from a2a.server.models import TaskModel
 from a2a.server.tasks import DatabaseTaskStore
-from a2a.types.a2a_pb2 import Message, Part, Role, TaskState
+from a2a.types.a2a_pb2 import Message, Part, Role, Task, TaskState
 from sqlalchemy import event, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -35,6 +35,7 @@ UNFINISHED_STATES = (
 MAX_MINTED = 10_000
 MAX_CACHED_SESSIONS = 10_000
 WRITE_DELAY = 0.05
+STOP_MESSAGE = "The server stopped while this task was running; its turn was ended."
 RESTART_MESSAGE = "The server restarted while this task was running; its turn was lost."
 
 
@@ -169,6 +170,24 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+def mark_failed(task: Task, text: str, kind: str) -> None:
+    """Ends a task the server could not finish, with a status that says why."""
+    if task.status.HasField("message"):
+        task.history.append(task.status.message)  # the last prompt or progress stays readable
+    task.status.state = TaskState.TASK_STATE_FAILED
+    task.status.timestamp.FromDatetime(datetime.now(UTC))
+    task.status.message.CopyFrom(
+        Message(
+            message_id=f"{kind}-{task.id}",
+            role=Role.ROLE_AGENT,
+            task_id=task.id,
+            context_id=task.context_id,
+            parts=[Part(text=text)],
+        )
+    )
+    task.status.message.metadata.update({"kind": kind})
+
+
 async def close_unfinished_tasks(store: DatabaseTaskStore) -> int:
     """Marks every task a previous run left unfinished as failed; returns how many."""
     await store.initialize()
@@ -181,18 +200,7 @@ async def close_unfinished_tasks(store: DatabaseTaskStore) -> int:
         ).scalars()
         stale = [(row.owner or "", store._from_orm(row)) for row in rows]
     for owner, task in stale:
-        task.status.state = TaskState.TASK_STATE_FAILED
-        task.status.timestamp.FromDatetime(datetime.now(UTC))
-        task.status.message.CopyFrom(
-            Message(
-                message_id=f"restart-{task.id}",
-                role=Role.ROLE_AGENT,
-                task_id=task.id,
-                context_id=task.context_id,
-                parts=[Part(text=RESTART_MESSAGE)],
-            )
-        )
-        task.status.message.metadata.update({"kind": "server_restarted"})
+        mark_failed(task, RESTART_MESSAGE, "server_restarted")
         await store.save(task, ServerCallContext(user=OwnerUser(owner)))
     if stale:
         log.info("closed %d task(s) left unfinished by the previous run", len(stale))

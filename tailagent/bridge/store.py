@@ -27,7 +27,7 @@ from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task, TaskSta
 from sqlalchemy import select
 
 from tailagent.access.identity import OwnerUser, caller_of
-from tailagent.bridge.state import UNFINISHED_STATES, WRITE_DELAY, MintedIds
+from tailagent.bridge.state import UNFINISHED_STATES, WRITE_DELAY, MintedIds, mark_failed
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,19 @@ class CoalescingTaskStore(TaskStore):
             with contextlib.suppress(Exception):
                 await self._writer
         await self._write_dirty(delay=0)
+
+    async def close_held(self, message: str) -> int:
+        """Writes every task this process holds unfinished as failed, saying why."""
+        closed = 0
+        for task_id, (owner, snapshot) in list(self._held.items()):
+            if snapshot.status.state not in UNFINISHED_STATES:
+                continue
+            mark_failed(snapshot, message, "server_stopped")
+            self._dirty.discard(task_id)
+            await self._write(snapshot, owner)
+            self._held.pop(task_id, None)
+            closed += 1
+        return closed
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         await self.flush()
