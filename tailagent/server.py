@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -23,13 +24,14 @@ from a2a.server.tasks import DatabaseTaskStore
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 from hypercorn.typing import LifespanScope
+from prometheus_client import CONTENT_TYPE_LATEST
 from quart import Quart, Response, request
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.routing import Mount, Router
 from starlette.types import ASGIApp
 
 from tailagent.access.guard import AccessGuard
-from tailagent.access.identity import CallerContextBuilder
+from tailagent.access.identity import SCOPE_KEY, Caller, CallerContextBuilder
 from tailagent.access.localapi import LocalAPI
 from tailagent.access.policy import Policy
 from tailagent.access.resolve import Resolver
@@ -48,6 +50,7 @@ from tailagent.card.builder import build_card
 from tailagent.card.keys import KeyStore
 from tailagent.card.publish import JWKS_PATH, CardPublisher
 from tailagent.config import Listen, Settings
+from tailagent.metrics import AGENT_PROCESSES, exposition
 from tailagent.notify import Notifier
 
 log = logging.getLogger("tailagent")
@@ -113,6 +116,14 @@ def _card_app(publisher: CardPublisher) -> Quart:
         headers = {"Cache-Control": f"public, max-age={CARD_MAX_AGE}"}
         return Response(publisher.jwks, content_type="application/jwk-set+json", headers=headers)
 
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        caller = request.scope.get(SCOPE_KEY)
+        if not isinstance(caller, Caller) or not caller.may("admin"):
+            body = {"error": "forbidden", "reason": "/metrics is for admins and the local token"}
+            return Response(json.dumps(body), status=403, content_type="application/json")
+        return Response(exposition(), content_type=CONTENT_TYPE_LATEST)
+
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -130,6 +141,7 @@ async def build_service(settings: Settings) -> Service:
     await session_map.initialize()
     await backend.start()
     pool = SessionPool(backend, session_map, idle_timeout=settings.agent_process.idle_timeout)
+    AGENT_PROCESSES.set_function(lambda: pool.live)
     audit = AuditLog(engine)
     await audit.initialize()
     denials = settings.max_permission_denials

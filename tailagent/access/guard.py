@@ -20,6 +20,7 @@ from tailagent.access.localapi import LocalAPIUnavailable
 from tailagent.access.policy import Policy, Refusal, Seen
 from tailagent.access.resolve import BadForwarding, Resolver, TailnetSelf
 from tailagent.access.tokens import TokenInfo, TokenStore
+from tailagent.metrics import REFUSALS, REQUESTS, route_of
 
 log = logging.getLogger("tailagent.access")
 
@@ -212,6 +213,7 @@ class AccessGuard:
 
         async def refuse(status: int, reason: str, code: int, message: str) -> None:
             outcome.decision, outcome.status = f"refused: {message}", status
+            REFUSALS.labels(reason.lower().replace(" ", "_")).inc()
             if is_a2a and status in (413, 415):
                 body = (
                     jsonrpc_error(code, message) if is_rpc else rest_error(status, reason, message)
@@ -226,13 +228,13 @@ class AccessGuard:
 
         try:
             if headers.get(b"tailscale-funnel-request"):
-                await refuse(403, "FORBIDDEN", 0, "requests from Tailscale Funnel are refused")
+                await refuse(403, "FUNNEL", 0, "requests from Tailscale Funnel are refused")
                 return
             me = await self._resolver.current_self()
             self._policy.owner_login = me.owner_login
             if not self._host_allowed(headers.get(b"host", ""), me):
                 host = headers.get(b"host", "")
-                await refuse(403, "FORBIDDEN", 0, f"Host {host!r} does not name this server")
+                await refuse(403, "HOST", 0, f"Host {host!r} does not name this server")
                 return
             if path in PUBLIC_PATHS:
                 outcome.decision = "public"
@@ -240,9 +242,7 @@ class AccessGuard:
                 return
             origin = headers.get(b"origin")
             if origin is not None and origin not in self._origins:
-                await refuse(
-                    403, "FORBIDDEN", 0, f"Origin {origin} is not in access.allowed_origins"
-                )
+                await refuse(403, "ORIGIN", 0, f"Origin {origin} is not in access.allowed_origins")
                 return
             length = headers.get(b"content-length", "")
             if is_a2a and scope["method"] == "POST":
@@ -278,6 +278,7 @@ class AccessGuard:
                 outcome.decision = "error"
                 await send_json(send, 500, {"error": "internal error"})
         finally:
+            REQUESTS.labels(route_of(path), str(outcome.status or 0)).inc()
             log.info(
                 "%s %s %s%s -> %s %s",
                 outcome.caller,

@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from tailagent.metrics import WHOIS
+
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKETS = (
@@ -127,6 +129,7 @@ class LocalAPI:
         cached = self._cache.get(key)
         now = time.monotonic()
         if cached is not None and cached[0] > now:
+            WHOIS.labels("cache_hit").inc()
             return cached[1]
         params = {"addr": addr}
         if proto:
@@ -141,6 +144,7 @@ class LocalAPI:
             raise LocalAPIUnavailable(
                 f"tailscaled answered whois with {response.status_code}: {response.text[:200]}"
             )
+        WHOIS.labels("found" if result else "not_found").inc()
         self._cache[key] = (now + (HIT_TTL if result else MISS_TTL), result)
         if len(self._cache) > 4096:
             self._cache = {k: v for k, v in self._cache.items() if v[0] > now}

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -42,6 +43,7 @@ from tailagent.bridge.answers import AnswerError, Reply, deny_message, parse_ans
 from tailagent.bridge.audit import AuditEntry, AuditLog, summarize
 from tailagent.bridge.publish import Publisher, open_task, text_part
 from tailagent.bridge.sessions import SessionPool
+from tailagent.metrics import DECISIONS, PROMPTS, TURN_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ class TaskRuntime:
     denied: set[str] = field(default_factory=set)
     denials: int = 0
     cancelled: bool = False
+    started: float = field(default_factory=time.monotonic)
 
 
 def prompt_parts(message: Message) -> list[PromptPart]:
@@ -114,6 +117,7 @@ class BridgeExecutor(AgentExecutor):
     async def _record(
         self, runtime: TaskRuntime, asked: PermissionAsked, allow: bool, reason: str, by: str
     ) -> None:
+        DECISIONS.labels("allow" if allow else "deny", by.split(" (")[0]).inc()
         entry = AuditEntry(
             task_id=runtime.task_id,
             context_id=runtime.context_id,
@@ -253,10 +257,12 @@ class BridgeExecutor(AgentExecutor):
                     await self._interrupt(runtime, event, "already denied", why, updater)
                     return
                 runtime.pending = event
+                PROMPTS.labels("permission").inc()
                 await publisher.ask(updater, event)
                 return
             if isinstance(event, QuestionAsked):
                 runtime.pending = event
+                PROMPTS.labels("question").inc()
                 await publisher.ask(updater, event)
                 return
             if isinstance(event, TurnDone):
@@ -272,7 +278,8 @@ class BridgeExecutor(AgentExecutor):
             await publisher.publish(updater, event)
 
     async def _end(self, runtime: TaskRuntime) -> None:
-        self._runtimes.pop(runtime.task_id, None)
+        if self._runtimes.pop(runtime.task_id, None) is not None:
+            TURN_SECONDS.observe(time.monotonic() - runtime.started)
         await self._pool.release(runtime.context_id, runtime.task_id)
 
     @property

@@ -28,6 +28,7 @@ from sqlalchemy import select
 
 from tailagent.access.identity import OwnerUser, caller_of
 from tailagent.bridge.state import UNFINISHED_STATES, WRITE_DELAY, MintedIds, mark_failed
+from tailagent.metrics import TASK_STATES
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,10 @@ class CoalescingTaskStore(TaskStore):
     async def save(self, task: Task, context: ServerCallContext) -> None:
         # A task keeps the owner that created it, even when an admin answers it.
         held = self._held.get(task.id)
+        if held is None or held[1].status.state != task.status.state:
+            TASK_STATES.labels(
+                TaskState.Name(task.status.state).removeprefix("TASK_STATE_").lower()
+            ).inc()
         if held is not None:
             owner = held[0]
         else:

@@ -1,0 +1,56 @@
+"""Prometheus metrics, in tailagent's own registry, served at /metrics to admins."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+REQUESTS = Counter(
+    "tailagent_requests", "HTTP requests by route and status.", ["route", "status"],
+    registry=REGISTRY,
+)  # fmt: skip
+REFUSALS = Counter(
+    "tailagent_refusals", "Requests the access layer refused, by reason.", ["reason"],
+    registry=REGISTRY,
+)  # fmt: skip
+TASK_STATES = Counter(
+    "tailagent_task_states", "Tasks entering each state.", ["state"], registry=REGISTRY
+)
+TURN_SECONDS = Histogram(
+    "tailagent_turn_seconds", "How long agent turns take, start to end (pauses included).",
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 3600), registry=REGISTRY,
+)  # fmt: skip
+AGENT_PROCESSES = Gauge(
+    "tailagent_agent_sessions", "Live agent sessions (for ACP and Claude: processes).",
+    registry=REGISTRY,
+)  # fmt: skip
+WHOIS = Counter(
+    "tailagent_whois", "LocalAPI whois lookups, by outcome (cache_hit, found, not_found).",
+    ["outcome"], registry=REGISTRY,
+)  # fmt: skip
+PROMPTS = Counter(
+    "tailagent_permission_prompts", "Prompts put to callers, by kind.", ["kind"],
+    registry=REGISTRY,
+)  # fmt: skip
+DECISIONS = Counter(
+    "tailagent_permission_decisions", "Permission decisions, by decision and by whom.",
+    ["decision", "by"], registry=REGISTRY,
+)  # fmt: skip
+
+
+def route_of(path: str) -> str:
+    """A route name of bounded cardinality (task ids stay out of labels)."""
+    if path == "/":
+        return "jsonrpc"
+    if path.startswith(("/message:", "/tasks", "/extendedAgentCard", "/v1/")):
+        return "rest"
+    if path.startswith("/.well-known/"):
+        return "card"
+    if path in ("/healthz", "/metrics"):
+        return path[1:]
+    return "other"
+
+
+def exposition() -> bytes:
+    return generate_latest(REGISTRY)
