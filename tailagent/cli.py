@@ -127,6 +127,16 @@ def _service_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
             a.add_argument("--config", type=Path, help="the TOML config file the unit passes")
 
 
+def _doctor_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("doctor", help="check that this box has what tailagent needs")
+    p.add_argument("--json", action="store_true", help="the checks as one JSON list")
+    p.add_argument("--agent", choices=AGENTS)
+    p.add_argument("--agent-command", metavar="CMD")
+    p.add_argument("--listen", metavar="ADDR")
+    p.add_argument("--tailscale-socket", metavar="PATH")
+    _state_options(p)
+
+
 def _audit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("audit", help="who approved or denied what, and when")
     p.add_argument("--since", metavar="WHEN", help="an ISO time, or an age such as 30m, 12h, 7d")
@@ -144,9 +154,26 @@ def main(argv: list[str] | None = None) -> int:
     _audit_parser(sub)
     _card_parsers(sub)
     _service_parser(sub)
+    _doctor_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "doctor":
+        from tailagent.doctor import doctor_command
+
+        flags = {
+            "agent": args.agent,
+            "agent_command": args.agent_command,
+            "listen": args.listen,
+            "state_dir": args.state_dir,
+            "tailscale.socket": args.tailscale_socket,
+        }
+        try:
+            settings = load_settings(flags, args.config)
+        except ConfigError as exc:
+            print(f"tailagent: config error: {exc}", file=sys.stderr)
+            return 2
+        return doctor_command(settings, args.json)
     if args.command == "service":
         from tailagent.service import install, uninstall
 

@@ -12,6 +12,7 @@ Run: python tests/fake_tailscaled.py SOCKET CONFIG
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socketserver
@@ -41,7 +42,16 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(503, "no backend\n", "text/plain")
             return
         url = urlsplit(self.path)
-        if url.path == "/localapi/v0/status":
+        if url.path == "/localapi/v0/serve-config":
+            body = json.dumps(config.get("serve", {}))
+            payload = body.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Etag", f'"{hashlib.sha256(payload).hexdigest()[:16]}"')
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        elif url.path == "/localapi/v0/status":
             self._reply(200, json.dumps(config.get("status", {})), "application/json")
         elif url.path == "/localapi/v0/whois":
             addr = parse_qs(url.query).get("addr", [""])[0]
@@ -52,6 +62,29 @@ class Handler(BaseHTTPRequestHandler):
                 self._reply(200, json.dumps(found), "application/json")
         else:
             self._reply(404, "not found\n", "text/plain")
+
+    def do_POST(self) -> None:
+        """serve-config writes: If-Match must name the current ETag; operator rights may
+        be withheld by the test (`"operator": false`)."""
+        config = json.loads(self.config_path.read_text())
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        if urlsplit(self.path).path != "/localapi/v0/serve-config":
+            self._reply(404, "not found\n", "text/plain")
+            return
+        if config.get("operator") is False:
+            self._reply(403, "Access denied: serve config write access denied\n", "text/plain")
+            return
+        current = json.dumps(config.get("serve", {})).encode()
+        etag = f'"{hashlib.sha256(current).hexdigest()[:16]}"'
+        if self.headers.get("If-Match") not in (None, etag):
+            self._reply(412, "etag mismatch\n", "text/plain")
+            return
+        config["serve"] = json.loads(body or b"{}")
+        temp = self.config_path.with_suffix(".posted")
+        temp.write_text(json.dumps(config))
+        temp.replace(self.config_path)
+        self._reply(200, "", "text/plain")
 
     def address_string(self) -> str:
         return "local"

@@ -54,6 +54,8 @@ class FakeTailscaled:
     process: subprocess.Popen[str] | None = None
     peers: dict[str, Any] = field(default_factory=dict)
     down: bool = False
+    serve: dict[str, Any] = field(default_factory=dict)
+    operator: bool = True
 
     @property
     def socket(self) -> Path:
@@ -64,7 +66,13 @@ class FakeTailscaled:
         return self.directory / "fake.json"
 
     def write(self) -> None:
-        state = {"whois": self.peers, "status": status(), "down": self.down}
+        state = {
+            "whois": self.peers,
+            "status": status(),
+            "down": self.down,
+            "serve": self.serve,
+            "operator": self.operator,
+        }
         temp = self.config.with_suffix(".tmp")
         temp.write_text(json.dumps(state))
         temp.replace(self.config)
@@ -81,6 +89,11 @@ class FakeTailscaled:
         assert self.process.stdout is not None
         assert self.process.stdout.readline().strip() == "ready"
         return self
+
+    def current_serve(self) -> dict[str, Any]:
+        """The serve config as the last write left it."""
+        served: dict[str, Any] = json.loads(self.config.read_text()).get("serve", {})
+        return served
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -35,6 +35,14 @@ class LocalAPIUnavailable(Exception):
     """tailscaled could not say: unreachable, or it answered 5xx. Callers fail closed."""
 
 
+class NotOperator(Exception):
+    """This user may not change tailscaled's settings (`tailscale set --operator=USER`)."""
+
+
+class ConfigChanged(Exception):
+    """Someone else changed the serve config between our read and our write."""
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     name: str
@@ -149,6 +157,32 @@ class LocalAPI:
         if len(self._cache) > 4096:
             self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
         return result
+
+    async def serve_config(self) -> tuple[dict[str, Any], str]:
+        """tailscaled's serve config and its ETag (for a safe read-modify-write)."""
+        response = await self._get("/localapi/v0/serve-config")
+        if response.status_code != 200:
+            raise LocalAPIUnavailable(
+                f"tailscaled answered serve-config with {response.status_code}"
+            )
+        return response.json() or {}, response.headers.get("etag", "")
+
+    async def set_serve_config(self, config: dict[str, Any], etag: str) -> None:
+        try:
+            response = await self._client.post(
+                "/localapi/v0/serve-config", json=config, headers={"If-Match": etag}
+            )
+        except httpx.HTTPError as exc:
+            raise LocalAPIUnavailable(f"tailscaled is not reachable: {exc}") from None
+        if response.status_code == 403:
+            raise NotOperator(response.text.strip())
+        if response.status_code == 412:
+            raise ConfigChanged("the serve config changed while tailagent was editing it")
+        if response.status_code >= 300:
+            raise LocalAPIUnavailable(
+                f"tailscaled refused the serve config ({response.status_code}): "
+                f"{response.text[:200]}"
+            )
 
     async def status(self) -> dict[str, Any]:
         response = await self._get("/localapi/v0/status")

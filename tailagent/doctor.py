@@ -1,0 +1,194 @@
+"""`tailagent doctor`: is everything this box needs in place? One line a check,
+with the fix when it is not; a non-zero exit code on any failure."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import stat
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
+from tailagent.card.keys import KeyStore
+from tailagent.config import Settings
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def serve_targets(config: dict[str, Any]) -> list[str]:
+    """Every backend `tailscale serve` proxies to."""
+    targets = []
+    for site in (config.get("Web") or {}).values():
+        for handler in (site.get("Handlers") or {}).values():
+            if handler.get("Proxy"):
+                targets.append(str(handler["Proxy"]))
+    return targets
+
+
+def listener_target(settings: Settings) -> str:
+    if settings.listen.path is not None:
+        return f"unix:{settings.listen.path}"
+    return settings.listen.url()
+
+
+async def _tailscale(settings: Settings) -> list[Check]:
+    api = LocalAPI(settings.tailscale.socket)
+    try:
+        try:
+            status = await api.status()
+        except LocalAPIUnavailable as exc:
+            fix = "start tailscaled (sudo systemctl start tailscaled), or set tailscale.socket"
+            down = Check("tailscaled", False, str(exc), fix)
+            return [down, Check("whois", False, "needs tailscaled"),
+                    Check("tailscale serve", False, "needs tailscaled")]  # fmt: skip
+        state = status.get("BackendState", "?")
+        running = state == "Running"
+        checks = [
+            Check(
+                "tailscaled",
+                running,
+                f"version {status.get('Version', '?')}, {state}",
+                "" if running else "log this node in: sudo tailscale up",
+            )
+        ]
+        ips = (status.get("Self") or {}).get("TailscaleIPs") or []
+        me = await api.whois(ips[0]) if ips else None
+        checks.append(
+            Check(
+                "whois",
+                me is not None,
+                f"this node is {me.node.name}" if me else "whois of this node found nothing",
+                "" if me else "check that tailscaled is logged in",
+            )
+        )
+        target = listener_target(settings)
+        config, _ = await api.serve_config()
+        served = target in serve_targets(config)
+        name = self_dns_name(status) or "this node"
+        checks.append(
+            Check(
+                "tailscale serve",
+                served,
+                f"https://{name} -> {target}" if served else f"nothing serves {target}",
+                ""
+                if served
+                else f"sudo tailscale serve --bg {target}  (or tailagent serve --tailnet)",
+            )
+        )
+        return checks
+    finally:
+        await api.aclose()
+
+
+def _agent(settings: Settings) -> Check:
+    if settings.agent_command:
+        program = settings.agent_command.split()[0]
+        found = shutil.which(program) or (os.path.exists(program) and program)
+        return Check(
+            "agent", bool(found), f"ACP agent {program}", "" if found else f"install {program}"
+        )
+    if settings.agent == "echo":
+        return Check("agent", True, "echo (offline)")
+    if settings.agent == "claude":
+        from tailagent.agents.claude import bundled_cli
+
+        cli = settings.claude.cli_path or bundled_cli()
+        if not os.path.exists(cli):
+            return Check("agent", False, f"no Claude CLI at {cli}", "reinstall claude-agent-sdk")
+        logged_in = (
+            bool(os.environ.get("ANTHROPIC_API_KEY"))
+            or (Path.home() / ".claude" / ".credentials.json").exists()
+        )
+        return Check(
+            "agent",
+            logged_in,
+            f"Claude Code CLI {cli}" + ("" if logged_in else "; no login found"),
+            ""
+            if logged_in
+            else "run `claude` once as this user to log in, or set ANTHROPIC_API_KEY",
+        )
+    npx = shutil.which("npx")
+    return Check(
+        "agent",
+        npx is not None,
+        f"{settings.agent} through npx" if npx else "npx is not on PATH",
+        "" if npx else "install Node.js and npm",
+    )
+
+
+def _state_dir(settings: Settings) -> Check:
+    directory = settings.state_dir
+    if not directory.exists():
+        return Check("state dir", True, f"{directory} will be made (0700) on first start")
+    info = directory.stat()
+    mine = info.st_uid == os.getuid()
+    private = not stat.S_IMODE(info.st_mode) & 0o077
+    return Check(
+        "state dir",
+        mine and private,
+        f"{directory} ({oct(stat.S_IMODE(info.st_mode))})",
+        "" if mine and private else f"chmod 700 {directory} (and own it as the service's user)",
+    )
+
+
+def _key(settings: Settings) -> Check:
+    keys = KeyStore(settings.state_dir)
+    if not keys.exists():
+        return Check("signing key", True, "none yet: made on first start")
+    try:
+        key = keys.current()
+    except (ValueError, KeyError, OSError) as exc:
+        return Check("signing key", False, f"unreadable: {exc}", "tailagent keys rotate")
+    return Check("signing key", True, f"{key.alg} {key.kid}")
+
+
+async def _listener(settings: Settings) -> Check:
+    target = listener_target(settings)
+    if settings.listen.path is not None:
+        transport = httpx.AsyncHTTPTransport(uds=str(settings.listen.path))
+        base = "http://localhost"
+    else:
+        transport, base = httpx.AsyncHTTPTransport(), target
+    try:
+        async with httpx.AsyncClient(transport=transport, timeout=3) as http:
+            ok = (
+                await http.get(base + "/healthz", headers={"Host": "localhost"})
+            ).status_code == 200
+    except httpx.HTTPError:
+        ok = False
+    return Check(
+        "listener",
+        ok,
+        f"tailagent answers on {target}" if ok else f"nothing answers on {target}",
+        "" if ok else "start it: tailagent serve (or systemctl start tailagent)",
+    )
+
+
+async def diagnose(settings: Settings) -> list[Check]:
+    checks = await _tailscale(settings)
+    checks += [_key(settings), _agent(settings), _state_dir(settings), await _listener(settings)]
+    return checks
+
+
+def doctor_command(settings: Settings, as_json: bool) -> int:
+    checks = asyncio.run(diagnose(settings))
+    if as_json:
+        print(json.dumps([asdict(c) for c in checks]))
+    else:
+        for c in checks:
+            mark = "✓" if c.ok else "✗"
+            print(f"{mark} {c.name}: {c.detail}" + (f" — fix: {c.fix}" if c.fix else ""))
+    return 0 if all(c.ok for c in checks) else 1
+

@@ -1,0 +1,65 @@
+"""`tailagent doctor` against the fake tailscaled, up and down."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import start_server
+from tests.tailnet import FakeTailscaled, whois
+
+
+def doctor(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tailagent", "doctor", "--agent", "echo", *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_all_good_then_tailscaled_down(tmp_path: Path) -> None:
+    fake = FakeTailscaled(tmp_path / "ts").start()
+    server = start_server(tmp_path, "--tailscale-socket", str(fake.socket))
+    try:
+        listen = server.url.removeprefix("http://")
+        fake.peers["100.64.0.1"] = whois("owner@example.com", name="devbox", ip="100.64.0.1")
+        fake.serve = {"Web": {"devbox.tail1234.ts.net:443": {"Handlers": {"/": {
+            "Proxy": server.url}}}}}  # fmt: skip
+        fake.write()
+        args = ("--listen", listen, "--state-dir", str(server.state_dir),
+                "--tailscale-socket", str(fake.socket))  # fmt: skip
+        good = doctor(*args)
+        assert good.returncode == 0, good.stdout
+        lines = good.stdout.splitlines()
+        assert len(lines) == 7 and all(line.startswith("✓") for line in lines)
+        assert any("tailscale serve: https://devbox.tail1234.ts.net ->" in line for line in lines)
+        checks = {c["name"]: c for c in json.loads(doctor(*args, "--json").stdout)}
+        assert checks["signing key"]["ok"] and checks["listener"]["ok"]
+
+        fake.serve = {}
+        fake.write()
+        unserved = doctor(*args)
+        assert unserved.returncode == 1
+        assert "✗ tailscale serve: nothing serves" in unserved.stdout
+        assert f"fix: sudo tailscale serve --bg {server.url}" in unserved.stdout
+
+        fake.stop()
+        down = doctor(*args)
+        assert down.returncode == 1
+        assert "✗ tailscaled: tailscaled is not reachable" in down.stdout
+        assert "fix: start tailscaled" in down.stdout
+    finally:
+        server.stop()
+        fake.stop()
+
+
+def test_nothing_listening_and_an_open_state_dir(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    result = doctor("--listen", "127.0.0.1:9", "--state-dir", str(state),
+                    "--tailscale-socket", str(tmp_path / "none.sock"))  # fmt: skip
+    assert result.returncode == 1
+    assert "✗ listener: nothing answers on http://127.0.0.1:9" in result.stdout
+    assert "✗ state dir" in result.stdout and "chmod 700" in result.stdout
