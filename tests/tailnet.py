@@ -39,6 +39,8 @@ def whois(
 
 def status() -> dict[str, Any]:
     return {
+        "Version": "1.102.3",
+        "BackendState": "Running",
         "Self": {
             "UserID": 1,
             "DNSName": NODE_DNS + ".",
