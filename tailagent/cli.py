@@ -30,6 +30,13 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--log-level", choices=LOG_LEVELS)
     p.add_argument("--log-format", choices=("text", "json"), help="json: one object a line")
     p.add_argument(
+        "--tailnet",
+        action="store_true",
+        default=None,
+        help="configure `tailscale serve` for this server, and remove it at stop",
+    )
+    p.add_argument("--tailnet-port", type=int, metavar="PORT", help="the HTTPS port (default 443)")
+    p.add_argument(
         "--tailscale-socket", metavar="PATH", help="tailscaled's LocalAPI socket (default: found)"
     )
 
@@ -211,6 +218,8 @@ def _serve(args: argparse.Namespace) -> int:
         "state_dir": args.state_dir,
         "log_level": args.log_level,
         "log_format": args.log_format,
+        "tailnet": args.tailnet,
+        "tailnet_port": args.tailnet_port,
         "tailscale.socket": args.tailscale_socket,
     }
     try:

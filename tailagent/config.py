@@ -151,6 +151,8 @@ class Settings:
     log_level: str = "info"
     log_format: str = "text"
     card_lists_0_3: bool = True
+    tailnet: bool = False
+    tailnet_port: int = 443
     access: AccessSettings = field(default_factory=AccessSettings)
     agent_process: AgentSettings = field(default_factory=AgentSettings)
     claude: ClaudeSettings = field(default_factory=ClaudeSettings)
@@ -298,6 +300,8 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "log_level": _choice(LOG_LEVELS),
     "log_format": _choice(("text", "json")),
     "card_lists_0_3": _boolean,
+    "tailnet": _boolean,
+    "tailnet_port": _positive_int,
     "access.allowed_logins": _strings,
     "access.allowed_tags": _tags,
     "access.login_roles": _roles,

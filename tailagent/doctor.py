@@ -191,4 +191,3 @@ def doctor_command(settings: Settings, as_json: bool) -> int:
             mark = "✓" if c.ok else "✗"
             print(f"{mark} {c.name}: {c.detail}" + (f" — fix: {c.fix}" if c.fix else ""))
     return 0 if all(c.ok for c in checks) else 1
-

@@ -32,7 +32,7 @@ from starlette.types import ASGIApp
 
 from tailagent.access.guard import AccessGuard
 from tailagent.access.identity import SCOPE_KEY, Caller, CallerContextBuilder
-from tailagent.access.localapi import LocalAPI
+from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable
 from tailagent.access.policy import Policy
 from tailagent.access.resolve import Resolver
 from tailagent.access.tokens import TokenStore
@@ -52,6 +52,7 @@ from tailagent.card.publish import JWKS_PATH, CardPublisher
 from tailagent.config import Listen, Settings
 from tailagent.metrics import AGENT_PROCESSES, exposition
 from tailagent.notify import Notifier
+from tailagent.tailnet import ServeEntry, TailnetError, expose, withdraw
 
 log = logging.getLogger("tailagent")
 
@@ -262,13 +263,23 @@ async def run(settings: Settings) -> None:
         sock = open_listener(settings.listen)
     except OSError as exc:
         raise StartError(f"cannot listen on {settings.listen.bind()}: {exc.strerror}") from None
-    if settings.public_url is None and not settings.listen.is_unix:
-        # Port 0 picks a free port: advertise the one we actually got.
-        settings = replace(settings, public_url=listener_url(sock, settings.listen))
+    where = listener_url(sock, settings.listen)
+    entry: ServeEntry | None = None
+    tailnet_api = LocalAPI(settings.tailscale.socket) if settings.tailnet else None
     try:
+        if tailnet_api is not None:
+            entry = await expose(tailnet_api, settings.tailnet_port, where)
+            settings = replace(settings, public_url=entry.public_url)
+        elif settings.public_url is None and not settings.listen.is_unix:
+            # Port 0 picks a free port: advertise the one we actually got.
+            settings = replace(settings, public_url=where)
         service = await build_service(settings)
-    except AgentStartError as exc:
+    except (AgentStartError, TailnetError, LocalAPIUnavailable) as exc:
         sock.close()
+        if tailnet_api is not None:
+            if entry is not None:
+                await withdraw(tailnet_api, entry)
+            await tailnet_api.aclose()
         raise StartError(str(exc)) from None
     config = Config()
     # Hypercorn closes the socket it serves on; give it its own descriptor.
@@ -278,7 +289,6 @@ async def run(settings: Settings) -> None:
     config.graceful_timeout = 5.0
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    where = listener_url(sock, settings.listen)
     stopping: list[asyncio.Task[None]] = []
 
     async def shutdown() -> None:
@@ -313,6 +323,13 @@ async def run(settings: Settings) -> None:
     finally:
         for task in background:
             task.cancel()
+        if tailnet_api is not None:
+            if entry is not None:
+                try:
+                    await withdraw(tailnet_api, entry)
+                except (TailnetError, LocalAPIUnavailable) as exc:
+                    log.warning("could not remove the tailscale serve entry: %s", exc)
+            await tailnet_api.aclose()
         await service.aclose()
         sock.close()
         if settings.listen.path is not None:

@@ -75,6 +75,13 @@ class Handler(BaseHTTPRequestHandler):
         if config.get("operator") is False:
             self._reply(403, "Access denied: serve config write access denied\n", "text/plain")
             return
+        if config.pop("conflict_once", False):
+            # Someone else wrote first: this write must fail, and the next one succeed.
+            temp = self.config_path.with_suffix(".posted")
+            temp.write_text(json.dumps(config))
+            temp.replace(self.config_path)
+            self._reply(412, "etag mismatch\n", "text/plain")
+            return
         current = json.dumps(config.get("serve", {})).encode()
         etag = f'"{hashlib.sha256(current).hexdigest()[:16]}"'
         if self.headers.get("If-Match") not in (None, etag):

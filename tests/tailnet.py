@@ -58,6 +58,7 @@ class FakeTailscaled:
     down: bool = False
     serve: dict[str, Any] = field(default_factory=dict)
     operator: bool = True
+    conflict_once: bool = False
 
     @property
     def socket(self) -> Path:
@@ -74,6 +75,7 @@ class FakeTailscaled:
             "down": self.down,
             "serve": self.serve,
             "operator": self.operator,
+            "conflict_once": self.conflict_once,
         }
         temp = self.config.with_suffix(".tmp")
         temp.write_text(json.dumps(state))
