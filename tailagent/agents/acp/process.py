@@ -75,6 +75,12 @@ class AgentProcess:
     def auth_methods(self) -> list[Any]:
         return list(self.info.auth_methods or []) if self.info else []
 
+    async def settle_stderr(self, bound: float = 1.0) -> None:
+        """After an exit, lets the drain read the last lines before anyone quotes them."""
+        if self._stderr_task is not None and not self.alive:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._stderr_task), timeout=bound)
+
     def stderr_tail(self) -> str:
         return "\n".join(self._stderr)
 

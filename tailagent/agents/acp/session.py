@@ -174,6 +174,7 @@ class AcpSession:
                 getter.cancel()
                 while not queue.empty():
                     yield queue.get_nowait()
+                await self.process.settle_stderr()
                 yield self._outcome(prompt_task)
                 return
         finally:
