@@ -59,6 +59,7 @@ from tailagent.agents.events import (
     ToolStarted,
     TurnDone,
     TurnFailed,
+    camel_keys,
 )
 from tailagent.config import ClaudeSettings
 
@@ -75,14 +76,6 @@ _DONE = object()
 
 def bundled_cli() -> Path:
     return Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
-
-
-def _camel(values: dict[str, Any]) -> dict[str, Any]:
-    def camel(key: str) -> str:
-        head, *rest = key.split("_")
-        return head + "".join(word.title() for word in rest)
-
-    return {camel(k): v for k, v in values.items()}
 
 
 def _relative(path: str, workspace: Path) -> str:
@@ -281,7 +274,7 @@ class ClaudeSession:
         if message.is_error:
             detail = message.result or message.subtype
             return TurnFailed(f"Claude Code ended the turn with an error: {detail}")
-        usage = _camel(message.usage or {})
+        usage = camel_keys(message.usage or {})
         usage["numTurns"] = message.num_turns
         return TurnDone(
             stop_reason=message.stop_reason or "end_turn", usage=usage, cost=message.total_cost_usd

@@ -129,6 +129,16 @@ class TurnDone:
     cost: float | None = None
 
 
+def camel_keys(values: JSONDict) -> JSONDict:
+    """Usage figures as A2A wants its JSON keys (camelCase, never snake_case)."""
+
+    def camel(key: str) -> str:
+        head, *rest = key.split("_")
+        return head + "".join(word.title() for word in rest)
+
+    return {camel(k): v for k, v in values.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class TurnFailed:
     message: str

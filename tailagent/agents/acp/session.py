@@ -69,6 +69,7 @@ from tailagent.agents.events import (
     ToolStarted,
     TurnDone,
     TurnFailed,
+    camel_keys,
 )
 
 log = logging.getLogger("tailagent.agent")
@@ -174,6 +175,11 @@ class AcpSession:
                 getter.cancel()
                 while not queue.empty():
                     yield queue.get_nowait()
+                if prompt_task.done() and prompt_task.exception() is not None:
+                    # A closed pipe usually means the process is on its way out: let it
+                    # finish dying, so the failure says so with its last words.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(exited), timeout=1.0)
                 await self.process.settle_stderr()
                 yield self._outcome(prompt_task)
                 return
@@ -190,7 +196,7 @@ class AcpSession:
         if error is None:
             response = prompt_task.result()
             usage = response.usage.model_dump(exclude_none=True) if response.usage else {}
-            return TurnDone(stop_reason=response.stop_reason, usage=_camel(usage))
+            return TurnDone(stop_reason=response.stop_reason, usage=camel_keys(usage))
         if isinstance(error, RequestError) and error.code == AUTH_REQUIRED:
             return TurnFailed(f"The agent needs a login on the server: {self._login_hint}.")
         if not self.process.alive:
@@ -247,14 +253,6 @@ class AcpSession:
     async def close(self) -> None:
         await self.terminals.end_turn()
         await self.process.stop(grace=self._cancel_timeout)
-
-
-def _camel(values: dict[str, Any]) -> dict[str, Any]:
-    def camel(key: str) -> str:
-        head, *rest = key.split("_")
-        return head + "".join(word.title() for word in rest)
-
-    return {camel(k): v for k, v in values.items()}
 
 
 class HostClient:
