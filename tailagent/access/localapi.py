@@ -27,7 +27,7 @@ DEFAULT_SOCKETS = (
 LOCALAPI_BASE = "http://local-tailscaled.sock"
 TAGGED_DEVICES = "tagged-devices"
 MISS_TTL = 5.0
-HIT_TTL = 30.0
+HIT_TTL = 2.0  # short: a revoked grant or a re-tagged node counts within seconds
 RETRY_AFTER = 1.0
 
 

@@ -41,7 +41,8 @@ def _candidates(
         tags = peer.get("Tags") or []
         login = (users.get(str(peer.get("UserID"))) or {}).get("LoginName", "")
         owner = ",".join(tags) if tags else login
-        authority = f"{host}:{port}" if port else host
+        default = {"http": 80, "https": 443}[scheme]
+        authority = f"{host}:{port}" if port and port != default else host
         found.append((host, owner, f"{scheme}://{authority}"))
     return found
 

@@ -76,9 +76,14 @@ def _protected(signature: dict[str, Any]) -> dict[str, Any]:
     return header if isinstance(header, dict) else {}
 
 
+def _origin(url: str) -> tuple[str, str | None, int | None]:
+    parts = urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, parts.hostname, parts.port or default
+
+
 def _same_origin(a: str, b: str) -> bool:
-    pa, pb = urlsplit(a), urlsplit(b)
-    return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
+    return _origin(a) == _origin(b)
 
 
 def _as_card(card_json: dict[str, Any]) -> AgentCard:
