@@ -202,3 +202,12 @@ class Tailnet:
                 self.control.wait()
             self.control = None
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    # .ci/run builds here first, so the build's time and any failure show on their own.
+    started = time.monotonic()
+    try:
+        print(f"tailnet binaries ready in {build()} ({time.monotonic() - started:.0f} s)")
+    except Unavailable as exc:
+        print(f"the real-tailnet tests will be skipped: {exc}")

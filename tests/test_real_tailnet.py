@@ -187,6 +187,10 @@ def test_the_unix_socket_listener_behind_serve(tailnet: Tailnet, tmp_path: Path)
         response = send(caller, f"http://{box.dns_name}:81/", "over a unix socket")
         assert response.status_code == 200, response.text
         assert f"user:{CALLER_LOGIN} (tailscale serve (unix socket))" in last_access_line(server)
+        # tailscaled (root) reaches the socket; another local user cannot even connect.
+        forged = curl_as_nobody("http://localhost/", headers={"X-Forwarded-For": caller.ip()},
+                                body={}, unix_socket=socket_path)  # fmt: skip
+        assert forged.stdout == "000"
     finally:
         box.tailscale("serve", "--http=81", "off", check=False)
         server.stop()
