@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from tailagent.bridge.rules import Rule, parse_rules
+
 AGENTS = ("echo", "claude", "claude-acp", "codex", "gemini")
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto")
 SETTING_SOURCES = ("user", "project", "local")
@@ -153,6 +155,7 @@ class Settings:
     card_lists_0_3: bool = True
     tailnet: bool = False
     tailnet_port: int = 443
+    rules: tuple[Rule, ...] = ()
     access: AccessSettings = field(default_factory=AccessSettings)
     agent_process: AgentSettings = field(default_factory=AgentSettings)
     claude: ClaudeSettings = field(default_factory=ClaudeSettings)
@@ -302,6 +305,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "card_lists_0_3": _boolean,
     "tailnet": _boolean,
     "tailnet_port": _positive_int,
+    "rules": parse_rules,
     "access.allowed_logins": _strings,
     "access.allowed_tags": _tags,
     "access.login_roles": _roles,

@@ -148,7 +148,9 @@ async def build_service(settings: Settings) -> Service:
     denials = settings.max_permission_denials
     if settings.agent == "claude" and settings.claude.max_permission_denials:
         denials = settings.claude.max_permission_denials
-    executor = BridgeExecutor(backend, pool, audit, max_permission_denials=denials)
+    executor = BridgeExecutor(
+        backend, pool, audit, max_permission_denials=denials, rules=settings.rules
+    )
     card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
     handler = GuardedRequestHandler(executor, store, card, pool=pool)
     context_builder = CallerContextBuilder()

@@ -42,6 +42,7 @@ from tailagent.bridge import tck
 from tailagent.bridge.answers import AnswerError, Reply, deny_message, parse_answer
 from tailagent.bridge.audit import AuditEntry, AuditLog, summarize
 from tailagent.bridge.publish import Publisher, open_task, text_part
+from tailagent.bridge.rules import Rule, first_match
 from tailagent.bridge.sessions import SessionPool
 from tailagent.metrics import DECISIONS, PROMPTS, TURN_SECONDS
 
@@ -64,6 +65,7 @@ class TaskRuntime:
     denials: int = 0
     cancelled: bool = False
     started: float = field(default_factory=time.monotonic)
+    roles: frozenset[str] = frozenset()  # of the caller whose task this is, for rules
 
 
 def prompt_parts(message: Message) -> list[PromptPart]:
@@ -102,7 +104,9 @@ class BridgeExecutor(AgentExecutor):
         audit: AuditLog,
         *,
         max_permission_denials: int = 3,
+        rules: tuple[Rule, ...] = (),
     ) -> None:
+        self._rules = rules
         self._backend = backend
         self._pool = pool
         self._audit = audit
@@ -171,8 +175,14 @@ class BridgeExecutor(AgentExecutor):
             log.exception("opening an agent session for context %s", context_id)
             await publisher.fail(updater, f"The agent could not start: {exc}")
             return None
+        owner = caller_of(context.call_context)
         runtime = TaskRuntime(
-            task_id, context_id, session, session.prompt(prompt_parts(message)), publisher
+            task_id,
+            context_id,
+            session,
+            session.prompt(prompt_parts(message)),
+            publisher,
+            roles=owner.roles if owner else frozenset(),
         )
         self._runtimes[task_id] = runtime
         await publisher.status(updater, TaskState.TASK_STATE_WORKING, "started")
@@ -256,6 +266,8 @@ class BridgeExecutor(AgentExecutor):
                     await self._record(runtime, event, False, why, "tailagent (loop protection)")
                     await self._interrupt(runtime, event, "already denied", why, updater)
                     return
+                if await self._apply_rule(runtime, event, updater):
+                    continue
                 runtime.pending = event
                 PROMPTS.labels("permission").inc()
                 await publisher.ask(updater, event)
@@ -276,6 +288,32 @@ class BridgeExecutor(AgentExecutor):
                 await publisher.fail(updater, event.message)
                 return
             await publisher.publish(updater, event)
+
+    async def _apply_rule(
+        self, runtime: TaskRuntime, event: PermissionAsked, updater: TaskUpdater
+    ) -> bool:
+        """Decides by the first matching rule; False when the caller must be asked."""
+        rule = first_match(self._rules, event, runtime.roles)
+        if rule is None or rule.decision == "ask":
+            return False
+        allow = rule.decision == "allow"
+        by = f"tailagent ({rule.describe()})"
+        await self._record(runtime, event, allow, rule.describe(), by)
+        wanted = "allow" if allow else "reject"
+        option = next((o.id for o in event.options if o.kind.startswith(wanted)), None)
+        if allow:
+            decision = PermissionDecision(True, option)
+        else:
+            runtime.denied.add(request_key(event))  # asked again, loop protection ends it
+            decision = PermissionDecision(
+                False, option, deny_message(f"denied by {rule.describe()}")
+            )
+        verdict = "Allowed" if allow else "Denied"
+        await runtime.publisher.publish(
+            updater, Notice(f"{verdict} by {rule.describe()}: {event.title}")
+        )
+        await runtime.session.answer(event.request_id, decision)
+        return True
 
     async def _end(self, runtime: TaskRuntime) -> None:
         if self._runtimes.pop(runtime.task_id, None) is not None:
