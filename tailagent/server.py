@@ -152,7 +152,7 @@ async def build_service(settings: Settings) -> Service:
         backend, pool, audit, max_permission_denials=denials, rules=settings.rules
     )
     card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
-    handler = GuardedRequestHandler(executor, store, card, pool=pool)
+    handler = GuardedRequestHandler(executor, store, card, pool=pool, rules=settings.rules)
     context_builder = CallerContextBuilder()
     routes = [
         *jsonrpc_routes(handler, "/", context_builder),

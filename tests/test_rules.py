@@ -7,8 +7,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from a2a.types.a2a_pb2 import GetExtendedAgentCardRequest
+from google.protobuf.json_format import MessageToDict
 
 from tailagent.bridge.rules import parse_rules
 from tests.a2a_helpers import A2A, kind_of, texts, user_message
@@ -99,3 +102,32 @@ def test_bad_rules_are_refused_with_the_rule_named(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "rules: rule 1: unknown key 'colour'" in result.stderr
+
+
+# --- the extended card says which rules apply to the asking caller ------------------------------
+
+EXTENSION = "urn:tailagent:caller:v1"
+
+
+async def extended(a2a: A2A) -> dict[str, Any]:
+    async with a2a.client() as client:
+        card = await client.get_extended_agent_card(GetExtendedAgentCardRequest())
+    extensions = MessageToDict(card)["capabilities"]["extensions"]
+    params: dict[str, Any] = next(e for e in extensions if e["uri"] == EXTENSION)["params"]
+    return params
+
+
+async def test_the_extended_card_says_who_you_are_and_what_applies(ruled: RunningServer) -> None:
+    admin = A2A(ruled.url, ruled.token)
+    async with admin.http() as http:
+        public = await http.get(ruled.url + "/.well-known/agent-card.json",
+                                headers={"A2A-Version": "1.0"})  # fmt: skip
+    assert public.json()["capabilities"]["extendedAgentCard"] is True
+    mine = await extended(admin)
+    assert mine["caller"] == "token:local"
+    assert mine["roles"] == ["admin", "approver", "caller"]
+    assert len(mine["rules"]) == 4
+    caller = await extended(A2A(ruled.url, add_token(ruled, "ext-caller", "caller")))
+    assert caller["caller"] == "token:ext-caller" and caller["roles"] == ["caller"]
+    assert len(caller["rules"]) == 3  # the admin-only rule does not apply to it
+    assert not any("for admin" in rule for rule in caller["rules"])

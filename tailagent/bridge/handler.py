@@ -27,8 +27,10 @@ from a2a.utils.errors import InvalidRequestError, UnsupportedOperationError
 from tailagent.access.identity import caller_of
 from tailagent.agents.events import PermissionAsked
 from tailagent.bridge.executor import BridgeExecutor
+from tailagent.bridge.rules import Rule
 from tailagent.bridge.sessions import ContextBusy, SessionPool
 from tailagent.bridge.store import CoalescingTaskStore
+from tailagent.card.builder import for_caller
 
 BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
@@ -41,11 +43,14 @@ class GuardedRequestHandler(DefaultRequestHandler):
         card: AgentCard,
         *,
         pool: SessionPool,
+        rules: tuple[Rule, ...] = (),
     ) -> None:
         super().__init__(
             executor,
             store,
             card,
+            extended_agent_card=card,
+            extended_card_modifier=self._for_caller,
             request_context_builder=SimpleRequestContextBuilder(
                 should_populate_referred_tasks=False,
                 task_store=None,
@@ -56,6 +61,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
         self._store = store
         self._pool = pool
         self._executor = executor
+        self._rules = rules
 
     async def _admit(self, params: SendMessageRequest, context: ServerCallContext) -> Task | None:
         """Applies the pre-turn rules; returns the stored task a follow-up names."""
@@ -85,6 +91,14 @@ class GuardedRequestHandler(DefaultRequestHandler):
                     message=str(ContextBusy(message.context_id, holder))
                 )
         return stored
+
+    async def _for_caller(self, card: AgentCard, context: ServerCallContext) -> AgentCard:
+        caller = caller_of(context)
+        if caller is None:
+            return card
+        roles = sorted(caller.roles)
+        applying = [r.describe() for r in self._rules if not r.roles or set(r.roles) & caller.roles]
+        return for_caller(card, caller.owner, roles, applying)
 
     def _check_approver(self, task_id: str, context: ServerCallContext) -> None:
         """An answer to a permission prompt needs the approver role. Refused here,

@@ -55,12 +55,28 @@ def build_card(backend: AgentBackend, public_url: str, name: str, *, legacy: boo
         supported_interfaces=interfaces,
         provider=AgentProvider(organization="tailagent", url=url),
         capabilities=AgentCapabilities(
-            streaming=True, push_notifications=False, extended_agent_card=False
+            streaming=True, push_notifications=False, extended_agent_card=True
         ),
         default_input_modes=INPUT_MODES,
         default_output_modes=OUTPUT_MODES,
         skills=skills,
     )
+
+
+CALLER_EXTENSION = "urn:tailagent:caller:v1"
+
+
+def for_caller(card: AgentCard, owner: str, roles: list[str], rules: list[str]) -> AgentCard:
+    """The extended card: the card, plus what this caller may do here."""
+    extended = AgentCard()
+    extended.CopyFrom(card)
+    extension = extended.capabilities.extensions.add(
+        uri=CALLER_EXTENSION,
+        description="Who the server takes you for, your roles, and the rules that apply to you.",
+        required=False,
+    )
+    extension.params.update({"caller": owner, "roles": roles, "rules": rules})
+    return extended
 
 
 def card_json(card: AgentCard) -> dict[str, Any]:
