@@ -133,6 +133,15 @@ class ClaudeSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AttachmentSettings:
+    """Files callers attach (the `[attachments]` table)."""
+
+    max_part_bytes: int = 2 * 1024 * 1024
+    max_message_bytes: int = 3 * 1024 * 1024
+    url_hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class TailscaleSettings:
     """How to reach tailscaled (the `[tailscale]` table)."""
 
@@ -159,6 +168,7 @@ class Settings:
     access: AccessSettings = field(default_factory=AccessSettings)
     agent_process: AgentSettings = field(default_factory=AgentSettings)
     claude: ClaudeSettings = field(default_factory=ClaudeSettings)
+    attachments: AttachmentSettings = field(default_factory=AttachmentSettings)
     tailscale: TailscaleSettings = field(default_factory=TailscaleSettings)
 
     @property
@@ -334,6 +344,9 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "claude.permission_prompts": _choice(("input-required", "deny")),
     "claude.cli_path": _path,
     "claude.cancel_timeout": _positive_number,
+    "attachments.max_part_bytes": _positive_int,
+    "attachments.max_message_bytes": _positive_int,
+    "attachments.url_hosts": _strings,
 }
 # TOML table -> Settings field; `agent` is also a plain key (which agent), so its
 # table lands in `agent_process`.
@@ -342,12 +355,14 @@ SECTIONS = {
     "tailscale": "tailscale",
     "agent": "agent_process",
     "claude": "claude",
+    "attachments": "attachments",
 }
 SECTION_TYPES = {
     "access": AccessSettings,
     "tailscale": TailscaleSettings,
     "agent": AgentSettings,
     "claude": ClaudeSettings,
+    "attachments": AttachmentSettings,
 }
 
 

@@ -149,10 +149,19 @@ async def build_service(settings: Settings) -> Service:
     if settings.agent == "claude" and settings.claude.max_permission_denials:
         denials = settings.claude.max_permission_denials
     executor = BridgeExecutor(
-        backend, pool, audit, max_permission_denials=denials, rules=settings.rules
+        backend,
+        pool,
+        audit,
+        max_permission_denials=denials,
+        rules=settings.rules,
+        workspace=settings.cwd,
+        attachment_settings=settings.attachments,
     )
     card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
-    handler = GuardedRequestHandler(executor, store, card, pool=pool, rules=settings.rules)
+    handler = GuardedRequestHandler(
+        executor, store, card, pool=pool, rules=settings.rules,
+        attachment_limits=settings.attachments,
+    )  # fmt: skip
     context_builder = CallerContextBuilder()
     routes = [
         *jsonrpc_routes(handler, "/", context_builder),

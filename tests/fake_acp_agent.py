@@ -24,7 +24,8 @@ words acted on in order of appearance:
 A turn ends with "turn <n> of session <sid> in process <pid>" (plus the URIs of
 embedded resources, if any) and stop reason end_turn.
 
-Run: python tests/fake_acp_agent.py [--no-load] [--auth-required] [--slow-start SECONDS]
+Run: python tests/fake_acp_agent.py [--no-load] [--auth-required] [--no-embedded-context]
+     [--slow-start SECONDS]
 """
 
 from __future__ import annotations
@@ -125,8 +126,9 @@ def _int_or(word: str | None, default: int) -> int:
 class FakeAgent:
     """The ACP Agent side: lifecycle methods plus the keyword actions of a prompt."""
 
-    def __init__(self, *, can_load: bool, auth_required: bool) -> None:
+    def __init__(self, *, can_load: bool, auth_required: bool, embeds: bool = True) -> None:
         self._can_load = can_load
+        self._embeds = embeds
         self._auth_required = auth_required
         self._conn: Client | None = None
         self._sessions: dict[str, Session] = {}
@@ -170,7 +172,7 @@ class FakeAgent:
             protocol_version=acp.PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(
                 load_session=self._can_load,
-                prompt_capabilities=PromptCapabilities(embedded_context=True, image=False),
+                prompt_capabilities=PromptCapabilities(embedded_context=self._embeds, image=False),
             ),
             auth_methods=auth_methods,
             agent_info=Implementation(name=AGENT_NAME, version=AGENT_VERSION),
@@ -432,12 +434,19 @@ def main(argv: list[str] | None = None) -> None:
         "--auth-required", action="store_true", help="refuse sessions: authentication required"
     )
     parser.add_argument(
+        "--no-embedded-context", action="store_true", help="accept no embedded resources"
+    )
+    parser.add_argument(
         "--slow-start", type=float, default=0.0, metavar="SECONDS", help="sleep before serving"
     )
     args = parser.parse_args(argv)
     if args.slow_start > 0:
         time.sleep(args.slow_start)
-    agent = FakeAgent(can_load=not args.no_load, auth_required=args.auth_required)
+    agent = FakeAgent(
+        can_load=not args.no_load,
+        auth_required=args.auth_required,
+        embeds=not args.no_embedded_context,
+    )
     # The agent implements only what it needs; acp answers the rest "method not found".
     asyncio.run(acp.run_agent(cast(Agent, agent)))
 

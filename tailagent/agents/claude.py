@@ -45,7 +45,7 @@ from tailagent.agents.events import (
     PermissionDecision,
     Plan,
     PlanEntry,
-    PromptData,
+    PromptFile,
     PromptPart,
     PromptText,
     Question,
@@ -189,11 +189,7 @@ class ClaudeSession:
     # -- a turn -------------------------------------------------------------------------------
 
     async def prompt(self, parts: list[PromptPart]) -> AsyncIterator[AgentEvent]:
-        text = "\n".join(
-            p.text if isinstance(p, PromptText) else json.dumps(p.data, ensure_ascii=False)
-            for p in parts
-            if isinstance(p, PromptText | PromptData)
-        )
+        text = "\n".join(_prompt_line(p) for p in parts)
         self._cancelled = False
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._queue = queue
@@ -352,6 +348,15 @@ class ClaudeSession:
         self._dead = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._client.disconnect(), timeout=10)
+
+
+def _prompt_line(part: PromptPart) -> str:
+    """Claude reads files itself: an attachment is saved in the inbox and named."""
+    if isinstance(part, PromptText):
+        return part.text
+    if isinstance(part, PromptFile):
+        return part.reference(part.save())
+    return json.dumps(part.data, ensure_ascii=False)
 
 
 def _title(tool: str, tool_input: dict[str, Any]) -> str:

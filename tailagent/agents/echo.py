@@ -30,6 +30,7 @@ from tailagent.agents.events import (
     Plan,
     PlanEntry,
     PromptData,
+    PromptFile,
     PromptPart,
     PromptText,
     Question,
@@ -61,6 +62,8 @@ def _prompt_text(parts: list[PromptPart]) -> str:
             chunks.append(part.text)
         elif isinstance(part, PromptData):
             chunks.append(json.dumps(part.data, sort_keys=True))
+        elif isinstance(part, PromptFile):
+            chunks.append(part.reference(part.save()))
     return "\n".join(chunks)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 JSONDict = dict[str, Any]
@@ -190,7 +191,27 @@ class PromptData:
     data: Any
 
 
-PromptPart = PromptText | PromptData
+@dataclass(frozen=True, slots=True)
+class PromptFile:
+    """An attached file. A backend embeds it where its agent accepts that, or else
+    saves it under `inbox` (in the workspace) and points the agent at the path."""
+
+    name: str
+    media_type: str
+    data: bytes
+    inbox: Path
+
+    def save(self) -> Path:
+        self.inbox.mkdir(parents=True, exist_ok=True)
+        path = self.inbox / self.name
+        path.write_bytes(self.data)
+        return path
+
+    def reference(self, path: Path) -> str:
+        return f"[attached file {self.name} ({self.media_type}, {len(self.data)} bytes): {path}]"
+
+
+PromptPart = PromptText | PromptData | PromptFile
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,9 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import httpx
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
@@ -38,12 +40,13 @@ from tailagent.agents.events import (
     TurnDone,
     TurnFailed,
 )
-from tailagent.bridge import tck
+from tailagent.bridge import attachments, tck
 from tailagent.bridge.answers import AnswerError, Reply, deny_message, parse_answer
 from tailagent.bridge.audit import AuditEntry, AuditLog, summarize
 from tailagent.bridge.publish import Publisher, open_task, text_part
 from tailagent.bridge.rules import Rule, first_match
 from tailagent.bridge.sessions import SessionPool
+from tailagent.config import AttachmentSettings
 from tailagent.metrics import DECISIONS, PROMPTS, TURN_SECONDS
 
 log = logging.getLogger(__name__)
@@ -68,13 +71,22 @@ class TaskRuntime:
     roles: frozenset[str] = frozenset()  # of the caller whose task this is, for rules
 
 
-def prompt_parts(message: Message) -> list[PromptPart]:
+async def prompt_parts(
+    message: Message, inbox: Path, settings: AttachmentSettings
+) -> list[PromptPart]:
+    """The message as the agent gets it; attachments become files (fetched if need be)."""
     parts: list[PromptPart] = []
-    for part in message.parts:
+    for index, part in enumerate(message.parts, 1):
+        name = attachments.safe_name(part.filename, index)
         if part.HasField("text"):
             parts.append(PromptText(part.text))
         elif part.HasField("data"):
             parts.append(PromptData(MessageToDict(part.data)))
+        elif part.HasField("raw"):
+            parts.append(attachments.file_part(name, part.media_type, part.raw, inbox))
+        elif part.HasField("url"):
+            data = await attachments.fetch(part.url, name, settings.max_part_bytes)
+            parts.append(attachments.file_part(name, part.media_type, data, inbox))
     return parts
 
 
@@ -105,8 +117,12 @@ class BridgeExecutor(AgentExecutor):
         *,
         max_permission_denials: int = 3,
         rules: tuple[Rule, ...] = (),
+        workspace: Path | None = None,
+        attachment_settings: AttachmentSettings | None = None,
     ) -> None:
         self._rules = rules
+        self._workspace = workspace or Path.cwd()
+        self._attachments = attachment_settings or AttachmentSettings()
         self._backend = backend
         self._pool = pool
         self._audit = audit
@@ -176,11 +192,18 @@ class BridgeExecutor(AgentExecutor):
             await publisher.fail(updater, f"The agent could not start: {exc}")
             return None
         owner = caller_of(context.call_context)
+        try:
+            box = attachments.inbox(self._workspace, task_id)
+            parts = await prompt_parts(message, box, self._attachments)
+        except (attachments.AttachmentRefused, httpx.HTTPError, OSError) as exc:
+            await self._pool.release(context_id, task_id)
+            await publisher.fail(updater, f"An attachment could not be taken: {exc}")
+            return None
         runtime = TaskRuntime(
             task_id,
             context_id,
             session,
-            session.prompt(prompt_parts(message)),
+            session.prompt(parts),
             publisher,
             roles=owner.roles if owner else frozenset(),
         )

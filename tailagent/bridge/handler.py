@@ -22,15 +22,17 @@ from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.types.a2a_pb2 import AgentCard, Message, SendMessageRequest, Task, TaskState
-from a2a.utils.errors import InvalidRequestError, UnsupportedOperationError
+from a2a.utils.errors import InvalidParamsError, InvalidRequestError, UnsupportedOperationError
 
 from tailagent.access.identity import caller_of
 from tailagent.agents.events import PermissionAsked
+from tailagent.bridge import attachments
 from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.rules import Rule
 from tailagent.bridge.sessions import ContextBusy, SessionPool
 from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.card.builder import for_caller
+from tailagent.config import AttachmentSettings
 
 BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
@@ -44,7 +46,9 @@ class GuardedRequestHandler(DefaultRequestHandler):
         *,
         pool: SessionPool,
         rules: tuple[Rule, ...] = (),
+        attachment_limits: AttachmentSettings | None = None,
     ) -> None:
+        self._attachment_limits = attachment_limits or AttachmentSettings()
         super().__init__(
             executor,
             store,
@@ -66,6 +70,12 @@ class GuardedRequestHandler(DefaultRequestHandler):
     async def _admit(self, params: SendMessageRequest, context: ServerCallContext) -> Task | None:
         """Applies the pre-turn rules; returns the stored task a follow-up names."""
         message = params.message
+        limits = self._attachment_limits
+        try:
+            attachments.check(message, limits.max_part_bytes, limits.max_message_bytes,
+                              limits.url_hosts)  # fmt: skip
+        except attachments.AttachmentRefused as exc:
+            raise InvalidParamsError(message=str(exc)) from None
         stored: Task | None = None
         if message.task_id:
             stored = await self._store.get(message.task_id, context)

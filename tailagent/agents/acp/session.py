@@ -9,6 +9,7 @@ the agent's call until the bridge answers it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import difflib
 import json
@@ -27,11 +28,13 @@ from acp.schema import (
     AgentThoughtChunk,
     AllowedOutcome,
     AvailableCommandsUpdate,
+    BlobResourceContents,
     CreateTerminalResponse,
     CurrentModeUpdate,
     DeniedOutcome,
     EmbeddedResourceContentBlock,
     FileEditToolCallContent,
+    ImageContentBlock,
     KillTerminalResponse,
     ReadTextFileResponse,
     ReleaseTerminalResponse,
@@ -60,6 +63,7 @@ from tailagent.agents.events import (
     Plan,
     PlanEntry,
     PromptData,
+    PromptFile,
     PromptPart,
     PromptText,
     SessionInfo,
@@ -138,6 +142,8 @@ class AcpSession:
         for part in parts:
             if isinstance(part, PromptText):
                 blocks.append(acp.text_block(part.text))
+            elif isinstance(part, PromptFile):
+                blocks.append(self._file_block(part))
             elif isinstance(part, PromptData):
                 blocks.append(
                     EmbeddedResourceContentBlock(
@@ -150,6 +156,23 @@ class AcpSession:
                     )
                 )
         return blocks
+
+    def _file_block(self, part: PromptFile) -> Any:
+        """Embedded where the agent accepts it (its promptCapabilities), else a path."""
+        caps = self.process.info.agent_capabilities if self.process.info else None
+        accepts = caps.prompt_capabilities if caps else None
+        data = base64.b64encode(part.data).decode()
+        if part.media_type.startswith("image/") and accepts and accepts.image:
+            return ImageContentBlock(type="image", data=data, mime_type=part.media_type)
+        if accepts and accepts.embedded_context:
+            uri = f"attachment:///{part.name}"
+            if part.media_type.startswith("text/"):
+                text = part.data.decode(errors="replace")
+                resource: Any = TextResourceContents(uri=uri, mime_type=part.media_type, text=text)
+            else:
+                resource = BlobResourceContents(uri=uri, mime_type=part.media_type, blob=data)
+            return EmbeddedResourceContentBlock(type="resource", resource=resource)
+        return acp.text_block(part.reference(part.save()))
 
     async def prompt(self, parts: list[PromptPart]) -> AsyncIterator[AgentEvent]:
         for waiting in self._waiting:
