@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from tailagent.agents.mcp import McpServer, parse_mcp_servers
 from tailagent.bridge.rules import Rule, parse_rules
 
 AGENTS = ("echo", "claude", "claude-acp", "codex", "gemini")
@@ -165,6 +166,7 @@ class Settings:
     tailnet: bool = False
     tailnet_port: int = 443
     rules: tuple[Rule, ...] = ()
+    mcp_servers: tuple[McpServer, ...] = ()
     access: AccessSettings = field(default_factory=AccessSettings)
     agent_process: AgentSettings = field(default_factory=AgentSettings)
     claude: ClaudeSettings = field(default_factory=ClaudeSettings)
@@ -316,6 +318,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "tailnet": _boolean,
     "tailnet_port": _positive_int,
     "rules": parse_rules,
+    "mcp_servers": parse_mcp_servers,
     "access.allowed_logins": _strings,
     "access.allowed_tags": _tags,
     "access.login_roles": _roles,

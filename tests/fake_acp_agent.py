@@ -20,6 +20,7 @@ words acted on in order of appearance:
     crash         says "about to crash", then exits with status 3
     env           lists the names of its own environment variables
     noise N       writes N lines to stderr
+    setup         says its mode and the MCP servers its session was given
 
 A turn ends with "turn <n> of session <sid> in process <pid>" (plus the URIs of
 embedded resources, if any) and stop reason end_turn.
@@ -74,6 +75,7 @@ from acp.schema import (
     Implementation,
     PermissionOption,
     PromptCapabilities,
+    SetSessionModeResponse,
     TerminalAuthMethod,
     TextContentBlock,
     ToolCallUpdate,
@@ -90,6 +92,8 @@ class Session:
     """What the agent remembers about one session, for the life of this process."""
 
     cwd: str
+    mcp_servers: list[str] = field(default_factory=list)
+    mode: str = "default"
     turns: int = 0
     tool_calls: int = 0
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
@@ -146,6 +150,7 @@ class FakeAgent:
             "hang": self._hang,
             "crash": self._crash,
             "env": self._env,
+            "setup": self._setup,
             "noise": self._noise,
         }
 
@@ -182,7 +187,8 @@ class FakeAgent:
         if self._auth_required:
             raise RequestError.auth_required()
         session_id = uuid.uuid4().hex
-        self._sessions[session_id] = Session(cwd=cwd)
+        servers = [s.name for s in kwargs.get("mcp_servers") or []]
+        self._sessions[session_id] = Session(cwd=cwd, mcp_servers=servers)
         await self.conn.session_update(
             session_id=session_id,
             update=update_available_commands(
@@ -202,7 +208,8 @@ class FakeAgent:
             raise RequestError.auth_required()
         session = self._sessions.get(session_id)
         if session is None:
-            self._sessions[session_id] = Session(cwd=cwd)
+            servers = [s.name for s in kwargs.get("mcp_servers") or []]
+            self._sessions[session_id] = Session(cwd=cwd, mcp_servers=servers)
         else:
             session.cwd = cwd
         await self.conn.session_update(session_id=session_id, update=update_current_mode("default"))
@@ -417,6 +424,17 @@ class FakeAgent:
         sys.stderr.write("fatal: fake agent crashed on purpose\n")
         sys.stderr.flush()
         os._exit(3)
+
+    async def set_session_mode(
+        self, session_id: str, mode_id: str, **kwargs: Any
+    ) -> SetSessionModeResponse:
+        self._sessions[session_id].mode = mode_id
+        await self.conn.session_update(session_id=session_id, update=update_current_mode(mode_id))
+        return SetSessionModeResponse()
+
+    async def _setup(self, turn: Turn, arg: str, following: str | None) -> None:
+        servers = ",".join(turn.session.mcp_servers) or "none"
+        await self._say(turn, f"mode: {turn.session.mode}; mcp: {servers}\n")
 
     async def _env(self, turn: Turn, arg: str, following: str | None) -> None:
         await self._say(turn, "env: " + ",".join(sorted(os.environ)) + "\n")

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 from a2a.types.a2a_pb2 import SendMessageRequest
+from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
 from tests.a2a_helpers import A2A, data_parts, kind_of, state_name, texts, user_message
 from tests.conftest import RunningServer, start_server
+from tests.test_tokens_and_owners import add_token
 
 FAKE = Path(__file__).with_name("fake_acp_agent.py")
 TURN = re.compile(r"turn (\d+) of session (\w+) in process (\d+)")
@@ -375,3 +377,27 @@ def test_a_missing_npx_is_one_clear_line(tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines()[-1] == (
         "tailagent: cannot start the agent: 'npx' is not on PATH (install Node.js and npm)"
     )
+
+
+# --- modes and MCP servers -------------------------------------------------------------------
+
+
+async def test_mcp_servers_and_a_chosen_mode_reach_the_agent(tmp_path: Path) -> None:
+    config = (
+        '[[mcp_servers]]\nname = "files"\ncommand = "mcp-files"\nargs = ["--root", "."]\n\n'
+        '[[mcp_servers]]\nname = "docs"\nurl = "http://127.0.0.1:9/mcp"\n'
+    )
+    server = start_acp(tmp_path, config=config)
+    try:
+        admin = A2A(server.url, server.token)
+        plain = await admin.turn("setup")
+        assert "mode: default; mcp: files,docs" in answer_text(plain)
+        planned = await admin.turn(user_message("setup", metadata={"mode": "plan"}))
+        assert "mode: plan; mcp: files,docs" in answer_text(planned)
+        bypass = await admin.turn(user_message("setup", metadata={"mode": "bypassPermissions"}))
+        assert "mode: bypassPermissions" in answer_text(bypass)
+        caller = A2A(server.url, add_token(server, "modes-caller", "caller", "approver"))
+        with pytest.raises(A2AError, match="only admins may choose it"):
+            await caller.send(user_message("setup", metadata={"mode": "bypassPermissions"}))
+    finally:
+        server.stop()

@@ -216,3 +216,19 @@ async def test_the_real_bundled_cli_without_credentials_fails_with_the_login_mes
         assert "Claude Code is not logged in on the server" in texts(turn.last_message)
     finally:
         assert server.stop() == 0
+
+
+async def test_mcp_servers_reach_claude_code(tmp_path: Path) -> None:
+    log = FakeLog(tmp_path / "fake.log")
+    server = start_claude(
+        tmp_path,
+        '\n[[mcp_servers]]\nname = "files"\ncommand = "mcp-files"\n',
+        env={**os.environ, "FAKE_CLAUDE_LOG": str(log.path)},
+    )
+    try:
+        await A2A(server.url, server.token).turn("hello")
+        argv = log.argvs()[-1]
+        config = json.loads(argv[argv.index("--mcp-config") + 1])
+        assert config["mcpServers"]["files"]["command"] == "mcp-files"
+    finally:
+        server.stop()

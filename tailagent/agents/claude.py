@@ -59,8 +59,10 @@ from tailagent.agents.events import (
     ToolStarted,
     TurnDone,
     TurnFailed,
+    TurnOptions,
     camel_keys,
 )
+from tailagent.agents.mcp import McpServer
 from tailagent.config import ClaudeSettings
 
 log = logging.getLogger("tailagent.agent")
@@ -146,8 +148,21 @@ def _tool_text(content: Any) -> str:
 
 
 class ClaudeSession:
-    def __init__(self, settings: ClaudeSettings, workspace: Path, session_id: str, resume: bool):
+    def __init__(
+        self,
+        settings: ClaudeSettings,
+        workspace: Path,
+        session_id: str,
+        resume: bool,
+        mcp_servers: tuple[McpServer, ...] = (),
+    ):
         self._settings = settings
+        self._mcp: dict[str, Any] = {
+            s.name: {"type": "http", "url": s.url}
+            if s.url
+            else {"type": "stdio", "command": s.command, "args": list(s.args), "env": s.env}
+            for s in mcp_servers
+        }
         self._workspace = workspace
         self._session_id = session_id
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
@@ -172,6 +187,7 @@ class ClaudeSession:
             resume=self._session_id if resume else None,
             session_id=None if resume else self._session_id,
             can_use_tool=self._can_use_tool,
+            mcp_servers=self._mcp,
             stderr=self._stderr.append,
         )
 
@@ -188,7 +204,18 @@ class ClaudeSession:
 
     # -- a turn -------------------------------------------------------------------------------
 
-    async def prompt(self, parts: list[PromptPart]) -> AsyncIterator[AgentEvent]:
+    async def prompt(
+        self, parts: list[PromptPart], options: TurnOptions | None = None
+    ) -> AsyncIterator[AgentEvent]:
+        if options is not None and (options.mode or options.model):
+            try:
+                if options.mode:
+                    await self._client.set_permission_mode(options.mode)  # type: ignore[arg-type]
+                if options.model:
+                    await self._client.set_model(options.model)
+            except ClaudeSDKError as exc:
+                yield TurnFailed(f"Claude Code could not switch mode or model: {exc}")
+                return
         text = "\n".join(_prompt_line(p) for p in parts)
         self._cancelled = False
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -367,8 +394,15 @@ def _title(tool: str, tool_input: dict[str, Any]) -> str:
 class ClaudeBackend:
     name = "claude"
 
-    def __init__(self, settings: ClaudeSettings, workspace: Path, max_sessions: int) -> None:
+    def __init__(
+        self,
+        settings: ClaudeSettings,
+        workspace: Path,
+        max_sessions: int,
+        mcp_servers: tuple[McpServer, ...] = (),
+    ) -> None:
         self.settings = settings
+        self.mcp_servers = mcp_servers
         self.workspace = workspace
         self.max_sessions: int | None = max_sessions
         self.description = (
@@ -400,7 +434,11 @@ class ClaudeBackend:
 
     async def open_session(self, resume_id: str | None = None) -> ClaudeSession:
         session = ClaudeSession(
-            self.settings, self.workspace, resume_id or str(uuid.uuid4()), resume_id is not None
+            self.settings,
+            self.workspace,
+            resume_id or str(uuid.uuid4()),
+            resume_id is not None,
+            self.mcp_servers,
         )
         try:
             await session.connect()

@@ -44,6 +44,7 @@ from tailagent.agents.events import (
     ToolStarted,
     TurnDone,
     TurnFailed,
+    TurnOptions,
 )
 
 _WORD = re.compile(r"[a-z]+(?::[\w.-]+)?|\d+")
@@ -127,7 +128,9 @@ class EchoSession:
         finally:
             del self._answers[request_id]
 
-    async def prompt(self, parts: list[PromptPart]) -> AsyncIterator[AgentEvent]:
+    async def prompt(
+        self, parts: list[PromptPart], options: TurnOptions | None = None
+    ) -> AsyncIterator[AgentEvent]:
         self._cancelled.clear()
         self._turns += 1
         text = _prompt_text(parts)
@@ -163,12 +166,12 @@ class EchoSession:
                         return
             elif keyword == "question":
                 request_id = uuid.uuid4().hex
-                options = (
+                choices = (
                     QuestionOption("red", "Choose red"),
                     QuestionOption("blue", "Choose blue"),
                 )
                 self._expect(request_id)
-                yield QuestionAsked(request_id, (Question(COLOUR_QUESTION, "Colour", options),))
+                yield QuestionAsked(request_id, (Question(COLOUR_QUESTION, "Colour", choices),))
                 answer = await self._wait(request_id)
                 if isinstance(answer, QuestionAnswers):
                     chosen = answer.answers.get(COLOUR_QUESTION, "")

@@ -225,6 +225,14 @@ class Skill:
     examples: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class TurnOptions:
+    """What the caller asked for this turn, in message metadata `mode` / `model`."""
+
+    mode: str | None = None
+    model: str | None = None
+
+
 class AgentSession(Protocol):
     """One conversation with an agent; lives as long as its A2A context."""
 
@@ -236,7 +244,9 @@ class AgentSession(Protocol):
         """False once the agent behind it is gone; the pool then opens a new one."""
         ...
 
-    def prompt(self, parts: list[PromptPart]) -> AsyncIterator[AgentEvent]:
+    def prompt(
+        self, parts: list[PromptPart], options: TurnOptions | None = None
+    ) -> AsyncIterator[AgentEvent]:
         """Runs one turn. The iterator ends after TurnDone or TurnFailed."""
         ...
 

@@ -16,10 +16,21 @@ def make_backend(settings: Settings) -> AgentBackend:
         # A preset with its own command (say, a local install) keeps the preset's
         # credentials and login advice; without a preset it is just an ACP agent.
         return AcpBackend(
-            preset or CUSTOM, settings.cwd, settings.agent_process, settings.agent_command
+            preset or CUSTOM,
+            settings.cwd,
+            settings.agent_process,
+            settings.agent_command,
+            settings.mcp_servers,
         )
     if settings.agent == "claude":
-        return ClaudeBackend(settings.claude, settings.cwd, settings.agent_process.max_processes)
+        return ClaudeBackend(
+            settings.claude,
+            settings.cwd,
+            settings.agent_process.max_processes,
+            settings.mcp_servers,
+        )
     if preset is None:
         return EchoBackend()
-    return AcpBackend(preset, settings.cwd, settings.agent_process)
+    return AcpBackend(
+        preset, settings.cwd, settings.agent_process, mcp_servers=settings.mcp_servers
+    )

@@ -39,6 +39,7 @@ from tailagent.agents.events import (
     QuestionAsked,
     TurnDone,
     TurnFailed,
+    TurnOptions,
 )
 from tailagent.bridge import attachments, tck
 from tailagent.bridge.answers import AnswerError, Reply, deny_message, parse_answer
@@ -88,6 +89,16 @@ async def prompt_parts(
             data = await attachments.fetch(part.url, name, settings.max_part_bytes)
             parts.append(attachments.file_part(name, part.media_type, data, inbox))
     return parts
+
+
+def turn_options(message: Message) -> TurnOptions:
+    """The mode and model a caller asked for in message metadata (checked by the handler)."""
+    meta = MessageToDict(message.metadata) if message.HasField("metadata") else {}
+    mode, model = meta.get("mode"), meta.get("model")
+    return TurnOptions(
+        mode=mode if isinstance(mode, str) and mode else None,
+        model=model if isinstance(model, str) and model else None,
+    )
 
 
 def reply_of(message: Message) -> Reply:
@@ -203,7 +214,7 @@ class BridgeExecutor(AgentExecutor):
             task_id,
             context_id,
             session,
-            session.prompt(parts),
+            session.prompt(parts, turn_options(message)),
             publisher,
             roles=owner.roles if owner else frozenset(),
         )

@@ -23,9 +23,11 @@ from a2a.server.events import Event
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.types.a2a_pb2 import AgentCard, Message, SendMessageRequest, Task, TaskState
 from a2a.utils.errors import InvalidParamsError, InvalidRequestError, UnsupportedOperationError
+from google.protobuf.json_format import MessageToDict
 
 from tailagent.access.identity import caller_of
 from tailagent.agents.events import PermissionAsked
+from tailagent.agents.mcp import is_unguarded_mode
 from tailagent.bridge import attachments
 from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.rules import Rule
@@ -76,6 +78,16 @@ class GuardedRequestHandler(DefaultRequestHandler):
                               limits.url_hosts)  # fmt: skip
         except attachments.AttachmentRefused as exc:
             raise InvalidParamsError(message=str(exc)) from None
+        mode = MessageToDict(message.metadata).get("mode") if message.HasField("metadata") else None
+        caller = caller_of(context)
+        if (
+            isinstance(mode, str)
+            and is_unguarded_mode(mode)
+            and not (caller and caller.may("admin"))
+        ):
+            raise InvalidParamsError(
+                message=f"mode {mode!r} skips permission prompts: only admins may choose it"
+            )
         stored: Task | None = None
         if message.task_id:
             stored = await self._store.get(message.task_id, context)

@@ -13,17 +13,29 @@ import contextlib
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from acp import RequestError
+from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio
 
 from tailagent.agents.acp.presets import Preset, agent_environment, command_line
 from tailagent.agents.acp.process import AgentProcess, AgentStartError
 from tailagent.agents.acp.session import AUTH_REQUIRED, AcpSession, AgentNeedsLogin, HostClient
 from tailagent.agents.acp.terminals import Terminals
 from tailagent.agents.events import Notice, Skill
+from tailagent.agents.mcp import McpServer
 from tailagent.config import AgentSettings
 
 log = logging.getLogger("tailagent.agent")
+
+
+def _acp_server(server: McpServer) -> McpServerStdio | HttpMcpServer:
+    if server.url is not None:
+        return HttpMcpServer(type="http", name=server.name, url=server.url, headers=[])
+    env = [EnvVariable(name=k, value=v) for k, v in server.env.items()]
+    return McpServerStdio(
+        name=server.name, command=server.command or "", args=list(server.args), env=env
+    )
 
 
 class AcpBackend:
@@ -33,7 +45,9 @@ class AcpBackend:
         workspace: Path,
         settings: AgentSettings,
         custom_command: str | None = None,
+        mcp_servers: tuple[McpServer, ...] = (),
     ) -> None:
+        self.mcp_servers: list[Any] = [_acp_server(s) for s in mcp_servers]
         self.preset = preset
         self.name = preset.name
         self.workspace = workspace
@@ -48,7 +62,8 @@ class AcpBackend:
                 name="Coding",
                 description=(
                     f"{preset.title} reads, edits and runs code in the workspace. Every "
-                    "dangerous step comes back as an input-required question."
+                    "dangerous step comes back as an input-required question. Message "
+                    "metadata `mode` picks one of the agent's modes for the turn."
                 ),
                 tags=("coding", preset.name),
                 examples=("Fix the failing test in calc.py", "Explain what this repository does"),
@@ -119,7 +134,9 @@ class AcpBackend:
         try:
             if resume_id and process.supports_load:
                 try:
-                    await connection.load_session(cwd=cwd, session_id=resume_id, mcp_servers=[])
+                    await connection.load_session(
+                        cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers
+                    )
                     return self._session(process, resume_id)
                 except RequestError as exc:
                     if exc.code == AUTH_REQUIRED:
@@ -133,7 +150,7 @@ class AcpBackend:
                     "The agent cannot load earlier sessions: this turn starts fresh, and the "
                     "conversation's earlier turns are not known to it."
                 )
-            created = await connection.new_session(cwd=cwd, mcp_servers=[])
+            created = await connection.new_session(cwd=cwd, mcp_servers=self.mcp_servers)
         except RequestError as exc:
             if exc.code == AUTH_REQUIRED:
                 raise AgentNeedsLogin(

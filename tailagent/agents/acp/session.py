@@ -73,6 +73,7 @@ from tailagent.agents.events import (
     ToolStarted,
     TurnDone,
     TurnFailed,
+    TurnOptions,
     camel_keys,
 )
 
@@ -174,12 +175,20 @@ class AcpSession:
             return EmbeddedResourceContentBlock(type="resource", resource=resource)
         return acp.text_block(part.reference(part.save()))
 
-    async def prompt(self, parts: list[PromptPart]) -> AsyncIterator[AgentEvent]:
+    async def prompt(
+        self, parts: list[PromptPart], options: TurnOptions | None = None
+    ) -> AsyncIterator[AgentEvent]:
+        connection = self.process.connection
+        assert connection is not None and self.process.exited is not None
+        if options is not None and options.mode:
+            try:
+                await connection.set_session_mode(session_id=self._session_id, mode_id=options.mode)
+            except Exception as exc:
+                yield TurnFailed(f"The agent could not switch to mode {options.mode!r}: {exc}")
+                return
         for waiting in self._waiting:
             yield waiting
         self._waiting.clear()
-        connection = self.process.connection
-        assert connection is not None and self.process.exited is not None
         queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
         self._queue = queue
         self._prompt_task = asyncio.ensure_future(
