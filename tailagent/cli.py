@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tailagent import __version__
-from tailagent.config import AGENTS, LOG_LEVELS, ROLES, ConfigError, load_settings
+from tailagent.config import AGENTS, LOG_LEVELS, ROLES, ConfigError, Settings, load_settings
 
 DEFAULT_URL = "http://127.0.0.1:3008"
 
@@ -151,6 +151,15 @@ def _audit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     _state_options(p)
 
 
+def _settings(flags: dict[str, object], config: Path | None) -> Settings | None:
+    """The settings, or None after printing the one line that says what is wrong."""
+    try:
+        return load_settings(flags, config)
+    except ConfigError as exc:
+        print(f"tailagent: config error: {exc}", file=sys.stderr)
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tailagent", description=__doc__)
     parser.add_argument("--version", action="version", version=f"tailagent {__version__}")
@@ -175,12 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             "state_dir": args.state_dir,
             "tailscale.socket": args.tailscale_socket,
         }
-        try:
-            settings = load_settings(flags, args.config)
-        except ConfigError as exc:
-            print(f"tailagent: config error: {exc}", file=sys.stderr)
-            return 2
-        return doctor_command(settings, args.json)
+        settings = _settings(flags, args.config)
+        return 2 if settings is None else doctor_command(settings, args.json)
     if args.command == "service":
         from tailagent.service import install, uninstall
 
@@ -196,13 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         from tailagent.admin import audit_command, token_command
         from tailagent.card.commands import keys_command
 
-        try:
-            state_dir = load_settings({"state_dir": args.state_dir}, args.config).state_dir
-        except ConfigError as exc:
-            print(f"tailagent: config error: {exc}", file=sys.stderr)
+        settings = _settings({"state_dir": args.state_dir}, args.config)
+        if settings is None:
             return 2
         commands = {"token": token_command, "audit": audit_command, "keys": keys_command}
-        return commands[args.command](args, state_dir)
+        return commands[args.command](args, settings.state_dir)
     from tailagent.client.call import call_command
 
     return call_command(args)
@@ -222,10 +225,8 @@ def _serve(args: argparse.Namespace) -> int:
         "tailnet_port": args.tailnet_port,
         "tailscale.socket": args.tailscale_socket,
     }
-    try:
-        settings = load_settings(flags, args.config)
-    except ConfigError as exc:
-        print(f"tailagent: config error: {exc}", file=sys.stderr)
+    settings = _settings(flags, args.config)
+    if settings is None:
         return 2
     from tailagent.logs import setup
 
