@@ -12,11 +12,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
 from tailagent.card.keys import KeyStore
 from tailagent.config import Settings
+from tailagent.probe import healthy
 
 
 @dataclass(frozen=True)
@@ -156,18 +155,7 @@ def _key(settings: Settings) -> Check:
 
 async def _listener(settings: Settings) -> Check:
     target = listener_target(settings)
-    if settings.listen.path is not None:
-        transport = httpx.AsyncHTTPTransport(uds=str(settings.listen.path))
-        base = "http://localhost"
-    else:
-        transport, base = httpx.AsyncHTTPTransport(), target
-    try:
-        async with httpx.AsyncClient(transport=transport, timeout=3) as http:
-            ok = (
-                await http.get(base + "/healthz", headers={"Host": "localhost"})
-            ).status_code == 200
-    except httpx.HTTPError:
-        ok = False
+    ok = await healthy(target)
     return Check(
         "listener",
         ok,

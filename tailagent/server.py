@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 from urllib.parse import urlsplit
 
-import httpx
 from a2a.server.routes import create_rest_routes
 from a2a.server.tasks import DatabaseTaskStore
 from hypercorn.asyncio import serve
@@ -52,6 +51,7 @@ from tailagent.card.publish import JWKS_PATH, CardPublisher
 from tailagent.config import Listen, Settings
 from tailagent.metrics import AGENT_PROCESSES, exposition
 from tailagent.notify import Notifier
+from tailagent.probe import healthy
 from tailagent.tailnet import ServeEntry, TailnetError, expose, withdraw
 
 log = logging.getLogger("tailagent")
@@ -250,21 +250,15 @@ class StartError(Exception):
     """The server cannot start; str() is the one line that says why."""
 
 
-async def _announce_ready(notifier: Notifier, settings: Settings, what: str) -> None:
-    """READY=1 once a request really gets an answer, not merely once the socket exists."""
-    if settings.listen.path is not None:
-        transport = httpx.AsyncHTTPTransport(uds=str(settings.listen.path))
-        base = "http://localhost"
-    else:
-        transport, base = httpx.AsyncHTTPTransport(), settings.listen.url()
-        base = settings.advertised_url if settings.listen.port == 0 else base
-    async with httpx.AsyncClient(transport=transport, base_url=base, timeout=2) as http:
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if (await http.get("/healthz", headers={"Host": "localhost"})).status_code == 200:
-                    break
-            await asyncio.sleep(0.05)
-    notifier.ready(what)
+async def _announce_ready(notifier: Notifier, where: str, what: str) -> None:
+    """READY=1 once a request really gets an answer, not merely once the socket exists.
+    `where` is the bound listener itself (not the advertised URL, which may be the
+    tailnet's)."""
+    while True:
+        if await healthy(where):
+            notifier.ready(what)
+            return
+        await asyncio.sleep(0.05)
 
 
 async def run(settings: Settings) -> None:
@@ -328,7 +322,7 @@ async def run(settings: Settings) -> None:
     background = [asyncio.ensure_future(notifier.watchdog())]
     if notifier.enabled:
         what = f"serving on {where} (agent {settings.agent})"
-        background.append(asyncio.ensure_future(_announce_ready(notifier, settings, what)))
+        background.append(asyncio.ensure_future(_announce_ready(notifier, where, what)))
     try:
         await serve(service.app, config, shutdown_trigger=stop.wait)
     finally:
