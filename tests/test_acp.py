@@ -18,6 +18,7 @@ from google.protobuf.json_format import MessageToDict
 
 from tests.a2a_helpers import A2A, data_parts, kind_of, state_name, texts, user_message
 from tests.conftest import RunningServer, start_server
+from tests.processes import alive, children
 from tests.test_tokens_and_owners import add_token
 
 FAKE = Path(__file__).with_name("fake_acp_agent.py")
@@ -46,14 +47,6 @@ def turn_info(turn) -> tuple[int, str, int]:  # type: ignore[no-untyped-def]
     match = TURN.search(answer_text(turn))
     assert match, answer_text(turn)
     return int(match.group(1)), match.group(2), int(match.group(3))
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
 @pytest.fixture(scope="module")
@@ -300,22 +293,17 @@ async def test_a_warm_spare_is_ready_before_the_first_new_context(tmp_path: Path
     server = start_acp(tmp_path, config="[agent]\nwarm_spares = 1\n")
     try:
         agent = A2A(server.url, server.token)
-        spare_pids = agent_pids(server)
+        spare_pids = set(children(server.process.pid))
         assert len(spare_pids) == 1  # started and initialized before the first request
         turn = await agent.turn("hello")
         assert turn_info(turn)[2] in spare_pids
         for _ in range(50):  # and a new spare takes its place
-            if len(agent_pids(server)) == 2:
+            if len(set(children(server.process.pid))) == 2:
                 break
             await asyncio.sleep(0.1)
-        assert len(agent_pids(server)) == 2
+        assert len(set(children(server.process.pid))) == 2
     finally:
         server.stop()
-
-
-def agent_pids(server: RunningServer) -> set[int]:
-    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
-    return {int(p) for p in children.read_text().split() if alive(int(p))}
 
 
 async def test_an_agent_that_needs_a_login_fails_the_task_saying_what_to_do(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import json
 
 import httpx
 import pytest
+from a2a.types.a2a_pb2 import TaskState
 
 from tests.a2a_helpers import A2A
 
@@ -24,7 +25,7 @@ async def post(a2a: A2A, url: str, content: bytes | str, headers: dict[str, str]
 
 async def still_serving(a2a: A2A) -> None:
     sent = await a2a.send("still here?")
-    assert sent.task.status.state == 3  # TASK_STATE_COMPLETED
+    assert sent.task.status.state == TaskState.TASK_STATE_COMPLETED
 
 
 def assert_no_trace(response: httpx.Response) -> None:
@@ -108,10 +109,10 @@ async def test_a_dropped_stream_client_leaves_the_task_true(a2a: A2A) -> None:
     await still_serving(a2a)
     for _ in range(50):
         task = await a2a.get(task_id)
-        if task.status.state == 3:
+        if task.status.state == TaskState.TASK_STATE_COMPLETED:
             break
         await asyncio.sleep(0.1)
-    assert task.status.state == 3  # the turn ran to the end without its listener
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED  # ran to the end, unheard
 
 
 async def test_unknown_route_and_method(a2a: A2A) -> None:

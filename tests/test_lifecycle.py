@@ -18,6 +18,7 @@ from a2a.types.a2a_pb2 import SendMessageRequest
 from tailagent.bridge.state import STOP_MESSAGE
 from tests.a2a_helpers import A2A, state_name, texts, user_message
 from tests.conftest import start_server
+from tests.processes import alive, children
 
 FAKE = Path(__file__).with_name("fake_acp_agent.py")
 
@@ -65,18 +66,6 @@ def acp_server(tmp: Path, config: str = "") -> tuple:  # type: ignore[type-arg]
         tmp, "--agent-command", f"{sys.executable} {FAKE}", "--config", str(tmp / "c.toml")
     )
     return server, A2A(server.url, server.token)
-
-
-def children(pid: int) -> list[int]:
-    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
 async def test_sigterm_ends_running_and_waiting_turns_and_stops_the_agents(tmp_path: Path) -> None:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import stat
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
+
+from tests.conftest import start_server
 
 V1 = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 SEND = {
@@ -19,79 +18,32 @@ SEND = {
 }
 
 
-def auth(tmp_path: Path) -> dict[str, str]:
-    token = (tmp_path / "state" / "local-token").read_text().strip()
-    return {**V1, "Authorization": f"Bearer {token}"}
-
-
 def test_unix_socket_listener(tmp_path: Path) -> None:
     socket_path = tmp_path / "run" / "tailagent.sock"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tailagent",
-            "serve",
-            "--agent",
-            "echo",
-            "--listen",
-            f"unix:{socket_path}",
-            "--state-dir",
-            str(tmp_path / "state"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server = start_server(tmp_path, listen=f"unix:{socket_path}")
     try:
-        for _ in range(200):
-            if socket_path.exists():
-                break
-            time.sleep(0.05)
         mode = socket_path.stat().st_mode
         assert stat.S_ISSOCK(mode)
         assert stat.S_IMODE(mode) == 0o600
         assert stat.S_IMODE(socket_path.parent.stat().st_mode) == 0o700
         transport = httpx.HTTPTransport(uds=str(socket_path))
+        auth = {**V1, "Authorization": f"Bearer {server.token}"}
         with httpx.Client(transport=transport, base_url="http://localhost") as http:
             card = http.get("/.well-known/agent-card.json", headers=V1).json()
             assert card["supportedInterfaces"][0]["url"] == "http://localhost"
-            result = http.post("/", json=SEND, headers=auth(tmp_path)).json()["result"]
+            result = http.post("/", json=SEND, headers=auth).json()["result"]
             assert result["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     finally:
-        process.terminate()
-        process.wait(timeout=15)
+        assert server.stop() == 0
     assert not socket_path.exists()
 
 
 def test_ipv6_loopback_listener(tmp_path: Path) -> None:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tailagent",
-            "serve",
-            "--agent",
-            "echo",
-            "--listen",
-            "[::1]:0",
-            "--state-dir",
-            str(tmp_path / "state"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server = start_server(tmp_path, listen="[::1]:0")
     try:
-        assert process.stderr is not None
-        url = ""
-        for line in process.stderr:
-            if "serving on " in line:
-                url = line.split("serving on ")[1].split()[0]
-                break
-        assert url.startswith("http://[::1]:")
-        response = httpx.post(url, json=SEND, headers=auth(tmp_path))
+        assert server.url.startswith("http://[::1]:")
+        auth = {**V1, "Authorization": f"Bearer {server.token}"}
+        response = httpx.post(server.url, json=SEND, headers=auth)
         assert response.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     finally:
-        process.terminate()
-        process.wait(timeout=15)
+        assert server.stop() == 0

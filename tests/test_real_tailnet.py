@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from a2a.client import ClientConfig, create_client
-from a2a.types.a2a_pb2 import SendMessageRequest
+from a2a.types.a2a_pb2 import SendMessageRequest, TaskState
 
 from tests.a2a_helpers import user_message
 from tests.conftest import RunningServer, start_server
@@ -156,10 +156,10 @@ async def test_a_task_with_a_permission_prompt_answered_across_the_tailnet(
             )
         ]
         task = events[0].task
-        assert events[-1].status_update.status.state == 6  # TASK_STATE_INPUT_REQUIRED
+        assert events[-1].status_update.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         answer = user_message("yes", task_id=task.id)
         done = [e async for e in client.send_message(SendMessageRequest(message=answer))]
-        assert done[-1].status_update.status.state == 3  # TASK_STATE_COMPLETED
+        assert done[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
         await client.close()
     rows = audit_rows(agent)
     mine = next(r for r in rows if r["task_id"] == task.id)
