@@ -205,15 +205,7 @@ def _path(value: Any) -> Path:
 
 
 def _positive_int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"must be a positive integer, not {value!r}")
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"must be a positive integer, not {value!r}") from None
-    if number <= 0:
-        raise ValueError(f"must be a positive integer, not {value!r}")
-    return number
+    return int(_positive(value, int, "integer"))
 
 
 def _boolean(value: Any) -> bool:
@@ -265,14 +257,20 @@ def _origins(value: Any) -> tuple[str, ...]:
 
 
 def _positive_number(value: Any) -> float:
+    return _positive(value, float, "number")
+
+
+def _positive(value: Any, kind: type[int] | type[float], noun: str) -> float:
+    """`kind(value)` if it is above zero; a boolean is refused, though Python counts it."""
+    problem = ValueError(f"must be a positive {noun}, not {value!r}")
     if isinstance(value, bool):
-        raise ValueError(f"must be a positive number, not {value!r}")
+        raise problem
     try:
-        number = float(value)
+        number = kind(value)
     except (TypeError, ValueError):
-        raise ValueError(f"must be a positive number, not {value!r}") from None
+        raise problem from None
     if number <= 0:
-        raise ValueError(f"must be a positive number, not {value!r}")
+        raise problem
     return number
 
 
