@@ -18,19 +18,14 @@ from pathlib import Path
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 UNIT_NAME = "tailagent.service"
 
-_SYSTEM = """\
-[Unit]
-Description=tailagent: a coding agent on this tailnet, over A2A
-After=network-online.target tailscaled.service
-Wants=network-online.target
-
-[Service]
+# What both units run and how systemd keeps it: the socket lives in the runtime
+# directory ({runtime} is /run for the system unit, %t for a user manager).
+_SERVICE = """\
 Type=notify
 NotifyAccess=main
-User={user}
 WorkingDirectory={workspace}
 ExecStart={python} -m tailagent serve --cwd {workspace}{config} \\
-    --listen unix:/run/tailagent/tailagent.sock
+    --listen unix:{runtime}/tailagent/tailagent.sock
 StateDirectory=tailagent
 StateDirectoryMode=0700
 RuntimeDirectory=tailagent
@@ -40,8 +35,18 @@ RestartSec=2
 WatchdogSec=30
 TimeoutStopSec=30
 UMask=0077
-
 NoNewPrivileges=yes
+"""
+
+_SYSTEM = """\
+[Unit]
+Description=tailagent: a coding agent on this tailnet, over A2A
+After=network-online.target tailscaled.service
+Wants=network-online.target
+
+[Service]
+User={user}
+{service}
 ProtectSystem=strict
 # The workspace is where the agent works; the other paths are where the agents
 # keep their logins and caches (a "-" path may be missing).
@@ -76,21 +81,7 @@ Description=tailagent: a coding agent on this tailnet, over A2A
 After=network-online.target
 
 [Service]
-Type=notify
-NotifyAccess=main
-WorkingDirectory={workspace}
-ExecStart={python} -m tailagent serve --cwd {workspace}{config} \\
-    --listen unix:%t/tailagent/tailagent.sock
-StateDirectory=tailagent
-StateDirectoryMode=0700
-RuntimeDirectory=tailagent
-RuntimeDirectoryMode=0700
-Restart=on-failure
-RestartSec=2
-WatchdogSec=30
-TimeoutStopSec=30
-UMask=0077
-NoNewPrivileges=yes
+{service}\
 # Relaxed: a user manager cannot apply the namespace-based hardening of the system
 # unit (ProtectSystem, PrivateTmp, ...) without unprivileged user namespaces.
 
@@ -109,12 +100,15 @@ class Unit:
     home: Path
 
     def render(self) -> str:
-        template = _USER if self.user_mode else _SYSTEM
         config = f" --config {self.config}" if self.config else ""
-        return template.format(
-            python=self.python, workspace=self.workspace, config=config, user=self.user,
-            home=self.home,
+        service = _SERVICE.format(
+            python=self.python, workspace=self.workspace, config=config,
+            runtime="%t" if self.user_mode else "/run",
         )  # fmt: skip
+        template = _USER if self.user_mode else _SYSTEM
+        return template.format(
+            service=service, workspace=self.workspace, user=self.user, home=self.home
+        )
 
     @property
     def socket(self) -> str:
