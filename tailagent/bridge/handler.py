@@ -9,11 +9,13 @@ Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it
 - a messageId the task already holds is renamed, so the SDK's de-duplication
   does not drop a second turn's words from the history;
 - a streamed follow-up starts with the stored task, so a client can tell a resume
-  from a new task.
+  from a new task;
+- a follow-up waits until the SDK has closed the previous turn's event queue.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncGenerator
 
@@ -37,6 +39,9 @@ from tailagent.card.builder import for_caller
 from tailagent.config import AttachmentSettings
 
 BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
+# Closing a turn's queue waits only for that turn's executor, which returns right after
+# its last event; the bound keeps a stuck executor from holding the follow-up for ever.
+CLOSE_WAIT_SECONDS = 10.0
 
 
 class GuardedRequestHandler(DefaultRequestHandler):
@@ -114,6 +119,16 @@ class GuardedRequestHandler(DefaultRequestHandler):
                 )
         return stored
 
+    async def _previous_turn_closed(self, task_id: str) -> None:
+        """The SDK closes a turn's event queue in a background task after the turn's
+        response ends. A follow-up set up before that would tap the closing queue and
+        its stream would be cut off when the queue closes; so it waits for the close."""
+        closing = [
+            t for t in self._background_tasks if t.get_name() == f"cleanup_producer:{task_id}"
+        ]
+        if closing:
+            await asyncio.wait(closing, timeout=CLOSE_WAIT_SECONDS)
+
     async def _for_caller(self, card: AgentCard, context: ServerCallContext) -> AgentCard:
         caller = caller_of(context)
         if caller is None:
@@ -140,7 +155,8 @@ class GuardedRequestHandler(DefaultRequestHandler):
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Message | Task:
-        await self._admit(params, context)
+        if await self._admit(params, context) is not None:
+            await self._previous_turn_closed(params.message.task_id)
         return await super().on_message_send(params, context)
 
     async def on_message_send_stream(
@@ -148,6 +164,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
     ) -> AsyncGenerator[Event, None]:
         stored = await self._admit(params, context)
         if stored is not None:
+            await self._previous_turn_closed(stored.id)
             yield stored
         async for event in super().on_message_send_stream(params, context):
             yield event
