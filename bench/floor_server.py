@@ -12,8 +12,8 @@ from a2a.server.tasks import InMemoryTaskStore
 import tailagent.server
 
 
-async def _nothing_to_recover(store: object) -> int:
-    return 0
+async def _nothing_to_recover(store: object, server: str) -> list[object]:
+    return []
 
 
 tailagent.server.DatabaseTaskStore = lambda engine: InMemoryTaskStore()  # type: ignore[assignment,misc]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import sys
@@ -12,9 +13,12 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 
 from tailagent.access.tokens import TokenStore
-from tailagent.bridge.audit import read_audit
+from tailagent.bridge.audit import AuditEntry, AuditLog
+from tailagent.bridge.state import open_engine, redacted
 
 _AGE = re.compile(r"(\d+)([smhd])")
 PIPED_WIDTH = 240
@@ -60,13 +64,31 @@ def parse_since(text: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def audit_command(args: argparse.Namespace, state_dir: Path) -> int:
+def _no_database_yet(store_url: str) -> bool:
+    """A SQLite store no server has made yet: nothing to read, and nothing to create."""
+    url = make_url(store_url)
+    return url.drivername.startswith("sqlite") and not Path(url.database or "").exists()
+
+
+async def _read_audit(store_url: str, since: datetime | None) -> list[AuditEntry]:
+    engine = open_engine(store_url)
+    try:
+        return await AuditLog(engine).read(since)
+    finally:
+        await engine.dispose()
+
+
+def audit_command(args: argparse.Namespace, store_url: str) -> int:
     try:
         since = parse_since(args.since) if args.since else None
     except ValueError:
         print(f"tailagent: --since wants an ISO time or an age like 12h, not {args.since!r}")
         return 2
-    entries = read_audit(state_dir / "tailagent.db", since)
+    try:
+        entries = [] if _no_database_yet(store_url) else asyncio.run(_read_audit(store_url, since))
+    except (OSError, SQLAlchemyError) as exc:
+        print(f"tailagent: cannot read the audit log from {redacted(store_url)}: {exc}")
+        return 1
     if args.json:
         for entry in entries:
             print(json.dumps(asdict(entry), ensure_ascii=False))

@@ -27,6 +27,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--public-url", metavar="URL", help="the URL the agent card advertises")
     p.add_argument("--config", metavar="FILE", type=Path, help="a TOML config file")
     p.add_argument("--state-dir", metavar="DIR", help="where tasks and sessions are kept")
+    _store_option(p)
     p.add_argument("--log-level", choices=LOG_LEVELS)
     p.add_argument("--log-format", choices=("text", "json"), help="json: one object a line")
     p.add_argument(
@@ -76,6 +77,13 @@ def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 def _state_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", type=Path, help="the server's TOML config file")
     p.add_argument("--state-dir", metavar="DIR", help="the server's state dir")
+
+
+def _store_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store", metavar="URL", help="the database of tasks, sessions and the audit log "
+        "(default: SQLite in the state dir; postgresql://... to share one among servers)",
+    )  # fmt: skip
 
 
 def _token_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -149,6 +157,7 @@ def _audit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--since", metavar="WHEN", help="an ISO time, or an age such as 30m, 12h, 7d")
     p.add_argument("--json", action="store_true", help="one JSON object per decision")
     _state_options(p)
+    _store_option(p)
 
 
 def _settings(flags: dict[str, object], config: Path | None) -> Settings | None:
@@ -201,10 +210,13 @@ def main(argv: list[str] | None = None) -> int:
         from tailagent.admin import audit_command, token_command
         from tailagent.card.commands import keys_command
 
-        settings = _settings({"state_dir": args.state_dir}, args.config)
+        flags = {"state_dir": args.state_dir, "store": getattr(args, "store", None)}
+        settings = _settings(flags, args.config)
         if settings is None:
             return 2
-        commands = {"token": token_command, "audit": audit_command, "keys": keys_command}
+        if args.command == "audit":
+            return audit_command(args, settings.store_url)
+        commands = {"token": token_command, "keys": keys_command}
         return commands[args.command](args, settings.state_dir)
     from tailagent.client.call import call_command
 
@@ -219,6 +231,7 @@ def _serve(args: argparse.Namespace) -> int:
         "listen": args.listen,
         "public_url": args.public_url,
         "state_dir": args.state_dir,
+        "store": args.store,
         "log_level": args.log_level,
         "log_format": args.log_format,
         "tailnet": args.tailnet,

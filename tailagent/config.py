@@ -143,6 +143,16 @@ class AttachmentSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class PushSettings:
+    """Push notifications to callers (the `[push]` table)."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    attempts: int = 5
+    retry_delay: float = 1.0
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
 class TailscaleSettings:
     """How to reach tailscaled (the `[tailscale]` table)."""
 
@@ -157,6 +167,7 @@ class Settings:
     listen: Listen = field(default_factory=Listen)
     public_url: str | None = None
     state_dir: Path = field(default_factory=default_state_dir)
+    store: str | None = None
     name: str = "tailagent"
     max_body_bytes: int = 4 * 1024 * 1024
     max_permission_denials: int = 3
@@ -171,7 +182,14 @@ class Settings:
     agent_process: AgentSettings = field(default_factory=AgentSettings)
     claude: ClaudeSettings = field(default_factory=ClaudeSettings)
     attachments: AttachmentSettings = field(default_factory=AttachmentSettings)
+    push: PushSettings = field(default_factory=PushSettings)
     tailscale: TailscaleSettings = field(default_factory=TailscaleSettings)
+
+    @property
+    def store_url(self) -> str:
+        """Where tasks, sessions and the audit log live: SQLite in the state dir unless
+        `store` names a database several servers share."""
+        return self.store or f"sqlite+aiosqlite:///{self.state_dir / 'tailagent.db'}"
 
     @property
     def advertised_url(self) -> str:
@@ -214,6 +232,19 @@ def _boolean(value: Any) -> bool:
     if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
         return value.lower() in ("true", "1", "yes")
     raise ValueError(f"must be true or false, not {value!r}")
+
+
+def _store(value: Any) -> str:
+    """A SQLAlchemy async URL; a plain postgresql:// URL gets the asyncpg driver."""
+    url = _text(value)
+    for plain in ("postgresql://", "postgres://"):
+        if url.startswith(plain):
+            url = "postgresql+asyncpg://" + url.removeprefix(plain)
+    if not url.startswith(("postgresql+asyncpg://", "sqlite+aiosqlite://")):
+        raise ValueError(
+            "must be a postgresql:// (or postgresql+asyncpg://) or sqlite+aiosqlite:// URL"
+        )
+    return url
 
 
 def _strings(value: Any) -> tuple[str, ...]:
@@ -307,6 +338,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "listen": _listen,
     "public_url": _url,
     "state_dir": _path,
+    "store": _store,
     "name": _text,
     "max_body_bytes": _positive_int,
     "max_permission_denials": _positive_int,
@@ -348,6 +380,10 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "attachments.max_part_bytes": _positive_int,
     "attachments.max_message_bytes": _positive_int,
     "attachments.url_hosts": _strings,
+    "push.allowed_hosts": _strings,
+    "push.attempts": _positive_int,
+    "push.retry_delay": _positive_number,
+    "push.timeout": _positive_number,
 }
 # TOML table -> Settings field; `agent` is also a plain key (which agent), so its
 # table lands in `agent_process`.
@@ -357,6 +393,7 @@ SECTIONS = {
     "agent": "agent_process",
     "claude": "claude",
     "attachments": "attachments",
+    "push": "push",
 }
 SECTION_TYPES = {
     "access": AccessSettings,
@@ -364,6 +401,7 @@ SECTION_TYPES = {
     "agent": AgentSettings,
     "claude": ClaudeSettings,
     "attachments": AttachmentSettings,
+    "push": PushSettings,
 }
 
 

@@ -37,6 +37,10 @@ DECISIONS = Counter(
     "tailagent_permission_decisions", "Permission decisions, by decision and by whom.",
     ["decision", "by"], registry=REGISTRY,
 )  # fmt: skip
+PUSH_DELIVERIES = Counter(
+    "tailagent_push_deliveries", "Push notifications, by outcome (delivered, failed, refused).",
+    ["outcome"], registry=REGISTRY,
+)  # fmt: skip
 
 
 def route_of(path: str) -> str:

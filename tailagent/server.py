@@ -19,7 +19,7 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from a2a.server.routes import create_rest_routes
-from a2a.server.tasks import DatabaseTaskStore
+from a2a.server.tasks import DatabasePushNotificationConfigStore, DatabaseTaskStore
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 from hypercorn.typing import LifespanScope
@@ -42,8 +42,18 @@ from tailagent.bridge.audit import AuditLog
 from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.jsonrpc import jsonrpc_routes
+from tailagent.bridge.remote import CancelRequests
 from tailagent.bridge.sessions import SessionPool
-from tailagent.bridge.state import STOP_MESSAGE, SessionMap, close_unfinished_tasks, open_engine
+from tailagent.bridge.state import (
+    STOP_MESSAGE,
+    SessionMap,
+    StoreUnavailable,
+    check_store,
+    close_unfinished_tasks,
+    open_engine,
+    redacted,
+    server_id,
+)
 from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.card.builder import build_card
 from tailagent.card.keys import KeyStore
@@ -52,6 +62,8 @@ from tailagent.config import Listen, Settings
 from tailagent.metrics import AGENT_PROCESSES, exposition
 from tailagent.notify import Notifier
 from tailagent.probe import healthy
+from tailagent.push.delivery import PushDispatcher, PushSigner
+from tailagent.push.targets import PushTargets
 from tailagent.tailnet import ServeEntry, TailnetError, expose, withdraw
 
 log = logging.getLogger("tailagent")
@@ -73,6 +85,8 @@ class Service:
     backend: AgentBackend
     engine: AsyncEngine
     localapi: LocalAPI
+    push: PushDispatcher
+    cancel_watch: asyncio.Task[None]
 
     async def stop_turns(self) -> int:
         """Ends every running or waiting turn, saying the server stopped; returns how many."""
@@ -81,8 +95,12 @@ class Service:
         return await self.store.close_held(STOP_MESSAGE)
 
     async def aclose(self) -> None:
+        self.cancel_watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.cancel_watch
         await self.handler.aclose()
         await self.store.flush()
+        await self.push.aclose()
         await self.session_map.flush()
         await self.pool.aclose()
         await self.backend.aclose()
@@ -134,10 +152,24 @@ def _card_app(publisher: CardPublisher) -> Quart:
 
 async def build_service(settings: Settings) -> Service:
     backend = make_backend(settings)
-    engine = open_engine(settings.state_dir)
+    engine = open_engine(settings.store_url)
+    await check_store(engine, settings.store_url)
+    server = (server_id(settings.state_dir), settings.advertised_url)
+    localapi = LocalAPI(settings.tailscale.socket)
+    keys = KeyStore(settings.state_dir)
+    keys.ensure()
+    push_configs = DatabasePushNotificationConfigStore(engine)
+    await push_configs.initialize()
+    push_targets = PushTargets(localapi, settings.push.allowed_hosts)
+    push = PushDispatcher(
+        push_configs, push_targets, PushSigner(keys, settings.advertised_url), settings.push
+    )
     database_store = DatabaseTaskStore(engine)
-    await close_unfinished_tasks(database_store)
-    store = CoalescingTaskStore(database_store)
+    for task in await close_unfinished_tasks(database_store, server[0]):
+        push.task_changed(task)
+    store = CoalescingTaskStore(database_store, server, on_change=push.task_changed)
+    cancels = CancelRequests(engine)
+    await cancels.initialize()
     session_map = SessionMap(engine)
     await session_map.initialize()
     await backend.start()
@@ -159,8 +191,8 @@ async def build_service(settings: Settings) -> Service:
     )
     card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
     handler = GuardedRequestHandler(
-        executor, store, card, pool=pool, rules=settings.rules,
-        attachment_limits=settings.attachments,
+        executor, store, card, pool=pool, push_configs=push_configs, push_targets=push_targets,
+        cancels=cancels, rules=settings.rules, attachment_limits=settings.attachments,
     )  # fmt: skip
     context_builder = CallerContextBuilder()
     routes = [
@@ -177,7 +209,7 @@ async def build_service(settings: Settings) -> Service:
         backend,
         settings.advertised_url,
         settings.name,
-        KeyStore(settings.state_dir),
+        keys,
         settings.card_lists_0_3,
     )
     quart_app = _card_app(publisher)
@@ -191,7 +223,6 @@ async def build_service(settings: Settings) -> Service:
 
     tokens = TokenStore(settings.state_dir)
     tokens.ensure_local()
-    localapi = LocalAPI(settings.tailscale.socket)
     app = AccessGuard(
         dispatch,
         policy=Policy(settings.access),
@@ -201,7 +232,13 @@ async def build_service(settings: Settings) -> Service:
         hosts=served_hosts(settings),
         allowed_origins=settings.access.allowed_origins,
     )
-    return Service(app, executor, handler, store, session_map, pool, backend, engine, localapi)
+    cancel_watch = asyncio.create_task(
+        cancels.watch(store.held, handler.cancel_for_peer), name="cancel-requests"
+    )
+    return Service(
+        app, executor, handler, store, session_map, pool, backend, engine, localapi, push,
+        cancel_watch,
+    )  # fmt: skip
 
 
 def served_hosts(settings: Settings) -> set[str]:
@@ -279,7 +316,7 @@ async def run(settings: Settings) -> None:
             # Port 0 picks a free port: advertise the one we actually got.
             settings = replace(settings, public_url=where)
         service = await build_service(settings)
-    except (AgentStartError, TailnetError, LocalAPIUnavailable) as exc:
+    except (AgentStartError, TailnetError, LocalAPIUnavailable, StoreUnavailable) as exc:
         sock.close()
         if tailnet_api is not None:
             if entry is not None:
@@ -313,11 +350,12 @@ async def run(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal)
     log.info(
-        "serving on %s (agent %s, workspace %s, state %s)",
+        "serving on %s (agent %s, workspace %s, state %s, store %s)",
         where,
         settings.agent,
         settings.cwd,
         settings.state_dir,
+        redacted(settings.store_url),
     )
     background = [asyncio.ensure_future(notifier.watchdog())]
     if notifier.enabled:

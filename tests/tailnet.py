@@ -55,6 +55,7 @@ class FakeTailscaled:
     directory: Path
     process: subprocess.Popen[str] | None = None
     peers: dict[str, Any] = field(default_factory=dict)
+    nodes: dict[str, Any] = field(default_factory=dict)  # status "Peer", by node key
     down: bool = False
     serve: dict[str, Any] = field(default_factory=dict)
     operator: bool = True
@@ -71,7 +72,7 @@ class FakeTailscaled:
     def write(self) -> None:
         state = {
             "whois": self.peers,
-            "status": status(),
+            "status": {**status(), "Peer": self.nodes},
             "down": self.down,
             "serve": self.serve,
             "operator": self.operator,

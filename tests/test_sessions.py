@@ -14,7 +14,7 @@ from tailagent.bridge.state import SessionMap, open_engine
 
 @pytest.fixture
 async def session_map(tmp_path: Path) -> AsyncIterator[SessionMap]:
-    engine = open_engine(tmp_path)
+    engine = open_engine(f"sqlite+aiosqlite:///{tmp_path / 'tailagent.db'}")
     sessions = SessionMap(engine)
     await sessions.initialize()
     yield sessions

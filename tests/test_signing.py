@@ -113,7 +113,7 @@ def test_an_independent_jose_implementation_agrees(signed: RunningServer) -> Non
         lambda c: c.update(name="someone else"),
         lambda c: c["skills"][0].update(description="does anything"),
         lambda c: c["supportedInterfaces"][0].update(url="https://evil.example"),
-        lambda c: c["capabilities"].update(pushNotifications=True),
+        lambda c: c["capabilities"].update(pushNotifications=False),
     ],
     ids=["name", "skill", "interface", "capability"],
 )

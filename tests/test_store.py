@@ -22,7 +22,7 @@ BOB = ServerCallContext(user=OwnerUser("user:bob"))
 
 @pytest.fixture
 async def stores(tmp_path: Path) -> AsyncIterator[Stores]:
-    engine = open_engine(tmp_path)
+    engine = open_engine(f"sqlite+aiosqlite:///{tmp_path / 'tailagent.db'}")
     database = DatabaseTaskStore(engine)
     await database.initialize()
     yield CoalescingTaskStore(database), database
@@ -87,7 +87,20 @@ async def test_restart_rule_fails_unfinished_tasks_of_every_owner(stores: Stores
     await store.save(task("a", TaskState.TASK_STATE_WORKING), ALICE)
     await store.save(task("b", TaskState.TASK_STATE_INPUT_REQUIRED), BOB)
     await store.save(task("c", TaskState.TASK_STATE_COMPLETED), BOB)
-    assert await close_unfinished_tasks(database) == 2
+    assert len(await close_unfinished_tasks(database, "")) == 2
     assert (await database.get("a", ALICE)).status.state == TaskState.TASK_STATE_FAILED
     assert (await database.get("b", BOB)).status.state == TaskState.TASK_STATE_FAILED
     assert (await database.get("c", BOB)).status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_restart_rule_leaves_another_servers_tasks_alone(stores: Stores) -> None:
+    _, database = stores
+    mine = CoalescingTaskStore(database, ("server-a", "http://a.example"))
+    theirs = CoalescingTaskStore(database, ("server-b", "http://b.example"))
+    await mine.save(task("a", TaskState.TASK_STATE_WORKING), ALICE)
+    await theirs.save(task("b", TaskState.TASK_STATE_INPUT_REQUIRED), ALICE)
+    assert [t.id for t in await close_unfinished_tasks(database, "server-a")] == ["a"]
+    other = await database.get("b", ALICE)
+    assert other.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert mine.runs_elsewhere(other) == "http://b.example"
+    assert theirs.runs_elsewhere(other) is None  # its own

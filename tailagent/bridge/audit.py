@@ -1,28 +1,31 @@
 """The audit log: every permission decision, who made it, and when.
 
-Kept in the state database beside the tasks, so it survives restarts and can be
-read while the server runs (`tailagent audit`).
+Kept in the store beside the tasks (SQLite in the state dir, or the PostgreSQL
+database servers share), so it survives restarts and can be read while the server
+runs (`tailagent audit`).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Column, Integer, MetaData, Table, Text, inspect, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 SUMMARY_LIMIT = 200
-_CREATE = (
-    "CREATE TABLE IF NOT EXISTS audit_log ("
-    " id INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, task_id TEXT NOT NULL,"
-    " context_id TEXT NOT NULL, tool TEXT NOT NULL, input TEXT NOT NULL,"
-    " decision TEXT NOT NULL, reason TEXT NOT NULL, answered_by TEXT NOT NULL)"
-)
+# A table, not DDL text: its id column must autoincrement in SQLite and PostgreSQL alike.
+_METADATA = MetaData()
+AUDIT_TABLE = Table(
+    "audit_log", _METADATA,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Text, nullable=False),
+    *(Column(name, Text, nullable=False) for name in (
+        "task_id", "context_id", "tool", "input", "decision", "reason", "answered_by"
+    )),
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,34 +53,21 @@ class AuditLog:
 
     async def initialize(self) -> None:
         async with self._engine.begin() as conn:
-            await conn.execute(text(_CREATE))
+            await conn.run_sync(_METADATA.create_all)
 
     async def record(self, entry: AuditEntry) -> None:
         row = asdict(entry)
         row["at"] = entry.at or datetime.now(UTC).isoformat(timespec="milliseconds")
         async with self._engine.begin() as conn:
-            await conn.execute(
-                text(
-                    "INSERT INTO audit_log (at, task_id, context_id, tool, input, decision,"
-                    " reason, answered_by) VALUES (:at, :task_id, :context_id, :tool, :input,"
-                    " :decision, :reason, :answered_by)"
-                ),
-                row,
-            )
+            await conn.execute(AUDIT_TABLE.insert().values(**row))
 
-
-def read_audit(database: Path, since: datetime | None = None) -> list[AuditEntry]:
-    """The entries, oldest first, straight from the state database (no server needed)."""
-    if not database.exists():
-        return []
-    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as conn:
-        conn.execute("PRAGMA busy_timeout=5000")
-        try:
-            rows = conn.execute(
-                "SELECT task_id, context_id, tool, input, decision, reason, answered_by, at"
-                " FROM audit_log WHERE at >= ? ORDER BY id",
-                ((since or datetime.min.replace(tzinfo=UTC)).isoformat(),),
-            ).fetchall()
-        except sqlite3.OperationalError:  # no decision recorded yet: no table
-            return []
-    return [AuditEntry(*row) for row in rows]
+    async def read(self, since: datetime | None = None) -> list[AuditEntry]:
+        """The entries, oldest first (no server needed: `tailagent audit` reads the store)."""
+        columns = [AUDIT_TABLE.c[f.name] for f in fields(AuditEntry)]
+        start = (since or datetime.min.replace(tzinfo=UTC)).isoformat()
+        query = select(*columns).where(AUDIT_TABLE.c.at >= start).order_by(AUDIT_TABLE.c.id)
+        async with self._engine.connect() as conn:
+            if not await conn.run_sync(lambda sync: inspect(sync).has_table("audit_log")):
+                return []  # no decision recorded yet
+            rows = (await conn.execute(query)).all()
+        return [AuditEntry(*row) for row in rows]

@@ -10,7 +10,10 @@ Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it
   does not drop a second turn's words from the history;
 - a streamed follow-up starts with the stored task, so a client can tell a resume
   from a new task;
-- a follow-up waits until the SDK has closed the previous turn's event queue.
+- a follow-up waits until the SDK has closed the previous turn's event queue;
+- a refused push URL is refused with the reason (the SDK's hook says only "invalid");
+- in a store several servers share, a task another server runs is cancelled through
+  that server (bridge/remote.py), and a follow-up to it is refused with its URL.
 """
 
 from __future__ import annotations
@@ -23,20 +26,36 @@ from a2a.server.agent_execution import SimpleRequestContextBuilder
 from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.types.a2a_pb2 import AgentCard, Message, SendMessageRequest, Task, TaskState
-from a2a.utils.errors import InvalidParamsError, InvalidRequestError, UnsupportedOperationError
+from a2a.server.tasks import PushNotificationConfigStore
+from a2a.types.a2a_pb2 import (
+    AgentCard,
+    CancelTaskRequest,
+    Message,
+    SendMessageRequest,
+    Task,
+    TaskState,
+)
+from a2a.utils.errors import (
+    InternalError,
+    InvalidParamsError,
+    InvalidRequestError,
+    TaskNotCancelableError,
+    UnsupportedOperationError,
+)
 from google.protobuf.json_format import MessageToDict
 
-from tailagent.access.identity import caller_of
+from tailagent.access.identity import OwnerUser, caller_of
 from tailagent.agents.events import PermissionAsked
 from tailagent.agents.mcp import is_unguarded_mode
 from tailagent.bridge import attachments
 from tailagent.bridge.executor import BridgeExecutor
+from tailagent.bridge.remote import CONFIRM_TIMEOUT, POLL_INTERVAL, CancelRequests
 from tailagent.bridge.rules import Rule
 from tailagent.bridge.sessions import ContextBusy, SessionPool
 from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.card.builder import for_caller
 from tailagent.config import AttachmentSettings
+from tailagent.push.targets import PushRefused, PushTargets
 
 BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 # Closing a turn's queue waits only for that turn's executor, which returns right after
@@ -52,14 +71,20 @@ class GuardedRequestHandler(DefaultRequestHandler):
         card: AgentCard,
         *,
         pool: SessionPool,
+        push_configs: PushNotificationConfigStore,
+        push_targets: PushTargets,
+        cancels: CancelRequests,
         rules: tuple[Rule, ...] = (),
         attachment_limits: AttachmentSettings | None = None,
     ) -> None:
         self._attachment_limits = attachment_limits or AttachmentSettings()
+        self._push_targets = push_targets
+        self._cancels = cancels
         super().__init__(
             executor,
             store,
             card,
+            push_config_store=push_configs,
             extended_agent_card=card,
             extended_card_modifier=self._for_caller,
             request_context_builder=SimpleRequestContextBuilder(
@@ -98,6 +123,15 @@ class GuardedRequestHandler(DefaultRequestHandler):
             stored = await self._store.get(message.task_id, context)
             if stored is None:
                 return None  # the SDK answers TaskNotFound in its own words
+            elsewhere = self._store.runs_elsewhere(stored)
+            if elsewhere is not None:
+                raise UnsupportedOperationError(
+                    message=(
+                        f"Task {message.task_id} runs on another tailagent server that shares "
+                        f"this store ({elsewhere}); send follow-ups for it there. Any of the "
+                        "servers can read or cancel it."
+                    )
+                )
             if stored.status.state in BUSY_STATES:
                 raise UnsupportedOperationError(
                     message=(
@@ -128,6 +162,45 @@ class GuardedRequestHandler(DefaultRequestHandler):
         ]
         if closing:
             await asyncio.wait(closing, timeout=CLOSE_WAIT_SECONDS)
+
+    async def on_cancel_task(
+        self, params: CancelTaskRequest, context: ServerCallContext
+    ) -> Task | None:
+        stored = await self._store.get(params.id, context)
+        elsewhere = self._store.runs_elsewhere(stored) if stored is not None else None
+        if elsewhere is None:
+            return await super().on_cancel_task(params, context)
+        await self._cancels.request(params.id)
+        for _ in range(int(CONFIRM_TIMEOUT / POLL_INTERVAL)):
+            await asyncio.sleep(POLL_INTERVAL)
+            task = await self._store.get(params.id, context)
+            if task is None or self._store.runs_elsewhere(task) is None:
+                break
+        else:
+            await self._cancels.withdraw(params.id)
+            raise InternalError(
+                message=(
+                    f"The server that runs task {params.id} ({elsewhere}) did not confirm the "
+                    f"cancel within {CONFIRM_TIMEOUT:.0f} s; it may be down. Its unfinished "
+                    "tasks are closed when it starts again."
+                )
+            )
+        if task is None or task.status.state != TaskState.TASK_STATE_CANCELED:
+            state = TaskState.Name(task.status.state) if task else "gone"
+            raise TaskNotCancelableError(message=f"Task {params.id} ended first: {state}")
+        return task
+
+    async def cancel_for_peer(self, task_id: str, owner: str) -> None:
+        """Cancels a task this server runs, as another server sharing the store asked."""
+        await self.on_cancel_task(
+            CancelTaskRequest(id=task_id), ServerCallContext(user=OwnerUser(owner))
+        )
+
+    async def _reject_unsafe_push_url(self, url: str) -> None:
+        try:
+            await self._push_targets.resolve(url)
+        except PushRefused as exc:
+            raise InvalidParamsError(message=str(exc)) from None
 
     async def _for_caller(self, card: AgentCard, context: ServerCallContext) -> AgentCard:
         caller = caller_of(context)

@@ -1,4 +1,5 @@
-"""Everything tailagent keeps across restarts, in one SQLite file in the state dir.
+"""Everything tailagent keeps across restarts: by default one SQLite file in the
+state dir, or a PostgreSQL database that several servers share (`store`).
 
 Tasks live in a2a-sdk's own DatabaseTaskStore; beside them, the context -> agent
 session map. On start, tasks a previous run left working or parked are closed as
@@ -19,10 +20,13 @@ from a2a.server.id_generator import IDGenerator, IDGeneratorContext
 from a2a.server.models import TaskModel
 from a2a.server.tasks import DatabaseTaskStore
 from a2a.types.a2a_pb2 import Message, Part, Role, Task, TaskState
-from sqlalchemy import event, select, text
+from sqlalchemy import event, or_, select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from tailagent.access.identity import OwnerUser
+from tailagent.access.tokens import write_private
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +40,22 @@ MAX_MINTED = 10_000
 MAX_CACHED_SESSIONS = 10_000
 WRITE_DELAY = 0.05
 STOP_MESSAGE = "The server stopped while this task was running; its turn was ended."
+SERVER_ID_FILE = "server-id"
+# Task metadata naming the server that runs the task, in a store several may share.
+SERVER_ID_KEY = "tailagentServerId"
+SERVER_URL_KEY = "tailagentServerUrl"
 RESTART_MESSAGE = "The server restarted while this task was running; its turn was lost."
 
 
-def open_engine(state_dir: Path) -> AsyncEngine:
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    engine = create_async_engine(f"sqlite+aiosqlite:///{state_dir / 'tailagent.db'}")
+def open_engine(url: str) -> AsyncEngine:
+    """The store's engine: SQLite tuned for one local service, or a shared PostgreSQL."""
+    sql_url = make_url(url)
+    if not sql_url.drivername.startswith("sqlite"):
+        # pre_ping: a database restart costs one retried connection, not a failed request.
+        return create_async_engine(sql_url, pool_pre_ping=True)
+    if sql_url.database:
+        Path(sql_url.database).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    engine = create_async_engine(sql_url)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _tune(dbapi_connection, _record):  # type: ignore[no-untyped-def]
@@ -54,6 +68,35 @@ def open_engine(state_dir: Path) -> AsyncEngine:
         cursor.close()
 
     return engine
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be opened; str() is the one line that says why."""
+
+
+async def check_store(engine: AsyncEngine, url: str) -> None:
+    """Connects once, so a wrong URL or a database that is down stops the start with
+    one clear line rather than a traceback from the first request."""
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+    except (OSError, SQLAlchemyError) as exc:
+        raise StoreUnavailable(f"cannot open the store {redacted(url)}: {exc}") from None
+
+
+def redacted(url: str) -> str:
+    """A store URL fit for logs and errors: the password hidden."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def server_id(state_dir: Path) -> str:
+    """This server's stable name in a shared store, kept in its state dir: the tasks it
+    runs carry it, so its restart closes its own unfinished tasks and nobody else's."""
+    path = state_dir / SERVER_ID_FILE
+    if not path.exists():
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_private(path, uuid.uuid4().hex + "\n")
+    return path.read_text().strip()
 
 
 class MintedIds(IDGenerator):
@@ -188,14 +231,20 @@ def mark_failed(task: Task, text: str, kind: str) -> None:
     task.status.message.metadata.update({"kind": kind})
 
 
-async def close_unfinished_tasks(store: DatabaseTaskStore) -> int:
-    """Marks every task a previous run left unfinished as failed; returns how many."""
+async def close_unfinished_tasks(store: DatabaseTaskStore, server: str) -> list[Task]:
+    """Marks every task this server's previous run left unfinished as failed (and those
+    no server claims, from before servers were named); returns them. Another server's
+    tasks in a shared store are its own to close."""
     await store.initialize()
     names = [TaskState.Name(state) for state in UNFINISHED_STATES]
+    runner = TaskModel.task_metadata[SERVER_ID_KEY].as_string()
     async with store.async_session_maker() as session:
         rows = (
             await session.execute(
-                select(TaskModel).where(TaskModel.status["state"].as_string().in_(names))
+                select(TaskModel).where(
+                    TaskModel.status["state"].as_string().in_(names),
+                    or_(runner == server, runner.is_(None)),
+                )
             )
         ).scalars()
         stale = [(row.owner or "", store._from_orm(row)) for row in rows]
@@ -204,4 +253,4 @@ async def close_unfinished_tasks(store: DatabaseTaskStore) -> int:
         await store.save(task, ServerCallContext(user=OwnerUser(owner)))
     if stale:
         log.info("closed %d task(s) left unfinished by the previous run", len(stale))
-    return len(stale)
+    return [task for _, task in stale]

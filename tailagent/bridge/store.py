@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from a2a.server.context import ServerCallContext
 from a2a.server.owner_resolver import resolve_user_scope
@@ -27,7 +28,14 @@ from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task, TaskSta
 from sqlalchemy import select
 
 from tailagent.access.identity import OwnerUser, caller_of
-from tailagent.bridge.state import UNFINISHED_STATES, WRITE_DELAY, MintedIds, mark_failed
+from tailagent.bridge.state import (
+    SERVER_ID_KEY,
+    SERVER_URL_KEY,
+    UNFINISHED_STATES,
+    WRITE_DELAY,
+    MintedIds,
+    mark_failed,
+)
 from tailagent.metrics import TASK_STATES
 
 log = logging.getLogger(__name__)
@@ -36,8 +44,17 @@ _DEFERRABLE = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
 
 class CoalescingTaskStore(TaskStore):
-    def __init__(self, inner: DatabaseTaskStore) -> None:
+    def __init__(
+        self,
+        inner: DatabaseTaskStore,
+        server: tuple[str, str] = ("", ""),
+        on_change: Callable[[Task], None] | None = None,
+    ) -> None:
         self._inner = inner
+        # (id, URL) of this server, stamped on every task it runs (see state.SERVER_ID_KEY).
+        self._server_id, self._server_url = server
+        # Told of every state change (push notifications); must not block.
+        self._on_change = on_change
         # task id -> (owner, latest snapshot): the tasks of this process not yet final.
         self._held: dict[str, tuple[str, Task]] = {}
         # Ids this process just minted for new tasks: nothing can be stored under them yet.
@@ -71,7 +88,8 @@ class CoalescingTaskStore(TaskStore):
     async def save(self, task: Task, context: ServerCallContext) -> None:
         # A task keeps the owner that created it, even when an admin answers it.
         held = self._held.get(task.id)
-        if held is None or held[1].status.state != task.status.state:
+        changed = held is None or held[1].status.state != task.status.state
+        if changed:
             TASK_STATES.labels(
                 TaskState.Name(task.status.state).removeprefix("TASK_STATE_").lower()
             ).inc()
@@ -81,9 +99,15 @@ class CoalescingTaskStore(TaskStore):
             owner = await self._owner(task.id, context) or resolve_user_scope(context)
         snapshot = Task()
         snapshot.CopyFrom(task)
+        if self._server_id:
+            snapshot.metadata.update(
+                {SERVER_ID_KEY: self._server_id, SERVER_URL_KEY: self._server_url}
+            )
         first = held is None
         self.minted.discard(task.id)
         self._held[task.id] = (owner, snapshot)
+        if changed:
+            self._changed(snapshot)
         if first or task.status.state not in _DEFERRABLE:
             self._dirty.discard(task.id)
             await self._write(snapshot, owner)
@@ -93,6 +117,26 @@ class CoalescingTaskStore(TaskStore):
         self._dirty.add(task.id)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_dirty(), name="task-store-writer")
+
+    def held(self) -> dict[str, str]:
+        """The unfinished tasks this process runs, with their owners."""
+        return {task_id: owner for task_id, (owner, _) in self._held.items()}
+
+    def runs_elsewhere(self, task: Task) -> str | None:
+        """For an unfinished task that another server sharing the store runs: its URL."""
+        if task.id in self._held or task.status.state not in UNFINISHED_STATES:
+            return None
+        runner = task.metadata.fields.get(SERVER_ID_KEY)
+        if runner is None or runner.string_value in ("", self._server_id):
+            return None
+        url = task.metadata.fields.get(SERVER_URL_KEY)
+        return url.string_value if url is not None else "another server"
+
+    def _changed(self, task: Task) -> None:
+        if self._on_change is not None:
+            copy = Task()
+            copy.CopyFrom(task)
+            self._on_change(copy)
 
     async def _write_dirty(self, delay: float = WRITE_DELAY) -> None:
         # Waiting a moment lets a burst of updates (or the turn's own end, which is
@@ -137,6 +181,7 @@ class CoalescingTaskStore(TaskStore):
             mark_failed(snapshot, message, "server_stopped")
             self._dirty.discard(task_id)
             await self._write(snapshot, owner)
+            self._changed(snapshot)
             self._held.pop(task_id, None)
             closed += 1
         return closed

@@ -55,7 +55,7 @@ def build_card(backend: AgentBackend, public_url: str, name: str, *, legacy: boo
         supported_interfaces=interfaces,
         provider=AgentProvider(organization="tailagent", url=url),
         capabilities=AgentCapabilities(
-            streaming=True, push_notifications=False, extended_agent_card=True
+            streaming=True, push_notifications=True, extended_agent_card=True
         ),
         default_input_modes=INPUT_MODES,
         default_output_modes=OUTPUT_MODES,

@@ -1,0 +1,1 @@
+"""Push notifications to callers: where they may go, and how they are delivered."""

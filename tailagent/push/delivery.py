@@ -1,0 +1,206 @@
+"""Push notifications: one POST per task state change, to every URL the task's
+callers registered, signed with the card's key, off the turn's path.
+
+The task store reports each state change; it lands in the task's own queue and
+returns at once, so a slow or dead receiver never holds up a turn. One worker per
+task keeps its notifications in order. A delivery is retried with backoff on
+network errors, 5xx, 408 and 429, a bounded number of times; any other answer is
+final.
+
+The body is a 1.0 StreamResponse: `statusUpdate` while the task runs or waits,
+the whole `task` (without its history) once it ends, so the result arrives with
+the last notification. Each POST carries a JWT (header `X-A2A-Notification-Signature`,
+and `Authorization: Bearer` unless the config brought credentials of its own) signed
+with the card's current key, whose `request_body_sha256` claim binds it to the
+body; receivers verify it with the JWKS the card points at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections import deque
+
+import httpx
+import jwt
+from a2a.server.tasks import PushNotificationConfigStore
+from a2a.types.a2a_pb2 import (
+    StreamResponse,
+    Task,
+    TaskPushNotificationConfig,
+    TaskStatusUpdateEvent,
+)
+from google.protobuf.json_format import MessageToDict
+
+from tailagent.bridge.state import UNFINISHED_STATES
+from tailagent.card.keys import KeyStore
+from tailagent.card.publish import JWKS_PATH
+from tailagent.config import PushSettings
+from tailagent.metrics import PUSH_DELIVERIES
+from tailagent.push.targets import PushRefused, PushTargets, Target
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-A2A-Notification-Signature"
+TOKEN_HEADER = "X-A2A-Notification-Token"
+TOKEN_LIFETIME = 300
+# Notifications waiting per task; past it the oldest are dropped (the newest state wins).
+MAX_QUEUED = 32
+_RETRY_STATUSES = {408, 429}
+
+
+def payload(task: Task) -> bytes:
+    """The body for a task in its new state, serialised once so the signed hash is exact."""
+    if task.status.state in UNFINISHED_STATES:
+        response = StreamResponse(
+            status_update=TaskStatusUpdateEvent(
+                task_id=task.id, context_id=task.context_id, status=task.status
+            )
+        )
+    else:
+        final = Task()
+        final.CopyFrom(task)
+        del final.history[:]
+        response = StreamResponse(task=final)
+    return json.dumps(MessageToDict(response), separators=(",", ":")).encode()
+
+
+class PushSigner:
+    def __init__(self, keys: KeyStore, issuer: str) -> None:
+        self._keys = keys
+        self._issuer = issuer
+
+    def sign(self, url: str, task_id: str, body: bytes) -> str:
+        key = self._keys.current()  # read per delivery: a rotation applies at once
+        now = int(time.time())
+        claims = {
+            "iss": self._issuer,
+            "aud": url,
+            "iat": now,
+            "exp": now + TOKEN_LIFETIME,
+            "jti": uuid.uuid4().hex,
+            "task_id": task_id,
+            "request_body_sha256": hashlib.sha256(body).hexdigest(),
+        }
+        headers = {"kid": key.kid, "jku": self._issuer + JWKS_PATH, "typ": "JWT"}
+        return jwt.encode(claims, key.key, algorithm=key.alg, headers=headers)  # type: ignore[arg-type]
+
+
+class PushDispatcher:
+    def __init__(
+        self,
+        configs: PushNotificationConfigStore,
+        targets: PushTargets,
+        signer: PushSigner,
+        policy: PushSettings,
+    ) -> None:
+        self._configs = configs
+        self._targets = targets
+        self._signer = signer
+        self._policy = policy
+        self._http = httpx.AsyncClient(timeout=policy.timeout, follow_redirects=False)
+        self._queues: dict[str, deque[Task]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+
+    def task_changed(self, task: Task) -> None:
+        """Queues a notification for the task's new state; never waits."""
+        queue = self._queues.setdefault(task.id, deque())
+        if len(queue) >= MAX_QUEUED:
+            queue.popleft()
+            log.warning("push notifications for task %s are falling behind; dropped one", task.id)
+        queue.append(task)
+        if task.id not in self._workers:
+            self._workers[task.id] = asyncio.create_task(
+                self._drain(task.id), name=f"push:{task.id}"
+            )
+
+    async def _drain(self, task_id: str) -> None:
+        queue = self._queues[task_id]
+        try:
+            while queue:
+                task = queue.popleft()
+                try:
+                    configs = await self._configs.get_info_for_dispatch(task_id)
+                except Exception:
+                    log.exception("reading the push configs of task %s", task_id)
+                    continue
+                if configs:
+                    body = payload(task)
+                    await asyncio.gather(*(self._deliver(c, task_id, body) for c in configs))
+        finally:
+            del self._queues[task_id], self._workers[task_id]
+
+    async def _deliver(self, config: TaskPushNotificationConfig, task_id: str, body: bytes) -> None:
+        try:
+            target = await self._targets.resolve(config.url)
+        except PushRefused as exc:
+            PUSH_DELIVERIES.labels("refused").inc()
+            log.warning("push for task %s not sent: %s", task_id, exc)
+            return
+        delay = self._policy.retry_delay  # doubled after each failed attempt
+        for attempt in range(1, self._policy.attempts + 1):
+            outcome = await self._post(target, config, task_id, body)
+            if outcome is None:
+                PUSH_DELIVERIES.labels("delivered").inc()
+                return
+            retry, why = outcome
+            if not retry or attempt == self._policy.attempts:
+                PUSH_DELIVERIES.labels("failed").inc()
+                log.warning(
+                    "push for task %s to %s failed after %d attempt(s): %s",
+                    task_id, config.url, attempt, why,
+                )  # fmt: skip
+                return
+            await asyncio.sleep(delay)
+            delay *= 2
+
+    async def _post(
+        self, target: Target, config: TaskPushNotificationConfig, task_id: str, body: bytes
+    ) -> tuple[bool, str] | None:
+        """None when delivered, else (worth retrying, why not)."""
+        token = self._signer.sign(config.url, task_id, body)
+        headers = {"Content-Type": "application/json", SIGNATURE_HEADER: token}
+        if config.token:
+            headers[TOKEN_HEADER] = config.token
+        auth = config.authentication
+        if config.HasField("authentication") and auth.scheme and auth.credentials:
+            headers["Authorization"] = f"{auth.scheme} {auth.credentials}"
+        else:
+            headers["Authorization"] = f"Bearer {token}"
+        url = httpx.URL(config.url)
+        extensions = {}
+        if target.address is not None:
+            # Connect to the address that was checked; the Host header and TLS name
+            # stay the URL's own.
+            headers["Host"] = url.netloc.decode()
+            url = url.copy_with(host=target.address)
+            if url.scheme == "https":
+                extensions["sni_hostname"] = target.host
+        try:
+            response = await self._http.post(
+                url, content=body, headers=headers, extensions=extensions
+            )
+        except httpx.HTTPError as exc:
+            return True, f"{type(exc).__name__}: {exc}"
+        if response.status_code < 300:
+            return None
+        retry = response.status_code >= 500 or response.status_code in _RETRY_STATUSES
+        return retry, f"HTTP {response.status_code}"
+
+    async def aclose(self, grace: float = 2.0) -> None:
+        """Gives queued notifications (a stop's own last states among them) a moment,
+        then gives up on the rest."""
+        workers = list(self._workers.values())
+        if workers:
+            _, late = await asyncio.wait(workers, timeout=grace)
+            for worker in late:
+                worker.cancel()
+            for worker in late:
+                with contextlib.suppress(BaseException):
+                    await worker
+        await self._http.aclose()

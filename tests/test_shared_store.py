@@ -1,0 +1,135 @@
+"""Two tailagent servers on one real PostgreSQL database (`--store`): a task made
+through one is read, listed and cancelled through the other, the owner rules hold
+across both, and a restart closes only the restarted server's own tasks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from a2a.utils.errors import A2AError
+
+from tests.a2a_helpers import A2A, user_message
+from tests.conftest import RunningServer, start_server
+from tests.postgres import postgres_missing, running_postgres
+from tests.test_tokens_and_owners import add_token, tailagent
+
+MISSING = postgres_missing()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+
+
+@pytest.fixture(scope="module")
+def database() -> Iterator[str]:
+    with running_postgres() as url:
+        yield url
+
+
+class Pair:
+    """Servers A and B on one database, and the same two users on each."""
+
+    def __init__(self, base: Path, database: str) -> None:
+        self.base = base
+        self.database = database
+        self.a = self.start("a")
+        self.b = self.start("b")
+        self.tokens = {
+            (user, server.state_dir.name): add_token(server, user)
+            for user in ("alice", "bob")
+            for server in (self.a, self.b)
+        }
+
+    def start(self, name: str) -> RunningServer:
+        directory = self.base / name
+        return start_server(
+            directory, "--store", self.database, state_dir=directory / f"state-{name}"
+        )
+
+    def as_user(self, user: str, server: RunningServer) -> A2A:
+        return A2A(server.url, self.tokens[(user, server.state_dir.name)])
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory, database: str) -> Iterator[Pair]:
+    servers = Pair(tmp_path_factory.mktemp("pair"), database)
+    yield servers
+    for server in (servers.a, servers.b):
+        assert server.stop() == 0, server.log()
+
+
+async def test_a_task_made_on_one_server_is_read_and_cancelled_through_the_other(
+    pair: Pair,
+) -> None:
+    alice_a, alice_b = pair.as_user("alice", pair.a), pair.as_user("alice", pair.b)
+    parked = await alice_a.turn("ask")
+    assert parked.final_state == "input_required"
+
+    seen = await alice_b.get(parked.task_id)
+    assert seen.status.state == parked.statuses[-1].status.state
+    assert seen.metadata["tailagentServerUrl"] == pair.a.url
+    assert parked.task_id in [t.id for t in await alice_b.list()]
+
+    # The agent waiting for this answer is on A: B says so rather than start a turn.
+    with pytest.raises(A2AError, match=f"runs on another tailagent server.*{pair.a.url}"):
+        await alice_b.turn(user_message("yes", task_id=parked.task_id))
+
+    cancelled = await alice_b.cancel(parked.task_id)
+    assert cancelled.status.state == 5  # TASK_STATE_CANCELED
+    assert (await alice_a.get(parked.task_id)).status.state == cancelled.status.state
+    assert f"cancelling task {parked.task_id}, as another server asked" in pair.a.log()
+    # A's context is free again: its next turn there runs.
+    again = await alice_a.turn(user_message("hello", context_id=parked.context_id))
+    assert again.final_state == "completed"
+
+
+async def test_owner_rules_hold_across_both_servers(pair: Pair) -> None:
+    alice_a, bob_b = pair.as_user("alice", pair.a), pair.as_user("bob", pair.b)
+    parked = await alice_a.turn("ask")
+    with pytest.raises(A2AError, match="not found"):
+        await bob_b.get(parked.task_id)
+    with pytest.raises(A2AError, match="not found"):
+        await bob_b.cancel(parked.task_id)
+    assert parked.task_id not in [t.id for t in await bob_b.list()]
+    assert (await alice_a.get(parked.task_id)).status.state == 6  # still INPUT_REQUIRED
+    await alice_a.cancel(parked.task_id)
+
+
+async def test_a_restart_closes_only_the_restarted_servers_tasks(pair: Pair) -> None:
+    alice_a = pair.as_user("alice", pair.a)
+    on_a = await alice_a.turn("ask")
+    on_b = await pair.as_user("alice", pair.b).turn("ask")
+    assert pair.b.stop() == 0
+    pair.b = pair.start("b")
+    alice_b = pair.as_user("alice", pair.b)
+    ended = await alice_b.get(on_b.task_id)
+    assert ended.status.state == 4  # TASK_STATE_FAILED: its turn stopped with B
+    assert (await alice_b.get(on_a.task_id)).status.state == 6  # A's, still waiting
+    assert (await alice_b.cancel(on_a.task_id)).status.state == 5
+
+
+async def test_decisions_on_both_servers_land_in_one_audit_log(pair: Pair) -> None:
+    asked = {}
+    for server in (pair.a, pair.b):
+        admin = A2A(server.url, server.token)
+        asked[server.url] = (await admin.turn("ask:cache")).task_id
+        await admin.turn(user_message("no, keep it", task_id=asked[server.url]))
+    result = tailagent("audit", "--json", "--store", pair.database)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert {r["task_id"] for r in rows if r["reason"] == "no, keep it"} == set(asked.values())
+
+
+def test_a_store_that_cannot_be_reached_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    url = "postgresql://tailagent:secret@127.0.0.1:1/nowhere"
+    done = subprocess.run(
+        [sys.executable, "-m", "tailagent", "serve", "--agent", "echo", "--listen",
+         "127.0.0.1:0", "--state-dir", str(tmp_path), "--store", url],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("tailagent: cannot open the store postgresql+asyncpg://tailagent:***@")
+    assert "secret" not in done.stderr
