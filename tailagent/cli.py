@@ -150,6 +150,7 @@ def _doctor_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     p.add_argument("--listen", metavar="ADDR")
     p.add_argument("--tailscale-socket", metavar="PATH")
     _state_options(p)
+    _store_option(p)
 
 
 def _audit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             "agent_command": args.agent_command,
             "listen": args.listen,
             "state_dir": args.state_dir,
+            "store": args.store,
             "tailscale.socket": args.tailscale_socket,
         }
         settings = _settings(flags, args.config)

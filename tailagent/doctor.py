@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
+from tailagent.bridge.state import StoreUnavailable, check_store, open_engine, redacted
 from tailagent.card.keys import KeyStore
 from tailagent.config import Settings
 from tailagent.probe import healthy
@@ -153,6 +154,19 @@ def _key(settings: Settings) -> Check:
     return Check("signing key", True, f"{key.alg} {key.kid}")
 
 
+async def _store(settings: Settings) -> Check:
+    if settings.store is None:
+        return Check("store", True, "SQLite in the state dir")
+    engine = open_engine(settings.store_url)
+    try:
+        await check_store(engine, settings.store_url)
+    except StoreUnavailable as exc:
+        return Check("store", False, str(exc), "check the URL, and that the database is up")
+    finally:
+        await engine.dispose()
+    return Check("store", True, f"{redacted(settings.store_url)} answers")
+
+
 async def _listener(settings: Settings) -> Check:
     target = listener_target(settings)
     ok = await healthy(target)
@@ -166,8 +180,8 @@ async def _listener(settings: Settings) -> Check:
 
 async def diagnose(settings: Settings) -> list[Check]:
     checks = await _tailscale(settings)
-    checks += [_key(settings), _agent(settings), _state_dir(settings), await _listener(settings)]
-    return checks
+    checks += [_key(settings), _agent(settings), _state_dir(settings), await _store(settings)]
+    return [*checks, await _listener(settings)]
 
 
 def doctor_command(settings: Settings, as_json: bool) -> int:

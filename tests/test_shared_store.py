@@ -133,3 +133,15 @@ def test_a_store_that_cannot_be_reached_stops_the_start_with_one_line(tmp_path: 
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("tailagent: cannot open the store postgresql+asyncpg://tailagent:***@")
     assert "secret" not in done.stderr
+
+
+def test_doctor_checks_the_store(pair: Pair, tmp_path: Path) -> None:
+    def store_check(url: str) -> dict[str, object]:
+        done = tailagent("doctor", "--agent", "echo", "--json", "--state-dir", str(tmp_path),
+                         "--listen", "127.0.0.1:9", "--store", url)  # fmt: skip
+        return next(c for c in json.loads(done.stdout) if c["name"] == "store")
+
+    assert store_check(pair.database)["ok"] is True
+    down = store_check("postgresql://postgres:pw@127.0.0.1:1/x")
+    assert down["ok"] is False and "cannot open the store" in str(down["detail"])
+    assert "pw" not in str(down["detail"])
