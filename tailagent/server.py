@@ -19,7 +19,7 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from a2a.server.routes import create_rest_routes
-from a2a.server.tasks import DatabasePushNotificationConfigStore, DatabaseTaskStore
+from a2a.server.tasks import DatabaseTaskStore
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 from hypercorn.typing import LifespanScope
@@ -42,7 +42,7 @@ from tailagent.bridge.audit import AuditLog
 from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.jsonrpc import jsonrpc_routes
-from tailagent.bridge.remote import CancelRequests
+from tailagent.bridge.remote import CANCEL, PUSH, TaskSignals
 from tailagent.bridge.sessions import SessionPool
 from tailagent.bridge.state import (
     STOP_MESSAGE,
@@ -86,7 +86,7 @@ class Service:
     engine: AsyncEngine
     localapi: LocalAPI
     push: PushDispatcher
-    cancel_watch: asyncio.Task[None]
+    signal_watch: asyncio.Task[None]
 
     async def stop_turns(self) -> int:
         """Ends every running or waiting turn, saying the server stopped; returns how many."""
@@ -95,9 +95,9 @@ class Service:
         return await self.store.close_held(STOP_MESSAGE)
 
     async def aclose(self) -> None:
-        self.cancel_watch.cancel()
+        self.signal_watch.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await self.cancel_watch
+            await self.signal_watch
         await self.handler.aclose()
         await self.store.flush()
         await self.push.aclose()
@@ -158,18 +158,18 @@ async def build_service(settings: Settings) -> Service:
     localapi = LocalAPI(settings.tailscale.socket)
     keys = KeyStore(settings.state_dir)
     keys.ensure()
-    push_configs = DatabasePushNotificationConfigStore(engine)
-    await push_configs.initialize()
     push_targets = PushTargets(localapi, settings.push.allowed_hosts)
     push = PushDispatcher(
-        push_configs, push_targets, PushSigner(keys, settings.advertised_url), settings.push
+        engine, push_targets, PushSigner(keys, settings.advertised_url), settings.push
     )
+    await push.configs.initialize()
     database_store = DatabaseTaskStore(engine)
     for task in await close_unfinished_tasks(database_store, server[0]):
+        push.watch(task.id)  # a push config may wait for this last state
         push.task_changed(task)
     store = CoalescingTaskStore(database_store, server, on_change=push.task_changed)
-    cancels = CancelRequests(engine)
-    await cancels.initialize()
+    signals = TaskSignals(engine)
+    await signals.initialize()
     session_map = SessionMap(engine)
     await session_map.initialize()
     await backend.start()
@@ -191,8 +191,8 @@ async def build_service(settings: Settings) -> Service:
     )
     card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
     handler = GuardedRequestHandler(
-        executor, store, card, pool=pool, push_configs=push_configs, push_targets=push_targets,
-        cancels=cancels, rules=settings.rules, attachment_limits=settings.attachments,
+        executor, store, card, pool=pool, push_configs=push.configs, push_targets=push_targets,
+        signals=signals, rules=settings.rules, attachment_limits=settings.attachments,
     )  # fmt: skip
     context_builder = CallerContextBuilder()
     routes = [
@@ -232,12 +232,17 @@ async def build_service(settings: Settings) -> Service:
         hosts=served_hosts(settings),
         allowed_origins=settings.access.allowed_origins,
     )
-    cancel_watch = asyncio.create_task(
-        cancels.watch(store.held, handler.cancel_for_peer), name="cancel-requests"
+
+    async def start_pushing(task_id: str, _owner: str) -> None:
+        push.watch(task_id)
+
+    signal_watch = asyncio.create_task(
+        signals.watch(store.held, {CANCEL: handler.cancel_for_peer, PUSH: start_pushing}),
+        name="task-signals",
     )
     return Service(
         app, executor, handler, store, session_map, pool, backend, engine, localapi, push,
-        cancel_watch,
+        signal_watch,
     )  # fmt: skip
 
 

@@ -4,6 +4,7 @@ across both, and a restart closes only the restarted server's own tasks."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -11,11 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from a2a.types.a2a_pb2 import TaskPushNotificationConfig
 from a2a.utils.errors import A2AError
 
+from tailagent.bridge.remote import POLL_INTERVAL
 from tests.a2a_helpers import A2A, user_message
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
+from tests.test_push import receiving
 from tests.test_tokens_and_owners import add_token, tailagent
 
 MISSING = postgres_missing()
@@ -44,9 +48,13 @@ class Pair:
 
     def start(self, name: str) -> RunningServer:
         directory = self.base / name
+        directory.mkdir(exist_ok=True)
+        config = directory / "tailagent.toml"
+        config.write_text('[push]\nallowed_hosts = ["127.0.0.1"]\nretry_delay = 0.05\n')
         return start_server(
-            directory, "--store", self.database, state_dir=directory / f"state-{name}"
-        )
+            directory, "--store", self.database, "--config", str(config),
+            state_dir=directory / f"state-{name}",
+        )  # fmt: skip
 
     def as_user(self, user: str, server: RunningServer) -> A2A:
         return A2A(server.url, self.tokens[(user, server.state_dir.name)])
@@ -79,10 +87,25 @@ async def test_a_task_made_on_one_server_is_read_and_cancelled_through_the_other
     cancelled = await alice_b.cancel(parked.task_id)
     assert cancelled.status.state == 5  # TASK_STATE_CANCELED
     assert (await alice_a.get(parked.task_id)).status.state == cancelled.status.state
-    assert f"cancelling task {parked.task_id}, as another server asked" in pair.a.log()
+    assert f"task {parked.task_id}: cancel, as another server asked" in pair.a.log()
     # A's context is free again: its next turn there runs.
     again = await alice_a.turn(user_message("hello", context_id=parked.context_id))
     assert again.final_state == "completed"
+
+
+async def test_a_push_config_made_on_one_server_is_served_by_the_runner(pair: Pair) -> None:
+    alice_a, alice_b = pair.as_user("alice", pair.a), pair.as_user("alice", pair.b)
+    async with receiving() as receiver:
+        parked = await alice_a.turn("ask")
+        async with alice_b.client() as client:
+            await client.create_task_push_notification_config(
+                TaskPushNotificationConfig(task_id=parked.task_id, url=receiver.url)
+            )
+        await asyncio.sleep(POLL_INTERVAL * 3)  # the signal reaches A
+        await alice_a.cancel(parked.task_id)
+        (delivery,) = await receiver.wait_for(1)
+    assert delivery.state == "canceled"
+    assert delivery.json["task"]["id"] == parked.task_id
 
 
 async def test_owner_rules_hold_across_both_servers(pair: Pair) -> None:

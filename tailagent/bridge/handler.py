@@ -13,7 +13,8 @@ Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it
 - a follow-up waits until the SDK has closed the previous turn's event queue;
 - a refused push URL is refused with the reason (the SDK's hook says only "invalid");
 - in a store several servers share, a task another server runs is cancelled through
-  that server (bridge/remote.py), and a follow-up to it is refused with its URL.
+  that server and a push config added for it reaches that server (bridge/remote.py);
+  a follow-up to it is refused with its URL.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from a2a.types.a2a_pb2 import (
     Message,
     SendMessageRequest,
     Task,
+    TaskPushNotificationConfig,
     TaskState,
 )
 from a2a.utils.errors import (
@@ -49,7 +51,7 @@ from tailagent.agents.events import PermissionAsked
 from tailagent.agents.mcp import is_unguarded_mode
 from tailagent.bridge import attachments
 from tailagent.bridge.executor import BridgeExecutor
-from tailagent.bridge.remote import CONFIRM_TIMEOUT, POLL_INTERVAL, CancelRequests
+from tailagent.bridge.remote import CANCEL, CONFIRM_TIMEOUT, POLL_INTERVAL, PUSH, TaskSignals
 from tailagent.bridge.rules import Rule
 from tailagent.bridge.sessions import ContextBusy, SessionPool
 from tailagent.bridge.store import CoalescingTaskStore
@@ -73,13 +75,13 @@ class GuardedRequestHandler(DefaultRequestHandler):
         pool: SessionPool,
         push_configs: PushNotificationConfigStore,
         push_targets: PushTargets,
-        cancels: CancelRequests,
+        signals: TaskSignals,
         rules: tuple[Rule, ...] = (),
         attachment_limits: AttachmentSettings | None = None,
     ) -> None:
         self._attachment_limits = attachment_limits or AttachmentSettings()
         self._push_targets = push_targets
-        self._cancels = cancels
+        self._signals = signals
         super().__init__(
             executor,
             store,
@@ -170,14 +172,14 @@ class GuardedRequestHandler(DefaultRequestHandler):
         elsewhere = self._store.runs_elsewhere(stored) if stored is not None else None
         if elsewhere is None:
             return await super().on_cancel_task(params, context)
-        await self._cancels.request(params.id)
+        await self._signals.send(params.id, CANCEL)
         for _ in range(int(CONFIRM_TIMEOUT / POLL_INTERVAL)):
             await asyncio.sleep(POLL_INTERVAL)
             task = await self._store.get(params.id, context)
             if task is None or self._store.runs_elsewhere(task) is None:
                 break
         else:
-            await self._cancels.withdraw(params.id)
+            await self._signals.withdraw(params.id, CANCEL)
             raise InternalError(
                 message=(
                     f"The server that runs task {params.id} ({elsewhere}) did not confirm the "
@@ -189,6 +191,15 @@ class GuardedRequestHandler(DefaultRequestHandler):
             state = TaskState.Name(task.status.state) if task else "gone"
             raise TaskNotCancelableError(message=f"Task {params.id} ended first: {state}")
         return task
+
+    async def on_create_task_push_notification_config(
+        self, params: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        made = await super().on_create_task_push_notification_config(params, context)
+        stored = await self._store.get(params.task_id, context)
+        if stored is not None and self._store.runs_elsewhere(stored) is not None:
+            await self._signals.send(params.task_id, PUSH)  # that server delivers
+        return made
 
     async def cancel_for_peer(self, task_id: str, owner: str) -> None:
         """Cancels a task this server runs, as another server sharing the store asked."""

@@ -1,17 +1,18 @@
-"""Cancels between servers that share one store.
+"""Signals between servers that share one store.
 
-A task's turn lives in the process that runs it (its agent, its event queue), so a
-cancel that reaches another server is handed over through the database: the server
-that got the request writes it down, the runner picks it up within POLL_INTERVAL
-and ends the turn as it ends any cancelled turn, and the requester answers once
-the stored task reads canceled.
+A task's turn lives in the process that runs it (its agent, its event queue, its
+push deliveries), so a request about it that reaches another server is handed over
+through the database: the server that got it writes a signal, and the runner picks
+it up within POLL_INTERVAL. Two kinds exist: `cancel` (the runner ends the turn as
+it ends any cancelled turn; the requester answers once the stored task reads
+canceled) and `push` (a push config was added there: the runner starts delivering).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 
 from sqlalchemy import text
@@ -20,11 +21,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL = 0.2
-# How long a requester waits for the runner to confirm, before saying it did not.
+# How long a requester waits for the runner to confirm a cancel, before saying it did not.
 CONFIRM_TIMEOUT = 10.0
+CANCEL = "cancel"
+PUSH = "push"
+
+# (task id, its owner) -> done
+SignalHandler = Callable[[str, str], Awaitable[None]]
 
 
-class CancelRequests:
+class TaskSignals:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
@@ -32,54 +38,54 @@ class CancelRequests:
         async with self._engine.begin() as conn:
             await conn.execute(
                 text(
-                    "CREATE TABLE IF NOT EXISTS cancel_requests ("
-                    " task_id TEXT PRIMARY KEY, requested_at TEXT NOT NULL)"
+                    "CREATE TABLE IF NOT EXISTS task_signals ("
+                    " task_id TEXT NOT NULL, kind TEXT NOT NULL, sent_at TEXT NOT NULL,"
+                    " PRIMARY KEY (task_id, kind))"
                 )
             )
 
-    async def request(self, task_id: str) -> None:
+    async def send(self, task_id: str, kind: str) -> None:
         async with self._engine.begin() as conn:
             await conn.execute(
                 text(
-                    "INSERT INTO cancel_requests (task_id, requested_at) VALUES (:t, :at)"
-                    " ON CONFLICT (task_id) DO NOTHING"
+                    "INSERT INTO task_signals (task_id, kind, sent_at) VALUES (:t, :k, :at)"
+                    " ON CONFLICT (task_id, kind) DO NOTHING"
                 ),
-                {"t": task_id, "at": datetime.now(UTC).isoformat()},
+                {"t": task_id, "k": kind, "at": datetime.now(UTC).isoformat()},
             )
 
-    async def withdraw(self, task_id: str) -> None:
+    async def withdraw(self, task_id: str, kind: str) -> None:
         async with self._engine.begin() as conn:
             await conn.execute(
-                text("DELETE FROM cancel_requests WHERE task_id = :t"), {"t": task_id}
+                text("DELETE FROM task_signals WHERE task_id = :t AND kind = :k"),
+                {"t": task_id, "k": kind},
             )
 
-    async def take(self, running: set[str]) -> list[str]:
-        """The requests for tasks in `running`, removed as they are taken."""
+    async def take(self, running: set[str]) -> list[tuple[str, str]]:
+        """The signals for tasks in `running`, as (task id, kind), removed as taken."""
         async with self._engine.begin() as conn:
-            rows = await conn.execute(text("SELECT task_id FROM cancel_requests"))
-            mine = [task_id for (task_id,) in rows if task_id in running]
+            rows = await conn.execute(text("SELECT task_id, kind FROM task_signals"))
+            mine = [(task_id, kind) for task_id, kind in rows if task_id in running]
             if mine:
                 await conn.execute(
-                    text("DELETE FROM cancel_requests WHERE task_id = :t"),
-                    [{"t": task_id} for task_id in mine],
+                    text("DELETE FROM task_signals WHERE task_id = :t AND kind = :k"),
+                    [{"t": task_id, "k": kind} for task_id, kind in mine],
                 )
         return mine
 
     async def watch(
-        self,
-        running: Callable[[], dict[str, str]],
-        cancel: Callable[[str, str], Awaitable[object]],
+        self, running: Callable[[], dict[str, str]], handlers: Mapping[str, SignalHandler]
     ) -> None:
-        """Runs for the server's life: cancels the tasks this process runs (task id ->
-        owner from `running`) when another server asked for it."""
+        """Runs for the server's life, acting on the signals for the tasks this process
+        runs (task id -> owner, from `running`)."""
         while True:
             await asyncio.sleep(POLL_INTERVAL)
             owners = running()
             if not owners:
                 continue
             try:
-                for task_id in await self.take(set(owners)):
-                    log.info("cancelling task %s, as another server asked", task_id)
-                    await cancel(task_id, owners[task_id])
+                for task_id, kind in await self.take(set(owners)):
+                    log.info("task %s: %s, as another server asked", task_id, kind)
+                    await handlers[kind](task_id, owners[task_id])
             except Exception:
-                log.exception("taking cancel requests from the shared store")
+                log.exception("taking signals from the shared store")

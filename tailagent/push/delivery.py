@@ -1,11 +1,13 @@
 """Push notifications: one POST per task state change, to every URL the task's
 callers registered, signed with the card's key, off the turn's path.
 
-The task store reports each state change; it lands in the task's own queue and
-returns at once, so a slow or dead receiver never holds up a turn. One worker per
-task keeps its notifications in order. A delivery is retried with backoff on
-network errors, 5xx, 408 and 429, a bounded number of times; any other answer is
-final.
+The task store reports each state change; for a task with push configs it lands
+in the task's own queue and returns at once, so a slow or dead receiver never
+holds up a turn. Which tasks have configs is known here (configs are saved through
+this server, or a server sharing the store signals it), so a task without any
+costs no database read. One worker per task keeps its notifications in order. A
+delivery is retried with backoff on network errors, 5xx, 408 and 429, a bounded
+number of times; any other answer is final.
 
 The body is a 1.0 StreamResponse: `statusUpdate` while the task runs or waits,
 the whole `task` (without its history) once it ends, so the result arrives with
@@ -25,10 +27,12 @@ import logging
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 
 import httpx
 import jwt
-from a2a.server.tasks import PushNotificationConfigStore
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import DatabasePushNotificationConfigStore
 from a2a.types.a2a_pb2 import (
     StreamResponse,
     Task,
@@ -36,6 +40,7 @@ from a2a.types.a2a_pb2 import (
     TaskStatusUpdateEvent,
 )
 from google.protobuf.json_format import MessageToDict
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tailagent.bridge.state import UNFINISHED_STATES
 from tailagent.card.keys import KeyStore
@@ -91,24 +96,48 @@ class PushSigner:
         return jwt.encode(claims, key.key, algorithm=key.alg, headers=headers)  # type: ignore[arg-type]
 
 
+class PushConfigs(DatabasePushNotificationConfigStore):
+    """a2a-sdk's config store, telling the dispatcher which tasks now have configs."""
+
+    def __init__(self, engine: AsyncEngine, on_set: Callable[[str], None]) -> None:
+        super().__init__(engine)
+        self._on_set = on_set
+
+    async def set_info(
+        self,
+        task_id: str,
+        notification_config: TaskPushNotificationConfig,
+        context: ServerCallContext,
+    ) -> TaskPushNotificationConfig:
+        stored = await super().set_info(task_id, notification_config, context)
+        self._on_set(task_id)
+        return stored
+
+
 class PushDispatcher:
     def __init__(
-        self,
-        configs: PushNotificationConfigStore,
-        targets: PushTargets,
-        signer: PushSigner,
-        policy: PushSettings,
+        self, engine: AsyncEngine, targets: PushTargets, signer: PushSigner, policy: PushSettings
     ) -> None:
-        self._configs = configs
+        self.configs = PushConfigs(engine, self.watch)
         self._targets = targets
         self._signer = signer
         self._policy = policy
         self._http = httpx.AsyncClient(timeout=policy.timeout, follow_redirects=False)
         self._queues: dict[str, deque[Task]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
+        # Unfinished tasks with push configs (or that may have some: see watch()).
+        self._watched: set[str] = set()
+
+    def watch(self, task_id: str) -> None:
+        """From now on the task's state changes are delivered to its configs."""
+        self._watched.add(task_id)
 
     def task_changed(self, task: Task) -> None:
         """Queues a notification for the task's new state; never waits."""
+        if task.id not in self._watched:
+            return
+        if task.status.state not in UNFINISHED_STATES:
+            self._watched.discard(task.id)  # its last notification
         queue = self._queues.setdefault(task.id, deque())
         if len(queue) >= MAX_QUEUED:
             queue.popleft()
@@ -125,7 +154,7 @@ class PushDispatcher:
             while queue:
                 task = queue.popleft()
                 try:
-                    configs = await self._configs.get_info_for_dispatch(task_id)
+                    configs = await self.configs.get_info_for_dispatch(task_id)
                 except Exception:
                     log.exception("reading the push configs of task %s", task_id)
                     continue
