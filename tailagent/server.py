@@ -99,7 +99,7 @@ class Service:
         with contextlib.suppress(asyncio.CancelledError):
             await self.signal_watch
         await self.handler.aclose()
-        await self.store.flush()
+        await self.store.flush(final=True)
         await self.push.aclose()
         await self.session_map.flush()
         await self.pool.aclose()

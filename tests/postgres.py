@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 INSTALL = "PostgreSQL server binaries (initdb, pg_ctl) not found: apt-get install postgresql"
@@ -67,10 +68,32 @@ def _run(*command: str | Path, cwd: Path, check: bool = True) -> None:
         raise RuntimeError(f"{command[0]} failed ({done.returncode}):\n{done.stderr}{tail}")
 
 
+@dataclass
+class Postgres:
+    """A running throwaway server: its SQLAlchemy URL, and a way to take it down and
+    bring it back (the same data, the same port) for outage tests."""
+
+    url: str
+    directory: Path
+    bin_dir: Path
+    options: str
+
+    def stop(self, mode: str = "fast") -> None:
+        """Fast (the default) writes what was committed first: commits here are
+        asynchronous (synchronous_commit=off), so an immediate stop may lose the last
+        ones. Unchecked, so a failed stop never hides an error."""
+        _run(self.bin_dir / "pg_ctl", "stop", "-w", "-m", mode, "-D",
+             self.directory / "data", cwd=self.directory, check=False)  # fmt: skip
+
+    def start(self) -> None:
+        _run(self.bin_dir / "pg_ctl", "start", "-w", "-D", self.directory / "data", "-l",
+             self.directory / "server.log", "-o", self.options, cwd=self.directory)  # fmt: skip
+
+
 @contextmanager
-def running_postgres(base: Path | None = None) -> Iterator[str]:
-    """Start a fresh server holding an empty `tailagent` database and yield its
-    SQLAlchemy URL; stop it and delete its files on exit, whatever happened.
+def running_postgres(base: Path | None = None) -> Iterator[Postgres]:
+    """Start a fresh server holding an empty `tailagent` database; stop it and delete
+    its files on exit, whatever happened.
 
     `base` holds the cluster's directory (default: the system temp dir). As root,
     every directory above it must be searchable by `postgres`: pytest's tmp_path
@@ -79,22 +102,22 @@ def running_postgres(base: Path | None = None) -> Iterator[str]:
     if bin_dir is None:
         raise PostgresMissing(INSTALL)
     directory = Path(tempfile.mkdtemp(prefix="pg-", dir=base))
-    data, log = directory / "data", directory / "server.log"
-    initdb, pg_ctl, createdb = (str(bin_dir / name) for name in ("initdb", "pg_ctl", "createdb"))
+    port = _free_port()
+    # Loopback only, sockets in our own directory (not /var/run/postgresql), and no
+    # durability: the data dies with the test anyway.
+    options = f"-h 127.0.0.1 -p {port} -k {shlex.quote(str(directory))} -F"
+    options += " -c synchronous_commit=off -c full_page_writes=off"
+    url = f"postgresql+asyncpg://{USER}@127.0.0.1:{port}/tailagent"
+    server = Postgres(url, directory, bin_dir, options)
     try:
         if os.geteuid() == 0:
             shutil.chown(directory, USER, USER)
         cluster = ("-U", USER, "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
-        _run(initdb, "-D", data, *cluster, cwd=directory)
-        port = _free_port()
-        # Loopback only, sockets in our own directory (not /var/run/postgresql), and no
-        # durability: the data dies with the test anyway.
-        options = f"-h 127.0.0.1 -p {port} -k {shlex.quote(str(directory))} -F"
-        options += " -c synchronous_commit=off -c full_page_writes=off"
-        _run(pg_ctl, "start", "-w", "-D", data, "-l", log, "-o", options, cwd=directory)
-        _run(createdb, "-h", "127.0.0.1", "-p", str(port), "-U", USER, "tailagent", cwd=directory)
-        yield f"postgresql+asyncpg://{USER}@127.0.0.1:{port}/tailagent"
+        _run(bin_dir / "initdb", "-D", directory / "data", *cluster, cwd=directory)
+        server.start()
+        _run(bin_dir / "createdb", "-h", "127.0.0.1", "-p", str(port), "-U", USER, "tailagent",
+             cwd=directory)  # fmt: skip
+        yield server
     finally:
-        # Immediate: nothing to flush. Unchecked, so a failed stop never hides the first error.
-        _run(pg_ctl, "stop", "-w", "-m", "immediate", "-D", data, cwd=directory, check=False)
+        server.stop("immediate")  # the data dies with it: nothing to flush
         shutil.rmtree(directory, ignore_errors=True)

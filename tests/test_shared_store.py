@@ -16,6 +16,7 @@ from a2a.types.a2a_pb2 import TaskPushNotificationConfig
 from a2a.utils.errors import A2AError
 
 from tailagent.bridge.remote import POLL_INTERVAL
+from tailagent.bridge.store import RETRY_DELAY
 from tests.a2a_helpers import A2A, user_message
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
@@ -28,8 +29,8 @@ pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
-    with running_postgres() as url:
-        yield url
+    with running_postgres() as postgres:
+        yield postgres.url
 
 
 class Pair:
@@ -168,3 +169,36 @@ def test_doctor_checks_the_store(pair: Pair, tmp_path: Path) -> None:
     down = store_check("postgresql://postgres:pw@127.0.0.1:1/x")
     assert down["ok"] is False and "cannot open the store" in str(down["detail"])
     assert "pw" not in str(down["detail"])
+
+
+async def test_a_database_outage_fails_requests_clearly_and_loses_nothing(tmp_path: Path) -> None:
+    with running_postgres() as postgres:
+        server = start_server(tmp_path, "--store", postgres.url)
+        a2a = A2A(server.url, server.token)
+        try:
+            before = await a2a.turn("hello")
+            parked = await a2a.turn("ask")
+            postgres.stop()
+            with pytest.raises(A2AError):  # a new task cannot be stored: refused whole
+                await a2a.send("while the database is down")
+            # The parked task lives in this process: its answer is taken, and its end
+            # is written once the database is back.
+            answered = await a2a.turn(user_message("yes", task_id=parked.task_id))
+            assert answered.final_state == "completed"
+            async with a2a.http() as http:
+                assert (await http.get(server.url + "/healthz")).status_code == 200
+            postgres.start()
+            after = await a2a.turn("the database is back")
+            assert after.final_state == "completed"
+            await asyncio.sleep(RETRY_DELAY * 2)  # the refused write's next try
+        finally:
+            assert server.stop() == 0, server.log()
+        assert "the store refused its TASK_STATE_COMPLETED state" in server.log()
+        # A fresh server reads what the first one wrote: nothing lost, nothing stale.
+        again = start_server(tmp_path / "again", "--store", postgres.url)
+        try:
+            reader = A2A(again.url, again.token)
+            for task_id in (before.task_id, parked.task_id, after.task_id):
+                assert (await reader.get(task_id)).status.state == 3  # TASK_STATE_COMPLETED
+        finally:
+            again.stop()

@@ -78,14 +78,23 @@ class TaskSignals:
     ) -> None:
         """Runs for the server's life, acting on the signals for the tasks this process
         runs (task id -> owner, from `running`)."""
+        failing = False  # one log line per outage, not one per poll
         while True:
             await asyncio.sleep(POLL_INTERVAL)
             owners = running()
             if not owners:
                 continue
             try:
-                for task_id, kind in await self.take(set(owners)):
-                    log.info("task %s: %s, as another server asked", task_id, kind)
+                taken = await self.take(set(owners))
+            except Exception as exc:
+                if not failing:
+                    log.warning("cannot read signals from the store (%s); retrying", exc)
+                failing = True
+                continue
+            failing = False
+            for task_id, kind in taken:
+                log.info("task %s: %s, as another server asked", task_id, kind)
+                try:
                     await handlers[kind](task_id, owners[task_id])
-            except Exception:
-                log.exception("taking signals from the shared store")
+                except Exception:
+                    log.exception("task %s: acting on a %s signal", task_id, kind)

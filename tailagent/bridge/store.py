@@ -40,6 +40,9 @@ from tailagent.metrics import TASK_STATES
 
 log = logging.getLogger(__name__)
 
+# Between tries to write a state the database refused (it is down, or restarting).
+RETRY_DELAY = 1.0
+FLUSH_WAIT = 1.0
 _DEFERRABLE = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
 
@@ -110,11 +113,25 @@ class CoalescingTaskStore(TaskStore):
             self._changed(snapshot)
         if first or task.status.state not in _DEFERRABLE:
             self._dirty.discard(task.id)
-            await self._write(snapshot, owner)
+            try:
+                await self._write(snapshot, owner)
+            except Exception as exc:
+                if first:  # nothing stored: the request fails as a whole
+                    self._held.pop(task.id, None)
+                    raise
+                # The turn goes on; this process keeps the state and writes it once the
+                # database answers again.
+                log.warning("task %s: the store refused its %s state (%s); retrying",
+                            task.id, TaskState.Name(task.status.state), exc)  # fmt: skip
+                self._defer(task.id)
+                return
             if task.status.state not in UNFINISHED_STATES:
                 self._held.pop(task.id, None)
             return
-        self._dirty.add(task.id)
+        self._defer(task.id)
+
+    def _defer(self, task_id: str) -> None:
+        self._dirty.add(task_id)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_dirty(), name="task-store-writer")
 
@@ -138,19 +155,35 @@ class CoalescingTaskStore(TaskStore):
             copy.CopyFrom(task)
             self._on_change(copy)
 
-    async def _write_dirty(self, delay: float = WRITE_DELAY) -> None:
+    async def _write_dirty(self, delay: float = WRITE_DELAY, retry: bool = True) -> None:
+        """Writes the deferred saves, the latest snapshot of each. While the database
+        refuses them, tries again every RETRY_DELAY (`retry`), or gives up (at stop).
+        A task leaves the dirty set only once written, so cancelling this is safe."""
         # Waiting a moment lets a burst of updates (or the turn's own end, which is
         # written at once) supersede most of them.
         await asyncio.sleep(delay)
         while self._dirty:
-            task_id = self._dirty.pop()
-            held = self._held.get(task_id)
-            if held is None:
-                continue
-            try:
-                await self._write(held[1], held[0])
-            except Exception:
-                log.exception("writing task %s", task_id)
+            refused = False
+            for task_id in list(self._dirty):
+                held = self._held.get(task_id)
+                if held is None:
+                    self._dirty.discard(task_id)
+                    continue
+                try:
+                    await self._write(held[1], held[0])
+                except Exception:
+                    if retry:
+                        refused = True
+                        break
+                    log.exception("task %s: its last state could not be written", task_id)
+                    self._dirty.discard(task_id)
+                    continue
+                if self._held.get(task_id) is held:  # else a newer snapshot waits
+                    self._dirty.discard(task_id)
+                    if held[1].status.state not in UNFINISHED_STATES:
+                        self._held.pop(task_id, None)
+            if refused:
+                await asyncio.sleep(RETRY_DELAY)
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         if task_id in self.minted:
@@ -165,12 +198,19 @@ class CoalescingTaskStore(TaskStore):
             return copy
         return await self._inner.get(task_id, ServerCallContext(user=OwnerUser(owner)))
 
-    async def flush(self) -> None:
-        """Writes every deferred save; after it returns the database is current."""
-        if self._writer is not None:
-            with contextlib.suppress(Exception):
-                await self._writer
-        await self._write_dirty(delay=0)
+    async def flush(self, final: bool = False) -> None:
+        """Writes the deferred saves. Before a read it waits at most FLUSH_WAIT (the
+        database may be down); at stop (`final`) it tries each once more and gives up."""
+        writer = self._writer
+        if not final:
+            if writer is not None and not writer.done():
+                await asyncio.wait({writer}, timeout=FLUSH_WAIT)
+            return
+        if writer is not None and not writer.done():
+            writer.cancel()
+            with contextlib.suppress(BaseException):
+                await writer
+        await self._write_dirty(delay=0, retry=False)
 
     async def close_held(self, message: str) -> int:
         """Writes every task this process holds unfinished as failed, saying why."""
