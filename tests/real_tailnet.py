@@ -175,12 +175,29 @@ class Tailnet:
         return node
 
     def grant(self, caps: dict[str, Any]) -> None:
-        """Tailnet grants (app capabilities) every peer's whois carries from now on."""
+        """Tailnet grants (app capabilities) every peer's whois carries from now on.
+
+        Returns once every node has the new netmap: a node that takes it in the middle
+        of a later test reconfigures its netstack then, and has been seen to cut a
+        stream in flight."""
         request = urllib.request.Request(
             self.url + "/testctl/appcaps", data=json.dumps(caps).encode(), method="PUT"
         )
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
+        nodes = list(self.nodes.values())
+        deadline = time.monotonic() + 20
+        for node, peer in zip(nodes, nodes[1:] + nodes[:1], strict=True):
+            while (seen := self._granted(node, peer)) != caps:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{node.name} did not get the new grants in 20 s: {seen}")
+                time.sleep(0.1)
+
+    @staticmethod
+    def _granted(node: Node, peer: Node) -> dict[str, Any]:
+        """The grants `node` sees for `peer`, without Tailscale's own capabilities."""
+        capabilities = node.whois(peer.ip()).get("CapMap") or {}
+        return {k: v for k, v in capabilities.items() if not k.startswith("https://tailscale.com/")}
 
     def stop(self) -> None:
         for node in self.nodes.values():

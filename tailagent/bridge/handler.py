@@ -10,7 +10,6 @@ Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it
   does not drop a second turn's words from the history;
 - a streamed follow-up starts with the stored task, so a client can tell a resume
   from a new task;
-- a follow-up waits until the SDK has closed the previous turn's event queue;
 - a refused push URL is refused with the reason (the SDK's hook says only "invalid");
 - in a store several servers share, a task another server runs is cancelled through
   that server and a push config added for it reaches that server (bridge/remote.py);
@@ -60,9 +59,6 @@ from tailagent.config import AttachmentSettings
 from tailagent.push.targets import PushRefused, PushTargets
 
 BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
-# Closing a turn's queue waits only for that turn's executor, which returns right after
-# its last event; the bound keeps a stuck executor from holding the follow-up for ever.
-CLOSE_WAIT_SECONDS = 10.0
 
 
 class GuardedRequestHandler(DefaultRequestHandler):
@@ -155,16 +151,6 @@ class GuardedRequestHandler(DefaultRequestHandler):
                 )
         return stored
 
-    async def _previous_turn_closed(self, task_id: str) -> None:
-        """The SDK closes a turn's event queue in a background task after the turn's
-        response ends. A follow-up set up before that would tap the closing queue and
-        its stream would be cut off when the queue closes; so it waits for the close."""
-        closing = [
-            t for t in self._background_tasks if t.get_name() == f"cleanup_producer:{task_id}"
-        ]
-        if closing:
-            await asyncio.wait(closing, timeout=CLOSE_WAIT_SECONDS)
-
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
@@ -239,8 +225,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Message | Task:
-        if await self._admit(params, context) is not None:
-            await self._previous_turn_closed(params.message.task_id)
+        await self._admit(params, context)
         return await super().on_message_send(params, context)
 
     async def on_message_send_stream(
@@ -248,7 +233,6 @@ class GuardedRequestHandler(DefaultRequestHandler):
     ) -> AsyncGenerator[Event, None]:
         stored = await self._admit(params, context)
         if stored is not None:
-            await self._previous_turn_closed(stored.id)
             yield stored
         async for event in super().on_message_send_stream(params, context):
             yield event
