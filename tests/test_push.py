@@ -109,7 +109,7 @@ async def receiving() -> AsyncIterator[Receiver]:
     sock.listen(64)
     receiver.url = f"http://127.0.0.1:{sock.getsockname()[1]}/hook"
     config = Config()
-    config.bind = [f"fd://{sock.fileno()}"]
+    config.bind = [f"fd://{sock.detach()}"]  # Hypercorn owns and closes it now
     config.accesslog = None
     stop = asyncio.Event()
     serving = asyncio.create_task(serve(receiver, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]

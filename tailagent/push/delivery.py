@@ -37,6 +37,7 @@ from a2a.types.a2a_pb2 import (
     StreamResponse,
     Task,
     TaskPushNotificationConfig,
+    TaskState,
     TaskStatusUpdateEvent,
 )
 from google.protobuf.json_format import MessageToDict
@@ -56,7 +57,12 @@ TOKEN_HEADER = "X-A2A-Notification-Token"
 TOKEN_LIFETIME = 300
 # Notifications waiting per task; past it the oldest are dropped (the newest state wins).
 MAX_QUEUED = 32
+# A worker rereads a task's configs when this old; a change made here counts at once, one
+# made on another server sharing the store within this.
+CONFIGS_MAX_AGE = 1.0
 _RETRY_STATUSES = {408, 429}
+START_DELAY = 0.05
+_RUNNING = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
 
 def payload(task: Task) -> bytes:
@@ -97,11 +103,11 @@ class PushSigner:
 
 
 class PushConfigs(DatabasePushNotificationConfigStore):
-    """a2a-sdk's config store, telling the dispatcher which tasks now have configs."""
+    """a2a-sdk's config store, telling the dispatcher whenever a task's configs change."""
 
-    def __init__(self, engine: AsyncEngine, on_set: Callable[[str], None]) -> None:
+    def __init__(self, engine: AsyncEngine, on_change: Callable[[str], None]) -> None:
         super().__init__(engine)
-        self._on_set = on_set
+        self._on_change = on_change
 
     async def set_info(
         self,
@@ -110,8 +116,14 @@ class PushConfigs(DatabasePushNotificationConfigStore):
         context: ServerCallContext,
     ) -> TaskPushNotificationConfig:
         stored = await super().set_info(task_id, notification_config, context)
-        self._on_set(task_id)
+        self._on_change(task_id)
         return stored
+
+    async def delete_info(
+        self, task_id: str, context: ServerCallContext, config_id: str | None = None
+    ) -> None:
+        await super().delete_info(task_id, context, config_id)
+        self._on_change(task_id)
 
 
 class PushDispatcher:
@@ -127,10 +139,14 @@ class PushDispatcher:
         self._workers: dict[str, asyncio.Task[None]] = {}
         # Unfinished tasks with push configs (or that may have some: see watch()).
         self._watched: set[str] = set()
+        # task id -> when its configs were last read, and what they were (a change
+        # made here forgets them).
+        self._configs_read: dict[str, tuple[float, list[TaskPushNotificationConfig]]] = {}
 
     def watch(self, task_id: str) -> None:
         """From now on the task's state changes are delivered to its configs."""
         self._watched.add(task_id)
+        self._configs_read.pop(task_id, None)
 
     def task_changed(self, task: Task) -> None:
         """Queues a notification for the task's new state; never waits."""
@@ -150,19 +166,29 @@ class PushDispatcher:
 
     async def _drain(self, task_id: str) -> None:
         queue = self._queues[task_id]
+        loop = asyncio.get_running_loop()
         try:
+            if queue[0].status.state in _RUNNING:
+                # A task that just started is often done within moments: its
+                # notifications then go out after its response, not during it.
+                await asyncio.sleep(START_DELAY)
             while queue:
                 task = queue.popleft()
-                try:
-                    configs = await self.configs.get_info_for_dispatch(task_id)
-                except Exception:
-                    log.exception("reading the push configs of task %s", task_id)
-                    continue
+                read_at, configs = self._configs_read.get(task_id, (None, []))
+                if read_at is None or loop.time() - read_at > CONFIGS_MAX_AGE:
+                    try:
+                        configs = await self.configs.get_info_for_dispatch(task_id)
+                    except Exception:
+                        log.exception("reading the push configs of task %s", task_id)
+                        continue
+                    self._configs_read[task_id] = (loop.time(), configs)
                 if configs:
                     body = payload(task)
                     await asyncio.gather(*(self._deliver(c, task_id, body) for c in configs))
         finally:
             del self._queues[task_id], self._workers[task_id]
+            if task_id not in self._watched:  # its last notification is out
+                self._configs_read.pop(task_id, None)
 
     async def _deliver(self, config: TaskPushNotificationConfig, task_id: str, body: bytes) -> None:
         try:
