@@ -37,3 +37,7 @@ def setup(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # httpx logs every request at info: each LocalAPI lookup and each push delivery
+    # would take a line. Our own lines say what matters; debug brings httpx's back.
+    if level != "debug":
+        logging.getLogger("httpx").setLevel(logging.WARNING)
