@@ -50,6 +50,7 @@ from tailagent.bridge.state import (
     StoreUnavailable,
     check_store,
     close_unfinished_tasks,
+    index_contexts,
     open_engine,
     redacted,
     server_id,
@@ -164,10 +165,14 @@ async def build_service(settings: Settings) -> Service:
     )
     await push.configs.initialize()
     database_store = DatabaseTaskStore(engine)
+    if settings.store is not None:
+        await index_contexts(database_store)
     for task in await close_unfinished_tasks(database_store, server[0]):
         push.watch(task.id)  # a push config may wait for this last state
         push.task_changed(task)
-    store = CoalescingTaskStore(database_store, server, on_change=push.task_changed)
+    store = CoalescingTaskStore(
+        database_store, server, on_change=push.task_changed, shared=settings.store is not None
+    )
     signals = TaskSignals(engine)
     await signals.initialize()
     session_map = SessionMap(engine)

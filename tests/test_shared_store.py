@@ -109,6 +109,17 @@ async def test_a_push_config_made_on_one_server_is_served_by_the_runner(pair: Pa
     assert delivery.json["task"]["id"] == parked.task_id
 
 
+async def test_a_context_busy_on_one_server_is_busy_on_the_other(pair: Pair) -> None:
+    alice_a, alice_b = pair.as_user("alice", pair.a), pair.as_user("alice", pair.b)
+    parked = await alice_a.turn("ask")
+    busy = user_message("meanwhile", context_id=parked.context_id)
+    with pytest.raises(A2AError, match=f"busy with task {parked.task_id}.*{pair.a.url}"):
+        await alice_b.turn(busy)
+    await alice_a.cancel(parked.task_id)
+    later = await alice_b.turn(user_message("now", context_id=parked.context_id))
+    assert later.final_state == "completed"
+
+
 async def test_owner_rules_hold_across_both_servers(pair: Pair) -> None:
     alice_a, bob_b = pair.as_user("alice", pair.a), pair.as_user("bob", pair.b)
     parked = await alice_a.turn("ask")

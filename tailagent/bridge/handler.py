@@ -149,6 +149,13 @@ class GuardedRequestHandler(DefaultRequestHandler):
                 raise UnsupportedOperationError(
                     message=str(ContextBusy(message.context_id, holder))
                 )
+            if holder is None and not message.task_id:
+                running = await self._store.context_busy_elsewhere(message.context_id)
+                if running is not None:
+                    busy = ContextBusy(message.context_id, running[0])
+                    raise UnsupportedOperationError(
+                        message=f"{busy} (It runs on another tailagent server: {running[1]}.)"
+                    )
         return stored
 
     async def on_cancel_task(

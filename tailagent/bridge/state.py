@@ -231,6 +231,17 @@ def mark_failed(task: Task, text: str, kind: str) -> None:
     task.status.message.metadata.update({"kind": kind})
 
 
+async def index_contexts(store: DatabaseTaskStore) -> None:
+    """Tasks by context: a server sharing the store looks up a context's running task
+    on another server before it starts a turn there."""
+    await store.initialize()
+    table = store.task_model.__tablename__
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            text(f"CREATE INDEX IF NOT EXISTS ix_{table}_context_id ON {table} (context_id)")
+        )
+
+
 async def close_unfinished_tasks(store: DatabaseTaskStore, server: str) -> list[Task]:
     """Marks every task this server's previous run left unfinished as failed (and those
     no server claims, from before servers were named); returns them. Another server's

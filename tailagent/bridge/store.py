@@ -52,8 +52,11 @@ class CoalescingTaskStore(TaskStore):
         inner: DatabaseTaskStore,
         server: tuple[str, str] = ("", ""),
         on_change: Callable[[Task], None] | None = None,
+        shared: bool = False,
     ) -> None:
         self._inner = inner
+        # Other servers may run tasks in this store (so contexts are checked across them).
+        self._shared = shared
         # (id, URL) of this server, stamped on every task it runs (see state.SERVER_ID_KEY).
         self._server_id, self._server_url = server
         # Told of every state change (push notifications); must not block.
@@ -148,6 +151,24 @@ class CoalescingTaskStore(TaskStore):
             return None
         url = task.metadata.fields.get(SERVER_URL_KEY)
         return url.string_value if url is not None else "another server"
+
+    async def context_busy_elsewhere(self, context_id: str) -> tuple[str, str] | None:
+        """In a shared store: (task id, server URL) of an unfinished task that another
+        server runs in this context. Local contexts are the session pool's to know."""
+        if not self._shared or context_id in self.minted:
+            return None
+        model = self._inner.task_model
+        names = [TaskState.Name(state) for state in UNFINISHED_STATES]
+        runner = model.task_metadata[SERVER_ID_KEY].as_string()
+        query = select(model.id, model.task_metadata[SERVER_URL_KEY].as_string()).where(
+            model.context_id == context_id,
+            model.status["state"].as_string().in_(names),
+            runner.is_not(None),
+            runner != self._server_id,
+        )
+        async with self._inner.async_session_maker() as session:
+            row = (await session.execute(query.limit(1))).first()
+        return (row[0], row[1] or "another server") if row is not None else None
 
     def _changed(self, task: Task) -> None:
         if self._on_change is not None:
