@@ -27,7 +27,6 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
 
 import httpx
 import jwt
@@ -103,11 +102,11 @@ class PushSigner:
 
 
 class PushConfigs(DatabasePushNotificationConfigStore):
-    """a2a-sdk's config store, telling the dispatcher whenever a task's configs change."""
+    """a2a-sdk's config store, telling the dispatcher when a task's configs change."""
 
-    def __init__(self, engine: AsyncEngine, on_change: Callable[[str], None]) -> None:
+    def __init__(self, engine: AsyncEngine, dispatcher: PushDispatcher) -> None:
         super().__init__(engine)
-        self._on_change = on_change
+        self._dispatcher = dispatcher
 
     async def set_info(
         self,
@@ -116,21 +115,21 @@ class PushConfigs(DatabasePushNotificationConfigStore):
         context: ServerCallContext,
     ) -> TaskPushNotificationConfig:
         stored = await super().set_info(task_id, notification_config, context)
-        self._on_change(task_id)
+        self._dispatcher.watch(task_id)
         return stored
 
     async def delete_info(
         self, task_id: str, context: ServerCallContext, config_id: str | None = None
     ) -> None:
         await super().delete_info(task_id, context, config_id)
-        self._on_change(task_id)
+        self._dispatcher.forget_configs(task_id)
 
 
 class PushDispatcher:
     def __init__(
         self, engine: AsyncEngine, targets: PushTargets, signer: PushSigner, policy: PushSettings
     ) -> None:
-        self.configs = PushConfigs(engine, self.watch)
+        self.configs = PushConfigs(engine, self)
         self._targets = targets
         self._signer = signer
         self._policy = policy
@@ -146,6 +145,10 @@ class PushDispatcher:
     def watch(self, task_id: str) -> None:
         """From now on the task's state changes are delivered to its configs."""
         self._watched.add(task_id)
+        self.forget_configs(task_id)
+
+    def forget_configs(self, task_id: str) -> None:
+        """The task's configs changed: its next notification reads them again."""
         self._configs_read.pop(task_id, None)
 
     def task_changed(self, task: Task) -> None:
