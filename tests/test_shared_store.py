@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -84,6 +85,9 @@ async def test_a_task_made_on_one_server_is_read_and_cancelled_through_the_other
     # The agent waiting for this answer is on A: B says so rather than start a turn.
     with pytest.raises(A2AError, match=f"runs on another tailagent server.*{pair.a.url}"):
         await alice_b.turn(user_message("yes", task_id=parked.task_id))
+    # Its events flow on A only: B says so rather than wait on a stream that never comes.
+    with pytest.raises(A2AError, match=re.escape(f"({pair.a.url}); subscribe there")):
+        await alice_b.subscribe(parked.task_id)
 
     cancelled = await alice_b.cancel(parked.task_id)
     assert cancelled.status.state == 5  # TASK_STATE_CANCELED

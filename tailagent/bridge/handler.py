@@ -32,6 +32,7 @@ from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     Message,
     SendMessageRequest,
+    SubscribeToTaskRequest,
     Task,
     TaskPushNotificationConfig,
     TaskState,
@@ -234,6 +235,21 @@ class GuardedRequestHandler(DefaultRequestHandler):
     ) -> Message | Task:
         await self._admit(params, context)
         return await super().on_message_send(params, context)
+
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        stored = await self._store.get(params.id, context)
+        elsewhere = self._store.runs_elsewhere(stored) if stored is not None else None
+        if elsewhere is not None:  # its events flow on that server only
+            raise UnsupportedOperationError(
+                message=(
+                    f"Task {params.id} runs on another tailagent server that shares this "
+                    f"store ({elsewhere}); subscribe there, or read it here with GetTask."
+                )
+            )
+        async for event in super().on_subscribe_to_task(params, context):
+            yield event
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
