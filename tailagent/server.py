@@ -87,7 +87,7 @@ class Service:
     engine: AsyncEngine
     localapi: LocalAPI
     push: PushDispatcher
-    signal_watch: asyncio.Task[None]
+    signal_watch: asyncio.Task[None] | None
 
     async def stop_turns(self) -> int:
         """Ends every running or waiting turn, saying the server stopped; returns how many."""
@@ -96,9 +96,10 @@ class Service:
         return await self.store.close_held(STOP_MESSAGE)
 
     async def aclose(self) -> None:
-        self.signal_watch.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.signal_watch
+        if self.signal_watch is not None:
+            self.signal_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.signal_watch
         await self.handler.aclose()
         await self.store.flush(final=True)
         await self.push.aclose()
@@ -241,10 +242,13 @@ async def build_service(settings: Settings) -> Service:
     async def start_pushing(task_id: str, _owner: str) -> None:
         push.watch(task_id)
 
-    signal_watch = asyncio.create_task(
-        signals.watch(store.held, {CANCEL: handler.cancel_for_peer, PUSH: start_pushing}),
-        name="task-signals",
-    )
+    # Only another server sharing the store sends signals: alone, nothing to poll for.
+    signal_watch = None
+    if settings.store is not None:
+        signal_watch = asyncio.create_task(
+            signals.watch(store.held, {CANCEL: handler.cancel_for_peer, PUSH: start_pushing}),
+            name="task-signals",
+        )
     return Service(
         app, executor, handler, store, session_map, pool, backend, engine, localapi, push,
         signal_watch,

@@ -171,10 +171,9 @@ class CoalescingTaskStore(TaskStore):
         return (row[0], row[1] or "another server") if row is not None else None
 
     def _changed(self, task: Task) -> None:
+        # Stored snapshots are never changed in place, so the listener may keep this one.
         if self._on_change is not None:
-            copy = Task()
-            copy.CopyFrom(task)
-            self._on_change(copy)
+            self._on_change(task)
 
     async def _write_dirty(self, delay: float = WRITE_DELAY, retry: bool = True) -> None:
         """Writes the deferred saves, the latest snapshot of each. While the database
@@ -239,10 +238,12 @@ class CoalescingTaskStore(TaskStore):
         for task_id, (owner, snapshot) in list(self._held.items()):
             if snapshot.status.state not in UNFINISHED_STATES:
                 continue
-            mark_failed(snapshot, message, "server_stopped")
+            failed = Task()
+            failed.CopyFrom(snapshot)
+            mark_failed(failed, message, "server_stopped")
             self._dirty.discard(task_id)
-            await self._write(snapshot, owner)
-            self._changed(snapshot)
+            await self._write(failed, owner)
+            self._changed(failed)
             self._held.pop(task_id, None)
             closed += 1
         return closed
