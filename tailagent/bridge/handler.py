@@ -62,6 +62,16 @@ from tailagent.push.targets import PushRefused, PushTargets
 BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
 
+def runs_elsewhere(task_id: str, url: str, advice: str) -> UnsupportedOperationError:
+    """The refusal of a request only the server that runs the task can serve."""
+    return UnsupportedOperationError(
+        message=(
+            f"Task {task_id} runs on another tailagent server that shares this store "
+            f"({url}); {advice}"
+        )
+    )
+
+
 class GuardedRequestHandler(DefaultRequestHandler):
     def __init__(
         self,
@@ -124,12 +134,10 @@ class GuardedRequestHandler(DefaultRequestHandler):
                 return None  # the SDK answers TaskNotFound in its own words
             elsewhere = self._store.runs_elsewhere(stored)
             if elsewhere is not None:
-                raise UnsupportedOperationError(
-                    message=(
-                        f"Task {message.task_id} runs on another tailagent server that shares "
-                        f"this store ({elsewhere}); send follow-ups for it there. Any of the "
-                        "servers can read or cancel it."
-                    )
+                raise runs_elsewhere(
+                    message.task_id,
+                    elsewhere,
+                    "send follow-ups for it there. Any of the servers can read or cancel it.",
                 )
             if stored.status.state in BUSY_STATES:
                 raise UnsupportedOperationError(
@@ -242,11 +250,8 @@ class GuardedRequestHandler(DefaultRequestHandler):
         stored = await self._store.get(params.id, context)
         elsewhere = self._store.runs_elsewhere(stored) if stored is not None else None
         if elsewhere is not None:  # its events flow on that server only
-            raise UnsupportedOperationError(
-                message=(
-                    f"Task {params.id} runs on another tailagent server that shares this "
-                    f"store ({elsewhere}); subscribe there, or read it here with GetTask."
-                )
+            raise runs_elsewhere(
+                params.id, elsewhere, "subscribe there, or read it here with GetTask."
             )
         async for event in super().on_subscribe_to_task(params, context):
             yield event
