@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import statistics
 import sys
 import tempfile
@@ -28,10 +27,10 @@ from typing import Any
 
 import httpx
 from hypercorn.asyncio import serve
-from hypercorn.config import Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.conftest import start_server
+from tests.webhook import loopback_config, request_body
 
 HEADERS = {"A2A-Version": "1.0"}
 
@@ -46,13 +45,7 @@ class Webhook:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        payload = json.loads(body)
+        payload = json.loads(await request_body(receive))
         if "task" in payload:
             print(payload["task"]["id"], time.time(), flush=True)
         if self.hang:
@@ -62,13 +55,9 @@ class Webhook:
 
 
 async def receive_forever(hang: bool) -> None:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    print(sock.getsockname()[1], flush=True)
-    config = Config()
-    config.bind = [f"fd://{sock.detach()}"]  # Hypercorn owns and closes it
-    config.accesslog = config.errorlog = None
+    config, port = loopback_config()
+    config.errorlog = None
+    print(port, flush=True)
     await serve(Webhook(hang), config)  # type: ignore[arg-type]
 
 

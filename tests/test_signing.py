@@ -236,32 +236,14 @@ def test_peers_lists_the_signed_agents_of_the_tailnet(
         state = {**status(), "Peer": extra}
         fake.config.write_text(json.dumps({"status": state, "whois": {}}))
         env = {**os.environ, "TAILAGENT_KNOWN_AGENTS": str(tmp_path / "k.json")}
-        result = tailagent(
-            "peers",
-            "--json",
-            "--scheme",
-            "http",
-            "--port",
-            port,
-            "--tailscale-socket",
-            str(fake.socket),
-            env=env,
-        )
+        where = ("--scheme", "http", "--port", port, "--tailscale-socket", str(fake.socket))
+        result = tailagent("peers", "--json", *where, env=env)
         assert result.returncode == 0, result.stderr
         rows = [json.loads(line) for line in result.stdout.splitlines()]
         assert [r["peer"] for r in rows] == ["127.0.0.1", "127.0.0.1"]
         assert {r["owner"] for r in rows} == {"owner@example.com", "tag:ci"}
         assert all(r["name"] == NAME and r["signature"].startswith("valid") for r in rows)
-        table = tailagent(
-            "peers",
-            "--scheme",
-            "http",
-            "--port",
-            port,
-            "--tailscale-socket",
-            str(fake.socket),
-            env=env,
-        )
+        table = tailagent("peers", *where, env=env)
         assert "127.0.0.1" in table.stdout and "valid (key from jku" in table.stdout
     finally:
         fake.stop()
