@@ -38,6 +38,13 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     )
     p.add_argument("--tailnet-port", type=int, metavar="PORT", help="the HTTPS port (default 443)")
     p.add_argument(
+        "--tsnet",
+        action="store_true",
+        default=None,
+        help="join the tailnet as a node of its own (embedded tsnet; no tailscaled needed)",
+    )
+    p.add_argument("--hostname", metavar="NAME", help="--tsnet: the node's name (tailagent)")
+    p.add_argument(
         "--tailscale-socket", metavar="PATH", help="tailscaled's LocalAPI socket (default: found)"
     )
 
@@ -239,6 +246,8 @@ def _serve(args: argparse.Namespace) -> int:
         "tailnet": args.tailnet,
         "tailnet_port": args.tailnet_port,
         "tailscale.socket": args.tailscale_socket,
+        "tsnet.enabled": args.tsnet,
+        "tsnet.hostname": args.hostname,
     }
     settings = _settings(flags, args.config)
     if settings is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -159,6 +160,22 @@ class TailscaleSettings:
     socket: Path | None = None
 
 
+HTTPS_MODES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class TsnetSettings:
+    """tailagent as a tailnet node of its own, with tsnet embedded (the `[tsnet]` table)."""
+
+    enabled: bool = False
+    hostname: str = "tailagent"
+    control_url: str | None = None
+    advertise_tags: tuple[str, ...] = ()
+    ephemeral: bool = False
+    auth_key_file: Path | None = None
+    https: str = "auto"
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     agent: str = "claude"
@@ -184,6 +201,7 @@ class Settings:
     attachments: AttachmentSettings = field(default_factory=AttachmentSettings)
     push: PushSettings = field(default_factory=PushSettings)
     tailscale: TailscaleSettings = field(default_factory=TailscaleSettings)
+    tsnet: TsnetSettings = field(default_factory=TsnetSettings)
 
     @property
     def store_url(self) -> str:
@@ -323,6 +341,15 @@ def _listen(value: Any) -> Listen:
     return parse_listen(_text(value))
 
 
+def _hostname(value: Any) -> str:
+    text = _text(value).lower()
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", text):
+        raise ValueError(
+            f"must be a DNS label (letters, digits and inner hyphens, at most 63), not {value!r}"
+        )
+    return text
+
+
 def _url(value: Any) -> str:
     text = _text(value)
     parts = urlsplit(text)
@@ -384,6 +411,13 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "push.attempts": _positive_int,
     "push.retry_delay": _positive_number,
     "push.timeout": _positive_number,
+    "tsnet.enabled": _boolean,
+    "tsnet.hostname": _hostname,
+    "tsnet.control_url": _url,
+    "tsnet.advertise_tags": _tags,
+    "tsnet.ephemeral": _boolean,
+    "tsnet.auth_key_file": _path,
+    "tsnet.https": _choice(HTTPS_MODES),
 }
 # TOML table -> Settings field; `agent` is also a plain key (which agent), so its
 # table lands in `agent_process`.
@@ -394,6 +428,7 @@ SECTIONS = {
     "claude": "claude",
     "attachments": "attachments",
     "push": "push",
+    "tsnet": "tsnet",
 }
 SECTION_TYPES = {
     "access": AccessSettings,
@@ -402,6 +437,7 @@ SECTION_TYPES = {
     "claude": ClaudeSettings,
     "attachments": AttachmentSettings,
     "push": PushSettings,
+    "tsnet": TsnetSettings,
 }
 
 
@@ -462,4 +498,22 @@ def load_settings(
     from_env = {key: environ[_env_name(key)] for key in PARSERS if environ.get(_env_name(key))}
     _apply(from_env, "environment", merged)
     _apply({k: v for k, v in flags.items() if v is not None}, "command line", merged)
-    return _build(merged)
+    settings = _build(merged)
+    _check_together(settings)
+    return settings
+
+
+def _check_together(settings: Settings) -> None:
+    """Settings that are each valid but cannot be used together."""
+    if settings.tsnet.enabled and settings.tailnet:
+        raise ConfigError(
+            "settings", "tsnet.enabled",
+            "--tsnet (its own tailnet node) and --tailnet (the box's tailscaled serves it) "
+            "are two ways onto the tailnet: pick one",
+        )  # fmt: skip
+    if settings.tsnet.enabled and settings.listen.is_unix:
+        raise ConfigError(
+            "settings", "listen",
+            "--tsnet forwards to a loopback TCP listener (whois names callers by its "
+            "ip:port): use --listen 127.0.0.1:PORT",
+        )  # fmt: skip

@@ -44,7 +44,7 @@ def listener_target(settings: Settings) -> str:
 
 
 async def _tailscale(settings: Settings) -> list[Check]:
-    api = LocalAPI(settings.tailscale.socket)
+    api = LocalAPI.tailscaled(settings.tailscale.socket)
     try:
         try:
             status = await api.status()

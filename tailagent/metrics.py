@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -58,3 +58,17 @@ def route_of(path: str) -> str:
 
 def exposition() -> bytes:
     return generate_latest(REGISTRY)
+
+
+TSNET_NODE = Info(
+    "tailagent_tsnet_node", "The embedded tailnet node (--tsnet): state, name, addresses.",
+    registry=REGISTRY,
+)  # fmt: skip
+TSNET_KEY_EXPIRY = Gauge(
+    "tailagent_tsnet_key_expiry_timestamp_seconds",
+    "When the embedded node's key expires (Unix time; 0 when it does not).", registry=REGISTRY,
+)  # fmt: skip
+TSNET_CONNECTIONS = Gauge(
+    "tailagent_tsnet_connections", "Tailnet connections the embedded node has forwarded.",
+    registry=REGISTRY,
+)  # fmt: skip

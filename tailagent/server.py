@@ -31,7 +31,7 @@ from starlette.types import ASGIApp
 
 from tailagent.access.guard import AccessGuard
 from tailagent.access.identity import SCOPE_KEY, Caller, CallerContextBuilder
-from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable
+from tailagent.access.localapi import LocalAPIUnavailable
 from tailagent.access.policy import Policy
 from tailagent.access.resolve import Resolver
 from tailagent.access.tokens import TokenStore
@@ -62,10 +62,10 @@ from tailagent.card.publish import JWKS_PATH, CardPublisher
 from tailagent.config import Listen, Settings
 from tailagent.metrics import AGENT_PROCESSES, exposition
 from tailagent.notify import Notifier
+from tailagent.presence import Presence, PresenceError, make_presence
 from tailagent.probe import healthy
 from tailagent.push.delivery import PushDispatcher, PushSigner
 from tailagent.push.targets import PushTargets
-from tailagent.tailnet import ServeEntry, TailnetError, expose, withdraw
 
 log = logging.getLogger("tailagent")
 
@@ -85,7 +85,6 @@ class Service:
     pool: SessionPool
     backend: AgentBackend
     engine: AsyncEngine
-    localapi: LocalAPI
     push: PushDispatcher
     signal_watch: asyncio.Task[None] | None
 
@@ -107,7 +106,6 @@ class Service:
         await self.pool.aclose()
         await self.backend.aclose()
         await self.engine.dispose()
-        await self.localapi.aclose()
 
 
 def _card_app(publisher: CardPublisher) -> Quart:
@@ -152,18 +150,17 @@ def _card_app(publisher: CardPublisher) -> Quart:
     return app
 
 
-async def build_service(settings: Settings) -> Service:
+async def build_service(settings: Settings, presence: Presence) -> Service:
     backend = make_backend(settings)
     engine = open_engine(settings.store_url)
     await check_store(engine, settings.store_url)
     server = (server_id(settings.state_dir), settings.advertised_url)
-    localapi = LocalAPI(settings.tailscale.socket)
+    localapi = presence.localapi
     keys = KeyStore(settings.state_dir)
     keys.ensure()
     push_targets = PushTargets(localapi, settings.push.allowed_hosts)
-    push = PushDispatcher(
-        engine, push_targets, PushSigner(keys, settings.advertised_url), settings.push
-    )
+    signer = PushSigner(keys, settings.advertised_url)
+    push = PushDispatcher(engine, push_targets, signer, settings.push, presence.tailnet_proxy)
     await push.configs.initialize()
     database_store = DatabaseTaskStore(engine)
     if settings.store is not None:
@@ -232,7 +229,11 @@ async def build_service(settings: Settings) -> Service:
     app = AccessGuard(
         dispatch,
         policy=Policy(settings.access),
-        resolver=Resolver(localapi, unix_listener=settings.listen.is_unix),
+        resolver=Resolver(
+            localapi,
+            unix_listener=settings.listen.is_unix,
+            trusts_forwarding=presence.trusts_forwarding,
+        ),
         tokens=tokens,
         max_body_bytes=settings.max_body_bytes,
         hosts=served_hosts(settings),
@@ -250,8 +251,7 @@ async def build_service(settings: Settings) -> Service:
             name="task-signals",
         )
     return Service(
-        app, executor, handler, store, session_map, pool, backend, engine, localapi, push,
-        signal_watch,
+        app, executor, handler, store, session_map, pool, backend, engine, push, signal_watch,
     )  # fmt: skip
 
 
@@ -297,6 +297,13 @@ def listener_url(sock: socket.socket, listen: Listen) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+async def _leave(presence: Presence) -> None:
+    try:
+        await presence.stop()
+    except PresenceError as exc:
+        log.warning("%s", exc)
+
+
 class StartError(Exception):
     """The server cannot start; str() is the one line that says why."""
 
@@ -320,22 +327,18 @@ async def run(settings: Settings) -> None:
     except OSError as exc:
         raise StartError(f"cannot listen on {settings.listen.bind()}: {exc.strerror}") from None
     where = listener_url(sock, settings.listen)
-    entry: ServeEntry | None = None
-    tailnet_api = LocalAPI(settings.tailscale.socket) if settings.tailnet else None
+    presence = make_presence(settings)
     try:
-        if tailnet_api is not None:
-            entry = await expose(tailnet_api, settings.tailnet_port, where)
-            settings = replace(settings, public_url=entry.public_url)
+        public_url = await presence.start(where)
+        if public_url is not None:
+            settings = replace(settings, public_url=public_url)
         elif settings.public_url is None and not settings.listen.is_unix:
             # Port 0 picks a free port: advertise the one we actually got.
             settings = replace(settings, public_url=where)
-        service = await build_service(settings)
-    except (AgentStartError, TailnetError, LocalAPIUnavailable, StoreUnavailable) as exc:
+        service = await build_service(settings, presence)
+    except (AgentStartError, PresenceError, LocalAPIUnavailable, StoreUnavailable) as exc:
         sock.close()
-        if tailnet_api is not None:
-            if entry is not None:
-                await withdraw(tailnet_api, entry)
-            await tailnet_api.aclose()
+        await _leave(presence)
         raise StartError(str(exc)) from None
     config = Config()
     # Hypercorn closes the socket it serves on; give it its own descriptor.
@@ -380,14 +383,8 @@ async def run(settings: Settings) -> None:
     finally:
         for task in background:
             task.cancel()
-        if tailnet_api is not None:
-            if entry is not None:
-                try:
-                    await withdraw(tailnet_api, entry)
-                except (TailnetError, LocalAPIUnavailable) as exc:
-                    log.warning("could not remove the tailscale serve entry: %s", exc)
-            await tailnet_api.aclose()
         await service.aclose()
+        await _leave(presence)
         sock.close()
         if settings.listen.path is not None:
             with contextlib.suppress(FileNotFoundError):

@@ -1,6 +1,7 @@
-"""An async client for tailscaled's LocalAPI, over its unix socket.
+"""An async client for a Tailscale LocalAPI: tailscaled's, over its unix socket, or
+the embedded node's, over loopback TCP with its credential.
 
-tailscaled is the only authority on who is calling: it knows which tailnet node
+The node is the only authority on who is calling: it knows which tailnet node
 and user stand behind an address. The `tailscale-localapi` package is not used:
 it has no whois, ignores the socket path it is given, and pins an old requests.
 """
@@ -96,16 +97,49 @@ def find_socket(configured: Path | None) -> Path:
 
 
 class LocalAPI:
-    def __init__(self, socket_path: Path | None = None, timeout: float = 3.0) -> None:
-        self.socket_path = find_socket(socket_path)
-        self._client = httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(uds=str(self.socket_path)),
-            base_url=LOCALAPI_BASE,
-            timeout=timeout,
-        )
+    """One LocalAPI: tailscaled's (`LocalAPI.tailscaled`) or an embedded node's
+    (`LocalAPI.loopback`). Both answer the same requests the same way."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        where: str,
+        *,
+        socket_path: Path | None = None,
+        miss_ttl: float = MISS_TTL,
+    ) -> None:
+        self._client = client
+        self.where = where
+        self.socket_path = socket_path
+        self._miss_ttl = miss_ttl
         self._cache: dict[tuple[str, str], tuple[float, WhoIs | None]] = {}
         self._unreachable_until = 0.0
         self._unreachable_reason = ""
+
+    @classmethod
+    def tailscaled(cls, socket_path: Path | None = None, timeout: float = 3.0) -> LocalAPI:
+        path = find_socket(socket_path)
+        client = httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(uds=str(path)),
+            base_url=LOCALAPI_BASE,
+            timeout=timeout,
+        )
+        return cls(client, f"tailscaled at {path}", socket_path=path)
+
+    @classmethod
+    def loopback(cls, address: str, credential: str, timeout: float = 3.0) -> LocalAPI:
+        """An embedded node's LocalAPI (tsnet's `Server.Loopback()`): it wants both the
+        `Sec-Tailscale` header and its credential as the basic-auth password. Its whois
+        runs in this process and costs microseconds, so misses are not cached: a
+        forwarded connection may reuse a loopback port a local one had a moment ago."""
+        client = httpx.AsyncClient(
+            base_url=f"http://{address}",
+            auth=httpx.BasicAuth("", credential),
+            headers={"Sec-Tailscale": "localapi"},
+            timeout=timeout,
+            trust_env=False,
+        )
+        return cls(client, f"the embedded node's LocalAPI at {address}", miss_ttl=0.0)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -118,9 +152,7 @@ class LocalAPI:
         try:
             response = await self._client.get(path, params=params)
         except httpx.HTTPError as exc:
-            self._unreachable_reason = (
-                f"tailscaled is not reachable at {self.socket_path}: {exc or type(exc).__name__}"
-            )
+            self._unreachable_reason = f"{self.where} is not reachable: {exc or type(exc).__name__}"
             self._unreachable_until = time.monotonic() + RETRY_AFTER
             raise LocalAPIUnavailable(self._unreachable_reason) from None
         if response.status_code >= 500:
@@ -130,9 +162,11 @@ class LocalAPI:
         return response
 
     async def whois(self, addr: str, proto: str = "") -> WhoIs | None:
-        """Who is behind `addr` (an IP, or IP:port); None when tailscaled knows no such peer.
+        """Who is behind `addr` (an IP, or IP:port); None when the node knows no such peer.
 
-        Misses are cached briefly: tailscaled spends ~180 ms on each unknown address."""
+        Misses are cached briefly: tailscaled spends ~180 ms on each unknown address.
+        A hit on an ip:port is never cached: once that connection closes, a local
+        process may get the same port (the resolver keeps the answer per connection)."""
         key = (addr, proto)
         cached = self._cache.get(key)
         now = time.monotonic()
@@ -153,7 +187,9 @@ class LocalAPI:
                 f"tailscaled answered whois with {response.status_code}: {response.text[:200]}"
             )
         WHOIS.labels("found" if result else "not_found").inc()
-        self._cache[key] = (now + (HIT_TTL if result else MISS_TTL), result)
+        ttl = (0.0 if proto else HIT_TTL) if result else self._miss_ttl
+        if ttl:
+            self._cache[key] = (now + ttl, result)
         if len(self._cache) > 4096:
             self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
         return result

@@ -69,13 +69,20 @@ class TailnetSelf:
 
 
 class Resolver:
-    def __init__(self, localapi: LocalAPI, *, unix_listener: bool) -> None:
+    def __init__(
+        self, localapi: LocalAPI, *, unix_listener: bool, trusts_forwarding: bool = True
+    ) -> None:
         self.localapi = localapi
         self._unix = unix_listener
         self._connections: dict[tuple[str, int], _Connection] = {}
-        self._trusted_uids = {0}
-        with contextlib.suppress(OSError):
-            self._trusted_uids.add(os.stat(localapi.socket_path).st_uid)
+        # Whose sockets may carry tailscale serve's X-Forwarded-For: root's and
+        # tailscaled's; nobody's when no tailscaled serves this box (an embedded node).
+        self._trusted_uids: set[int] = set()
+        if trusts_forwarding:
+            self._trusted_uids.add(0)
+            if localapi.socket_path is not None:
+                with contextlib.suppress(OSError):
+                    self._trusted_uids.add(os.stat(localapi.socket_path).st_uid)
         self.me = TailnetSelf()
         self._me_expires = 0.0
 

@@ -66,7 +66,7 @@ def card_command(args: argparse.Namespace) -> int:
 
 
 async def _peers(args: argparse.Namespace) -> int:
-    localapi = LocalAPI(Path(args.tailscale_socket) if args.tailscale_socket else None)
+    localapi = LocalAPI.tailscaled(Path(args.tailscale_socket) if args.tailscale_socket else None)
     console = Console(stderr=True)
     try:
         with console.status("asking the tailnet's agents for their cards..."):

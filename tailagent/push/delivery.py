@@ -127,13 +127,25 @@ class PushConfigs(DatabasePushNotificationConfigStore):
 
 class PushDispatcher:
     def __init__(
-        self, engine: AsyncEngine, targets: PushTargets, signer: PushSigner, policy: PushSettings
+        self,
+        engine: AsyncEngine,
+        targets: PushTargets,
+        signer: PushSigner,
+        policy: PushSettings,
+        tailnet_proxy: str | None = None,
     ) -> None:
+        """`tailnet_proxy`: the embedded node's SOCKS5 proxy, through which tailnet
+        targets are reached (None: the host's network reaches the tailnet)."""
         self.configs = PushConfigs(engine, self)
         self._targets = targets
         self._signer = signer
         self._policy = policy
         self._http = httpx.AsyncClient(timeout=policy.timeout, follow_redirects=False)
+        self._tailnet_http = self._http
+        if tailnet_proxy is not None:
+            self._tailnet_http = httpx.AsyncClient(
+                timeout=policy.timeout, follow_redirects=False, proxy=tailnet_proxy
+            )
         self._queues: dict[str, deque[Task]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         # Unfinished tasks with push configs (or that may have some: see watch()).
@@ -232,7 +244,9 @@ class PushDispatcher:
             headers["Authorization"] = f"Bearer {token}"
         url = httpx.URL(config.url)
         extensions = {}
+        http = self._http
         if target.address is not None:
+            http = self._tailnet_http
             # Connect to the address that was checked; the Host header and TLS name
             # stay the URL's own.
             headers["Host"] = url.netloc.decode()
@@ -240,9 +254,7 @@ class PushDispatcher:
             if url.scheme == "https":
                 extensions["sni_hostname"] = target.host
         try:
-            response = await self._http.post(
-                url, content=body, headers=headers, extensions=extensions
-            )
+            response = await http.post(url, content=body, headers=headers, extensions=extensions)
         except httpx.HTTPError as exc:
             return True, f"{type(exc).__name__}: {exc}"
         if response.status_code < 300:
@@ -262,3 +274,5 @@ class PushDispatcher:
                 with contextlib.suppress(BaseException):
                     await worker
         await self._http.aclose()
+        if self._tailnet_http is not self._http:
+            await self._tailnet_http.aclose()

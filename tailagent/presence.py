@@ -1,0 +1,104 @@
+"""How this server is on the tailnet: one interface for the ways it can be.
+
+- `BoxTailscaled`: the box's tailscaled; the operator runs `tailscale serve`.
+- `ServeEntry` (`--tailnet`): the box's tailscaled, with the serve entry written and
+  removed by tailagent itself.
+- `EmbeddedNode` (`--tsnet`, in `tailagent.tsnet`): a tailnet node inside this process.
+
+The server asks each the same things: where the LocalAPI is (whois, status), which
+URL to advertise, whether a local root socket's X-Forwarded-For may name a peer
+(only tailscaled's `serve` sends one), and how to reach the tailnet.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable
+from tailagent.config import Settings
+from tailagent.tailnet import ServeEntry, TailnetError, expose, withdraw
+
+
+class PresenceError(Exception):
+    """The server cannot get onto the tailnet; str() is the one line that says why."""
+
+
+class Presence(Protocol):
+    @property
+    def localapi(self) -> LocalAPI:
+        """The LocalAPI that answers whois and status for this server's node."""
+
+    @property
+    def trusts_forwarding(self) -> bool:
+        """May X-Forwarded-For from a local socket of root or tailscaled name a peer?"""
+
+    @property
+    def tailnet_proxy(self) -> str | None:
+        """A socks5:// proxy onto the tailnet; None when the host's network reaches it."""
+
+    async def start(self, listener: str) -> str | None:
+        """Gets onto the tailnet, forwarding to `listener` (http://IP:PORT or unix:/path);
+        returns the URL to advertise, or None to keep the configured one."""
+
+    async def stop(self) -> None:
+        """Leaves the tailnet as `start` found it, and closes the LocalAPI client."""
+
+    def report(self) -> dict[str, Any]:
+        """What /metrics and the logs say about it."""
+
+
+class BoxTailscaled:
+    trusts_forwarding: bool = True
+    tailnet_proxy: str | None = None
+
+    def __init__(self, settings: Settings) -> None:
+        self.localapi = LocalAPI.tailscaled(settings.tailscale.socket)
+
+    async def start(self, listener: str) -> str | None:
+        return None
+
+    async def stop(self) -> None:
+        await self.localapi.aclose()
+
+    def report(self) -> dict[str, Any]:
+        return {"way": "tailscaled", "localapi": self.localapi.where}
+
+
+class ServeEntryPresence(BoxTailscaled):
+    """`--tailnet`: the box's tailscaled serves this server on its MagicDNS name."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self._port = settings.tailnet_port
+        self._entry: ServeEntry | None = None
+
+    async def start(self, listener: str) -> str | None:
+        try:
+            self._entry = await expose(self.localapi, self._port, listener)
+        except (TailnetError, LocalAPIUnavailable) as exc:
+            raise PresenceError(str(exc)) from None
+        return self._entry.public_url
+
+    async def stop(self) -> None:
+        try:
+            if self._entry is not None:
+                await withdraw(self.localapi, self._entry)
+        except (TailnetError, LocalAPIUnavailable) as exc:
+            raise PresenceError(f"could not remove the tailscale serve entry: {exc}") from None
+        finally:
+            self._entry = None
+            await super().stop()
+
+    def report(self) -> dict[str, Any]:
+        url = self._entry.public_url if self._entry else None
+        return {**super().report(), "way": "tailscale serve", "url": url}
+
+
+def make_presence(settings: Settings) -> Presence:
+    if settings.tsnet.enabled:
+        from tailagent.tsnet.node import EmbeddedNode
+
+        return EmbeddedNode(settings)
+    if settings.tailnet:
+        return ServeEntryPresence(settings)
+    return BoxTailscaled(settings)

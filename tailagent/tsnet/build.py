@@ -1,0 +1,54 @@
+"""Builds the embedded node's shared library with Go (`go build -buildmode=c-shared`).
+
+It imports nothing but the standard library, because setup.py runs it before
+tailagent's dependencies exist. Run by hand: `python tailagent/tsnet/build.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parent
+LIBRARY_NAME = "libtailagent_tsnet.so"
+GO_HINT = (
+    "install Go 1.26.6 or newer (https://go.dev/dl/) and reinstall tailagent "
+    "(pip install .), or run `python tailagent/tsnet/build.py` in a checkout"
+)
+
+
+class BuildFailed(Exception):
+    """The library could not be built; str() is one line that says why."""
+
+
+def build(destination: Path = SOURCE) -> Path:
+    """Builds the library into `destination` and returns its path. Go's own build
+    cache makes a second build of unchanged sources take seconds."""
+    go = shutil.which("go")
+    if go is None:
+        raise BuildFailed(f"Go is not installed: {GO_HINT}")
+    destination.mkdir(parents=True, exist_ok=True)
+    target = destination / LIBRARY_NAME
+    partial = target.with_suffix(".so.partial")
+    argv = [go, "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w",
+            "-o", str(partial), "."]  # fmt: skip
+    env = {**os.environ, "CGO_ENABLED": "1", "GOFLAGS": "-mod=mod"}
+    result = subprocess.run(argv, cwd=SOURCE, env=env, capture_output=True, text=True)
+    partial.with_suffix(".h").unlink(missing_ok=True)
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        lines = result.stderr.strip().splitlines() or ["no output"]
+        raise BuildFailed(f"go build of the embedded node failed: {lines[-1]}")
+    partial.replace(target)
+    return target
+
+
+if __name__ == "__main__":
+    try:
+        print(f"built {build()}")
+    except BuildFailed as exc:
+        print(f"tailagent: {exc}", file=sys.stderr)
+        sys.exit(1)

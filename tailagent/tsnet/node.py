@@ -1,0 +1,253 @@
+"""`serve --tsnet`: this server as a tailnet node of its own.
+
+The node (tsnet, in this process) listens on the tailnet and hands each
+connection to the server's loopback listener, registering that connection's
+loopback ip:port so the node's LocalAPI whois names the peer; the access layer
+asks that LocalAPI exactly as it asks tailscaled. No X-Forwarded-For is ever
+believed: there is no tailscaled on the box to send one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from tailagent.access.localapi import LocalAPI
+from tailagent.access.tokens import write_private
+from tailagent.config import Settings, TsnetSettings
+from tailagent.metrics import TSNET_CONNECTIONS, TSNET_KEY_EXPIRY, TSNET_NODE
+from tailagent.presence import PresenceError
+from tailagent.tsnet.library import LibraryMissing, NodeLibrary
+
+log = logging.getLogger("tailagent.tsnet")
+
+CREDENTIAL_NAME = "tailscale-authkey"  # systemd LoadCredential= name
+CLIENT_FILE = "client.json"  # how the CLI on this box reaches the running node
+START_TIMEOUT = 60.0
+POLL_SECONDS = 0.1
+WATCH_SECONDS = 5.0
+KEYS_PAGE = "https://login.tailscale.com/admin/settings/keys"
+
+
+def node_dir(state_dir: Path) -> Path:
+    return state_dir / "tsnet"
+
+
+def auth_key(settings: TsnetSettings, environ: dict[str, str] | None = None) -> tuple[str, str]:
+    """The auth key (or OAuth client secret) and where it came from; ("", "") for none.
+
+    A configured key file wins, then the systemd credential, then TS_AUTHKEY."""
+    environ = dict(os.environ) if environ is None else environ
+    sources: list[tuple[Path, str]] = []
+    if settings.auth_key_file is not None:
+        sources.append((settings.auth_key_file, "tsnet.auth_key_file"))
+    if environ.get("CREDENTIALS_DIRECTORY"):
+        credential = Path(environ["CREDENTIALS_DIRECTORY"]) / CREDENTIAL_NAME
+        if credential.exists():
+            sources.append((credential, f"the systemd credential {CREDENTIAL_NAME}"))
+    for path, where in sources:
+        try:
+            key = path.read_text().strip()
+        except OSError as exc:
+            raise PresenceError(
+                f"cannot read the auth key in {path} ({where}): {exc.strerror}"
+            ) from None
+        if not key:
+            raise PresenceError(f"{path} ({where}) is empty: put the auth key in it")
+        return key, where
+    key = environ.get("TS_AUTHKEY", "").strip()
+    return (key, "TS_AUTHKEY") if key else ("", "")
+
+
+def explain(error: str, settings: TsnetSettings) -> str:
+    """tsnet's words for a failed join, with what to do about it."""
+    lowered = error.lower()
+    if "authkey" in lowered or "auth key" in lowered or "expired" in lowered:
+        return (
+            f"the control server refused the node's key ({error}): make a new auth key "
+            f"({KEYS_PAGE}) and set TS_AUTHKEY or tsnet.auth_key_file"
+        )
+    if "already has a node named" in lowered:
+        return (
+            f"{error}: remove or rename the other node in the tailnet's admin console, or "
+            "pick another --hostname (and delete the state dir's tsnet/ to join anew)"
+        )
+    if "control server" in lowered:
+        where = settings.control_url or "Tailscale's"
+        return f"{error} (tsnet.control_url is {where}): check the URL and that it is up"
+    return f"the embedded node could not join the tailnet: {error}"
+
+
+class EmbeddedNode:
+    """A `Presence` (see tailagent.presence) that is its own tailnet node."""
+
+    trusts_forwarding: bool = False
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings.tsnet
+        self._dir = node_dir(settings.state_dir)
+        self._verbose = settings.log_level == "debug"
+        self._library: NodeLibrary | None = None
+        self._handle: int | None = None
+        self._localapi: LocalAPI | None = None
+        self._proxy: str | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self.status: dict[str, Any] = {}
+
+    @property
+    def localapi(self) -> LocalAPI:
+        if self._localapi is None:
+            raise RuntimeError("the embedded node has not started")
+        return self._localapi
+
+    @property
+    def tailnet_proxy(self) -> str | None:
+        return self._proxy
+
+    async def start(self, listener: str) -> str | None:
+        try:
+            self._library = NodeLibrary.load()
+        except (LibraryMissing, OSError) as exc:
+            raise PresenceError(str(exc)) from None
+        key, key_source = auth_key(self._settings)
+        if key.startswith("tskey-client-") and not self._settings.advertise_tags:
+            raise PresenceError(
+                "an OAuth client secret makes tagged nodes only: set tsnet.advertise_tags"
+            )
+        target = urlsplit(listener).netloc
+        answer = await self._library.start(
+            {
+                "dir": str(self._dir),
+                "hostname": self._settings.hostname,
+                "auth_key": key,
+                "control_url": self._settings.control_url or "",
+                "advertise_tags": list(self._settings.advertise_tags),
+                "ephemeral": self._settings.ephemeral,
+                "https": self._settings.https,
+                "target": target,
+                "log_file": str(self._dir / "node.log"),
+                "verbose": self._verbose,
+            }
+        )
+        if "error" in answer:
+            raise PresenceError(explain(answer["error"], self._settings))
+        self._handle = int(answer["handle"])
+        log.info(
+            "joining the tailnet as %s (state %s, key from %s)",
+            self._settings.hostname, self._dir, key_source or "the stored node state",
+        )  # fmt: skip
+        try:
+            status = await self._await_running()
+        except BaseException:
+            await self._close()
+            raise
+        self._localapi = LocalAPI.loopback(status["localapi"], status["localapi_cred"])
+        self._proxy = f"socks5://tsnet:{status['proxy_cred']}@{status['localapi']}"
+        write_private(
+            self._dir / CLIENT_FILE,
+            json.dumps({
+                "pid": os.getpid(),
+                "localapi": status["localapi"],
+                "localapi_cred": status["localapi_cred"],
+                "proxy_cred": status["proxy_cred"],
+                "url": status["url"],
+            }) + "\n",
+        )  # fmt: skip
+        ips = ", ".join(status.get("ips") or [])
+        log.info(
+            "joined tailnet %s as %s (%s); serving %s",
+            status.get("tailnet") or "?", status["dns_name"], ips, status["url"],
+        )  # fmt: skip
+        self._watch = asyncio.create_task(self._watch_node(), name="tsnet-watch")
+        url: str = status["url"]
+        return url
+
+    async def _await_running(self) -> dict[str, Any]:
+        assert self._library is not None and self._handle is not None
+        deadline = time.monotonic() + START_TIMEOUT
+        shown_url = ""
+        while True:
+            status = await self._library.status(self._handle)
+            self._note(status)
+            phase = status.get("phase")
+            if phase == "running":
+                return status
+            if phase == "failed":
+                raise PresenceError(explain(status.get("error", "?"), self._settings))
+            if phase == "needs-login":
+                deadline = time.monotonic() + START_TIMEOUT  # a person is on their way
+                if status.get("auth_url") and status["auth_url"] != shown_url:
+                    shown_url = status["auth_url"]
+                    log.warning(
+                        "to add this node to your tailnet, open %s (or restart with "
+                        "TS_AUTHKEY set); waiting", shown_url,
+                    )  # fmt: skip
+            elif time.monotonic() > deadline:
+                health = "; ".join(status.get("health") or []) or "no word from tsnet"
+                raise PresenceError(
+                    f"the embedded node did not join the tailnet within {START_TIMEOUT:.0f} s "
+                    f"(state {status.get('backend_state', '?')}: {health}); see "
+                    f"{self._dir / 'node.log'}"
+                )
+            await asyncio.sleep(POLL_SECONDS)
+
+    def _note(self, status: dict[str, Any]) -> None:
+        """Keeps the last status for /metrics and says when the node's state changes."""
+        before = self.status.get("backend_state")
+        after = status.get("backend_state")
+        if self._watch is not None and before != after:
+            if before == "Running":
+                log.warning("the embedded node left the Running state: %s", after)
+            elif after == "Running":
+                log.info("the embedded node is Running again")
+        self.status = status
+        TSNET_NODE.info(
+            {
+                "state": str(after or status.get("phase", "")),
+                "name": str(status.get("dns_name", "")),
+                "ips": ",".join(status.get("ips") or []),
+                "tailnet": str(status.get("tailnet", "")),
+                "https": str(bool(status.get("https"))).lower(),
+            }
+        )
+        expiry = status.get("key_expiry")
+        TSNET_KEY_EXPIRY.set(datetime.fromisoformat(expiry).timestamp() if expiry else 0)
+        TSNET_CONNECTIONS.set(status.get("connections", 0))
+
+    async def _watch_node(self) -> None:
+        assert self._library is not None and self._handle is not None
+        while True:
+            await asyncio.sleep(WATCH_SECONDS)
+            self._note(await self._library.status(self._handle))
+
+    def report(self) -> dict[str, Any]:
+        keys = ("backend_state", "dns_name", "ips", "tailnet", "key_expiry", "https", "url")
+        return {"way": "tsnet", **{k: self.status.get(k) for k in keys}}
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        (self._dir / CLIENT_FILE).unlink(missing_ok=True)
+        if self._localapi is not None:
+            await self._localapi.aclose()
+        await self._close()
+
+    async def _close(self) -> None:
+        if self._library is None or self._handle is None:
+            return
+        handle, self._handle = self._handle, None
+        answer = await self._library.close(handle, logout=self._settings.ephemeral)
+        if answer.get("error"):
+            log.warning("closing the embedded node: %s", answer["error"])
+        elif self._settings.ephemeral:
+            log.info("the ephemeral node logged out and left the tailnet")
