@@ -12,6 +12,7 @@ from tailagent import __version__
 from tailagent.config import AGENTS, LOG_LEVELS, ROLES, ConfigError, Settings, load_settings
 
 DEFAULT_URL = "http://127.0.0.1:3008"
+STATE_DIR_NODE_HELP = "without tailscaled: the state dir of this box's `serve --tsnet` server"
 
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -127,12 +128,14 @@ def _card_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     card = sub.add_parser("card", help="show an agent's card and check its signature")
     card.add_argument("url")
     card.add_argument("--trust", action="store_true", help="pin the card's key for this URL")
+    card.add_argument("--state-dir", metavar="DIR", help=STATE_DIR_NODE_HELP)
     peers = sub.add_parser("peers", help="every tailagent on the tailnet, with its card")
     peers.add_argument("--json", action="store_true", help="one JSON object per agent")
     peers.add_argument("--port", type=int, help="the port agents are served on (default: 443)")
     peers.add_argument("--scheme", choices=("https", "http"), default="https")
     peers.add_argument("--timeout", type=float, default=3.0, help="seconds per peer")
     peers.add_argument("--tailscale-socket", metavar="PATH", help="tailscaled's LocalAPI socket")
+    peers.add_argument("--state-dir", metavar="DIR", help=STATE_DIR_NODE_HELP)
 
 
 def _service_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -147,6 +150,15 @@ def _service_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
                 "--workspace", type=Path, default=Path.cwd(), help="the agent's workspace"
             )
             a.add_argument("--config", type=Path, help="the TOML config file the unit passes")
+            a.add_argument(
+                "--tsnet", action="store_true", help="the unit joins as its own tailnet node"
+            )
+            a.add_argument(
+                "--auth-key-file",
+                type=Path,
+                metavar="FILE",
+                help="--tsnet: the auth key, handed over as a systemd credential",
+            )
 
 
 def _doctor_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -156,6 +168,7 @@ def _doctor_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     p.add_argument("--agent-command", metavar="CMD")
     p.add_argument("--listen", metavar="ADDR")
     p.add_argument("--tailscale-socket", metavar="PATH")
+    p.add_argument("--tsnet", action="store_true", default=None, help="check the embedded node")
     _state_options(p)
     _store_option(p)
 
@@ -201,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             "state_dir": args.state_dir,
             "store": args.store,
             "tailscale.socket": args.tailscale_socket,
+            "tsnet.enabled": args.tsnet,
         }
         settings = _settings(flags, args.config)
         return 2 if settings is None else doctor_command(settings, args.json)
@@ -209,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.action == "install":
             config = args.config.resolve() if args.config else None
-            return install(args.user, args.workspace, config, args.dest)
+            key_file = args.auth_key_file.resolve() if args.auth_key_file else None
+            return install(
+                args.user, args.workspace, config, args.dest,
+                tsnet=args.tsnet, auth_key_file=key_file,
+            )  # fmt: skip
         return uninstall(args.user, args.dest)
     if args.command in ("card", "peers"):
         from tailagent.card.commands import card_command, peers_command

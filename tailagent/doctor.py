@@ -178,8 +178,56 @@ async def _listener(settings: Settings) -> Check:
     )
 
 
+async def _embedded_node(settings: Settings) -> list[Check]:
+    """--tsnet: the library, and the node (asked through the running server's LocalAPI)."""
+    from tailagent.presence import PresenceError
+    from tailagent.tsnet.client import running_node
+    from tailagent.tsnet.library import LibraryMissing, NodeLibrary
+    from tailagent.tsnet.node import auth_key, node_dir
+
+    try:
+        library = NodeLibrary.load()
+    except (LibraryMissing, OSError) as exc:
+        return [Check("tsnet library", False, str(exc))]
+    checks = [Check("tsnet library", True, f"tailscale.com {library.version()} ({library.path})")]
+    node = running_node(settings.state_dir)
+    if node is None:
+        if (node_dir(settings.state_dir) / "tailscaled.state").exists():
+            detail = "joined before, not running now: a start needs no key"
+            return [*checks, Check("tsnet node", True, detail)]
+        try:
+            _, source = auth_key(settings.tsnet)
+        except PresenceError as exc:
+            return [*checks, Check("tsnet node", False, str(exc))]
+        if source:
+            return [*checks, Check("tsnet node", True, f"not joined yet; will join with {source}")]
+        fix = "set TS_AUTHKEY or tsnet.auth_key_file, or run serve --tsnet by hand and log in"
+        return [*checks, Check("tsnet node", False, "not joined, and no auth key", fix)]
+    api = node.localapi()
+    try:
+        status = await api.status()
+    except LocalAPIUnavailable as exc:
+        return [*checks, Check("tsnet node", False, str(exc), "restart the server")]
+    finally:
+        await api.aclose()
+    me = status.get("Self") or {}
+    state = status.get("BackendState", "?")
+    tailnet = (status.get("CurrentTailnet") or {}).get("Name", "?")
+    expiry = me.get("KeyExpiry") or "never"
+    https = "HTTPS" if (status.get("CertDomains") or []) else "no HTTPS certificates (plain HTTP)"
+    detail = (
+        f"{state} as {self_dns_name(status)} ({', '.join(me.get('TailscaleIPs') or [])}) "
+        f"on {tailnet}; key expires {expiry}; {https}"
+    )
+    fix = "" if state == "Running" else "see the node's log in the state dir's tsnet/node.log"
+    return [*checks, Check("tsnet node", state == "Running", detail, fix)]
+
+
 async def diagnose(settings: Settings) -> list[Check]:
-    checks = await _tailscale(settings)
+    if settings.tsnet.enabled:
+        checks = await _embedded_node(settings)
+    else:
+        checks = await _tailscale(settings)
     checks += [_key(settings), _agent(settings), _state_dir(settings), await _store(settings)]
     return [*checks, await _listener(settings)]
 

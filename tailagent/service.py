@@ -17,6 +17,8 @@ from pathlib import Path
 
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 UNIT_NAME = "tailagent.service"
+TSNET_LISTEN = "127.0.0.1:3008"
+CREDENTIAL_NAME = "tailscale-authkey"  # what tailagent.tsnet.node looks for
 
 # What both units run and how systemd keeps it: the socket lives in the runtime
 # directory ({runtime} is /run for the system unit, %t for a user manager).
@@ -25,8 +27,8 @@ Type=notify
 NotifyAccess=main
 WorkingDirectory={workspace}
 ExecStart={python} -m tailagent serve --cwd {workspace}{config} \\
-    --listen unix:{runtime}/tailagent/tailagent.sock
-StateDirectory=tailagent
+    {listen}
+{credential}StateDirectory=tailagent
 StateDirectoryMode=0700
 RuntimeDirectory=tailagent
 RuntimeDirectoryMode=0700
@@ -41,7 +43,7 @@ NoNewPrivileges=yes
 _SYSTEM = """\
 [Unit]
 Description=tailagent: a coding agent on this tailnet, over A2A
-After=network-online.target tailscaled.service
+After=network-online.target{after}
 Wants=network-online.target
 
 [Service]
@@ -63,7 +65,7 @@ ProtectKernelLogs=yes
 ProtectControlGroups=yes
 ProtectClock=yes
 ProtectHostname=yes
-RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6{netlink}
 RestrictNamespaces=yes
 RestrictRealtime=yes
 RestrictSUIDSGID=yes
@@ -98,17 +100,31 @@ class Unit:
     config: Path | None
     user: str
     home: Path
+    tsnet: bool = False
+    auth_key_file: Path | None = None
 
     def render(self) -> str:
         config = f" --config {self.config}" if self.config else ""
+        runtime = "%t" if self.user_mode else "/run"
+        # --tsnet: the node in the process forwards to a loopback TCP port (whois
+        # names callers by its ip:port), and the key arrives as a systemd credential.
+        listen = f"--listen unix:{runtime}/tailagent/tailagent.sock"
+        if self.tsnet:
+            listen = f"--tsnet --listen {TSNET_LISTEN}"
+        credential = ""
+        if self.auth_key_file is not None:
+            credential = f"LoadCredential={CREDENTIAL_NAME}:{self.auth_key_file}\n"
         service = _SERVICE.format(
-            python=self.python, workspace=self.workspace, config=config,
-            runtime="%t" if self.user_mode else "/run",
+            python=self.python, workspace=self.workspace, config=config, listen=listen,
+            credential=credential, runtime=runtime,
         )  # fmt: skip
         template = _USER if self.user_mode else _SYSTEM
         return template.format(
-            service=service, workspace=self.workspace, user=self.user, home=self.home
-        )
+            service=service, workspace=self.workspace, user=self.user, home=self.home,
+            after="" if self.tsnet else " tailscaled.service",
+            # tsnet watches the host's routes over netlink.
+            netlink=" AF_NETLINK" if self.tsnet else "",
+        )  # fmt: skip
 
     @property
     def socket(self) -> str:
@@ -120,10 +136,18 @@ class Unit:
         )
 
 
-def this_machine(user_mode: bool, workspace: Path, config: Path | None) -> Unit:
+def this_machine(
+    user_mode: bool,
+    workspace: Path,
+    config: Path | None,
+    tsnet: bool = False,
+    auth_key_file: Path | None = None,
+) -> Unit:
     user = os.environ.get("SUDO_USER") or getpass.getuser()
     home = Path(os.path.expanduser(f"~{user}"))
-    return Unit(user_mode, sys.executable, workspace.resolve(), config, user, home)
+    return Unit(
+        user_mode, sys.executable, workspace.resolve(), config, user, home, tsnet, auth_key_file
+    )
 
 
 def unit_path(user_mode: bool, dest: Path | None) -> Path:
@@ -144,12 +168,28 @@ def next_commands(unit: Unit, installed: bool) -> list[str]:
         lines.append(
             f"sudo loginctl enable-linger {unit.user}   # keep it running when you log out"
         )
-    lines.append(f"sudo tailscale serve --bg unix:{unit.socket}   # put it on your tailnet")
+    if unit.tsnet:
+        journal = "journalctl --user" if unit.user_mode else "sudo journalctl"
+        how = "its name and URL" if unit.auth_key_file else "the login URL to open (no key given)"
+        lines.append(f"{journal} -u tailagent -f   # {how}")
+    else:
+        lines.append(f"sudo tailscale serve --bg unix:{unit.socket}   # put it on your tailnet")
     return lines
 
 
-def install(user_mode: bool, workspace: Path, config: Path | None, dest: Path | None) -> int:
-    unit = this_machine(user_mode, workspace, config)
+def install(
+    user_mode: bool,
+    workspace: Path,
+    config: Path | None,
+    dest: Path | None,
+    *,
+    tsnet: bool = False,
+    auth_key_file: Path | None = None,
+) -> int:
+    if auth_key_file is not None and not tsnet:
+        print("tailagent: --auth-key-file is for --tsnet units", file=sys.stderr)
+        return 2
+    unit = this_machine(user_mode, workspace, config, tsnet, auth_key_file)
     path = unit_path(user_mode, dest)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(unit.render())

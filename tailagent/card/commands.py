@@ -12,10 +12,11 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable
+from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, find_socket
 from tailagent.card.keys import KeyStore
 from tailagent.card.peers import discover
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
+from tailagent.tsnet.client import proxy_for, running_node
 
 
 def keys_command(args: argparse.Namespace, state_dir: Path) -> int:
@@ -33,7 +34,8 @@ def keys_command(args: argparse.Namespace, state_dir: Path) -> int:
 
 async def _card(args: argparse.Namespace) -> int:
     known = KnownAgents()
-    async with httpx.AsyncClient(timeout=10) as http:
+    proxy = proxy_for(args.url, args.state_dir)
+    async with httpx.AsyncClient(timeout=10, proxy=proxy) as http:
         try:
             card = await fetch_card(args.url, http)
         except (httpx.HTTPError, ValueError) as exc:
@@ -66,13 +68,13 @@ def card_command(args: argparse.Namespace) -> int:
 
 
 async def _peers(args: argparse.Namespace) -> int:
-    localapi = LocalAPI.tailscaled(Path(args.tailscale_socket) if args.tailscale_socket else None)
+    localapi, proxy = _tailnet_access(args)
     console = Console(stderr=True)
     try:
         with console.status("asking the tailnet's agents for their cards..."):
             peers = await discover(
                 localapi, KnownAgents(), scheme=args.scheme, port=args.port,
-                per_peer_timeout=args.timeout,
+                per_peer_timeout=args.timeout, proxy=proxy,
             )  # fmt: skip
     except LocalAPIUnavailable as exc:
         print(f"tailagent: {exc}", file=sys.stderr)
@@ -93,6 +95,16 @@ async def _peers(args: argparse.Namespace) -> int:
     if not peers:
         print("no tailagent answered on the tailnet's online peers", file=sys.stderr)
     return 0
+
+
+def _tailnet_access(args: argparse.Namespace) -> tuple[LocalAPI, str | None]:
+    """tailscaled, or on a box without one, the running `serve --tsnet` server's node."""
+    socket = find_socket(Path(args.tailscale_socket) if args.tailscale_socket else None)
+    if not socket.exists():
+        node = running_node(args.state_dir)
+        if node is not None:
+            return node.localapi(), node.proxy
+    return LocalAPI.tailscaled(socket), None
 
 
 def peers_command(args: argparse.Namespace) -> int:

@@ -55,6 +55,7 @@ async def discover(
     port: int | None = None,
     concurrency: int = 16,
     per_peer_timeout: float = 3.0,
+    proxy: str | None = None,
 ) -> list[Peer]:
     candidates = _candidates(await localapi.status(), scheme, port)
     limit = asyncio.Semaphore(concurrency)
@@ -69,6 +70,6 @@ async def discover(
             skills = [s.get("name", "") for s in card.get("skills") or []]
             return Peer(host, owner, url, str(card.get("name", "")), skills, verdict.status)
 
-    async with httpx.AsyncClient(timeout=per_peer_timeout) as http:
+    async with httpx.AsyncClient(timeout=per_peer_timeout, proxy=proxy) as http:
         results = await asyncio.gather(*(probe(http, *c) for c in candidates))
     return sorted((p for p in results if p is not None), key=lambda p: p.peer)

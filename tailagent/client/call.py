@@ -30,6 +30,7 @@ from tailagent.access.tokens import read_local_token
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
 from tailagent.client.render import Outcome, Prompt, Renderer
 from tailagent.config import default_state_dir
+from tailagent.tsnet.client import proxy_for
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT_REQUIRED = 0, 1, 2, 3
 
@@ -134,7 +135,9 @@ async def run_call(args: argparse.Namespace, console: Console) -> int:
     token = choose_token(args.url, args.token, args.state_dir)
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(10.0, read=None)) as http:
+    proxy = proxy_for(args.url, args.state_dir)
+    timeout = httpx.Timeout(10.0, read=None)
+    async with httpx.AsyncClient(headers=headers, timeout=timeout, proxy=proxy) as http:
         await check_card(args.url, http, args.require_signed)
         client = await create_client(args.url, client_config=ClientConfig(httpx_client=http))
         try:

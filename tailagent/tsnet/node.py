@@ -25,12 +25,12 @@ from tailagent.access.tokens import write_private
 from tailagent.config import Settings, TsnetSettings
 from tailagent.metrics import TSNET_CONNECTIONS, TSNET_KEY_EXPIRY, TSNET_NODE
 from tailagent.presence import PresenceError
+from tailagent.tsnet.client import client_file
 from tailagent.tsnet.library import LibraryMissing, NodeLibrary
 
 log = logging.getLogger("tailagent.tsnet")
 
 CREDENTIAL_NAME = "tailscale-authkey"  # systemd LoadCredential= name
-CLIENT_FILE = "client.json"  # how the CLI on this box reaches the running node
 START_TIMEOUT = 60.0
 POLL_SECONDS = 0.1
 WATCH_SECONDS = 5.0
@@ -93,6 +93,7 @@ class EmbeddedNode:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings.tsnet
+        self._state_dir = settings.state_dir
         self._dir = node_dir(settings.state_dir)
         self._verbose = settings.log_level == "debug"
         self._library: NodeLibrary | None = None
@@ -152,7 +153,7 @@ class EmbeddedNode:
         self._localapi = LocalAPI.loopback(status["localapi"], status["localapi_cred"])
         self._proxy = f"socks5://tsnet:{status['proxy_cred']}@{status['localapi']}"
         write_private(
-            self._dir / CLIENT_FILE,
+            client_file(self._state_dir),
             json.dumps({
                 "pid": os.getpid(),
                 "localapi": status["localapi"],
@@ -237,7 +238,7 @@ class EmbeddedNode:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
-        (self._dir / CLIENT_FILE).unlink(missing_ok=True)
+        client_file(self._state_dir).unlink(missing_ok=True)
         if self._localapi is not None:
             await self._localapi.aclose()
         await self._close()
