@@ -29,12 +29,14 @@ import asyncio
 import json
 import os
 import shlex
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -177,7 +179,7 @@ async def sequential(
                     times[way].append(elapsed)
                 else:
                     failures += 1
-                    print(f"  {way}: SendMessage failed: {response.status_code} {response.text}")
+                    print(f"  via {way}: SendMessage: {response.status_code} {response.text}")
     finally:
         for client in clients.values():
             await client.aclose()
@@ -217,7 +219,7 @@ async def concurrent(proxy: str, url: str, c: int) -> tuple[list[str], float, li
 
 
 def ms(value: float) -> str:
-    return f"{value * 1000:.1f} ms"
+    return "-" if value != value else f"{value * 1000:.1f} ms"  # NaN: no figure
 
 
 def mib(kib: int) -> str:
@@ -229,8 +231,9 @@ def median_or_nan(values: list[float]) -> float:
 
 
 def warnings_in(log: str) -> list[str]:
+    """The log's WARNING/ERROR lines, without their timestamps."""
     return [
-        line
+        line.split(" ", 2)[-1]
         for line in log.splitlines()
         if any(word in line for word in ("WARNING", "ERROR", "Traceback", "CRITICAL"))
     ]
@@ -310,7 +313,7 @@ def main() -> int:
             streams[way] = asyncio.run(concurrent(caller.proxy, urls[way], args.streams))
             failures += len(streams[way][0])
             for error in sorted(set(streams[way][0]))[:5]:
-                print(f"  {way}: stream failed: {error}")
+                print(f"  via {way}: a stream failed: {error}")
         loaded = {way: memory(servers[way].server.process.pid) for way in WAYS}
 
         # 4. Restarts on the same state dir.
@@ -340,6 +343,7 @@ def main() -> int:
             odd += [f"at exit: {line}" for line in warnings_in(launched.server.log())]
             launched.stop()
         net.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
     # The figures.
     print(f"tailnet via caller's proxy; echo agent; {os.cpu_count()} CPUs")
@@ -347,7 +351,7 @@ def main() -> int:
         f"first join of the tsnet node (with TS_AUTHKEY): serving on "
         f"{join_steps['serving']:.2f} s, reachable from the caller {join_reach:.2f} s"
     )
-    header = f"{'figure':<44}{'tsnet':>16}{'tailscaled+serve':>20}"
+    header = f"{'figure':<52}{'tsnet':>16}{'tailscaled+serve':>20}"
     rows: list[tuple[str, str, str]] = []
     med = {way: median_or_nan(seq[way]) for way in WAYS}
     rows.append((f"SendMessage median (x{args.requests})", ms(med["tsnet"]), ms(med["tailscaled"])))
@@ -374,12 +378,11 @@ def main() -> int:
         ("tailnet", "/healthz 200 from the caller"),
     ):
         cells = [median_or_nan([r[step] for r in restarts[w]]) for w in WAYS]
-        rows.append(
-            (f"restart -> {label} (median of {args.restarts})", *(f"{c:.2f} s" for c in cells))
-        )
+        rows.append((f"restart -> {label}", *(f"{c:.2f} s" for c in cells)))
     print(header)
+    print(f"(restart figures: medians of {args.restarts}, from Popen)")
     for label, a, b in rows:
-        print(f"{label:<44}{a:>16}{b:>20}")
+        print(f"{label:<52}{a:>16}{b:>20}")
     print(
         f"SendMessage median ratio tsnet / tailscaled+serve: {med['tsnet'] / med['tailscaled']:.2f}"
     )
@@ -387,9 +390,9 @@ def main() -> int:
         each = ", ".join(f"{r['serving']:.2f}/{r['tailnet']:.2f}" for r in restarts[way])
         print(f"{way} restarts (serving on / from caller, s): {each}")
     if odd:
-        print("log warnings/errors:")
-        for line in odd[:20]:
-            print(f"  {line}")
+        print("server log warnings/errors (count x line):")
+        for line, count in Counter(odd).most_common(10):
+            print(f"  {count} x {line}")
     print("command: " + shlex.join([sys.executable, *sys.argv]))
     return 1 if failures else 0
 

@@ -55,7 +55,13 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(200, json.dumps(config.get("status", {})), "application/json")
         elif url.path == "/localapi/v0/whois":
             addr = parse_qs(url.query).get("addr", [""])[0]
-            found = config.get("whois", {}).get(addr)
+            peers = config.get("whois", {})
+            found = peers.get(addr)
+            if found is None:  # as tailscaled does: a peer is also known by its address
+                found = next(
+                    (p for p in peers.values() if f"{addr}/32" in p["Node"].get("Addresses", [])),
+                    None,
+                )
             if found is None:
                 self._reply(404, f"no match for {addr}\n", "text/plain; charset=utf-8")
             else:

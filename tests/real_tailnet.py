@@ -105,6 +105,7 @@ class Node:
 @dataclass
 class Tailnet:
     tags: tuple[str, ...] = ("tag:ci",)
+    require_authkey: str = ""  # when set, nodes must join with this key
     directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tn-")))
     url: str = ""
     nodes: dict[str, Node] = field(default_factory=dict)
@@ -114,6 +115,8 @@ class Tailnet:
         args = [str(BIN / "tailnet-control"), "-exit-on-stdin-eof", "-magicdns-domain", DOMAIN]
         if self.tags:
             args += ["-tags", ",".join(self.tags)]
+        if self.require_authkey:
+            args += ["-require-authkey", self.require_authkey]
         log = (self.directory / "control.log").open("w")
         self.control = subprocess.Popen(
             args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
@@ -124,6 +127,20 @@ class Tailnet:
             self.stop()
             raise RuntimeError(f"the control server did not start:\n{self.log('control.log')}")
         return self
+
+    def nodes_seen(self) -> list[dict[str, Any]]:
+        """Every node the control server has registered (its /testctl/nodes)."""
+        with urllib.request.urlopen(self.url + "/testctl/nodes", timeout=10) as response:
+            nodes: list[dict[str, Any]] = json.load(response)
+        return nodes
+
+    def node_env(self) -> dict[str, str]:
+        """For a process that embeds a node: stray requests to Tailscale's hosts go to the
+        control server's trap (nothing leaves the machine), loopback stays direct."""
+        return {
+            "HTTP_PROXY": self.url, "HTTPS_PROXY": self.url, "NO_PROXY": "127.0.0.1,localhost",
+            "TS_NO_LOGS_NO_SUPPORT": "true",
+        }  # fmt: skip
 
     def log(self, name: str) -> str:
         path = self.directory / name
@@ -167,7 +184,8 @@ class Tailnet:
                     f"tailscaled {name} did not come up:\n{self.log(f'{name}/tailscaled.log')}"
                 )
             time.sleep(0.05)
-        up = ["up", f"--login-server={self.url}", "--authkey=tskey-test", f"--hostname={name}",
+        key = self.require_authkey or "tskey-test"
+        up = ["up", f"--login-server={self.url}", f"--authkey={key}", f"--hostname={name}",
               "--accept-dns=false"]  # fmt: skip
         if tags:
             up.append("--advertise-tags=" + ",".join(tags))

@@ -54,7 +54,10 @@ class _Connection:
     """What one TCP connection is, decided on its first request."""
 
     client: tuple[str, int]  # the very tuple object Hypercorn hands every request on it
-    seen: Seen | None  # a netstack peer, fixed for the connection
+    # A forwarded peer's tailnet IP: the peer is fixed for the connection, but what it
+    # may do is asked again (whois by IP, cached for seconds), so a grant revoked
+    # while a keep-alive connection stays open counts within seconds.
+    peer_ip: str | None
     uid: int | None  # else: the local owner of the connecting socket
     expires: float
 
@@ -123,8 +126,11 @@ class Resolver:
         if not client or not server:
             return Seen(None, "connection without addresses")
         connection = await self._connection(client, server)
-        if connection.seen is not None:
-            return connection.seen
+        if connection.peer_ip is not None:
+            peer = await self.localapi.whois(connection.peer_ip)
+            if peer is None:
+                return Seen(None, f"tailnet connection from {connection.peer_ip}, gone since")
+            return Seen(peer, "tailnet connection")
         uid = connection.uid
         if forwarded_for and uid in self._trusted_uids:
             return await self._forwarded(forwarded_for, "tailscale serve")
@@ -140,10 +146,9 @@ class Resolver:
         if cached is not None and cached.client is client and cached.expires > now:
             return cached
         peer = await self.localapi.whois(_addr_port(client[0], client[1]), "tcp")
-        if peer is not None:
-            entry = _Connection(
-                client, Seen(peer, "tailnet connection"), None, now + CONNECTION_TTL
-            )
+        if peer is not None and peer.node.addresses:
+            peer_ip = peer.node.addresses[0].split("/", 1)[0]
+            entry = _Connection(client, peer_ip, None, now + CONNECTION_TTL)
         else:
             uid = connection_owner((client[0], client[1]), (server[0], server[1]))
             entry = _Connection(client, None, uid, now + CONNECTION_TTL)

@@ -80,9 +80,10 @@ def explain(error: str, settings: TsnetSettings) -> str:
             f"{error}: remove or rename the other node in the tailnet's admin console, or "
             "pick another --hostname (and delete the state dir's tsnet/ to join anew)"
         )
+    if "state dir" in lowered:
+        return f"{error}: give tailagent a state dir its user can write (--state-dir)"
     if "control server" in lowered:
-        where = settings.control_url or "Tailscale's"
-        return f"{error} (tsnet.control_url is {where}): check the URL and that it is up"
+        return f"{error}: check tsnet.control_url, and that the server is up"
     return f"the embedded node could not join the tailnet: {error}"
 
 
@@ -238,8 +239,8 @@ class EmbeddedNode:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
-        client_file(self._state_dir).unlink(missing_ok=True)
         if self._localapi is not None:
+            client_file(self._state_dir).unlink(missing_ok=True)
             await self._localapi.aclose()
         await self._close()
 
