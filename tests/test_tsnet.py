@@ -35,6 +35,7 @@ from tests.a2a_helpers import user_message
 from tests.conftest import RunningServer, start_server
 from tests.real_tailnet import Node, Tailnet, Unavailable, build
 from tests.tailnet import free_port
+from tests.test_real_tailnet import audit_rows
 from tests.webhook import loopback_config, request_body
 
 CAPABILITY = "example.com/cap/tailagent"
@@ -92,7 +93,7 @@ def agent(tailnet: Tailnet, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     caller = login_of(tailnet.nodes["callerbox"])
     config = (
         f'[access]\nallowed_logins = ["{caller}"]\ncapability = "{CAPABILITY}"\n'
-        '[push]\nattempts = 2\nretry_delay = 0.05\n'
+        "[push]\nattempts = 2\nretry_delay = 0.05\n"
     )
     server = start_tsnet(tailnet, tmp, "tsagent", config=config)
     yield server
@@ -192,3 +193,210 @@ def test_the_nodes_tags_and_a_grants_roles_reach_the_policy(
             tailnet.grant({})
     finally:
         server.stop()
+
+
+async def test_a_permission_prompt_answered_across_the_tailnet(
+    tailnet: Tailnet, agent: RunningServer
+) -> None:
+    caller = tailnet.nodes["callerbox"]
+    async with httpx.AsyncClient(proxy=caller.proxy, headers={"A2A-Version": "1.0"},
+                                 timeout=30) as http:  # fmt: skip
+        client = await create_client(
+            f"http://{dns_name('tsagent')}", ClientConfig(httpx_client=http)
+        )
+        ask = SendMessageRequest(message=user_message("ask:tsnet"))
+        events = [e async for e in client.send_message(ask)]
+        task = events[0].task
+        assert events[-1].status_update.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        answer = SendMessageRequest(message=user_message("yes", task_id=task.id))
+        done = [e async for e in client.send_message(answer)]
+        assert done[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+        await client.close()
+    row = next(r for r in audit_rows(agent) if r["task_id"] == task.id)
+    assert row["decision"] == "allow"
+    assert row["answered_by"].startswith(f"user:{login_of(caller)}")
+
+
+@contextlib.asynccontextmanager
+async def webhook() -> AsyncIterator[tuple[int, asyncio.Queue[bytes]]]:
+    """A webhook on this machine's loopback; the caller's tailscaled (userspace
+    networking) forwards tailnet connections to its port there."""
+    received: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        received.put_nowait(await request_body(receive))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    config, port = loopback_config()
+    stop = asyncio.Event()
+    serving = asyncio.create_task(serve(app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+    try:
+        yield port, received
+    finally:
+        stop.set()
+        await serving
+
+
+async def test_push_goes_through_the_node_to_a_webhook_on_the_callers_node(
+    tailnet: Tailnet, agent: RunningServer
+) -> None:
+    caller = tailnet.nodes["callerbox"]
+    async with webhook() as (port, received):
+        push = TaskPushNotificationConfig(url=f"http://callerbox.tail.test:{port}/hook", token="t")
+        request = SendMessageRequest(
+            message=user_message("pushed"),
+            configuration=SendMessageConfiguration(task_push_notification_config=push),
+        )
+        async with httpx.AsyncClient(proxy=caller.proxy, headers={"A2A-Version": "1.0"},
+                                     timeout=30) as http:  # fmt: skip
+            client = await create_client(
+                f"http://{dns_name('tsagent')}", ClientConfig(httpx_client=http)
+            )
+            [e async for e in client.send_message(request)]
+            await client.close()
+        async with asyncio.timeout(10):
+            while b'"TASK_STATE_COMPLETED"' not in await received.get():
+                pass
+    assert "push for task" not in agent.log()  # no refusal, no failed delivery
+
+
+def test_peers_from_the_callers_box_find_the_embedded_node(
+    tailnet: Tailnet, agent: RunningServer, tmp_path: Path
+) -> None:
+    caller = tailnet.nodes["callerbox"]
+    env = {**os.environ, "HTTP_PROXY": caller.proxy,
+           "TAILAGENT_KNOWN_AGENTS": str(tmp_path / "known.json")}  # fmt: skip
+    peers = subprocess.run(
+        [sys.executable, "-m", "tailagent", "peers", "--json", "--scheme", "http", "--port", "80",
+         "--tailscale-socket", str(caller.socket)],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert peers.returncode == 0, peers.stderr
+    rows = {r["peer"]: r for r in map(json.loads, peers.stdout.splitlines())}
+    assert rows[dns_name("tsagent")]["signature"] == "valid (key from jku, not pinned)"
+
+
+def test_the_cli_on_the_agents_box_reaches_the_tailnet_through_the_node(
+    tailnet: Tailnet, agent: RunningServer, tmp_path: Path
+) -> None:
+    """No tailscaled on this box: `card` and `peers` go through the running server's node
+    to a tailagent on the caller's node (reached there by userspace networking)."""
+    port = free_port()
+    other = start_server(
+        tmp_path, "--public-url", f"http://callerbox.tail.test:{port}",
+        listen=f"127.0.0.1:{port}", state_dir=tmp_path / "other",
+    )  # fmt: skip
+    env = {**os.environ, "TAILAGENT_KNOWN_AGENTS": str(tmp_path / "known.json")}
+    env.pop("HTTP_PROXY", None)
+    try:
+        card = subprocess.run(
+            [sys.executable, "-m", "tailagent", "card", f"http://callerbox.tail.test:{port}",
+             "--state-dir", str(agent.state_dir)],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+        assert card.returncode == 0, card.stdout + card.stderr
+        assert "signature: valid" in card.stdout
+        peers = subprocess.run(
+            [sys.executable, "-m", "tailagent", "peers", "--json", "--scheme", "http",
+             "--port", str(port), "--state-dir", str(agent.state_dir)],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+        assert peers.returncode == 0, peers.stderr
+        assert "callerbox.tail.test" in [json.loads(r)["peer"] for r in peers.stdout.splitlines()]
+    finally:
+        other.stop()
+
+
+def test_doctor_reports_the_running_node(tailnet: Tailnet, agent: RunningServer) -> None:
+    doctor = subprocess.run(
+        [sys.executable, "-m", "tailagent", "doctor", "--tsnet", "--agent", "echo",
+         "--listen", agent.url.removeprefix("http://"), "--state-dir", str(agent.state_dir)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert doctor.returncode == 0, doctor.stdout
+    node = next(line for line in doctor.stdout.splitlines() if "tsnet node" in line)
+    assert f"✓ tsnet node: Running as {dns_name('tsagent')}" in node
+    assert "plain HTTP" in node  # the test control gives no certificates
+    metrics = httpx.get(agent.url + "/metrics", headers={"Authorization": f"Bearer {agent.token}"})
+    assert "tailagent_tsnet_node_info{" in metrics.text
+    assert 'state="Running"' in metrics.text
+
+
+def test_a_restart_keeps_the_node_without_a_key(tailnet: Tailnet, tmp_path: Path) -> None:
+    first = start_tsnet(tailnet, tmp_path, "restarted")
+    try:
+        ip = joined_ip(first)
+    finally:
+        assert first.stop() == 0
+    again = start_tsnet(tailnet, tmp_path, "restarted", key=None, state_dir=first.state_dir)
+    try:
+        assert joined_ip(again) == ip
+        assert "key from the stored node state" in again.log()
+        assert f"serving http://{dns_name('restarted')}" in again.log()
+    finally:
+        again.stop()
+
+
+def test_an_ephemeral_node_logs_out_at_stop(tailnet: Tailnet, tmp_path: Path) -> None:
+    """testcontrol neither drops a node that logs out nor asks a keyless one to log in,
+    so the logout shows as the node key being gone: the same state dir, started again
+    without a key, registers as a new node (a new address), where a plain restart
+    keeps its node (test_a_restart_keeps_the_node_without_a_key)."""
+    first = start_tsnet(tailnet, tmp_path, "ephemeral", tsnet="ephemeral = true")
+    ip = joined_ip(first)
+    assert first.stop() == 0
+    assert "the ephemeral node logged out and left the tailnet" in first.log()
+    again = start_tsnet(tailnet, tmp_path, "ephemeral", key=None, state_dir=first.state_dir)
+    try:
+        assert joined_ip(again) != ip
+    finally:
+        again.stop()
+
+
+def failed_start(tmp: Path, config: str, *extra: str, **env: str) -> tuple[int, str, float]:
+    path = tmp / f"bad-{time.monotonic_ns()}.toml"
+    path.write_text(config)
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "tailagent", "serve", "--tsnet", "--agent", "echo",
+         "--listen", "127.0.0.1:0", "--config", str(path), "--cwd", str(tmp), *extra],
+        capture_output=True, text=True, timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "TS_AUTHKEY"} | env,
+    )  # fmt: skip
+    return result.returncode, result.stderr.strip().splitlines()[-1], time.monotonic() - started
+
+
+def test_bad_input_is_one_line_and_a_non_zero_exit_within_seconds(
+    tailnet: Tailnet, tmp_path: Path
+) -> None:
+    strict = Tailnet(require_authkey="tskey-the-right-one").start()
+    try:
+        control = f'[tsnet]\ncontrol_url = "{strict.url}"\n'
+        code, line, took = failed_start(
+            tmp_path, control, "--state-dir", str(tmp_path / "k"),
+            TS_AUTHKEY="tskey-wrong", **strict.node_env(),
+        )  # fmt: skip
+        assert code == 1 and took < 15
+        assert line.startswith("tailagent: the control server refused the node's key"), line
+        assert "TS_AUTHKEY" in line
+    finally:
+        strict.stop()
+    down = f'[tsnet]\ncontrol_url = "http://127.0.0.1:{free_port()}"\n'
+    code, line, took = failed_start(tmp_path, down, "--state-dir", str(tmp_path / "d"),
+                                    TS_AUTHKEY="tskey-test")  # fmt: skip
+    assert code == 1 and took < 15
+    assert "cannot reach the control server" in line and "tsnet.control_url" in line, line
+    (tmp_path / "a-file").write_text("")
+    control = f'[tsnet]\ncontrol_url = "{tailnet.url}"\n'
+    code, line, _ = failed_start(tmp_path, control, "--state-dir", str(tmp_path / "a-file" / "s"),
+                                 TS_AUTHKEY="tskey-test")  # fmt: skip
+    assert code == 1 and "--state-dir" in line, line
+    code, line, _ = failed_start(tmp_path, control, "--tailnet")
+    assert code == 2 and "pick one" in line, line
+    code, line, _ = failed_start(
+        tmp_path, control, TAILAGENT_TSNET_LIBRARY=str(tmp_path / "missing.so")
+    )
+    assert code == 1 and "no embedded tailnet node" in line and "build.py" in line, line

@@ -152,7 +152,9 @@ class LocalAPI:
         try:
             response = await self._client.get(path, params=params)
         except httpx.HTTPError as exc:
-            self._unreachable_reason = f"{self.where} is not reachable: {exc or type(exc).__name__}"
+            self._unreachable_reason = (
+                f"{self.where} is not reachable: {str(exc) or type(exc).__name__}"
+            )
             self._unreachable_until = time.monotonic() + RETRY_AFTER
             raise LocalAPIUnavailable(self._unreachable_reason) from None
         if response.status_code >= 500:
