@@ -30,6 +30,7 @@ def build(destination: Path = SOURCE) -> Path:
     go = shutil.which("go")
     if go is None:
         raise BuildFailed(f"Go is not installed: {GO_HINT}")
+    destination = destination.resolve()  # go build runs in the source folder
     destination.mkdir(parents=True, exist_ok=True)
     target = destination / LIBRARY_NAME
     partial = target.with_suffix(".so.partial")
