@@ -3,7 +3,11 @@
 One real tailnet on this machine (tests/real_tailnet.py: our control server, real tailscaled
 nodes "agentbox" and "callerbox"), and two tailagent servers with the echo agent:
   - tsnet: `tailagent serve --tsnet` joined as its own node "tsnetagent";
-  - tailscaled: a plain server behind agentbox's `tailscale serve --http=80`.
+  - tailscaled: a plain server behind agentbox's `tailscale serve --http=80`, on a unix
+    socket as `tailagent service install` sets it up. (On a loopback TCP listener each
+    new connection from serve costs a whois miss, which tailscaled answers one at a
+    time in ~180 ms: a burst of 100 new connections then outlasts the 3 s LocalAPI
+    timeout and is refused with 503, fail-closed.)
 Every request comes from the same caller node, through its HTTP proxy, by MagicDNS name.
 
 Measures, side by side:
@@ -46,7 +50,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_core import HEADERS, pct, rpc
 from tests.conftest import SERVING, RunningServer
 from tests.real_tailnet import Node, Tailnet, Unavailable, build
-from tests.tailnet import free_port
 
 CALLER_LOGIN = "user-2@fake-control.example.net"  # testcontrol names users in join order
 TSNET_HOST = "tsnetagent"
@@ -113,7 +116,7 @@ def launch(
             pass
         if url and "healthz" not in steps:
             try:
-                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                if healthz(url) == 200:
                     steps["healthz"] = time.perf_counter() - start
             except httpx.HTTPError:
                 pass
@@ -124,6 +127,15 @@ def launch(
             raise RuntimeError(f"tailagent serve did not start:\n{log_path.read_text()}")
         time.sleep(POLL)
     return Launched(RunningServer(url, process, state_dir, log_path), notify, steps)
+
+
+def healthz(url: str) -> int:
+    """/healthz's status on a listener: http://HOST:PORT or unix:/path."""
+    transport, base = None, url
+    if url.startswith("unix:"):
+        transport, base = httpx.HTTPTransport(uds=url.removeprefix("unix:")), "http://localhost"
+    with httpx.Client(transport=transport, timeout=2) as http:
+        return http.get(base + "/healthz").status_code
 
 
 def reach(caller: Node, url: str, start: float, timeout: float = REACH_TIMEOUT) -> float:
@@ -261,16 +273,16 @@ def main() -> int:
         caller = net.add_node("callerbox", proxy=True)  # user-2
         urls = {"tsnet": f"http://{TSNET_HOST}.tail.test/", "tailscaled": f"http://{box.dns_name}/"}
 
-        # The tailscaled way: a plain server on a fixed port, behind `tailscale serve`.
+        # The tailscaled way: a plain server on a unix socket, behind `tailscale serve`.
         plain_tmp, plain_state = tmp / "plain", tmp / "plain" / "state"
         plain_tmp.mkdir()
         plain_config = plain_tmp / "tailagent.toml"
         plain_config.write_text(f'[access]\nallowed_logins = ["{CALLER_LOGIN}"]\n')
-        plain_port = free_port()
+        plain_listen = f"unix:{plain_tmp / 'tailagent.sock'}"
         plain_args = ("--config", str(plain_config), "--tailscale-socket", str(box.socket),
                       "--public-url", f"http://{box.dns_name}")  # fmt: skip
         servers["tailscaled"] = launch(
-            plain_tmp, plain_args, state_dir=plain_state, listen=f"127.0.0.1:{plain_port}"
+            plain_tmp, plain_args, state_dir=plain_state, listen=plain_listen
         )
         box.tailscale("serve", "--bg", "--http=80", servers["tailscaled"].server.url)
 
@@ -330,7 +342,7 @@ def main() -> int:
                     start = time.perf_counter()
                     launched = launch(
                         plain_tmp, plain_args, state_dir=plain_state,
-                        listen=f"127.0.0.1:{plain_port}",
+                        listen=plain_listen,
                     )  # fmt: skip
                 servers[way] = launched
                 launched.steps["tailnet"] = reach(caller, urls[way] + "healthz", start)

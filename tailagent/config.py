@@ -460,8 +460,11 @@ def _build(merged: Mapping[str, Any]) -> Settings:
     return Settings(**top)
 
 
-def _apply(values: Mapping[str, Any], source: str, into: dict[str, Any]) -> None:
+def _apply(
+    values: Mapping[str, Any], source: str, into: dict[str, Any], origins: dict[str, str]
+) -> None:
     for key, raw in values.items():
+        origins[key] = source
         parser = PARSERS.get(key)
         if parser is None:
             raise ConfigError(source, key, f"unknown key (known: {', '.join(PARSERS)})")
@@ -492,28 +495,29 @@ def load_settings(
 ) -> Settings:
     """Merges file, environment and flags (None flags are unset) into validated Settings."""
     merged: dict[str, Any] = {}
+    origins: dict[str, str] = {}  # key -> where its value came from
     if config_file is not None:
-        _apply(_flatten(read_config_file(config_file)), str(config_file), merged)
+        _apply(_flatten(read_config_file(config_file)), str(config_file), merged, origins)
     environ = os.environ if environ is None else environ
     from_env = {key: environ[_env_name(key)] for key in PARSERS if environ.get(_env_name(key))}
-    _apply(from_env, "environment", merged)
-    _apply({k: v for k, v in flags.items() if v is not None}, "command line", merged)
+    _apply(from_env, "environment", merged, origins)
+    _apply({k: v for k, v in flags.items() if v is not None}, "command line", merged, origins)
     settings = _build(merged)
-    _check_together(settings)
+    _check_together(settings, origins)
     return settings
 
 
-def _check_together(settings: Settings) -> None:
+def _check_together(settings: Settings, origins: Mapping[str, str]) -> None:
     """Settings that are each valid but cannot be used together."""
     if settings.tsnet.enabled and settings.tailnet:
         raise ConfigError(
-            "settings", "tsnet.enabled",
+            origins.get("tsnet.enabled", "settings"), "tsnet.enabled",
             "--tsnet (its own tailnet node) and --tailnet (the box's tailscaled serves it) "
             "are two ways onto the tailnet: pick one",
         )  # fmt: skip
     if settings.tsnet.enabled and settings.listen.is_unix:
         raise ConfigError(
-            "settings", "listen",
+            origins.get("listen", "settings"), "listen",
             "--tsnet forwards to a loopback TCP listener (whois names callers by its "
             "ip:port): use --listen 127.0.0.1:PORT",
         )  # fmt: skip

@@ -31,6 +31,10 @@ def serve(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
         ('listen = "0.0.0.0:3008"\n', "expose it on your tailnet with `tailscale serve`"),
         ('public_url = "ftp://x"\n', "public_url: must be an http(s) URL"),
         ("listen = [1\n", "not valid TOML"),
+        ('[tsnet]\nhostname = "claude_agent"\n', "tsnet.hostname: must be a DNS label"),
+        ('[tsnet]\nhttps = "maybe"\n', "tsnet.https: must be one of auto, on, off"),
+        ('[tsnet]\nadvertise_tags = ["agent"]\n', "tags start with 'tag:'"),
+        ('listen = "unix:/tmp/t.sock"\n[tsnet]\nenabled = true\n', "use --listen 127.0.0.1:PORT"),
     ],
 )
 def test_bad_config_file_stops_with_one_line(tmp_path: Path, toml: str, expected: str) -> None:

@@ -8,21 +8,19 @@ whatever X-Forwarded-For it sends is its own invention.
 from __future__ import annotations
 
 import ipaddress
-import socket
 import struct
 from pathlib import Path
 
 PROC_NET = Path("/proc/net")
 
 
-def _decode_address(text: str) -> tuple[str, int]:
-    """A /proc/net/tcp address: the IP in host-order 32-bit words, then the port."""
-    host_hex, port_hex = text.split(":")
-    raw = bytes.fromhex(host_hex)
-    words = [raw[i : i + 4] for i in range(0, len(raw), 4)]
-    packed = b"".join(struct.pack("<I", struct.unpack(">I", w)[0]) for w in words)
-    family = socket.AF_INET if len(packed) == 4 else socket.AF_INET6
-    return str(ipaddress.ip_address(socket.inet_ntop(family, packed))), int(port_hex, 16)
+def _encode_address(ip: str, port: int) -> str:
+    """An address as /proc/net/tcp writes it (the IP in host-order 32-bit words, then
+    the port, in upper-case hex), so rows are matched as text rather than parsed."""
+    packed = ipaddress.ip_address(ip).packed
+    words = [packed[i : i + 4] for i in range(0, len(packed), 4)]
+    host = b"".join(struct.pack(">I", struct.unpack("<I", w)[0]) for w in words)
+    return f"{host.hex().upper()}:{port:04X}"
 
 
 def connection_owner(client: tuple[str, int], server: tuple[str, int]) -> int | None:
@@ -30,14 +28,13 @@ def connection_owner(client: tuple[str, int], server: tuple[str, int]) -> int | 
     client_ip = str(ipaddress.ip_address(client[0]))
     table = "tcp6" if ":" in client_ip else "tcp"
     try:
-        lines = (PROC_NET / table).read_text().splitlines()[1:]
+        text = (PROC_NET / table).read_text()
     except OSError:
         return None
-    for line in lines:
+    local = _encode_address(client_ip, client[1])
+    remote_port = f":{server[1]:04X}"
+    for line in text.splitlines()[1:]:
         fields = line.split()
-        if len(fields) < 8:
-            continue
-        local, remote = _decode_address(fields[1]), _decode_address(fields[2])
-        if local == (client_ip, client[1]) and remote[1] == server[1]:
+        if len(fields) >= 8 and fields[1] == local and fields[2].endswith(remote_port):
             return int(fields[7])
     return None
