@@ -47,7 +47,7 @@ def test_all_good_then_tailscaled_down(tmp_path: Path) -> None:
         fake.stop()
         down = doctor(*args)
         assert down.returncode == 1
-        assert "✗ tailscaled: tailscaled is not reachable" in down.stdout
+        assert f"✗ tailscaled: tailscaled at {fake.socket} is not reachable" in down.stdout
         assert "fix: start tailscaled" in down.stdout
     finally:
         server.stop()
