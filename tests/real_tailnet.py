@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,6 +238,24 @@ class Tailnet:
                 self.control.wait()
             self.control = None
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def module_tailnet(nodes: dict[str, dict[str, Any]], **options: Any) -> Iterator[Tailnet]:
+    """The body of a module fixture: a started tailnet with these nodes (name -> the
+    options of add_node), stopped after; skipped, saying why, where it cannot be built."""
+    import pytest
+
+    try:
+        build()
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    net = Tailnet(**options).start()
+    try:
+        for name, node_options in nodes.items():
+            net.add_node(name, **node_options)
+        yield net
+    finally:
+        net.stop()
 
 
 if __name__ == "__main__":

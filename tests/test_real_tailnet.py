@@ -22,7 +22,7 @@ from a2a.types.a2a_pb2 import SendMessageRequest, TaskState
 
 from tests.a2a_helpers import user_message
 from tests.conftest import RunningServer, start_server
-from tests.real_tailnet import Node, Tailnet, Unavailable, build
+from tests.real_tailnet import Node, Tailnet, module_tailnet
 from tests.tailnet import curl_as_nobody
 
 CAPABILITY = "example.com/cap/tailagent"
@@ -31,18 +31,9 @@ CALLER_LOGIN = "user-2@fake-control.example.net"  # testcontrol names users in j
 
 @pytest.fixture(scope="module")
 def tailnet() -> Iterator[Tailnet]:
-    try:
-        build()
-    except Unavailable as exc:
-        pytest.skip(str(exc))
-    net = Tailnet().start()
-    try:
-        net.add_node("agentbox")
-        net.add_node("callerbox", proxy=True)
-        net.add_node("cibox", proxy=True, tags=("tag:ci",))
-        yield net
-    finally:
-        net.stop()
+    nodes = {"agentbox": {}, "callerbox": {"proxy": True},
+             "cibox": {"proxy": True, "tags": ("tag:ci",)}}  # fmt: skip
+    yield from module_tailnet(nodes)
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +157,18 @@ async def test_a_task_with_a_permission_prompt_answered_across_the_tailnet(
     assert mine["decision"] == "allow" and mine["answered_by"].startswith(f"user:{CALLER_LOGIN}")
 
 
+def peers_seen_from(caller: Node, known: Path) -> list[dict[str, str]]:
+    """`tailagent peers --json` run on the caller's box, through its tailscaled."""
+    env = {**os.environ, "HTTP_PROXY": caller.proxy, "TAILAGENT_KNOWN_AGENTS": str(known)}
+    peers = subprocess.run(
+        [sys.executable, "-m", "tailagent", "peers", "--json", "--scheme", "http", "--port", "80",
+         "--tailscale-socket", str(caller.socket)],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert peers.returncode == 0, peers.stderr
+    return [json.loads(line) for line in peers.stdout.splitlines()]
+
+
 def audit_rows(server: RunningServer) -> list[dict[str, str]]:
     audit = subprocess.run(
         [sys.executable, "-m", "tailagent", "audit", "--json",
@@ -218,15 +221,7 @@ def test_peers_from_the_callers_box_and_doctor_on_the_agents(
     tailnet: Tailnet, agent: RunningServer, tmp_path: Path
 ) -> None:
     caller, box = tailnet.nodes["callerbox"], tailnet.nodes["agentbox"]
-    env = {**os.environ, "HTTP_PROXY": caller.proxy,
-           "TAILAGENT_KNOWN_AGENTS": str(tmp_path / "known.json")}  # fmt: skip
-    peers = subprocess.run(
-        [sys.executable, "-m", "tailagent", "peers", "--json", "--scheme", "http", "--port", "80",
-         "--tailscale-socket", str(caller.socket)],
-        capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
-    assert peers.returncode == 0, peers.stderr
-    rows = [json.loads(line) for line in peers.stdout.splitlines()]
+    rows = peers_seen_from(caller, tmp_path / "known.json")
     assert [r["peer"] for r in rows] == [box.dns_name]  # cibox runs no tailagent: absent
     assert rows[0]["signature"] == "valid (key from jku, not pinned)"
     doctor = subprocess.run(

@@ -31,34 +31,25 @@ from a2a.types.a2a_pb2 import (
 )
 from hypercorn.asyncio import serve
 
+from tailagent.tsnet.library import library_path
 from tests.a2a_helpers import user_message
 from tests.conftest import RunningServer, start_server
-from tests.real_tailnet import Node, Tailnet, Unavailable, build
+from tests.real_tailnet import Node, Tailnet, module_tailnet
 from tests.tailnet import free_port
-from tests.test_real_tailnet import audit_rows
+from tests.test_real_tailnet import audit_rows, peers_seen_from
 from tests.webhook import loopback_config, request_body
 
 CAPABILITY = "example.com/cap/tailagent"
-LIBRARY = Path(__file__).resolve().parent.parent / "tailagent" / "tsnet" / "libtailagent_tsnet.so"
 
 
 @pytest.fixture(scope="module")
 def tailnet() -> Iterator[Tailnet]:
-    try:
-        build()
-    except Unavailable as exc:
-        pytest.skip(str(exc))
-    if not LIBRARY.exists() and "TAILAGENT_TSNET_LIBRARY" not in os.environ:
+    if not library_path().exists():
         if shutil.which("go") is None:
             pytest.skip("Go is not installed, so the embedded node was not built")
-        pytest.fail(f"Go is here but the embedded node is not built: {LIBRARY} is missing")
-    net = Tailnet(tags=("tag:ci", "tag:agent")).start()
-    try:
-        net.add_node("callerbox", proxy=True)
-        net.add_node("cibox", proxy=True, tags=("tag:ci",))
-        yield net
-    finally:
-        net.stop()
+        pytest.fail(f"Go is here but the embedded node is not built: {library_path()} is missing")
+    nodes = {"callerbox": {"proxy": True}, "cibox": {"proxy": True, "tags": ("tag:ci",)}}
+    yield from module_tailnet(nodes, tags=("tag:ci", "tag:agent"))
 
 
 def login_of(node: Node) -> str:
@@ -266,16 +257,7 @@ async def test_push_goes_through_the_node_to_a_webhook_on_the_callers_node(
 def test_peers_from_the_callers_box_find_the_embedded_node(
     tailnet: Tailnet, agent: RunningServer, tmp_path: Path
 ) -> None:
-    caller = tailnet.nodes["callerbox"]
-    env = {**os.environ, "HTTP_PROXY": caller.proxy,
-           "TAILAGENT_KNOWN_AGENTS": str(tmp_path / "known.json")}  # fmt: skip
-    peers = subprocess.run(
-        [sys.executable, "-m", "tailagent", "peers", "--json", "--scheme", "http", "--port", "80",
-         "--tailscale-socket", str(caller.socket)],
-        capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
-    assert peers.returncode == 0, peers.stderr
-    rows = {r["peer"]: r for r in map(json.loads, peers.stdout.splitlines())}
+    rows = {r["peer"]: r for r in peers_seen_from(tailnet.nodes["callerbox"], tmp_path / "k")}
     assert rows[dns_name("tsagent")]["signature"] == "valid (key from jku, not pinned)"
 
 
