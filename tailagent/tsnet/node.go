@@ -133,10 +133,12 @@ func tailagent_node_start(raw *C.char) *C.char {
 	if err := usableDir(cfg.Dir); err != nil {
 		return failure(err)
 	}
-	if cfg.ControlURL != "" {
-		if err := reachable(cfg.ControlURL); err != nil {
-			return failure(err)
-		}
+	control := cfg.ControlURL
+	if control == "" {
+		control = ipn.DefaultControlURL
+	}
+	if err := reachable(control); err != nil {
+		return failure(err)
 	}
 	logs, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

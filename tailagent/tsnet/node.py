@@ -83,7 +83,7 @@ def explain(error: str, settings: TsnetSettings) -> str:
     if "state dir" in lowered:
         return f"{error}: give tailagent a state dir its user can write (--state-dir)"
     if "control server" in lowered:
-        return f"{error}: check tsnet.control_url, and that the server is up"
+        return f"{error}: check the network, tsnet.control_url, and that the server is up"
     return f"the embedded node could not join the tailnet: {error}"
 
 
