@@ -17,7 +17,7 @@ STATE_DIR_NODE_HELP = "without tailscaled: the state dir of this box's `serve --
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("serve", help="run the A2A server")
-    p.add_argument("--agent", choices=AGENTS, help="which coding agent to serve (default: echo)")
+    p.add_argument("--agent", choices=AGENTS, help="which coding agent to serve (default: claude)")
     p.add_argument("--agent-command", metavar="CMD", help="any ACP agent, as a command line")
     p.add_argument("--cwd", metavar="DIR", help="the workspace (default: current directory)")
     p.add_argument(

@@ -6,6 +6,7 @@ line naming where it came from, the key, and what is wrong.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import re
@@ -446,6 +447,11 @@ def _flatten(values: Mapping[str, Any]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in values.items():
         if key in SECTION_TYPES and isinstance(value, dict):
+            value = dict(value)
+            if key == "agent" and "name" in value:
+                # TOML cannot hold both `agent = "echo"` and an [agent] table: there,
+                # the chosen agent is the table's `name`.
+                flat["agent"] = value.pop("name")
             flat.update({f"{key}.{inner}": v for inner, v in value.items()})
         else:
             flat[key] = value
@@ -467,7 +473,9 @@ def _apply(
         origins[key] = source
         parser = PARSERS.get(key)
         if parser is None:
-            raise ConfigError(source, key, f"unknown key (known: {', '.join(PARSERS)})")
+            near = difflib.get_close_matches(key, PARSERS, n=1)
+            hint = f"did you mean {near[0]!r}?" if near else "see the README's Configuration"
+            raise ConfigError(source, key, f"unknown key; {hint}")
         try:
             into[key] = parser(raw)
         except ValueError as exc:

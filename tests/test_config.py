@@ -25,7 +25,8 @@ def serve(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
 @pytest.mark.parametrize(
     ("toml", "expected"),
     [
-        ('agnet = "echo"\n', "agnet: unknown key"),
+        ('agnet = "echo"\n', "agnet: unknown key; did you mean 'agent'?"),
+        ("[agent]\nidle_timout = 3\n", "did you mean 'agent.idle_timeout'?"),
         ('agent = "robot"\n', "agent: must be one of echo, claude"),
         ("max_body_bytes = -1\n", "max_body_bytes: must be a positive integer"),
         ('listen = "0.0.0.0:3008"\n', "expose it on your tailnet with `tailscale serve`"),
@@ -99,3 +100,23 @@ def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
     assert result.stderr.strip() == (
         f"tailagent: cannot listen on 127.0.0.1:{port}: Address already in use"
     )
+
+
+def test_the_agent_and_its_table_in_one_file(tmp_path: Path) -> None:
+    """`agent = "echo"` and an [agent] table cannot share a TOML file; the table's
+    `name` chooses the agent instead."""
+    config = tmp_path / "tailagent.toml"
+    config.write_text('[agent]\nname = "echo"\nidle_timeout = 60\n')
+    settings = load_settings({}, config, environ={})
+    assert settings.agent == "echo" and settings.agent_process.idle_timeout == 60
+    config.write_text('[agent]\nname = "robot"\n')
+    with pytest.raises(ConfigError, match="agent: must be one of"):
+        load_settings({}, config, environ={})
+
+
+def test_help_names_the_real_default_agent() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tailagent", "serve", "--help"],
+        capture_output=True, text=True, timeout=20, env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert "(default: claude)" in result.stdout
