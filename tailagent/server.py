@@ -66,6 +66,7 @@ from tailagent.presence import Presence, PresenceError, make_presence
 from tailagent.probe import healthy
 from tailagent.push.delivery import PushDispatcher, PushSigner
 from tailagent.push.targets import PushTargets
+from tailagent.statelock import StateDirBusy, StateLock
 
 log = logging.getLogger("tailagent")
 
@@ -322,11 +323,26 @@ async def _announce_ready(notifier: Notifier, where: str, what: str) -> None:
 async def run(settings: Settings) -> None:
     notifier = Notifier()
     notifier.status("starting")
+    lock = StateLock(settings.state_dir)
+    try:
+        lock.acquire()
+    except StateDirBusy as exc:
+        raise StartError(str(exc)) from None
+    except OSError as exc:
+        raise StartError(f"cannot use the state dir {settings.state_dir}: {exc.strerror}") from None
+    try:
+        await _run_locked(settings, notifier, lock)
+    finally:
+        lock.release()
+
+
+async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -> None:
     try:
         sock = open_listener(settings.listen)
     except OSError as exc:
         raise StartError(f"cannot listen on {settings.listen.bind()}: {exc.strerror}") from None
     where = listener_url(sock, settings.listen)
+    lock.describe(where, settings.agent_command or settings.agent)
     presence = make_presence(settings)
     try:
         public_url = await presence.start(where)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,3 +58,25 @@ async def test_tasks_survive_a_restart_in_a_true_state(tmp_path: Path, how: int)
         assert again.statuses[-1].metadata["agentSessionId"] == before
     finally:
         second.stop()
+
+
+async def test_a_second_server_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:
+    """It would take the first one's waiting tasks for a crash's leftovers and fail them."""
+    first = start_server(tmp_path)
+    try:
+        a2a = A2A(first.url, first.token)
+        parked = await a2a.turn("ask")
+        argv = [sys.executable, "-m", "tailagent", "serve", "--agent", "echo", "--listen",
+                "127.0.0.1:0", "--state-dir", str(first.state_dir)]  # fmt: skip
+        second = await asyncio.to_thread(
+            subprocess.run, argv, capture_output=True, text=True, timeout=30
+        )
+        assert second.returncode == 1
+        line = second.stderr.strip().splitlines()[-1]
+        assert f"PID {first.process.pid}, listening on {first.url}" in line, line
+        assert "--state-dir" in line
+        assert state_name((await a2a.get(parked.task_id)).status.state) == "input_required"
+    finally:
+        assert first.stop() == 0
+    again = start_server(tmp_path, state_dir=first.state_dir)  # the lock went with the process
+    again.stop()
