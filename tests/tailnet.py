@@ -173,3 +173,13 @@ def curl_as_nobody(
     if unix_socket is not None:
         args += ["--unix-socket", str(unix_socket)]
     return subprocess.run(args, capture_output=True, text=True, timeout=30)
+
+
+def refusal(body: dict[str, Any]) -> tuple[str, str]:
+    """A refusal's (error, reason), in whichever binding's shape it came: a JSON-RPC
+    error, an AIP-193 error, or the plain `{"error", "reason"}` of other routes."""
+    error = body.get("error")
+    if isinstance(error, dict):
+        data = error.get("data") or {}
+        return str(data.get("error") or error.get("status", "")), str(error["message"])
+    return str(error), str(body["reason"])

@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from tests.conftest import RunningServer, start_server
@@ -25,6 +28,7 @@ from tests.tailnet import (
     FakeTailscaled,
     curl_as_nobody,
     free_port,
+    refusal,
     request,
     send_message,
     whois,
@@ -105,9 +109,9 @@ def test_serve_forwarded_stranger_is_refused_with_what_would_let_them_in(
     fake.write()
     status, body = ask(tcp_server, "stranger", headers={"X-Forwarded-For": "100.64.0.10"})
     assert status == 403
-    assert body["error"] == "forbidden"
-    assert "mallory@example.com is not in access.allowed_logins" in body["reason"]
-    assert CAPABILITY in body["reason"]
+    assert refusal(body)[0] == "forbidden"
+    assert "mallory@example.com is not in access.allowed_logins" in refusal(body)[1]
+    assert CAPABILITY in refusal(body)[1]
 
 
 def test_netstack_connection_is_the_peer_whatever_headers_it_sends(
@@ -154,8 +158,8 @@ def test_local_process_without_token_is_401_with_bearer_challenge(
 ) -> None:
     status, body = ask(tcp_server, "anonymous")
     assert status == 401
-    assert body["error"] == "unauthorized"
-    assert "need a bearer token" in body["reason"]
+    assert refusal(body)[0] == "unauthorized"
+    assert "need a bearer token" in refusal(body)[1]
 
 
 def test_wrong_token_is_401_and_never_echoed(tcp_server: RunningServer) -> None:
@@ -167,7 +171,7 @@ def test_wrong_token_is_401_and_never_echoed(tcp_server: RunningServer) -> None:
 def test_browser_origin_is_refused_unless_allowed(tcp_server: RunningServer) -> None:
     auth = {"Authorization": f"Bearer {tcp_server.token}"}
     status, body = ask(tcp_server, "origin", headers={**auth, "Origin": "https://evil.example"})
-    assert status == 403 and "access.allowed_origins" in body["reason"]
+    assert status == 403 and "access.allowed_origins" in refusal(body)[1]
     status, _ = ask(tcp_server, "origin-ok", headers={**auth, "Origin": "https://dash.example.com"})
     assert status == 200
 
@@ -180,13 +184,13 @@ def test_funnel_request_is_refused(tcp_server: RunningServer, fake: FakeTailscal
         "funnel",
         headers={"X-Forwarded-For": "100.64.0.9", "Tailscale-Funnel-Request": "?1"},
     )
-    assert status == 403 and "Funnel" in body["reason"]
+    assert status == 403 and "Funnel" in refusal(body)[1]
 
 
 def test_a_foreign_host_name_is_refused(tcp_server: RunningServer) -> None:
     auth = {"Authorization": f"Bearer {tcp_server.token}"}
     status, body = ask(tcp_server, "rebind", headers={**auth, "Host": "evil.example:3008"})
-    assert status == 403 and "does not name this server" in body["reason"]
+    assert status == 403 and "does not name this server" in refusal(body)[1]
     for good in (NODE_DNS, "100.64.0.1", "localhost:1234"):
         assert ask(tcp_server, f"host-{good}", headers={**auth, "Host": good})[0] == 200
 
@@ -196,10 +200,34 @@ def test_tailscaled_down_fails_closed(tcp_server: RunningServer, fake: FakeTails
     fake.write()
     status, body = ask(tcp_server, "down", headers={"X-Forwarded-For": "100.64.0.9"})
     assert status == 503
-    assert body["error"] == "identity unavailable"
+    assert refusal(body)[0] == "identity unavailable"
     # A token still works: nothing but a local process can reach us while it is down.
     auth = {"Authorization": f"Bearer {tcp_server.token}"}
     assert ask(tcp_server, "down-token", headers=auth)[0] == 200
+
+
+def test_no_credentials_while_tailscaled_is_down_is_a_401_that_says_what_works(
+    tcp_server: RunningServer, fake: FakeTailscaled
+) -> None:
+    """A request that claims no tailnet identity is simply local: it needs a token."""
+    fake.down = True
+    fake.write()
+    port = port_of(tcp_server)
+    body = {"jsonrpc": "2.0", "id": 7, "method": "ListTasks", "params": {}}
+    with httpx.Client(timeout=10) as http:
+        rpc = http.post(f"http://127.0.0.1:{port}/", json=body, headers={"A2A-Version": "1.0"})
+        rest = http.get(f"http://127.0.0.1:{port}/tasks", headers={"A2A-Version": "1.0"})
+    assert rpc.status_code == 401 and rpc.headers["WWW-Authenticate"] == "Bearer"
+    error = rpc.json()["error"]
+    assert rpc.json()["jsonrpc"] == "2.0" and error["code"] == -32600
+    assert "bearer token" in error["message"] and "start it for tailnet callers" in error["message"]
+    assert rest.status_code == 401 and rest.json()["error"]["status"] == "UNAUTHENTICATED"
+    result = subprocess.run(
+        [sys.executable, "-m", "tailagent", "call", "hi", "--url", f"http://127.0.0.1:{port}",
+         "--state-dir", "/nonexistent"], capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "bearer token" in result.stderr, result.stderr
 
 
 def test_tagged_node_is_its_tags_not_the_placeholder_login(
@@ -213,7 +241,7 @@ def test_tagged_node_is_its_tags_not_the_placeholder_login(
     line = last_access_line(tcp_server)
     assert "tags:tag:ci" in line and "tagged-devices" not in line
     status, body = ask(tcp_server, "tagged-no", headers={"X-Forwarded-For": "100.64.0.21"})
-    assert status == 403 and "access.allowed_tags" in body["reason"]
+    assert status == 403 and "access.allowed_tags" in refusal(body)[1]
 
 
 def test_a_grant_gives_its_role(tcp_server: RunningServer, fake: FakeTailscaled) -> None:
@@ -237,7 +265,7 @@ def test_public_routes_need_no_identity(tcp_server: RunningServer, fake: FakeTai
 
 def test_malformed_forwarding_is_refused(tcp_server: RunningServer) -> None:
     status, body = ask(tcp_server, "xff2", headers={"X-Forwarded-For": "100.64.0.9, 100.64.0.10"})
-    assert status == 401 and "exactly one address" in body["reason"]
+    assert status == 401 and "exactly one address" in refusal(body)[1]
 
 
 # --- unix socket listener ----------------------------------------------------------------------
@@ -324,7 +352,7 @@ def test_tailscaled_gone_fails_closed(tmp_path: Path) -> None:
         tailscaled.stop()
         status, body = ask(server, "gone", headers={"X-Forwarded-For": "100.64.0.9"})
         assert status == 503
-        assert "not reachable" in body["reason"]
+        assert "not reachable" in refusal(body)[1]
         assert "identity unavailable" in server.log()
     finally:
         assert server.stop() == 0
@@ -354,7 +382,7 @@ def test_require_token_demands_both(tmp_path: Path) -> None:
     try:
         forwarded = {"X-Forwarded-For": "100.64.0.50"}
         status, body = ask(server, "no-token", headers=forwarded)
-        assert status == 401 and "access.require_token" in body["reason"]
+        assert status == 401 and "access.require_token" in refusal(body)[1]
         auth = {"Authorization": f"Bearer {server.token}"}
         assert ask(server, "both", headers={**forwarded, **auth})[0] == 200
         assert "user:alice@example.com" in last_access_line(server)

@@ -23,7 +23,7 @@ from a2a.types.a2a_pb2 import SendMessageRequest, TaskState
 from tests.a2a_helpers import user_message
 from tests.conftest import RunningServer, start_server
 from tests.real_tailnet import Node, Tailnet, module_tailnet
-from tests.tailnet import curl_as_nobody
+from tests.tailnet import curl_as_nobody, refusal
 
 CAPABILITY = "example.com/cap/tailagent"
 CALLER_LOGIN = "user-2@fake-control.example.net"  # testcontrol names users in join order
@@ -121,7 +121,7 @@ def test_a_tagged_node_is_its_tags_and_a_grant_gives_it_a_role(
     assert box.whois(ci.ip())["Node"]["Tags"] == ["tag:ci"]
     refused = send(ci, f"http://{box.dns_name}/", "tagged, no grant")
     assert refused.status_code == 403
-    assert "access.allowed_tags" in refused.json()["reason"]
+    assert "access.allowed_tags" in refusal(refused.json())[1]
     tailnet.grant({CAPABILITY: [{"role": "caller"}]})
     try:
         time.sleep(2.5)  # past the whois cache

@@ -35,7 +35,7 @@ from tailagent.tsnet.library import library_path
 from tests.a2a_helpers import user_message
 from tests.conftest import RunningServer, start_server
 from tests.real_tailnet import Node, Tailnet, module_tailnet
-from tests.tailnet import free_port
+from tests.tailnet import free_port, refusal
 from tests.test_real_tailnet import audit_rows, peers_seen_from
 from tests.webhook import loopback_config, request_body
 
@@ -165,7 +165,7 @@ def test_the_nodes_tags_and_a_grants_roles_reach_the_policy(
         assert caller.whois(joined_ip(server))["Node"]["Tags"] == ["tag:agent"]
         refused = post(ci, url, message("tagged, no grant"))
         assert refused.status_code == 403
-        assert "access.allowed_tags" in refused.json()["reason"]
+        assert "access.allowed_tags" in refusal(refused.json())[1]
         tailnet.grant({CAPABILITY: [{"role": "caller"}]})
         try:
             deadline = time.monotonic() + 15  # until the embedded node has the new netmap

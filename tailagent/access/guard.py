@@ -67,8 +67,18 @@ def _is_a2a_rest(path: str) -> bool:
     return path.startswith(("/message:", "/tasks", "/extendedAgentCard", "/v1/"))
 
 
-def jsonrpc_error(code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+# Refusals by the access layer, in each binding's words: the JSON-RPC error code (an
+# Invalid Request: no method ran) and the AIP-193 status of the HTTP+JSON binding.
+ACCESS_RPC_CODE = -32600
+REST_STATUS = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 503: "UNAVAILABLE"}
+ERROR_WORDS = {401: "unauthorized", 403: "forbidden", 503: "identity unavailable"}
+
+
+def jsonrpc_error(code: int, message: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": None, "error": error}
 
 
 def rest_error(status: int, reason: str, message: str) -> dict[str, Any]:
@@ -76,7 +86,7 @@ def rest_error(status: int, reason: str, message: str) -> dict[str, Any]:
     return {
         "error": {
             "code": status,
-            "status": reason,
+            "status": REST_STATUS.get(status, reason),
             "message": message,
             "details": [
                 {
@@ -87,6 +97,19 @@ def rest_error(status: int, reason: str, message: str) -> dict[str, Any]:
             ],
         }
     }
+
+
+def refusal_body(status: int, reason: str, code: int, message: str, binding: str) -> Any:
+    """The body of a refused request: a JSON-RPC error on the JSON-RPC route, an
+    AIP-193 error on HTTP+JSON routes, else `{"error": ..., "reason": ...}`."""
+    word = ERROR_WORDS.get(status, reason.lower())
+    if binding == "jsonrpc":
+        return jsonrpc_error(
+            code or ACCESS_RPC_CODE, message, {"httpStatus": status, "error": word}
+        )
+    if binding == "rest":
+        return rest_error(status, reason, message)
+    return {"error": word, "reason": message}
 
 
 async def send_json(
@@ -193,11 +216,15 @@ class AccessGuard:
             return Refusal(401, str(exc))
         except LocalAPIUnavailable as exc:
             # While tailscaled is gone no tailnet peer can reach us: every caller is
-            # local, and gets in only as a local caller can.
-            if token is None and not self._policy.settings.local_without_token:
+            # local, and gets in only as a local caller can. Only a request that claims
+            # a tailnet identity (tailscale serve's X-Forwarded-For) waits for tailscaled.
+            claims = b"x-forwarded-for" in headers
+            if claims and token is None and not self._policy.settings.local_without_token:
                 log.warning("identity unavailable: %s", exc)
-                return Refusal(503, f"tailscaled cannot tell who is calling: {exc}")
-            seen = Seen(None, "tailscaled unavailable")
+                return Refusal(
+                    503, f"tailscaled cannot confirm the tailnet identity claimed now: {exc}"
+                )
+            seen = Seen(None, f"{exc}; start it for tailnet callers")
         return self._policy.decide(seen, token)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -211,19 +238,14 @@ class AccessGuard:
         outcome = _Outcome()
         what = ""
 
+        binding = "jsonrpc" if is_rpc else "rest" if is_a2a else "plain"
+
         async def refuse(status: int, reason: str, code: int, message: str) -> None:
             outcome.decision, outcome.status = f"refused: {message}", status
             REFUSALS.labels(reason.lower().replace(" ", "_")).inc()
-            if is_a2a and status in (413, 415):
-                body = (
-                    jsonrpc_error(code, message) if is_rpc else rest_error(status, reason, message)
-                )
-                await send_json(send, status, body)
-                return
             extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
-            error = {401: "unauthorized", 403: "forbidden", 503: "identity unavailable"}
             await send_json(
-                send, status, {"error": error.get(status, reason.lower()), "reason": message}, extra
+                send, status, refusal_body(status, reason, code, message, binding), extra
             )
 
         try:

@@ -196,7 +196,8 @@ def call_command(args: argparse.Namespace) -> int:
     except (UsageError, CardRefused) as exc:
         print(f"tailagent: {exc}", file=sys.stderr)
     except httpx.HTTPError as exc:
-        print(f"tailagent: cannot reach {args.url}: {exc or type(exc).__name__}", file=sys.stderr)
+        why = str(exc) or type(exc).__name__
+        print(f"tailagent: cannot reach {args.url}: {why}", file=sys.stderr)
     except A2AClientError as exc:
         print(f"tailagent: {args.url}: {_reason(exc)}", file=sys.stderr)
     except A2AError as exc:
@@ -208,6 +209,19 @@ def call_command(args: argparse.Namespace) -> int:
     return EXIT_USAGE
 
 
+def _refusal(body: object) -> str | None:
+    """`error: reason` from a refusal body in any binding's shape (see access/guard.py)."""
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error")
+    if isinstance(error, dict) and error.get("message"):
+        word = (error.get("data") or {}).get("error") or error.get("status", "")
+        return f"{word}: {error['message']}"
+    if body.get("reason"):
+        return f"{error}: {body['reason']}"
+    return None
+
+
 def _reason(exc: BaseException) -> str:
     """One line: the server's own reason when it refused (401/403/503), else the error."""
     cause: BaseException | None = exc
@@ -217,8 +231,9 @@ def _reason(exc: BaseException) -> str:
                 body = cause.response.json()
             except ValueError:
                 break
-            if isinstance(body, dict) and body.get("reason"):
-                return f"{cause.response.status_code} {body.get('error', '')}: {body['reason']}"
+            refused = _refusal(body)
+            if refused is not None:
+                return f"{cause.response.status_code} {refused}"
             break
         cause = cause.__cause__ or cause.__context__
     text = str(exc) or type(exc).__name__
