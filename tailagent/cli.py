@@ -9,9 +9,16 @@ import sys
 from pathlib import Path
 
 from tailagent import __version__
-from tailagent.config import AGENTS, LOG_LEVELS, ROLES, ConfigError, Settings, load_settings
+from tailagent.config import (
+    AGENTS,
+    DEFAULT_URL,
+    LOG_LEVELS,
+    ROLES,
+    ConfigError,
+    Settings,
+    load_settings,
+)
 
-DEFAULT_URL = "http://127.0.0.1:3008"
 STATE_DIR_NODE_HELP = "without tailscaled: the state dir of this box's `serve --tsnet` server"
 
 
@@ -53,7 +60,11 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
 def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("call", help="send work to an A2A agent and watch it")
     p.add_argument("text", nargs="?", default="", help="the message (an answer, on a follow-up)")
-    p.add_argument("--url", default=DEFAULT_URL, help=f"the agent (default: {DEFAULT_URL})")
+    p.add_argument(
+        "--url",
+        help="the agent: http(s)://… or unix:/path (default: the server running on this "
+        f"box's state dir, else {DEFAULT_URL})",
+    )
     p.add_argument("--context", metavar="ID", help="continue this conversation")
     p.add_argument("--task", metavar="ID", help="answer or continue this task")
     p.add_argument("--request", metavar="ID", help="the prompt this answer is for")

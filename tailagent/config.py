@@ -25,6 +25,7 @@ PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dont
 SETTING_SOURCES = ("user", "project", "local")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ENV_PREFIX = "TAILAGENT_"
+DEFAULT_URL = "http://127.0.0.1:3008"  # where `tailagent call` looks by default
 
 
 class ConfigError(Exception):

@@ -7,8 +7,9 @@ import os
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
-from tests.conftest import RunningServer
+from tests.conftest import RunningServer, start_server
 
 
 def call(
@@ -126,3 +127,30 @@ def test_a_refusal_is_one_line_with_the_servers_reason(server: RunningServer) ->
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert "401 unauthorized: the bearer token is not valid" in line
+
+
+def test_a_unix_socket_server_is_called_by_its_socket_or_found_by_its_state_dir(
+    tmp_path: Path,
+) -> None:
+    """The service unit's own listener: its card advertises the tailnet URL, yet the
+    call goes to the socket (the card's URLs are pointed back at it)."""
+    socket_path = tmp_path / "run" / "tailagent.sock"
+    server = start_server(tmp_path, "--public-url", "https://devbox.example.ts.net",
+                          listen=f"unix:{socket_path}")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAILAGENT_")}
+    try:
+        for where in (["--url", f"unix:{socket_path}"], []):
+            result = subprocess.run(
+                [sys.executable, "-m", "tailagent", "call", "hello socket", "--state-dir",
+                 str(server.state_dir), *where],
+                env=env, capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr
+            assert "hello socket" in result.stdout
+        bad = subprocess.run(
+            [sys.executable, "-m", "tailagent", "call", "x", "--url", "unix:relative.sock"],
+            env=env, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert bad.returncode == 2 and "absolute path" in bad.stderr
+    finally:
+        assert server.stop() == 0

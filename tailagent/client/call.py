@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import json
-import os
 import sys
 import uuid
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
-from a2a.client import A2AClientError, ClientConfig, create_client
+from a2a.client import A2AClientError
 from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict, ParseDict
@@ -26,11 +22,9 @@ from google.protobuf.struct_pb2 import Value
 from rich.console import Console
 from rich.prompt import Prompt as AskPrompt
 
-from tailagent.access.tokens import read_local_token
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
+from tailagent.client.connect import a2a_client, choose_token, open_http, parse_target
 from tailagent.client.render import Outcome, Prompt, Renderer
-from tailagent.config import default_state_dir
-from tailagent.tsnet.client import proxy_for
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT_REQUIRED = 0, 1, 2, 3
 
@@ -77,22 +71,6 @@ def build_message(
     return message
 
 
-def choose_token(url: str, token: str | None, state_dir: str | None) -> str | None:
-    """The token to send: the one given, else, for a server on this box only, the
-    local token it made in its state dir. The local token never leaves the box."""
-    if token:
-        return token
-    host = urlsplit(url).hostname or ""
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        return None
-    directory = state_dir or os.environ.get("TAILAGENT_STATE_DIR")
-    return read_local_token(Path(directory) if directory else default_state_dir())
-
-
 class CardRefused(Exception):
     pass
 
@@ -130,17 +108,12 @@ async def run_call(args: argparse.Namespace, console: Console) -> int:
         request_id=args.request,
         answers=answers,
     )
-    renderer = Renderer(console, args.url)
-    headers = {"A2A-Version": "1.0"}
-    token = choose_token(args.url, args.token, args.state_dir)
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    proxy = proxy_for(args.url, args.state_dir)
-    timeout = httpx.Timeout(10.0, read=None)
-    async with httpx.AsyncClient(headers=headers, timeout=timeout, proxy=proxy) as http:
-        await check_card(args.url, http, args.require_signed)
-        client = await create_client(args.url, client_config=ClientConfig(httpx_client=http))
-        try:
+    target = parse_target(args.url, args.state_dir)
+    renderer = Renderer(console, target.url)
+    token = choose_token(target, args.token, args.state_dir)
+    async with open_http(target, token, args.state_dir) as http:
+        await check_card(target.base, http, args.require_signed)
+        async with a2a_client(target, http) as client:
             while True:
                 outcome = Outcome()
                 request = SendMessageRequest(message=message)
@@ -156,8 +129,6 @@ async def run_call(args: argparse.Namespace, console: Console) -> int:
                     renderer.prompt(outcome)
                     break
                 message = _ask_in_terminal(console, renderer, outcome, outcome.prompt)
-        finally:
-            await client.close()
     return exit_code(outcome)
 
 
@@ -191,6 +162,11 @@ def _ask_in_terminal(
 
 def call_command(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
+    try:
+        args.url = parse_target(args.url, args.state_dir).url
+    except ValueError as exc:
+        print(f"tailagent: --url: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return asyncio.run(run_call(args, console))
     except (UsageError, CardRefused) as exc:

@@ -1,0 +1,106 @@
+"""How the CLI reaches an agent: the URL (http(s):// or this box's unix:/path), the
+token it sends, the way there (the running embedded node's proxy, if this box has
+no tailscaled) and an a2a-sdk client on top. Shared by call, tasks, watch, cancel.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+from a2a.client import A2ACardResolver, Client, ClientConfig, create_client
+
+from tailagent.access.tokens import read_local_token
+from tailagent.config import DEFAULT_URL, default_state_dir
+from tailagent.statelock import running_server
+from tailagent.tsnet.client import proxy_for
+
+UNIX_BASE = "http://localhost"  # the Host a server on a unix socket answers to
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str  # as the user named it
+    socket: Path | None  # a unix socket on this box
+
+    @property
+    def base(self) -> str:
+        return UNIX_BASE if self.socket is not None else self.url.rstrip("/")
+
+    @property
+    def local(self) -> bool:
+        """On this box: a unix socket, or a loopback address."""
+        if self.socket is not None:
+            return True
+        host = urlsplit(self.url).hostname or ""
+        try:
+            return host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+
+def parse_target(url: str | None, state_dir: str | None) -> Target:
+    """The agent to talk to; without --url, the server running on this box's state dir
+    (wherever it listens, a unix socket included), else the default port."""
+    if url is None:
+        running = running_server(_state_dir(state_dir)) or {}
+        listener = running.get("listener", "")
+        url = listener if listener.startswith(("http://", "unix:")) else DEFAULT_URL
+    if url.startswith("unix:"):
+        path = Path(url.removeprefix("unix:"))
+        if not path.is_absolute():
+            raise ValueError(f"a unix socket URL wants an absolute path: unix:/run/…, not {url}")
+        return Target(url, path)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{url!r} is not an http(s):// URL or unix:/path")
+    return Target(url, None)
+
+
+def _state_dir(state_dir: str | None) -> Path:
+    directory = state_dir or os.environ.get("TAILAGENT_STATE_DIR")
+    return Path(directory) if directory else default_state_dir()
+
+
+def choose_token(target: Target, token: str | None, state_dir: str | None) -> str | None:
+    """The token to send: the one given, else, for a server on this box only, the
+    local token it made in its state dir. The local token never leaves the box."""
+    if token:
+        return token
+    return read_local_token(_state_dir(state_dir)) if target.local else None
+
+
+def open_http(target: Target, token: str | None, state_dir: str | None) -> httpx.AsyncClient:
+    headers = {"A2A-Version": "1.0"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    timeout = httpx.Timeout(10.0, read=None)
+    if target.socket is not None:
+        transport = httpx.AsyncHTTPTransport(uds=str(target.socket))
+        return httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport)
+    proxy = proxy_for(target.url, state_dir)
+    return httpx.AsyncClient(headers=headers, timeout=timeout, proxy=proxy)
+
+
+@asynccontextmanager
+async def a2a_client(target: Target, http: httpx.AsyncClient) -> AsyncIterator[Client]:
+    """An a2a-sdk client for the target. Over a unix socket the card's URLs (the
+    public, tailnet ones) are pointed back at the socket."""
+    config = ClientConfig(httpx_client=http)
+    if target.socket is None:
+        client = await create_client(target.base, client_config=config)
+    else:
+        card = await A2ACardResolver(http, target.base).get_agent_card()
+        for interface in card.supported_interfaces:
+            interface.url = UNIX_BASE + urlsplit(interface.url).path.rstrip("/")
+        client = await create_client(card, client_config=config)
+    try:
+        yield client
+    finally:
+        await client.close()
