@@ -91,7 +91,7 @@ class Service:
 
     async def stop_turns(self) -> int:
         """Ends every running or waiting turn, saying the server stopped; returns how many."""
-        await self.executor.stop_all()
+        await self.executor.stop_all(STOP_MESSAGE)
         await self.handler.aclose()
         return await self.store.close_held(STOP_MESSAGE)
 

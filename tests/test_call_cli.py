@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import RunningServer, start_server
 
@@ -154,3 +157,32 @@ def test_a_unix_socket_server_is_called_by_its_socket_or_found_by_its_state_dir(
         assert bad.returncode == 2 and "absolute path" in bad.stderr
     finally:
         assert server.stop() == 0
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["stop", "crash"])
+def test_a_stream_the_server_ends_shows_why(tmp_path: Path, how: int) -> None:
+    """A server that stops mid-turn ends the stream with the task's failure, and the
+    CLI shows it; one that dies leaves the CLI saying the task's state cannot be read.
+    Never a silent stop at the last line it got."""
+    server = start_server(tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tailagent", "call", "slow 20", "--url", server.url],
+        env=user_env(server), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        seen = ""
+        while "tick 1" not in seen:
+            line = process.stdout.readline()
+            assert line, process.stderr.read() if process.stderr else ""
+            seen += line
+        server.stop(how)
+        rest, errors = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    if how == signal.SIGTERM:
+        assert process.returncode == 1, errors
+        assert "[failed] The server stopped while this task was running" in rest, rest + errors
+    else:
+        assert process.returncode != 0
+        assert "ended before task" in errors and "cannot be read now" in errors, errors

@@ -68,6 +68,9 @@ class TaskRuntime:
     denied: set[str] = field(default_factory=set)
     denials: int = 0
     cancelled: bool = False
+    # Set when the server stops: the turn's stream then ends with this failure.
+    stop_reason: str | None = None
+    pump: asyncio.Task[None] | None = None  # while a request streams the turn
     started: float = field(default_factory=time.monotonic)
     roles: frozenset[str] = frozenset()  # of the caller whose task this is, for rules
 
@@ -277,6 +280,13 @@ class BridgeExecutor(AgentExecutor):
         await runtime.publisher.fail(updater, why, kind="loop_protection")
 
     async def _pump(self, runtime: TaskRuntime, updater: TaskUpdater) -> None:
+        runtime.pump = asyncio.current_task()
+        try:
+            await self._pump_events(runtime, updater)
+        finally:
+            runtime.pump = None
+
+    async def _pump_events(self, runtime: TaskRuntime, updater: TaskUpdater) -> None:
         publisher = runtime.publisher
         while True:
             try:
@@ -290,6 +300,9 @@ class BridgeExecutor(AgentExecutor):
                 await self._pool.discard(runtime.context_id)
                 event = TurnFailed(f"The agent failed: {exc}")
             if runtime.cancelled:
+                if runtime.stop_reason is not None:
+                    # The caller's open stream gets the end, not a cut connection.
+                    await publisher.fail(updater, runtime.stop_reason, "server_stopped")
                 return
             if isinstance(event, PermissionAsked):
                 if request_key(event) in runtime.denied:
@@ -358,15 +371,20 @@ class BridgeExecutor(AgentExecutor):
     def running(self) -> int:
         return len(self._runtimes)
 
-    async def stop_all(self) -> None:
-        """At server stop: every turn is told to stop, and says nothing more. The store
-        then records why each task ended (`CoalescingTaskStore.close_held`)."""
+    async def stop_all(self, reason: str, grace: float = 5.0) -> None:
+        """At server stop: every turn is told to stop. A turn a request is streaming
+        ends its stream with `reason`; the store records why the others (waiting for
+        an answer) ended (`CoalescingTaskStore.close_held`)."""
         runtimes = list(self._runtimes.values())
         for runtime in runtimes:
             runtime.cancelled = True
+            runtime.stop_reason = reason
         await asyncio.gather(
             *(runtime.session.cancel() for runtime in runtimes), return_exceptions=True
         )
+        pumps = [r.pump for r in runtimes if r.pump is not None]
+        if pumps:
+            await asyncio.wait(pumps, timeout=grace)
         for runtime in runtimes:
             await self._end(runtime)
 

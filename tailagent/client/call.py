@@ -14,8 +14,17 @@ import uuid
 from typing import Any
 
 import httpx
-from a2a.client import A2AClientError
-from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
+from a2a.client import A2AClientError, Client
+from a2a.types.a2a_pb2 import (
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
@@ -117,12 +126,18 @@ async def run_call(args: argparse.Namespace, console: Console) -> int:
             while True:
                 outcome = Outcome()
                 request = SendMessageRequest(message=message)
-                async for event in client.send_message(request):
-                    outcome.observe(event)
-                    if args.json:
-                        print(json.dumps(MessageToDict(event)), flush=True)
-                    else:
-                        renderer.event(event, outcome)
+                show = _printer(args.json, renderer, outcome)
+                try:
+                    async for event in client.send_message(request):
+                        show(event)
+                except (A2AClientError, httpx.HTTPError) as exc:
+                    if not outcome.task_id:
+                        raise
+                    cut: BaseException | None = exc
+                else:
+                    cut = None
+                if outcome.unfinished and outcome.task_id:
+                    await _read_the_end(client, outcome, show, target.url, cut)
                 if outcome.prompt is None or args.json:
                     break
                 if not args.interactive:
@@ -130,6 +145,41 @@ async def run_call(args: argparse.Namespace, console: Console) -> int:
                     break
                 message = _ask_in_terminal(console, renderer, outcome, outcome.prompt)
     return exit_code(outcome)
+
+
+def _printer(as_json: bool, renderer: Renderer, outcome: Outcome) -> Any:
+    def show(event: StreamResponse) -> None:
+        outcome.observe(event)
+        if as_json:
+            print(json.dumps(MessageToDict(event)), flush=True)
+        else:
+            renderer.event(event, outcome)
+
+    return show
+
+
+async def _read_the_end(
+    client: Client, outcome: Outcome, show: Any, url: str, cut: BaseException | None
+) -> None:
+    """The stream ended before the task did (a server stopping, a connection cut):
+    the task's state as the server stored it is the answer."""
+    try:
+        task = await client.get_task(GetTaskRequest(id=outcome.task_id))
+    except (A2AClientError, A2AError, httpx.HTTPError) as exc:
+        why = f" ({_reason(cut)})" if cut is not None else ""
+        print(
+            f"tailagent: the stream from {url} ended before task {outcome.task_id} did{why}, "
+            f"and its state cannot be read now: {_reason(exc)}",
+            file=sys.stderr,
+        )
+        return
+    show(
+        StreamResponse(
+            status_update=TaskStatusUpdateEvent(
+                task_id=task.id, context_id=task.context_id, status=task.status
+            )
+        )
+    )
 
 
 def _ask_in_terminal(

@@ -65,6 +65,13 @@ class Outcome:
     direct_message: str | None = None
     seen_artifacts: set[str] = field(default_factory=set)
 
+    @property
+    def unfinished(self) -> bool:
+        """The stream ended with the task neither done nor waiting for an answer."""
+        if self.direct_message is not None:
+            return False
+        return self.state not in FINAL_STATES and self.state not in PAUSED_STATES
+
     def observe(self, event: StreamResponse) -> None:
         if event.HasField("task"):
             self.task_id, self.context_id = event.task.id, event.task.context_id
