@@ -91,9 +91,12 @@ class Service:
 
     async def stop_turns(self) -> int:
         """Ends every running or waiting turn, saying the server stopped; returns how many."""
-        await self.executor.stop_all(STOP_MESSAGE)
+        streamed = await self.executor.stop_all(STOP_MESSAGE)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.0):
+                await self.store.settled(streamed)
         await self.handler.aclose()
-        return await self.store.close_held(STOP_MESSAGE)
+        return len(streamed) + await self.store.close_held(STOP_MESSAGE)
 
     async def aclose(self) -> None:
         if self.signal_watch is not None:

@@ -87,7 +87,7 @@ async def test_sigterm_ends_running_and_waiting_turns_and_stops_the_agents(tmp_p
         for task_id in (parked.task_id, working_id):
             task = await reader.get(task_id)
             assert state_name(task.status.state) == "failed"
-            assert texts(task.status.message) == STOP_MESSAGE
+            assert texts(task.status.message) == STOP_MESSAGE, server.log()
     finally:
         again.stop()
 

@@ -224,7 +224,8 @@ class AccessGuard:
                 return Refusal(
                     503, f"tailscaled cannot confirm the tailnet identity claimed now: {exc}"
                 )
-            seen = Seen(None, f"{exc}; start it for tailnet callers")
+            seen = Seen(None, f"{self._resolver.localapi.where} unreachable; start it for "
+                              "tailnet callers")  # fmt: skip
         return self._policy.decide(seen, token)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:

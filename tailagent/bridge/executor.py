@@ -371,22 +371,23 @@ class BridgeExecutor(AgentExecutor):
     def running(self) -> int:
         return len(self._runtimes)
 
-    async def stop_all(self, reason: str, grace: float = 5.0) -> None:
+    async def stop_all(self, reason: str, grace: float = 5.0) -> list[str]:
         """At server stop: every turn is told to stop. A turn a request is streaming
-        ends its stream with `reason`; the store records why the others (waiting for
-        an answer) ended (`CoalescingTaskStore.close_held`)."""
+        ends its stream with `reason` (their ids are returned); the store records why
+        the others (waiting for an answer) ended (`CoalescingTaskStore.close_held`)."""
         runtimes = list(self._runtimes.values())
+        pumps = {r.task_id: r.pump for r in runtimes if r.pump is not None}
         for runtime in runtimes:
             runtime.cancelled = True
             runtime.stop_reason = reason
         await asyncio.gather(
             *(runtime.session.cancel() for runtime in runtimes), return_exceptions=True
         )
-        pumps = [r.pump for r in runtimes if r.pump is not None]
         if pumps:
-            await asyncio.wait(pumps, timeout=grace)
+            await asyncio.wait(pumps.values(), timeout=grace)
         for runtime in runtimes:
             await self._end(runtime)
+        return list(pumps)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""

@@ -63,6 +63,7 @@ class CoalescingTaskStore(TaskStore):
         self._on_change = on_change
         # task id -> (owner, latest snapshot): the tasks of this process not yet final.
         self._held: dict[str, tuple[str, Task]] = {}
+        self._released = asyncio.Event()  # set whenever a task is let go (see settled())
         # Ids this process just minted for new tasks: nothing can be stored under them yet.
         self.minted = MintedIds()
         self._dirty: set[str] = set()
@@ -87,9 +88,17 @@ class CoalescingTaskStore(TaskStore):
             row = await session.execute(select(model.owner).where(model.id == task_id))
             return row.scalar_one_or_none()
 
-    async def _write(self, task: Task, owner: str) -> None:
+    async def _write(self, task: Task, owner: str, *, if_latest: bool = False) -> bool:
+        """Writes a snapshot; with `if_latest`, only while it is still the latest one
+        held (a deferred write waiting for the lock must not land after a newer,
+        immediate one: the task would go back to an older state)."""
         async with self._write_lock:
+            if if_latest:
+                held = self._held.get(task.id)
+                if held is None or held[1] is not task:
+                    return False
             await self._inner.save(task, ServerCallContext(user=OwnerUser(owner)))
+            return True
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
         # A task keeps the owner that created it, even when an admin answers it.
@@ -129,9 +138,14 @@ class CoalescingTaskStore(TaskStore):
                 self._defer(task.id)
                 return
             if task.status.state not in UNFINISHED_STATES:
-                self._held.pop(task.id, None)
+                self._let_go(task.id)
             return
         self._defer(task.id)
+
+    def _let_go(self, task_id: str) -> None:
+        """A task's final state is written: this process holds it no more."""
+        self._held.pop(task_id, None)
+        self._released.set()
 
     def _defer(self, task_id: str) -> None:
         self._dirty.add(task_id)
@@ -190,7 +204,7 @@ class CoalescingTaskStore(TaskStore):
                     self._dirty.discard(task_id)
                     continue
                 try:
-                    await self._write(held[1], held[0])
+                    await self._write(held[1], held[0], if_latest=True)
                 except Exception:
                     if retry:
                         refused = True
@@ -201,7 +215,7 @@ class CoalescingTaskStore(TaskStore):
                 if self._held.get(task_id) is held:  # else a newer snapshot waits
                     self._dirty.discard(task_id)
                     if held[1].status.state not in UNFINISHED_STATES:
-                        self._held.pop(task_id, None)
+                        self._let_go(task_id)
             if refused:
                 await asyncio.sleep(RETRY_DELAY)
 
@@ -231,6 +245,14 @@ class CoalescingTaskStore(TaskStore):
             with contextlib.suppress(BaseException):
                 await writer
         await self._write_dirty(delay=0, retry=False)
+
+    async def settled(self, task_ids: list[str]) -> None:
+        """Waits until each task's final state is written: the SDK saves events on a
+        task of its own, and its shutdown cancels whatever it has not saved yet.
+        Callers bound the wait."""
+        while any(task_id in self._held for task_id in task_ids):
+            self._released.clear()
+            await self._released.wait()
 
     async def close_held(self, message: str) -> int:
         """Writes every task this process holds unfinished as failed, saying why."""
