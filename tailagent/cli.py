@@ -1,4 +1,7 @@
-"""The `tailagent` command."""
+"""tailagent: a coding agent on your tailnet, spoken to over A2A.
+
+Start with `tailagent serve --agent echo`, then `tailagent call hello` in another
+terminal; `tailagent COMMAND --help` says more about each command."""
 
 from __future__ import annotations
 
@@ -57,14 +60,32 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     )
 
 
-def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("call", help="send work to an A2A agent and watch it")
-    p.add_argument("text", nargs="?", default="", help="the message (an answer, on a follow-up)")
+def _agent_options(p: argparse.ArgumentParser) -> None:
+    """Which agent, and as whom: shared by call, tasks, watch and cancel."""
     p.add_argument(
         "--url",
         help="the agent: http(s)://… or unix:/path (default: the server running on this "
         f"box's state dir, else {DEFAULT_URL})",
     )
+    p.add_argument(
+        "--token",
+        metavar="TOKEN",
+        default=os.environ.get("TAILAGENT_TOKEN"),
+        help="a bearer token (default: $TAILAGENT_TOKEN; for this box's server, its local token)",
+    )
+    p.add_argument("--state-dir", metavar="DIR", help="where this box's server keeps its state")
+
+
+EXIT_CODES = (
+    "exit codes: 0 completed, 1 failed, canceled or rejected, 2 usage or connection "
+    "error, 3 input-required (the reply command is printed), 130 interrupted"
+)
+
+
+def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("call", help="send work to an A2A agent and watch it", epilog=EXIT_CODES)
+    p.add_argument("text", nargs="?", default="", help="the message (an answer, on a follow-up)")
+    _agent_options(p)
     p.add_argument("--context", metavar="ID", help="continue this conversation")
     p.add_argument("--task", metavar="ID", help="answer or continue this task")
     p.add_argument("--request", metavar="ID", help="the prompt this answer is for")
@@ -80,17 +101,34 @@ def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "-i", "--interactive", action="store_true", help="answer prompts in the terminal"
     )
     p.add_argument(
-        "--token",
-        metavar="TOKEN",
-        default=os.environ.get("TAILAGENT_TOKEN"),
-        help="a bearer token (default: $TAILAGENT_TOKEN; for this box's server, its local token)",
-    )
-    p.add_argument("--state-dir", metavar="DIR", help="where this box's server keeps its state")
-    p.add_argument(
         "--require-signed",
         action="store_true",
         help="refuse an agent whose card is unsigned or whose key is not pinned",
     )
+    p.add_argument(
+        "--cancel-on-interrupt",
+        action="store_true",
+        help="Ctrl-C cancels the task at once (else a second Ctrl-C does)",
+    )
+
+
+def _tasks_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("tasks", help="your tasks on an agent, newest first", epilog=EXIT_CODES)
+    _agent_options(p)
+    p.add_argument(
+        "--state",
+        choices=("submitted", "working", "input-required", "completed", "failed", "canceled",
+                 "rejected", "auth-required"),
+        help="only tasks in this state",
+    )  # fmt: skip
+    p.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    p.add_argument("--json", action="store_true", help="one JSON object per task")
+    watch = sub.add_parser("watch", help="follow a task to its end", epilog=EXIT_CODES)
+    watch.add_argument("task", metavar="TASK", help="the task's id")
+    _agent_options(watch)
+    cancel = sub.add_parser("cancel", help="cancel a task", epilog=EXIT_CODES)
+    cancel.add_argument("task", metavar="TASK", help="the task's id")
+    _agent_options(cancel)
 
 
 def _state_options(p: argparse.ArgumentParser) -> None:
@@ -202,11 +240,14 @@ def _settings(flags: dict[str, object], config: Path | None) -> Settings | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tailagent", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="tailagent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"tailagent {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _call_parser(sub)
+    _tasks_parsers(sub)
     _token_parser(sub)
     _audit_parser(sub)
     _card_parsers(sub)
@@ -256,6 +297,10 @@ def main(argv: list[str] | None = None) -> int:
             return audit_command(args, settings.store_url)
         commands = {"token": token_command, "keys": keys_command}
         return commands[args.command](args, settings.state_dir)
+    if args.command in ("tasks", "watch", "cancel"):
+        from tailagent.client.tasks import tasks_command
+
+        return tasks_command(args)
     from tailagent.client.call import call_command
 
     return call_command(args)

@@ -186,3 +186,52 @@ def test_a_stream_the_server_ends_shows_why(tmp_path: Path, how: int) -> None:
     else:
         assert process.returncode != 0
         assert "ended before task" in errors and "cannot be read now" in errors, errors
+
+
+def cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tailagent", *args, "--url", server.url],
+        env=user_env(server), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def task_states(server: RunningServer) -> dict[str, str]:
+    listed = cli(server, "tasks", "--json", "--limit", "100")
+    assert listed.returncode == 0, listed.stderr
+    return {t["id"]: t["status"]["state"] for t in map(json.loads, listed.stdout.splitlines())}
+
+
+def test_ctrl_c_cancels_the_task_and_tasks_watch_cancel_follow_it(server: RunningServer) -> None:
+    # A script's Ctrl-C (stdin is not a terminal) cancels at once.
+    interrupted = subprocess.run(
+        ["timeout", "--preserve-status", "-s", "INT", "2", sys.executable, "-m", "tailagent",
+         "call", "slow 8",
+         "--url", server.url], env=user_env(server), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert interrupted.returncode == 130, interrupted.stderr
+    task_id = interrupted.stderr.split("canceled task ")[1].split()[0]
+    assert "[canceled]" in interrupted.stdout
+    assert task_states(server)[task_id] == "TASK_STATE_CANCELED"
+
+    # `tasks`: newest first, with states; `watch` follows a running task to its end.
+    running = subprocess.Popen(
+        [sys.executable, "-m", "tailagent", "call", "slow 2", "--json", "--url", server.url],
+        env=user_env(server), stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert running.stdout is not None
+    started = json.loads(running.stdout.readline())["task"]["id"]
+    table = cli(server, "tasks")
+    assert table.stdout.splitlines()[1].split()[:2] == [started, "working"], table.stdout
+    watched = cli(server, "watch", started)
+    assert watched.returncode == 0 and "[completed]" in watched.stdout, watched.stdout
+    running.communicate(timeout=30)
+    again = cli(server, "watch", started)  # a finished task: its state, at once
+    assert again.returncode == 0 and "[completed]" in again.stdout
+
+    # `cancel`: a task that waits for an answer.
+    parked = cli(server, "call", "ask")
+    assert parked.returncode == 3
+    waiting = next(t for t, s in task_states(server).items() if s == "TASK_STATE_INPUT_REQUIRED")
+    canceled = cli(server, "cancel", waiting)
+    assert canceled.returncode == 0 and canceled.stdout.strip() == f"task {waiting}: canceled"
+    assert cli(server, "cancel", "no-such-task").returncode == 1

@@ -1,7 +1,8 @@
 """`tailagent call`: one turn (or, with -i, a whole conversation) against an agent.
 
-Exit codes a script can rely on: 0 completed, 1 failed / canceled / rejected,
-3 input-required (the reply command is printed), 2 usage or connection error.
+Exit codes: see tailagent.client.errors. Ctrl-C during a turn offers to cancel the
+task (a second Ctrl-C within seconds does); with --cancel-on-interrupt, or when
+stdin is not a terminal (a script, `timeout -s INT`), the first one cancels it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 from a2a.client import A2AClientError, Client
 from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
     GetTaskRequest,
     Message,
     Part,
@@ -32,14 +34,21 @@ from rich.console import Console
 from rich.prompt import Prompt as AskPrompt
 
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
-from tailagent.client.connect import a2a_client, choose_token, open_http, parse_target
+from tailagent.client.connect import Target, a2a_client, choose_token, open_http
+from tailagent.client.errors import (
+    EXIT_COMPLETED,
+    EXIT_FAILED,
+    EXIT_INPUT_REQUIRED,
+    EXIT_INTERRUPTED,
+    Refused,
+    UsageError,
+    reason,
+    run_command,
+)
+from tailagent.client.interrupts import Interrupts
 from tailagent.client.render import Outcome, Prompt, Renderer
 
-EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT_REQUIRED = 0, 1, 2, 3
-
-
-class UsageError(Exception):
-    pass
+CONFIRM_SECONDS = 3.0
 
 
 def parse_answers(pairs: list[str]) -> dict[str, str]:
@@ -80,10 +89,6 @@ def build_message(
     return message
 
 
-class CardRefused(Exception):
-    pass
-
-
 async def check_card(url: str, http: httpx.AsyncClient, require_signed: bool) -> None:
     """A pinned key that no longer verifies stops the call; so, with --require-signed,
     does an unsigned or unpinned card."""
@@ -92,9 +97,9 @@ async def check_card(url: str, http: httpx.AsyncClient, require_signed: bool) ->
         return
     verdict = await verify_card(await fetch_card(url, http), url, http, pinned)
     if not verdict.valid:
-        raise CardRefused(f"{url}'s card is {verdict.status}")
+        raise Refused(f"{url}'s card is {verdict.status}")
     if require_signed and not verdict.pinned:
-        raise CardRefused(
+        raise Refused(
             f"{url}'s card is {verdict.status}; --require-signed wants a pinned key "
             f"(`tailagent card {url} --trust` pins it)"
         )
@@ -108,7 +113,7 @@ def exit_code(outcome: Outcome) -> int:
     return EXIT_FAILED
 
 
-async def run_call(args: argparse.Namespace, console: Console) -> int:
+async def run_call(args: argparse.Namespace, target: Target, console: Console) -> int:
     answers = parse_answers(args.answer)
     message = build_message(
         args.text,
@@ -117,7 +122,6 @@ async def run_call(args: argparse.Namespace, console: Console) -> int:
         request_id=args.request,
         answers=answers,
     )
-    target = parse_target(args.url, args.state_dir)
     renderer = Renderer(console, target.url)
     token = choose_token(target, args.token, args.state_dir)
     async with open_http(target, token, args.state_dir) as http:
@@ -125,17 +129,15 @@ async def run_call(args: argparse.Namespace, console: Console) -> int:
         async with a2a_client(target, http) as client:
             while True:
                 outcome = Outcome()
-                request = SendMessageRequest(message=message)
                 show = _printer(args.json, renderer, outcome)
-                try:
-                    async for event in client.send_message(request):
-                        show(event)
-                except (A2AClientError, httpx.HTTPError) as exc:
-                    if not outcome.task_id:
-                        raise
-                    cut: BaseException | None = exc
-                else:
-                    cut = None
+                with Interrupts() as interrupts:
+                    turn = asyncio.create_task(_follow(client, message, outcome, show))
+                    if await interrupts.first_or(turn):
+                        turn.cancel()
+                        await interrupts.settle(turn)
+                        await _interrupted(client, outcome, show, interrupts, args)
+                        return EXIT_INTERRUPTED
+                cut = turn.result()
                 if outcome.unfinished and outcome.task_id:
                     await _read_the_end(client, outcome, show, target.url, cut)
                 if outcome.prompt is None or args.json:
@@ -145,6 +147,49 @@ async def run_call(args: argparse.Namespace, console: Console) -> int:
                     break
                 message = _ask_in_terminal(console, renderer, outcome, outcome.prompt)
     return exit_code(outcome)
+
+
+async def _follow(
+    client: Client, message: Message, outcome: Outcome, show: Any
+) -> BaseException | None:
+    """Streams one turn; returns what cut the stream, if something did after the
+    task had started (the caller then reads the task's state)."""
+    try:
+        async for event in client.send_message(SendMessageRequest(message=message)):
+            show(event)
+    except (A2AClientError, httpx.HTTPError) as exc:
+        if not outcome.task_id:
+            raise
+        return exc
+    return None
+
+
+async def _interrupted(
+    client: Client, outcome: Outcome, show: Any, interrupts: Interrupts, args: argparse.Namespace
+) -> None:
+    """Ctrl-C during a turn: cancel the task, at once or on a second Ctrl-C."""
+    task_id = outcome.task_id
+    if not task_id or not outcome.unfinished:
+        print("tailagent: interrupted", file=sys.stderr)
+        return
+    if not (args.cancel_on_interrupt or not sys.stdin.isatty()):
+        print(
+            f"tailagent: Ctrl-C again within {CONFIRM_SECONDS:.0f} s cancels task {task_id}; "
+            f"otherwise it goes on (`tailagent watch {task_id}` follows it)",
+            file=sys.stderr,
+        )
+        if not await interrupts.again(CONFIRM_SECONDS):
+            print(f"tailagent: task {task_id} goes on without this terminal", file=sys.stderr)
+            return
+    task = await client.cancel_task(CancelTaskRequest(id=task_id))
+    show(
+        StreamResponse(
+            status_update=TaskStatusUpdateEvent(
+                task_id=task.id, context_id=task.context_id, status=task.status
+            )
+        )
+    )
+    print(f"tailagent: canceled task {task_id}", file=sys.stderr)
 
 
 def _printer(as_json: bool, renderer: Renderer, outcome: Outcome) -> Any:
@@ -166,10 +211,10 @@ async def _read_the_end(
     try:
         task = await client.get_task(GetTaskRequest(id=outcome.task_id))
     except (A2AClientError, A2AError, httpx.HTTPError) as exc:
-        why = f" ({_reason(cut)})" if cut is not None else ""
+        why = f" ({reason(cut)})" if cut is not None else ""
         print(
             f"tailagent: the stream from {url} ended before task {outcome.task_id} did{why}, "
-            f"and its state cannot be read now: {_reason(exc)}",
+            f"and its state cannot be read now: {reason(exc)}",
             file=sys.stderr,
         )
         return
@@ -212,55 +257,4 @@ def _ask_in_terminal(
 
 def call_command(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
-    try:
-        args.url = parse_target(args.url, args.state_dir).url
-    except ValueError as exc:
-        print(f"tailagent: --url: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        return asyncio.run(run_call(args, console))
-    except (UsageError, CardRefused) as exc:
-        print(f"tailagent: {exc}", file=sys.stderr)
-    except httpx.HTTPError as exc:
-        why = str(exc) or type(exc).__name__
-        print(f"tailagent: cannot reach {args.url}: {why}", file=sys.stderr)
-    except A2AClientError as exc:
-        print(f"tailagent: {args.url}: {_reason(exc)}", file=sys.stderr)
-    except A2AError as exc:
-        print(f"tailagent: {args.url} refused the request: {_reason(exc)}", file=sys.stderr)
-    except BrokenPipeError:
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("tailagent: interrupted", file=sys.stderr)
-    return EXIT_USAGE
-
-
-def _refusal(body: object) -> str | None:
-    """`error: reason` from a refusal body in any binding's shape (see access/guard.py)."""
-    if not isinstance(body, dict):
-        return None
-    error = body.get("error")
-    if isinstance(error, dict) and error.get("message"):
-        word = (error.get("data") or {}).get("error") or error.get("status", "")
-        return f"{word}: {error['message']}"
-    if body.get("reason"):
-        return f"{error}: {body['reason']}"
-    return None
-
-
-def _reason(exc: BaseException) -> str:
-    """One line: the server's own reason when it refused (401/403/503), else the error."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, httpx.HTTPStatusError):
-            try:
-                body = cause.response.json()
-            except ValueError:
-                break
-            refused = _refusal(body)
-            if refused is not None:
-                return f"{cause.response.status_code} {refused}"
-            break
-        cause = cause.__cause__ or cause.__context__
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0]
+    return run_command(args.url, args.state_dir, lambda target: run_call(args, target, console))

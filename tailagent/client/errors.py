@@ -1,0 +1,92 @@
+"""What the CLI's A2A commands share at their edge: exit codes, and one line for
+every way a call can go wrong (the server's own reason when it refused).
+
+Exit codes a script can rely on: 0 completed, 1 failed / canceled / rejected,
+2 usage or connection error, 3 input-required (the reply command is printed),
+130 interrupted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import httpx
+from a2a.client import A2AClientError
+from a2a.utils.errors import A2AError
+
+from tailagent.client.connect import Target, parse_target
+
+EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT_REQUIRED = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A command line that cannot be carried out; str() says why."""
+
+
+class Refused(Exception):
+    """The agent, or what the user asked of it, is refused; str() says why."""
+
+
+def run_command(
+    url: str | None,
+    state_dir: str | None,
+    command: Callable[[Target], Coroutine[Any, Any, int]],
+) -> int:
+    """Runs one A2A command against the agent at `url`, turning each failure into
+    one line on stderr and its exit code."""
+    try:
+        target = parse_target(url, state_dir)
+    except ValueError as exc:
+        print(f"tailagent: --url: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return asyncio.run(command(target))
+    except (UsageError, Refused) as exc:
+        print(f"tailagent: {exc}", file=sys.stderr)
+    except httpx.HTTPError as exc:
+        print(f"tailagent: cannot reach {target.url}: {reason(exc)}", file=sys.stderr)
+    except A2AClientError as exc:
+        print(f"tailagent: {target.url}: {reason(exc)}", file=sys.stderr)
+    except A2AError as exc:
+        print(f"tailagent: {target.url} refused the request: {reason(exc)}", file=sys.stderr)
+    except BrokenPipeError:
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("tailagent: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_USAGE
+
+
+def _refusal(body: object) -> str | None:
+    """`error: reason` from a refusal body in any binding's shape (see access/guard.py)."""
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error")
+    if isinstance(error, dict) and error.get("message"):
+        word = (error.get("data") or {}).get("error") or error.get("status", "")
+        return f"{word}: {error['message']}"
+    if body.get("reason"):
+        return f"{error}: {body['reason']}"
+    return None
+
+
+def reason(exc: BaseException) -> str:
+    """One line: the server's own reason when it refused (401/403/503), else the error."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, httpx.HTTPStatusError):
+            try:
+                body = cause.response.json()
+            except ValueError:
+                break
+            refused = _refusal(body)
+            if refused is not None:
+                return f"{cause.response.status_code} {refused}"
+            break
+        cause = cause.__cause__ or cause.__context__
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0]

@@ -1,0 +1,129 @@
+"""`tailagent tasks`, `tailagent watch TASK` and `tailagent cancel TASK`: the caller's
+own tasks on an agent (the server shows each caller only its own)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+
+from a2a.client import Client
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.errors import A2AError
+from google.protobuf.json_format import MessageToDict
+from rich.console import Console
+from rich.table import Table
+
+from tailagent.client.connect import Target, a2a_client, choose_token, open_http
+from tailagent.client.errors import EXIT_COMPLETED, EXIT_FAILED, run_command
+from tailagent.client.render import FINAL_STATES, Outcome, Renderer, message_text
+
+PAGE = 100
+
+
+def state_name(state: int) -> str:
+    return TaskState.Name(state).removeprefix("TASK_STATE_").lower().replace("_", "-")
+
+
+def _when(task: Task) -> str:
+    """Short and local: the time today, else the date and time."""
+    if not task.status.HasField("timestamp"):
+        return ""
+    moment = task.status.timestamp.ToDatetime(tzinfo=UTC).astimezone()
+    today = datetime.now().astimezone().date()
+    return moment.strftime("%H:%M:%S" if moment.date() == today else "%Y-%m-%d %H:%M")
+
+
+async def _list(args: argparse.Namespace, target: Target) -> int:
+    token = choose_token(target, args.token, args.state_dir)
+    async with open_http(target, token, args.state_dir) as http, a2a_client(target, http) as client:
+        request = ListTasksRequest(page_size=min(args.limit, PAGE), history_length=0)
+        if args.state:
+            request.status = TaskState.Value("TASK_STATE_" + args.state.upper().replace("-", "_"))
+        tasks = list((await client.list_tasks(request)).tasks)
+    tasks.sort(key=lambda t: t.status.timestamp.ToNanoseconds(), reverse=True)
+    tasks = tasks[: args.limit]
+    if args.json:
+        for task in tasks:
+            print(json.dumps(MessageToDict(task)))
+        return EXIT_COMPLETED
+    table = Table(box=None, pad_edge=False)
+    table.add_column("task", no_wrap=True, min_width=36)  # ids are copied: never cut
+    table.add_column("state", no_wrap=True, min_width=len("input-required"))
+    table.add_column(
+        "updated", no_wrap=True, min_width=max((len(_when(t)) for t in tasks), default=8)
+    )
+    table.add_column("says", overflow="ellipsis", no_wrap=True, ratio=1)
+    for task in tasks:
+        says = message_text(task.status.message).replace("\n", " ")
+        table.add_row(task.id, state_name(task.status.state), _when(task), says[:60])
+    Console(highlight=False).print(table)
+    if not tasks:
+        print("no tasks of yours on this agent", file=sys.stderr)
+    return EXIT_COMPLETED
+
+
+def _status_event(task: Task) -> StreamResponse:
+    update = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
+    return StreamResponse(status_update=update)
+
+
+async def _watch(args: argparse.Namespace, target: Target) -> int:
+    console = Console(highlight=False, soft_wrap=True)
+    renderer, outcome = Renderer(console, target.url), Outcome()
+    token = choose_token(target, args.token, args.state_dir)
+    async with open_http(target, token, args.state_dir) as http, a2a_client(target, http) as client:
+        task = await client.get_task(GetTaskRequest(id=args.task, history_length=0))
+        if task.status.state in FINAL_STATES or task.status.state not in _LIVE:
+            # Nothing streams for a finished (or waiting) task: its state is the answer.
+            for event in (StreamResponse(task=task), _status_event(task)):
+                outcome.observe(event)
+                renderer.event(event, outcome)
+        else:
+            await _follow(client, args.task, renderer, outcome)
+    renderer.prompt(outcome)
+    if outcome.state == TaskState.TASK_STATE_COMPLETED:
+        return EXIT_COMPLETED
+    return 3 if outcome.prompt is not None else EXIT_FAILED
+
+
+_LIVE = {TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING}
+
+
+async def _follow(client: Client, task_id: str, renderer: Renderer, outcome: Outcome) -> None:
+    async for event in client.subscribe(SubscribeToTaskRequest(id=task_id)):
+        outcome.observe(event)
+        renderer.event(event, outcome)
+    if outcome.unfinished:
+        task = await client.get_task(GetTaskRequest(id=task_id, history_length=0))
+        event = _status_event(task)
+        outcome.observe(event)
+        renderer.event(event, outcome)
+
+
+async def _cancel(args: argparse.Namespace, target: Target) -> int:
+    token = choose_token(target, args.token, args.state_dir)
+    async with open_http(target, token, args.state_dir) as http, a2a_client(target, http) as client:
+        try:
+            task = await client.cancel_task(CancelTaskRequest(id=args.task))
+        except A2AError as exc:
+            print(f"tailagent: task {args.task} was not canceled: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    print(f"task {task.id}: {state_name(task.status.state)}")
+    return EXIT_COMPLETED
+
+
+def tasks_command(args: argparse.Namespace) -> int:
+    commands = {"tasks": _list, "watch": _watch, "cancel": _cancel}
+    command = commands[args.command]
+    return run_command(args.url, args.state_dir, lambda target: command(args, target))
