@@ -36,7 +36,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         help="127.0.0.1:PORT, [::1]:PORT or unix:/path (default: 127.0.0.1:3008)",
     )
     p.add_argument("--public-url", metavar="URL", help="the URL the agent card advertises")
-    p.add_argument("--config", metavar="FILE", type=Path, help="a TOML config file")
+    p.add_argument(
+        "--config", metavar="FILE", type=Path, help="a TOML config file (or $TAILAGENT_CONFIG)"
+    )
     p.add_argument("--state-dir", metavar="DIR", help="where tasks and sessions are kept")
     _store_option(p)
     p.add_argument("--log-level", choices=LOG_LEVELS)
@@ -232,6 +234,8 @@ def _audit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 def _settings(flags: dict[str, object], config: Path | None) -> Settings | None:
     """The settings, or None after printing the one line that says what is wrong."""
+    if config is None and os.environ.get("TAILAGENT_CONFIG"):
+        config = Path(os.environ["TAILAGENT_CONFIG"])
     try:
         return load_settings(flags, config)
     except ConfigError as exc:

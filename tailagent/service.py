@@ -1,10 +1,12 @@
-"""`tailagent service install|uninstall`: a systemd unit written for this machine.
+"""`tailagent service install|uninstall`: a systemd unit written for this machine,
+and the units shipped in `systemd/` (the same template, with systemd's specifiers).
 
-The unit runs tailagent from the interpreter it is installed in, on a unix socket
-in its runtime directory (only tailscaled and the service's user can connect),
-with its state in systemd's state directory and the hardening that still lets
-the agent work in its workspace. Installing writes the file and says what to run
-next; it starts nothing by itself.
+The unit runs tailagent from where it is installed (its console script, or its
+interpreter in isolated mode: the workspace may hold a `tailagent/` folder of its
+own), on a unix socket in its runtime directory (only tailscaled and the service's
+user can connect), with its state in systemd's state directory and the hardening
+that still lets the agent work in its workspace. Installing writes the file and
+says what to run next; it starts nothing by itself.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ _SERVICE = """\
 Type=notify
 NotifyAccess=main
 WorkingDirectory={workspace}
-ExecStart={python} -m tailagent serve --cwd {workspace}{config} \\
+{environment}ExecStart={command} serve{cwd}{config} \\
     {listen}
-{credential}StateDirectory=tailagent
+{credential}StateDirectory={name}
 StateDirectoryMode=0700
-RuntimeDirectory=tailagent
+RuntimeDirectory={name}
 RuntimeDirectoryMode=0700
 Restart=on-failure
 RestartSec=2
@@ -95,28 +97,35 @@ WantedBy=default.target
 @dataclass(frozen=True)
 class Unit:
     user_mode: bool
-    python: str
-    workspace: Path
-    config: Path | None
+    command: str  # what runs tailagent: its console script, or an interpreter with -I -m
+    workspace: str
+    config: str | None
     user: str
-    home: Path
+    home: str
     tsnet: bool = False
     auth_key_file: Path | None = None
+    name: str = "tailagent"  # of the state and runtime directories
+    search_path: str | None = None  # PATH, for a command of `/usr/bin/env tailagent`
+    # The shipped units leave the workspace to WorkingDirectory= (so $TAILAGENT_CWD,
+    # set with `systemctl edit`, can still choose another: a flag would win over it).
+    pass_cwd: bool = True
 
     def render(self) -> str:
         config = f" --config {self.config}" if self.config else ""
         runtime = "%t" if self.user_mode else "/run"
         # --tsnet: the node in the process forwards to a loopback TCP port (whois
         # names callers by its ip:port), and the key arrives as a systemd credential.
-        listen = f"--listen unix:{runtime}/tailagent/tailagent.sock"
+        listen = f"--listen unix:{runtime}/{self.name}/tailagent.sock"
         if self.tsnet:
             listen = f"--tsnet --listen {TSNET_LISTEN}"
         credential = ""
         if self.auth_key_file is not None:
             credential = f"LoadCredential={CREDENTIAL_NAME}:{self.auth_key_file}\n"
+        environment = f"Environment=PATH={self.search_path}\n" if self.search_path else ""
+        cwd = f" --cwd {self.workspace}" if self.pass_cwd else ""
         service = _SERVICE.format(
-            python=self.python, workspace=self.workspace, config=config, listen=listen,
-            credential=credential, runtime=runtime,
+            command=self.command, workspace=self.workspace, config=config, listen=listen,
+            credential=credential, environment=environment, name=self.name, cwd=cwd,
         )  # fmt: skip
         template = _USER if self.user_mode else _SYSTEM
         return template.format(
@@ -130,10 +139,33 @@ class Unit:
     def socket(self) -> str:
         runtime = os.environ.get("XDG_RUNTIME_DIR", f"/run/user/{os.getuid()}")
         return (
-            f"{runtime}/tailagent/tailagent.sock"
+            f"{runtime}/{self.name}/tailagent.sock"
             if self.user_mode
-            else "/run/tailagent/tailagent.sock"
+            else f"/run/{self.name}/tailagent.sock"
         )
+
+
+# The units in systemd/: for tailagent installed the usual ways (pipx, pip --user: in
+# ~/.local/bin; pip or pipx system-wide: in /usr/local/bin), found on a PATH of those.
+SHIPPED = {
+    "tailagent@.service": Unit(
+        False, "/usr/bin/env tailagent", "/home/%i", None, "%i", "/home/%i",
+        name="tailagent-%i", search_path="/home/%i/.local/bin:/usr/local/bin:/usr/bin:/bin",
+        pass_cwd=False,
+    ),
+    "tailagent.service": Unit(
+        True, "/usr/bin/env tailagent", "%h", None, "", "%h",
+        search_path="%h/.local/bin:/usr/local/bin:/usr/bin:/bin", pass_cwd=False,
+    ),
+}  # fmt: skip
+
+
+def command_for_this_install() -> str:
+    """The console script next to this interpreter, else the interpreter in isolated
+    mode (-I: the working directory is not on sys.path, so a workspace holding a
+    `tailagent/` folder, such as a checkout of this project, cannot shadow it)."""
+    script = Path(sys.executable).with_name("tailagent")
+    return str(script) if script.is_file() else f"{sys.executable} -I -m tailagent"
 
 
 def this_machine(
@@ -144,10 +176,11 @@ def this_machine(
     auth_key_file: Path | None = None,
 ) -> Unit:
     user = os.environ.get("SUDO_USER") or getpass.getuser()
-    home = Path(os.path.expanduser(f"~{user}"))
+    home = os.path.expanduser(f"~{user}")
     return Unit(
-        user_mode, sys.executable, workspace.resolve(), config, user, home, tsnet, auth_key_file
-    )
+        user_mode, command_for_this_install(), str(workspace.resolve()),
+        str(config) if config else None, user, home, tsnet, auth_key_file,
+    )  # fmt: skip
 
 
 def unit_path(user_mode: bool, dest: Path | None) -> Path:
@@ -159,11 +192,14 @@ def unit_path(user_mode: bool, dest: Path | None) -> Path:
     return SYSTEM_UNIT_DIR / UNIT_NAME
 
 
-def next_commands(unit: Unit, installed: bool) -> list[str]:
+def next_commands(unit: Unit, path: Path, installed: bool, custom: bool) -> list[str]:
+    """What to run after writing (or removing) the unit. A unit outside systemd's
+    search path (`--dest`) is linked into it first."""
     ctl = "systemctl --user" if unit.user_mode else "sudo systemctl"
     if not installed:
         return [f"{ctl} disable --now tailagent", f"{ctl} daemon-reload"]
-    lines = [f"{ctl} daemon-reload", f"{ctl} enable --now tailagent"]
+    lines = [f"{ctl} link {path}"] if custom else []
+    lines += [f"{ctl} daemon-reload", f"{ctl} enable --now tailagent"]
     if unit.user_mode:
         lines.append(
             f"sudo loginctl enable-linger {unit.user}   # keep it running when you log out"
@@ -189,13 +225,22 @@ def install(
     if auth_key_file is not None and not tsnet:
         print("tailagent: --auth-key-file is for --tsnet units", file=sys.stderr)
         return 2
+    if not workspace.is_dir():
+        print(f"tailagent: the workspace {workspace} is not a directory", file=sys.stderr)
+        return 2
     unit = this_machine(user_mode, workspace, config, tsnet, auth_key_file)
     path = unit_path(user_mode, dest)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(unit.render())
     print(f"wrote {path}")
+    if unit.user == "root" and not user_mode:
+        print(
+            "note: the unit runs the agent as root, with root's rights on this box; run "
+            "`service install` as (or with sudo from) the user it should run as",
+            file=sys.stderr,
+        )
     print("nothing is started; next:")
-    for line in next_commands(unit, installed=True):
+    for line in next_commands(unit, path, installed=True, custom=dest is not None):
         print(f"  {line}")
     return 0
 
@@ -208,6 +253,6 @@ def uninstall(user_mode: bool, dest: Path | None) -> int:
         return 1
     path.unlink()
     print(f"removed {path}; next:")
-    for line in next_commands(unit, installed=False):
+    for line in next_commands(unit, path, installed=False, custom=dest is not None):
         print(f"  {line}")
     return 0

@@ -10,16 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tailagent.service import Unit
+from tailagent.service import SHIPPED
 
 SYSTEMD = Path(__file__).resolve().parent.parent / "systemd"
-EXAMPLE = {
-    "python": "/home/dev/.local/share/pipx/venvs/tailagent/bin/python",
-    "workspace": Path("/home/dev/src/project"),
-    "config": Path("/home/dev/.config/tailagent/tailagent.toml"),
-    "user": "dev",
-    "home": Path("/home/dev"),
-}
 needs_systemd = pytest.mark.skipif(
     shutil.which("systemd-analyze") is None,
     reason="systemd-analyze is not installed (.ci/run installs Debian's systemd)",
@@ -42,11 +35,21 @@ def verify(path: Path, user_mode: bool, tmp: Path) -> subprocess.CompletedProces
     return subprocess.run(args, capture_output=True, text=True, timeout=60, env=env)
 
 
-@pytest.mark.parametrize("user_mode", [False, True], ids=["system", "user"])
-def test_the_shipped_units_are_the_template_rendered_for_an_example_box(user_mode: bool) -> None:
-    name = "tailagent-user.service" if user_mode else "tailagent.service"
-    shipped = (SYSTEMD / name).read_text()
-    assert shipped == Unit(user_mode, **EXAMPLE).render()  # type: ignore[arg-type]
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_the_shipped_units_are_the_template_with_systemds_specifiers(name: str) -> None:
+    assert (SYSTEMD / name).read_text() == SHIPPED[name].render()
+    assert "/home/dev" not in (SYSTEMD / name).read_text()
+
+
+@needs_systemd
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_systemd_accepts_the_shipped_units_as_they_are(name: str, tmp_path: Path) -> None:
+    unit = SHIPPED[name]
+    # A template is verified as one of its instances.
+    path = tmp_path / name.replace("@.", "@nobody.")
+    path.write_text((SYSTEMD / name).read_text())
+    checked = verify(path, unit.user_mode, tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 @needs_systemd
@@ -57,11 +60,15 @@ def test_install_writes_a_unit_for_this_machine_that_systemd_accepts(
     result = install(tmp_path, *(["--user"] if user_mode else []))
     assert result.returncode == 0, result.stderr
     unit = (tmp_path / "tailagent.service").read_text()
-    assert f"ExecStart={sys.executable} -m tailagent serve --cwd {tmp_path}" in unit
+    script = Path(sys.executable).with_name("tailagent")  # never `python -m` in the workspace
+    assert f"ExecStart={script} serve --cwd {tmp_path}" in unit
     assert f"--config {tmp_path / 'tailagent.toml'}" in unit
     assert "Type=notify" in unit and "WatchdogSec=" in unit and "Restart=on-failure" in unit
     assert ("User=" in unit) != user_mode
     assert "nothing is started" in result.stdout
+    assert (
+        "systemctl" in result.stdout and f"link {tmp_path / 'tailagent.service'}" in result.stdout
+    )
     assert ("loginctl enable-linger" in result.stdout) == user_mode
     checked = verify(tmp_path / "tailagent.service", user_mode, tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -82,3 +89,35 @@ def test_uninstall_removes_the_unit(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0 and "disable --now tailagent" in result.stdout
     assert not (tmp_path / "tailagent.service").exists()
+
+
+def test_install_checks_the_workspace_and_warns_about_root(tmp_path: Path) -> None:
+    missing = subprocess.run(
+        [sys.executable, "-m", "tailagent", "service", "install", "--dest", str(tmp_path),
+         "--workspace", str(tmp_path / "nope")], capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "is not a directory" in missing.stderr
+    assert not (tmp_path / "tailagent.service").exists()
+    env = {k: v for k, v in os.environ.items() if k != "SUDO_USER"}
+    as_root = subprocess.run(
+        [sys.executable, "-m", "tailagent", "service", "install", "--dest", str(tmp_path),
+         "--workspace", str(tmp_path)], capture_output=True, text=True, timeout=30, env=env,
+    )  # fmt: skip
+    assert as_root.returncode == 0
+    assert ("runs the agent as root" in as_root.stderr) == (os.getuid() == 0)
+
+
+def test_the_installed_unit_runs_in_a_workspace_holding_a_tailagent_folder(tmp_path: Path) -> None:
+    """A checkout of this project as the workspace: its `tailagent/` must not shadow
+    the installed package (the unit's command is what systemd would run)."""
+    (tmp_path / "tailagent").mkdir()
+    (tmp_path / "tailagent" / "__init__.py").write_text("raise ImportError('the wrong one')\n")
+    assert install(tmp_path).returncode == 0
+    line = next(
+        ln for ln in (tmp_path / "tailagent.service").read_text().splitlines()
+        if ln.startswith("ExecStart=")
+    )  # fmt: skip
+    command = line.removeprefix("ExecStart=").split(" serve ")[0].split()
+    result = subprocess.run([*command, "--version"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=30)  # fmt: skip
+    assert result.returncode == 0 and result.stdout.startswith("tailagent "), result.stderr
