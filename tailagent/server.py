@@ -197,9 +197,13 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         attachment_settings=settings.attachments,
     )
     card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
+    # The extended card lists the 0.3 interfaces too: a 0.3 client's request for it
+    # is answered through a conversion that needs one.
+    extended = build_card(backend, settings.advertised_url, settings.name, legacy=True)
     handler = GuardedRequestHandler(
-        executor, store, card, pool=pool, push_configs=push.configs, push_targets=push_targets,
-        signals=signals, rules=settings.rules, attachment_limits=settings.attachments,
+        executor, store, card, extended, pool=pool, push_configs=push.configs,
+        push_targets=push_targets, signals=signals, rules=settings.rules,
+        attachment_limits=settings.attachments,
     )  # fmt: skip
     context_builder = CallerContextBuilder()
     routes = [

@@ -12,6 +12,7 @@ from a2a.types.a2a_pb2 import SendMessageRequest
 
 from tests.a2a_helpers import A2A, HTTP_JSON, JSONRPC, state_name, texts, user_message
 
+CARD = "/.well-known/agent-card.json"
 BINDINGS = [(JSONRPC, "1.0"), (HTTP_JSON, "1.0"), (JSONRPC, "0.3"), (HTTP_JSON, "0.3")]
 
 
@@ -70,6 +71,32 @@ async def test_jsonrpc_0_3_method_names(a2a: A2A) -> None:
             json={"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": sent["id"]}},
         )
     assert got.json()["result"]["id"] == sent["id"]
+
+
+async def test_the_0_3_extended_card_on_both_bindings(a2a: A2A) -> None:
+    """A 0.3 client asks for it by its 0.3 names; the card says a bearer token works."""
+    rpc = {"jsonrpc": "2.0", "id": 3, "method": "agent/getAuthenticatedExtendedCard"}
+    async with a2a.http() as http:
+        over_rpc = (await http.post(a2a.url, json=rpc)).json()
+        over_rest = await http.get(a2a.url + "/v1/card")
+    assert "error" not in over_rpc, over_rpc
+    for card in (over_rpc["result"], over_rest.json()):
+        assert card["supportsAuthenticatedExtendedCard"] is True
+        assert card["securitySchemes"]["bearer"]["scheme"] == "Bearer"
+        assert card["security"] == [{"bearer": ["caller"]}]
+        assert "urn:tailagent:caller:v1" in json.dumps(card)
+    assert over_rest.status_code == 200
+
+
+async def test_both_card_variants_declare_the_bearer_scheme(a2a: A2A) -> None:
+    async with a2a.http() as http:
+        strict = (await http.get(a2a.url + CARD, headers={"A2A-Version": "1.0"})).json()
+        legacy = (await http.get(a2a.url + CARD)).json()
+    for card in (strict, legacy):
+        scheme = card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]
+        assert scheme["scheme"] == "Bearer" and "tailnet" in scheme["description"]
+        assert card["securityRequirements"] == [{"schemes": {"bearer": {"list": ["caller"]}}}]
+    assert "security" not in strict and legacy["security"] == [{"bearer": ["caller"]}]
 
 
 async def test_http_json_responses_are_application_json(a2a: A2A) -> None:

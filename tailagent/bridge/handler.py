@@ -78,6 +78,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
         executor: BridgeExecutor,
         store: CoalescingTaskStore,
         card: AgentCard,
+        extended_card: AgentCard,
         *,
         pool: SessionPool,
         push_configs: PushNotificationConfigStore,
@@ -94,7 +95,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
             store,
             card,
             push_config_store=push_configs,
-            extended_agent_card=card,
+            extended_agent_card=extended_card,
             extended_card_modifier=self._for_caller,
             request_context_builder=SimpleRequestContextBuilder(
                 should_populate_referred_tasks=False,

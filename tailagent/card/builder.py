@@ -17,6 +17,10 @@ from a2a.types.a2a_pb2 import (
     AgentInterface,
     AgentProvider,
     AgentSkill,
+    HTTPAuthSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
 )
 
 from tailagent import __version__
@@ -24,6 +28,21 @@ from tailagent.agents.events import AgentBackend
 
 INPUT_MODES = ["text/plain", "application/json"]
 OUTPUT_MODES = ["text/plain", "application/json", "text/x-diff"]
+
+
+BEARER = "bearer"
+# How a caller is known: clients whose auth reads the card send their token; a caller
+# on the tailnet needs none (the description says so, as no scheme can).
+BEARER_SCHEME = SecurityScheme(
+    http_auth_security_scheme=HTTPAuthSecurityScheme(
+        scheme="Bearer",
+        description=(
+            "A token made with `tailagent token add` on the agent's box. Callers on the "
+            "agent's tailnet need none: the agent knows them from Tailscale (LocalAPI whois "
+            "of the connection), and lets in the node's owner and whom it is told to."
+        ),
+    )
+)
 
 
 def build_card(backend: AgentBackend, public_url: str, name: str, *, legacy: bool) -> AgentCard:
@@ -60,6 +79,10 @@ def build_card(backend: AgentBackend, public_url: str, name: str, *, legacy: boo
         default_input_modes=INPUT_MODES,
         default_output_modes=OUTPUT_MODES,
         skills=skills,
+        security_schemes={BEARER: BEARER_SCHEME},
+        # The role a token needs to call (OpenAPI 3.1 lets a non-OAuth requirement name
+        # roles); an empty list would also vanish from the signed form of the card.
+        security_requirements=[SecurityRequirement(schemes={BEARER: StringList(list=["caller"])})],
     )
 
 
