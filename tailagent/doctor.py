@@ -8,15 +8,16 @@ import json
 import os
 import shutil
 import stat
-from dataclasses import asdict, dataclass
-from pathlib import Path
+import sys
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
 from tailagent.bridge.state import StoreUnavailable, check_store, open_engine, redacted
 from tailagent.card.keys import KeyStore
-from tailagent.config import Settings
+from tailagent.config import AGENTS, Settings
 from tailagent.probe import healthy
+from tailagent.statelock import running_server
 
 
 @dataclass(frozen=True)
@@ -102,23 +103,15 @@ def _agent(settings: Settings) -> Check:
     if settings.agent == "echo":
         return Check("agent", True, "echo (offline)")
     if settings.agent == "claude":
-        from tailagent.agents.claude import bundled_cli
+        from tailagent.agents.claude import cli_of, logged_in, login_advice
 
-        cli = settings.claude.cli_path or bundled_cli()
+        cli = cli_of(settings.claude)
         if not os.path.exists(cli):
             return Check("agent", False, f"no Claude CLI at {cli}", "reinstall claude-agent-sdk")
-        logged_in = (
-            bool(os.environ.get("ANTHROPIC_API_KEY"))
-            or (Path.home() / ".claude" / ".credentials.json").exists()
-        )
-        return Check(
-            "agent",
-            logged_in,
-            f"Claude Code CLI {cli}" + ("" if logged_in else "; no login found"),
-            ""
-            if logged_in
-            else "run `claude` once as this user to log in, or set ANTHROPIC_API_KEY",
-        )
+        if not logged_in():
+            return Check("agent", False, f"Claude Code CLI {cli}; no login found",
+                         login_advice(settings.claude))  # fmt: skip
+        return Check("agent", True, f"Claude Code CLI {cli}")
     npx = shutil.which("npx")
     return Check(
         "agent",
@@ -223,21 +216,43 @@ async def _embedded_node(settings: Settings) -> list[Check]:
     return [*checks, Check("tsnet node", state == "Running", detail, fix)]
 
 
+def _as_running(settings: Settings) -> tuple[Settings, str]:
+    """The settings with the agent of the server running on this state dir, if one
+    runs: that is the agent whose readiness matters."""
+    agent = (running_server(settings.state_dir) or {}).get("agent")
+    if not agent:
+        return settings, ""
+    if agent in AGENTS:
+        return replace(settings, agent=agent, agent_command=None), " (the running server's)"
+    return replace(settings, agent_command=agent), " (the running server's)"
+
+
 async def diagnose(settings: Settings) -> list[Check]:
     if settings.tsnet.enabled:
         checks = await _embedded_node(settings)
     else:
         checks = await _tailscale(settings)
-    checks += [_key(settings), _agent(settings), _state_dir(settings), await _store(settings)]
+    running, whose = _as_running(settings)
+    agent = _agent(running)
+    agent = replace(agent, detail=agent.detail + whose)
+    checks += [_key(settings), agent, _state_dir(settings), await _store(settings)]
     return [*checks, await _listener(settings)]
 
 
 def doctor_command(settings: Settings, as_json: bool) -> int:
     checks = asyncio.run(diagnose(settings))
+    try:
+        _print(checks, as_json)
+    except BrokenPipeError:  # `doctor | head`: the reader had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def _print(checks: list[Check], as_json: bool) -> None:
     if as_json:
         print(json.dumps([asdict(c) for c in checks]))
     else:
         for c in checks:
             mark = "✓" if c.ok else "✗"
             print(f"{mark} {c.name}: {c.detail}" + (f" — fix: {c.fix}" if c.fix else ""))
-    return 0 if all(c.ok for c in checks) else 1
+    sys.stdout.flush()  # a closed pipe shows here, inside the try

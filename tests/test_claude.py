@@ -167,8 +167,22 @@ async def test_cancel_while_parked(agent: A2A) -> None:
 async def test_no_login_fails_the_task_with_what_to_do(agent: A2A) -> None:
     turn = await agent.turn("nologin")
     assert turn.final_state == "failed"
-    assert "run `claude` once" in texts(turn.last_message)
+    # `claude` is seldom on PATH: the advice names the CLI the SDK really runs.
+    assert f"run `{FAKE_CLI}` once as that user and log in" in texts(turn.last_message)
     assert "Not logged in" not in answer(turn)
+
+
+def test_a_server_without_a_claude_login_says_so_at_start(tmp_path: Path) -> None:
+    home = tmp_path / "home"  # no ~/.claude, no key
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    server = start_claude(tmp_path, env={**env, "HOME": str(home)})
+    try:
+        log = server.log()
+        assert "Claude Code is not logged in for" in log and str(FAKE_CLI) in log
+        assert "Until then every task fails." in log
+    finally:
+        server.stop()
 
 
 async def test_deny_mode_refuses_without_asking(tmp_path: Path) -> None:
@@ -213,7 +227,8 @@ async def test_the_real_bundled_cli_without_credentials_fails_with_the_login_mes
     try:
         turn = await A2A(server.url, server.token).turn("Say hello.")
         assert turn.final_state == "failed"
-        assert "Claude Code is not logged in on the server" in texts(turn.last_message)
+        said = texts(turn.last_message)
+        assert "Claude Code is not logged in for" in said and "/_bundled/claude`" in said
     finally:
         assert server.stop() == 0
 

@@ -54,6 +54,6 @@ async def test_real_claude_agent_acp_without_credentials(
         assert turn.final_state == "failed"
         reason = texts(turn.last_message)
         assert "needs a login on the server" in reason
-        assert "run `claude` once on the server" in reason
+        assert "log in with the Claude Code CLI" in reason
     finally:
         assert server.stop() == 0

@@ -11,6 +11,7 @@ import asyncio
 import collections
 import contextlib
 import difflib
+import getpass
 import json
 import logging
 import os
@@ -67,10 +68,7 @@ from tailagent.config import ClaudeSettings
 
 log = logging.getLogger("tailagent.agent")
 
-LOGIN_ADVICE = (
-    "Claude Code is not logged in on the server: run `claude` once as the service's user "
-    "to log in, or set ANTHROPIC_API_KEY in its environment."
-)
+
 EDIT_TOOLS = ("Write", "Edit", "MultiEdit")
 STDERR_TAIL_LINES = 20
 _DONE = object()
@@ -78,6 +76,27 @@ _DONE = object()
 
 def bundled_cli() -> Path:
     return Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+
+
+def cli_of(settings: ClaudeSettings) -> Path:
+    return settings.cli_path or bundled_cli()
+
+
+def logged_in() -> bool:
+    """Whether Claude Code will find a login: an API key, or its stored credentials."""
+    if os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN"):
+        return True
+    home = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
+    return (home / ".credentials.json").exists()
+
+
+def login_advice(settings: ClaudeSettings) -> str:
+    """What to do when Claude Code is not logged in. `claude` is rarely on PATH: the
+    SDK runs its own bundled CLI, so name that one."""
+    return (
+        f"Claude Code is not logged in for {getpass.getuser()}: run `{cli_of(settings)}` "
+        "once as that user and log in there, or set ANTHROPIC_API_KEY in its environment."
+    )
 
 
 def _relative(path: str, workspace: Path) -> str:
@@ -291,7 +310,7 @@ class ClaudeSession:
 
     def _result(self, message: ResultMessage, not_logged_in: bool) -> AgentEvent:
         if not_logged_in:
-            return TurnFailed(LOGIN_ADVICE)
+            return TurnFailed(login_advice(self._settings))
         if self._cancelled:
             return TurnDone(stop_reason="cancelled")
         if message.is_error:
@@ -423,9 +442,13 @@ class ClaudeBackend:
 
     async def start(self) -> None:
         self._check_cli()
+        if not logged_in():
+            # Serving still makes sense (a login may follow); say it now, not at the
+            # first caller's task.
+            log.warning("%s Until then every task fails.", login_advice(self.settings))
 
     def _check_cli(self) -> None:
-        cli = self.settings.cli_path or bundled_cli()
+        cli = cli_of(self.settings)
         if not os.path.exists(cli):
             raise AgentStartError(
                 f"the Claude Code CLI is not at {cli} (set claude.cli_path, or reinstall "

@@ -25,6 +25,7 @@ from a2a.types.a2a_pb2 import Message, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from tailagent.access.identity import caller_of
+from tailagent.agents.acp.process import AgentStartError
 from tailagent.agents.events import (
     AgentBackend,
     AgentEvent,
@@ -201,6 +202,10 @@ class BridgeExecutor(AgentExecutor):
         publisher = Publisher(task_id, context_id)
         try:
             session, resumed = await self._pool.acquire(context_id, task_id)
+        except AgentStartError as exc:  # expected (a login, a missing tool): one line
+            log.warning("the agent could not start for context %s: %s", context_id, exc)
+            await publisher.fail(updater, f"The agent could not start: {exc}")
+            return None
         except Exception as exc:
             log.exception("opening an agent session for context %s", context_id)
             await publisher.fail(updater, f"The agent could not start: {exc}")

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,11 @@ class AcpBackend:
     async def start(self) -> None:
         """Starts the first process now: a missing npx or a broken command stops the
         server at start-up, with one line, not the first caller's task."""
+        log.info(
+            "starting the agent: %s (a first start through npx downloads it; "
+            "agent.start_timeout allows %.0f s)",
+            shlex.join(self.argv), self.settings.start_timeout,
+        )  # fmt: skip
         first = await self._spawn()
         if self.settings.warm_spares:
             self._spares.append(first)

@@ -37,8 +37,8 @@ PRESETS = {
         (),
         ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "CLAUDE_CONFIG_DIR",
          "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"),
-        "run `claude` once on the server as the service's user to log in, or set "
-        "ANTHROPIC_API_KEY in its environment",
+        "log in with the Claude Code CLI once on the server as the service's user "
+        "(`npx @anthropic-ai/claude-code`), or set ANTHROPIC_API_KEY in its environment",
     ),
     "codex": Preset(
         "codex",
