@@ -63,3 +63,24 @@ def test_nothing_listening_and_an_open_state_dir(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "✗ listener: nothing answers on http://127.0.0.1:9" in result.stdout
     assert "✗ state dir" in result.stdout and "chmod 700" in result.stdout
+
+
+def test_doctor_checks_the_running_servers_agent_and_survives_a_closed_pipe(
+    tmp_path: Path,
+) -> None:
+    server = start_server(tmp_path)  # the echo agent; doctor's own default is claude
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "tailagent", "doctor", "--json", "--state-dir",
+             str(server.state_dir)], capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        agent = next(c for c in json.loads(result.stdout) if c["name"] == "agent")
+        assert agent == {"name": "agent", "ok": True, "fix": "",
+                         "detail": "echo (offline) (the running server's)"}  # fmt: skip
+        piped = subprocess.run(
+            f"{sys.executable} -m tailagent doctor --json --state-dir {server.state_dir} "
+            "| head -c 20", shell=True, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert "Traceback" not in piped.stderr and len(piped.stdout) == 20, piped.stderr
+    finally:
+        server.stop()
