@@ -31,7 +31,7 @@ from starlette.types import ASGIApp
 
 from tailagent.access.guard import AccessGuard
 from tailagent.access.identity import SCOPE_KEY, Caller, CallerContextBuilder
-from tailagent.access.localapi import LocalAPIUnavailable
+from tailagent.access.localapi import LocalAPIUnavailable, self_dns_name
 from tailagent.access.policy import Policy
 from tailagent.access.resolve import Resolver
 from tailagent.access.tokens import TokenStore
@@ -59,7 +59,7 @@ from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.card.builder import build_card
 from tailagent.card.keys import KeyStore
 from tailagent.card.publish import JWKS_PATH, CardPublisher
-from tailagent.config import Listen, Settings
+from tailagent.config import Listen, Settings, default_state_dir
 from tailagent.metrics import AGENT_PROCESSES, exposition
 from tailagent.notify import Notifier
 from tailagent.presence import Presence, PresenceError, make_presence
@@ -305,6 +305,38 @@ def listener_url(sock: socket.socket, listen: Listen) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+async def next_steps(settings: Settings, presence: Presence, where: str) -> list[str]:
+    """What a person who just started the server can do now: call it from this box,
+    and whether (and how) callers on the tailnet get in."""
+    state = (
+        "" if settings.state_dir == default_state_dir() else f" --state-dir {settings.state_dir}"
+    )
+    lines = [f"on this box: tailagent call hello{state}   (it sends the local token)"]
+    report = presence.report()
+    if report["way"] == "tsnet":
+        lines.append(f"on the tailnet: {report['url']}   (callers known by their node)")
+        return lines
+    try:
+        status = await presence.localapi.status()
+    except LocalAPIUnavailable:
+        lines.append(
+            f"no tailscaled ({presence.localapi.where}): only local callers with a token get in; "
+            "start tailscaled, or join as a node of its own with --tsnet"
+        )
+        return lines
+    name = self_dns_name(status) or "this node"
+    if report["way"] == "tailscale serve":
+        lines.append(f"on the tailnet: {report['url']}")
+    elif status.get("BackendState") != "Running":
+        lines.append(f"tailscaled is {status.get('BackendState')}: log this node in first")
+    else:
+        lines.append(
+            f"on the tailnet ({name}): `tailscale serve --bg {where}`, "
+            "or restart with --tailnet to have tailagent set that up"
+        )
+    return lines
+
+
 async def _leave(presence: Presence) -> None:
     try:
         await presence.stop()
@@ -397,6 +429,8 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
         settings.state_dir,
         redacted(settings.store_url),
     )
+    for line in await next_steps(settings, presence, where):
+        log.info("%s", line)
     background = [asyncio.ensure_future(notifier.watchdog())]
     if notifier.enabled:
         what = f"serving on {where} (agent {settings.agent})"

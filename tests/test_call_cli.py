@@ -8,11 +8,13 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import RunningServer, start_server
+from tests.tailnet import NODE_DNS, FakeTailscaled
 
 
 def call(
@@ -235,3 +237,20 @@ def test_ctrl_c_cancels_the_task_and_tasks_watch_cancel_follow_it(server: Runnin
     canceled = cli(server, "cancel", waiting)
     assert canceled.returncode == 0 and canceled.stdout.strip() == f"task {waiting}: canceled"
     assert cli(server, "cancel", "no-such-task").returncode == 1
+
+
+def test_the_server_says_what_to_do_next(server: RunningServer, tmp_path: Path) -> None:
+    log = server.log()
+    assert f"on this box: tailagent call hello --state-dir {server.state_dir}" in log
+    assert "no tailscaled" in log and "--tsnet" in log
+    fake = FakeTailscaled(tmp_path / "ts").start()
+    served = start_server(tmp_path, "--tailscale-socket", str(fake.socket))
+    try:
+        wanted = f"on the tailnet ({NODE_DNS}): `tailscale serve --bg {served.url}`"
+        deadline = time.monotonic() + 10  # the lines follow `serving on`
+        while wanted not in served.log():
+            assert time.monotonic() < deadline, served.log()
+            time.sleep(0.05)
+    finally:
+        served.stop()
+        fake.stop()
