@@ -76,6 +76,8 @@ def test_input_required_prints_the_exact_reply_command_and_exits_3(server: Runni
     assert "[input-required] Permission requested: Run `rm -rf build`" in asked.stdout
     allow, _deny = reply_lines(asked.stdout)
     assert "--request" in allow and allow.startswith("tailagent call allow")
+    # The task keeps its conversation, and this agent is the one `call` finds by itself.
+    assert "--context" not in allow and "--url" not in allow and len(allow) < 110, allow
     answered = run_reply(server, allow)
     assert answered.returncode == 0, answered.stdout + answered.stderr
     assert "✓ rm -rf build: completed" in answered.stdout
@@ -86,6 +88,12 @@ def test_question_reply_command_answers_it(server: RunningServer) -> None:
     assert asked.returncode == 3
     (answer,) = reply_lines(asked.stdout)
     assert "--answer 'Which colour do you prefer?=red'" in answer
+    assert asked.stdout.count("Which colour do you prefer?") == 2  # the prompt, the reply
+    assert "  options: red, blue" in asked.stdout
+    wrong = run_reply(server, answer.replace("=red", "=green"))
+    assert wrong.returncode == 2
+    assert "'green' does not answer 'Which colour do you prefer?'" in wrong.stderr
+    assert "pick one of 'red', 'blue'" in wrong.stderr
     answered = run_reply(server, answer)
     assert answered.returncode == 0
     assert "You chose red." in answered.stdout
@@ -106,6 +114,8 @@ def test_json_prints_one_object_per_event(server: RunningServer) -> None:
 def test_interactive_answers_in_place(server: RunningServer) -> None:
     result = call(server, "ask then question", "-i", stdin="yes\nblue\n")
     assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("task ") == 1  # the header, once for the whole conversation
+    assert "options: option:allow_once (Allow)" in result.stdout
     assert "✓ rm -rf build: completed" in result.stdout
     assert "You chose blue." in result.stdout
 

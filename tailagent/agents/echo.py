@@ -217,11 +217,14 @@ class EchoSession:
             yield ToolStarted(tool_id, "Bash", command, {"command": command})
             yield ToolFinished(tool_id, "completed", f"removed {target}")
             return
-        message = decision.message if isinstance(decision, PermissionDecision) else ""
         if isinstance(decision, PermissionDecision) and decision.interrupt:
             yield TurnDone(stop_reason="interrupted", usage={"turns": self._turns})
             return
-        yield Notice(f"Permission denied for `{command}`: {message}")
+        # The denial's instructions are for the agent; a person reads their own words.
+        reason = decision.reason if isinstance(decision, PermissionDecision) else ""
+        yield Notice(
+            f"Permission denied for `{command}` ({reason or 'no reason'}): not running it."
+        )
 
 
 class EchoBackend:

@@ -165,12 +165,14 @@ Prompting = PermissionAsked | QuestionAsked
 @dataclass(frozen=True, slots=True)
 class PermissionDecision:
     """What the caller decided. `message` is the text an agent that reads words gets;
+    `reason` the caller's own words, for an agent that shows them to a person;
     `interrupt` asks the agent to end its turn after this denial."""
 
     allow: bool
     option_id: str | None = None
     message: str = ""
     interrupt: bool = False
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

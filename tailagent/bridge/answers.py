@@ -114,7 +114,9 @@ def _decided(pending: PermissionAsked, allow: bool, reason: str = "") -> ParsedA
         return ParsedAnswer(PermissionDecision(True, option), denied=False)
     reason = reason or "no reason given"
     return ParsedAnswer(
-        PermissionDecision(False, option, deny_message(reason)), denied=True, reason=reason
+        PermissionDecision(False, option, deny_message(reason), reason=reason),
+        denied=True,
+        reason=reason,
     )
 
 

@@ -269,7 +269,9 @@ class BridgeExecutor(AgentExecutor):
     ) -> None:
         """Denies with interrupt, lets the agent wind down unheard, then fails once, saying why."""
         option = next((o.id for o in pending.options if not o.allows), None)
-        decision = PermissionDecision(False, option, deny_message(reason), interrupt=True)
+        decision = PermissionDecision(
+            False, option, deny_message(reason), interrupt=True, reason=reason
+        )
         with contextlib.suppress(Exception):
             await runtime.session.answer(pending.request_id, decision)
         try:
@@ -357,9 +359,8 @@ class BridgeExecutor(AgentExecutor):
             decision = PermissionDecision(True, option)
         else:
             runtime.denied.add(request_key(event))  # asked again, loop protection ends it
-            decision = PermissionDecision(
-                False, option, deny_message(f"denied by {rule.describe()}")
-            )
+            why = f"denied by {rule.describe()}"
+            decision = PermissionDecision(False, option, deny_message(why), reason=why)
         verdict = "Allowed" if allow else "Denied"
         await runtime.publisher.publish(
             updater, Notice(f"{verdict} by {rule.describe()}: {event.title}")

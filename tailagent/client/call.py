@@ -34,7 +34,13 @@ from rich.console import Console
 from rich.prompt import Prompt as AskPrompt
 
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
-from tailagent.client.connect import Target, a2a_client, choose_token, open_http
+from tailagent.client.connect import (
+    Target,
+    a2a_client,
+    choose_token,
+    open_http,
+    reply_target,
+)
 from tailagent.client.errors import (
     EXIT_COMPLETED,
     EXIT_FAILED,
@@ -46,7 +52,7 @@ from tailagent.client.errors import (
     run_command,
 )
 from tailagent.client.interrupts import Interrupts
-from tailagent.client.render import Outcome, Prompt, Renderer
+from tailagent.client.render import Outcome, Prompt, Renderer, question_options
 
 CONFIRM_SECONDS = 3.0
 
@@ -122,11 +128,13 @@ async def run_call(args: argparse.Namespace, target: Target, console: Console) -
         request_id=args.request,
         answers=answers,
     )
-    renderer = Renderer(console, target.url)
+    renderer = Renderer(console, reply_target(target, args.state_dir))
     token = choose_token(target, args.token, args.state_dir)
     async with open_http(target, token, args.state_dir) as http:
         await check_card(target.base, http, args.require_signed)
         async with a2a_client(target, http) as client:
+            if answers and args.task:
+                await _check_answers(client, args.task, answers)
             while True:
                 outcome = Outcome()
                 show = _printer(args.json, renderer, outcome)
@@ -192,6 +200,26 @@ async def _interrupted(
     print(f"tailagent: canceled task {task_id}", file=sys.stderr)
 
 
+async def _check_answers(client: Client, task_id: str, answers: dict[str, str]) -> None:
+    """--answer must name a question the task asks and one of its labels (a typo
+    would otherwise reach the agent as the person's choice)."""
+    task = await client.get_task(GetTaskRequest(id=task_id, history_length=0))
+    pending = Outcome()
+    pending.observe(StreamResponse(task=task))
+    if pending.prompt is None or pending.prompt.kind != "ask_user_question":
+        return  # nothing to check against: the server answers for itself
+    options = question_options(pending.prompt)
+    for question, label in answers.items():
+        if question not in options:
+            asked = "; ".join(repr(q) for q in options)
+            raise UsageError(f"task {task_id} does not ask {question!r}; it asks {asked}")
+        if options[question] and label not in options[question]:
+            raise UsageError(
+                f"{label!r} does not answer {question!r}: pick one of "
+                + ", ".join(repr(o) for o in options[question])
+            )
+
+
 def _printer(as_json: bool, renderer: Renderer, outcome: Outcome) -> Any:
     def show(event: StreamResponse) -> None:
         outcome.observe(event)
@@ -230,14 +258,12 @@ async def _read_the_end(
 def _ask_in_terminal(
     console: Console, renderer: Renderer, outcome: Outcome, prompt: Prompt
 ) -> Message:
-    console.print(f"[bold yellow]{prompt.text}[/]")
+    renderer.prompt(outcome, replies=False)  # the details and the choices, once
     if prompt.kind == "ask_user_question":
-        answers: dict[str, str] = {}
-        for question in prompt.data.get("questions") or []:
-            labels = [o.get("label", "") for o in question.get("options") or []]
-            answers[question["question"]] = AskPrompt.ask(
-                question["question"], choices=labels or None, console=console
-            )
+        answers = {
+            question: AskPrompt.ask(question, choices=labels or None, console=console)
+            for question, labels in question_options(prompt).items()
+        }
         return build_message(
             "",
             task_id=outcome.task_id,
@@ -245,7 +271,10 @@ def _ask_in_terminal(
             request_id=prompt.request_id,
             answers=answers,
         )
-    reply = AskPrompt.ask("allow or deny (a reason may follow)", console=console)
+    choices = "allow, deny"
+    if prompt.data.get("options"):
+        choices += ", or option:ID"
+    reply = AskPrompt.ask(f"{choices} (a reason may follow)", console=console)
     return build_message(
         reply,
         task_id=outcome.task_id,

@@ -63,6 +63,15 @@ def parse_target(url: str | None, state_dir: str | None) -> Target:
     return Target(url, None)
 
 
+def reply_target(target: Target, state_dir: str | None) -> list[str]:
+    """The options a follow-up command needs to reach the same agent as this one:
+    none for the agent `call` finds by itself."""
+    needed = ["--state-dir", state_dir] if state_dir else []
+    if parse_target(None, state_dir).url != target.url:
+        needed += ["--url", target.url]
+    return needed
+
+
 def _state_dir(state_dir: str | None) -> Path:
     directory = state_dir or os.environ.get("TAILAGENT_STATE_DIR")
     return Path(directory) if directory else default_state_dir()

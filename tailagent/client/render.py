@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from a2a.types.a2a_pb2 import Artifact, Message, StreamResponse, TaskState
@@ -63,7 +63,6 @@ class Outcome:
     status_text: str = ""
     prompt: Prompt | None = None
     direct_message: str | None = None
-    seen_artifacts: set[str] = field(default_factory=set)
 
     @property
     def unfinished(self) -> bool:
@@ -94,12 +93,14 @@ class Outcome:
             self.prompt = Prompt(kind, self.status_text, data)
 
 
-def reply_command(url: str, outcome: Outcome, prompt: Prompt) -> list[str]:
-    """The exact command lines that answer `prompt`."""
-    base = ["--task", outcome.task_id, "--context", outcome.context_id]
+def reply_command(target_args: list[str], outcome: Outcome, prompt: Prompt) -> list[str]:
+    """The exact command lines that answer `prompt`. A follow-up naming its task keeps
+    the task's conversation, so no --context; `target_args` is what else the call
+    needs to reach the same agent (empty for the one it finds by itself)."""
+    base = ["--task", outcome.task_id]
     if prompt.request_id:
         base += ["--request", prompt.request_id]
-    base += ["--url", url]
+    base += target_args
     if prompt.kind == "ask_user_question":
         question = (prompt.data.get("questions") or [{}])[0]
         label = ((question.get("options") or [{}])[0]).get("label", "ANSWER")
@@ -108,11 +109,20 @@ def reply_command(url: str, outcome: Outcome, prompt: Prompt) -> list[str]:
     return [shlex.join(["tailagent", "call", word, *base]) for word in ("allow", "deny")]
 
 
+def question_options(prompt: Prompt) -> dict[str, list[str]]:
+    """Each question of a prompt, with the labels that answer it."""
+    return {
+        str(q.get("question", "")): [str(o.get("label", "")) for o in q.get("options") or []]
+        for q in prompt.data.get("questions") or []
+    }
+
+
 class Renderer:
-    def __init__(self, console: Console, url: str) -> None:
+    def __init__(self, console: Console, target_args: list[str] | None = None) -> None:
         self.console = console
-        self.url = url
+        self.target_args = target_args or []
         self._mid_line = False
+        self._headed: set[str] = set()  # tasks whose header is printed (once per call)
 
     def _line(self, renderable: Any) -> None:
         if self._mid_line:
@@ -122,8 +132,8 @@ class Renderer:
 
     def event(self, event: StreamResponse, outcome: Outcome) -> None:
         if event.HasField("task"):
-            if event.task.id not in outcome.seen_artifacts:
-                outcome.seen_artifacts.add(event.task.id)
+            if event.task.id not in self._headed:
+                self._headed.add(event.task.id)
                 self._line(Text(f"task {event.task.id}  context {event.task.context_id}", "dim"))
         elif event.HasField("artifact_update"):
             self._artifact(event.artifact_update.artifact, event.artifact_update.append)
@@ -170,7 +180,9 @@ class Renderer:
                 Text(f"[{name}] {text}".rstrip() if kind != "result" else f"[{name}]", style)
             )
 
-    def prompt(self, outcome: Outcome) -> None:
+    def prompt(self, outcome: Outcome, *, replies: bool = True) -> None:
+        """The pause, its details and choices once each; then, unless answering in the
+        terminal, the commands that answer it."""
         prompt = outcome.prompt
         if prompt is None:
             return
@@ -182,10 +194,14 @@ class Renderer:
             if options:
                 names = ", ".join(f"option:{o.get('optionId')} ({o.get('name')})" for o in options)
                 self._line(Text(f"  options: {names}", "dim"))
-        for question in prompt.data.get("questions") or []:
-            labels = ", ".join(o.get("label", "") for o in question.get("options") or [])
+        questions = question_options(prompt)
+        for question, labels in questions.items():
             if labels:
-                self._line(Text(f"  {question.get('question')}: {labels}", "dim"))
+                # One question is the prompt's own text: its options suffice.
+                lead = "options" if len(questions) == 1 else question
+                self._line(Text(f"  {lead}: {', '.join(labels)}", "dim"))
+        if not replies:
+            return
         self._line(Text("reply with:", "bold"))
-        for line in reply_command(self.url, outcome, prompt):
+        for line in reply_command(self.target_args, outcome, prompt):
             self._line(Text("  " + line))

@@ -24,7 +24,7 @@ from google.protobuf.json_format import MessageToDict
 from rich.console import Console
 from rich.table import Table
 
-from tailagent.client.connect import Target, a2a_client, choose_token, open_http
+from tailagent.client.connect import Target, a2a_client, choose_token, open_http, reply_target
 from tailagent.client.errors import EXIT_COMPLETED, EXIT_FAILED, run_command
 from tailagent.client.render import FINAL_STATES, Outcome, Renderer, message_text
 
@@ -80,7 +80,7 @@ def _status_event(task: Task) -> StreamResponse:
 
 async def _watch(args: argparse.Namespace, target: Target) -> int:
     console = Console(highlight=False, soft_wrap=True)
-    renderer, outcome = Renderer(console, target.url), Outcome()
+    renderer, outcome = Renderer(console, reply_target(target, args.state_dir)), Outcome()
     token = choose_token(target, args.token, args.state_dir)
     async with open_http(target, token, args.state_dir) as http, a2a_client(target, http) as client:
         task = await client.get_task(GetTaskRequest(id=args.task, history_length=0))
