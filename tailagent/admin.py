@@ -34,6 +34,13 @@ def token_command(args: argparse.Namespace, state_dir: Path) -> int:
             print(f"tailagent: {exc}", file=sys.stderr)
             return 1
         print(token)  # alone on stdout, so `TOKEN=$(tailagent token add ci)` works
+        roles = ", ".join(args.roles or ["caller"])
+        print(
+            f"token {args.name!r} ({roles}) is shown this once (only its hash is kept). Send it "
+            "as `Authorization: Bearer <token>`, or `tailagent call --token <token>` "
+            "(or $TAILAGENT_TOKEN)",
+            file=sys.stderr,
+        )
         return 0
     if args.action == "revoke":
         try:
@@ -48,6 +55,17 @@ def token_command(args: argparse.Namespace, state_dir: Path) -> int:
         table.add_row(info.name, ", ".join(info.roles), info.created)
     _console().print(table)
     return 0
+
+
+def _local_time(stamp: str) -> str:
+    """A stored UTC time as this box's local time, with its offset."""
+    try:
+        moment = datetime.fromisoformat(stamp)
+    except ValueError:
+        return stamp
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone().isoformat(timespec="seconds")
 
 
 def _console() -> Console:
@@ -97,7 +115,7 @@ def audit_command(args: argparse.Namespace, store_url: str) -> int:
     for e in entries:
         style = "green" if e.decision == "allow" else "red"
         table.add_row(
-            e.at[:19],
+            _local_time(e.at),
             f"[{style}]{e.decision}[/]",
             e.tool,
             e.input,

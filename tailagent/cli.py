@@ -86,7 +86,12 @@ EXIT_CODES = (
 
 def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("call", help="send work to an A2A agent and watch it", epilog=EXIT_CODES)
-    p.add_argument("text", nargs="?", default="", help="the message (an answer, on a follow-up)")
+    p.add_argument(
+        "text",
+        nargs="?",
+        default="",
+        help="the message (an answer, on a follow-up); - or a pipe: read it from stdin",
+    )
     _agent_options(p)
     p.add_argument("--context", metavar="ID", help="continue this conversation")
     p.add_argument("--task", metavar="ID", help="answer or continue this task")
@@ -149,7 +154,7 @@ def _token_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p = sub.add_parser("token", help="bearer tokens: add, list, revoke")
     actions = p.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="create a token and print it, once")
-    add.add_argument("name")
+    add.add_argument("name", help="what the token is for (ci, alice-laptop): shown in logs")
     add.add_argument(
         "--role",
         dest="roles",
@@ -160,13 +165,14 @@ def _token_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     _state_options(add)
     _state_options(actions.add_parser("list", help="the tokens, without their secrets"))
     revoke = actions.add_parser("revoke", help="revoke a token now")
-    revoke.add_argument("name")
+    revoke.add_argument("name", help="the token's name, as `tailagent token list` shows it")
     _state_options(revoke)
 
 
 def _card_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    keys = sub.add_parser("keys", help="the card's signing key: init, rotate")
-    actions = keys.add_subparsers(dest="action", required=True)
+    keys = sub.add_parser("keys", help="the card's signing key: show (the default), init, rotate")
+    actions = keys.add_subparsers(dest="action")
+    _state_options(actions.add_parser("show", help="the current key"))
     for action, text in (("init", "make the signing key"), ("rotate", "sign with a new key")):
         p = actions.add_parser(action, help=text)
         p.add_argument(
@@ -177,7 +183,7 @@ def _card_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         )
         _state_options(p)
     card = sub.add_parser("card", help="show an agent's card and check its signature")
-    card.add_argument("url")
+    card.add_argument("url", help="the agent's base URL (its card is at /.well-known/…)")
     card.add_argument("--trust", action="store_true", help="pin the card's key for this URL")
     card.add_argument("--state-dir", metavar="DIR", help=STATE_DIR_NODE_HELP)
     peers = sub.add_parser("peers", help="every tailagent on the tailnet, with its card")
@@ -215,10 +221,12 @@ def _service_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def _doctor_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("doctor", help="check that this box has what tailagent needs")
     p.add_argument("--json", action="store_true", help="the checks as one JSON list")
-    p.add_argument("--agent", choices=AGENTS)
-    p.add_argument("--agent-command", metavar="CMD")
-    p.add_argument("--listen", metavar="ADDR")
-    p.add_argument("--tailscale-socket", metavar="PATH")
+    p.add_argument(
+        "--agent", choices=AGENTS, help="the agent to check (default: the running server's)"
+    )
+    p.add_argument("--agent-command", metavar="CMD", help="an ACP agent's command line to check")
+    p.add_argument("--listen", metavar="ADDR", help="the listener to probe (as serve --listen)")
+    p.add_argument("--tailscale-socket", metavar="PATH", help="tailscaled's LocalAPI socket")
     p.add_argument("--tsnet", action="store_true", default=None, help="check the embedded node")
     _state_options(p)
     _store_option(p)
@@ -293,8 +301,12 @@ def main(argv: list[str] | None = None) -> int:
         from tailagent.admin import audit_command, token_command
         from tailagent.card.commands import keys_command
 
-        flags = {"state_dir": args.state_dir, "store": getattr(args, "store", None)}
-        settings = _settings(flags, args.config)
+        # A bare `tailagent keys` has no options of its own: defaults.
+        flags = {
+            "state_dir": getattr(args, "state_dir", None),
+            "store": getattr(args, "store", None),
+        }
+        settings = _settings(flags, getattr(args, "config", None))
         if settings is None:
             return 2
         if args.command == "audit":

@@ -264,3 +264,10 @@ def test_the_server_says_what_to_do_next(server: RunningServer, tmp_path: Path) 
     finally:
         served.stop()
         fake.stop()
+
+
+def test_the_message_can_come_from_stdin(server: RunningServer) -> None:
+    for args in (["-"], []):
+        result = call(server, *args, stdin="a message\nfrom a file\n")
+        assert result.returncode == 0, result.stderr
+        assert "echo: a message\nfrom a file" in result.stdout

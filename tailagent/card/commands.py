@@ -21,6 +21,14 @@ from tailagent.tsnet.client import proxy_for, running_node
 
 def keys_command(args: argparse.Namespace, state_dir: Path) -> int:
     store = KeyStore(state_dir)
+    if args.action in (None, "show"):
+        if not store.exists():
+            print(f"no signing key in {state_dir} yet: the server makes one at its first start "
+                  "(or `tailagent keys init`)")  # fmt: skip
+            return 0
+        current = store.current()
+        print(f"{current.alg} key {current.kid} in {store.path}")
+        return 0
     try:
         key = store.init(args.alg) if args.action == "init" else store.rotate(args.alg)
     except FileExistsError as exc:

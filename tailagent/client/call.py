@@ -286,4 +286,8 @@ def _ask_in_terminal(
 
 def call_command(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
+    # `tailagent call -`, or a message piped in: the message is stdin's text.
+    piped = not args.text and not args.answer and not args.interactive and not sys.stdin.isatty()
+    if args.text == "-" or piped:
+        args.text = sys.stdin.read().strip()
     return run_command(args.url, args.state_dir, lambda target: run_call(args, target, console))
