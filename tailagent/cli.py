@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete completes `tailagent` in bash, zsh and fish)
 """tailagent: a coding agent on your tailnet, spoken to over A2A.
 
 Start with `tailagent serve --agent echo`, then `tailagent call hello` in another
@@ -10,6 +11,8 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+
+import argcomplete
 
 from tailagent import __version__
 from tailagent.config import (
@@ -265,7 +268,13 @@ def main(argv: list[str] | None = None) -> int:
     _card_parsers(sub)
     _service_parser(sub)
     _doctor_parser(sub)
+    completion = sub.add_parser("completion", help="shell completion: eval or source its output")
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
+    if args.command == "completion":
+        print(argcomplete.shellcode(["tailagent"], shell=args.shell))
+        return 0
     if args.command == "serve":
         return _serve(args)
     if args.command == "doctor":

@@ -271,3 +271,19 @@ def test_the_message_can_come_from_stdin(server: RunningServer) -> None:
         result = call(server, *args, stdin="a message\nfrom a file\n")
         assert result.returncode == 0, result.stderr
         assert "echo: a message\nfrom a file" in result.stdout
+
+
+def test_shell_completion(tmp_path: Path) -> None:
+    line = "tailagent call --can"
+    env = {
+        **os.environ, "COMP_LINE": line, "COMP_POINT": str(len(line)), "_ARGCOMPLETE": "1",
+        "_ARGCOMPLETE_IFS": " ", "_ARGCOMPLETE_STDOUT_FILENAME": str(tmp_path / "out"),
+    }  # fmt: skip
+    subprocess.run([sys.executable, "-m", "tailagent"], env=env, timeout=30, check=False)
+    assert (tmp_path / "out").read_text().split() == ["--cancel-on-interrupt"]
+    for shell in ("bash", "zsh", "fish"):
+        script = subprocess.run(
+            [sys.executable, "-m", "tailagent", "completion", shell],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert script.returncode == 0 and "tailagent" in script.stdout
