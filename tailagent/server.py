@@ -368,7 +368,10 @@ async def run(settings: Settings) -> None:
     except StateDirBusy as exc:
         raise StartError(str(exc)) from None
     except OSError as exc:
-        raise StartError(f"cannot use the state dir {settings.state_dir}: {exc.strerror}") from None
+        raise StartError(
+            f"cannot use the state dir {settings.state_dir}: {exc.strerror} (give tailagent "
+            "a directory its user can write: --state-dir)"
+        ) from None
     try:
         await _run_locked(settings, notifier, lock)
     finally:

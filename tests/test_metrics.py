@@ -47,5 +47,6 @@ def test_metrics_are_refused_without_the_admin_role(server: RunningServer) -> No
     token = add_token(server, "metrics-reader", "caller", "approver")
     response = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 403
-    # No token and no tailscaled on this box: nobody can say who is asking.
-    assert httpx.get(server.url + "/metrics").status_code == 503
+    # No token and no tailscaled on this box: a local caller, who needs a token.
+    anonymous = httpx.get(server.url + "/metrics")
+    assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"] == "Bearer"
