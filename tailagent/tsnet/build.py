@@ -1,8 +1,7 @@
 """Builds the embedded node's shared library with Go (`go build -buildmode=c-shared`).
 
-It imports nothing but the standard library: the install runs it (through
-setup_command.py) before tailagent's dependencies exist. Run by hand:
-`python tailagent/tsnet/build.py`.
+It imports nothing but the standard library, because setup.py runs it before
+tailagent's dependencies exist. Run by hand: `python tailagent/tsnet/build.py`.
 """
 
 from __future__ import annotations
