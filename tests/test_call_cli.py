@@ -131,7 +131,7 @@ def test_usage_and_connection_errors_exit_2(server: RunningServer) -> None:
     )
     assert unreachable.returncode == 2
     assert len(unreachable.stderr.strip().splitlines()) == 1
-    assert "http://127.0.0.1:9" in unreachable.stderr
+    assert "nothing answers at http://127.0.0.1:9: start `tailagent serve`" in unreachable.stderr
     unknown = call(server, "hi", "--task", "no-such-task")
     assert unknown.returncode == 2
     assert "refused the request" in unknown.stderr and "Traceback" not in unknown.stderr

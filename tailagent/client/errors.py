@@ -50,7 +50,14 @@ def run_command(
     except httpx.HTTPError as exc:
         print(f"tailagent: cannot reach {target.url}: {reason(exc)}", file=sys.stderr)
     except A2AClientError as exc:
-        print(f"tailagent: {target.url}: {reason(exc)}", file=sys.stderr)
+        if _refused_connection(exc):
+            print(
+                f"tailagent: nothing answers at {target.url}: start `tailagent serve`, "
+                "or say where the agent is with --url",
+                file=sys.stderr,
+            )
+        else:
+            print(f"tailagent: {target.url}: {reason(exc)}", file=sys.stderr)
     except A2AError as exc:
         print(f"tailagent: {target.url} refused the request: {reason(exc)}", file=sys.stderr)
     except BrokenPipeError:
@@ -59,6 +66,15 @@ def run_command(
         print("tailagent: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_USAGE
+
+
+def _refused_connection(exc: BaseException) -> bool:
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, httpx.ConnectError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _refusal(body: object) -> str | None:
