@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -247,3 +248,26 @@ async def test_mcp_servers_reach_claude_code(tmp_path: Path) -> None:
         assert config["mcpServers"]["files"]["command"] == "mcp-files"
     finally:
         server.stop()
+
+
+async def test_a_new_conversation_takes_a_connected_spare(tmp_path: Path) -> None:
+    """The CLI is started and connected before anyone calls; the first conversation
+    gets that session, and another spare is started behind it."""
+    log = FakeLog(tmp_path / "fake.log")
+    server = start_claude(tmp_path, env={**os.environ, "FAKE_CLAUDE_LOG": str(log.path)})
+    try:
+        deadline = time.monotonic() + 20
+        while not log.argvs():  # the spare, started with the server
+            assert time.monotonic() < deadline, server.log()
+            await asyncio.sleep(0.05)
+        spare = log.argvs()[0]
+        turn = await A2A(server.url, server.token).turn("hello")
+        assert turn.final_state == "completed"
+        session = MessageToDict(turn.statuses[-1].metadata)["agentSessionId"]
+        assert f"--session-id={session}" in spare
+        while len(log.argvs()) < 2:  # its replacement
+            assert time.monotonic() < deadline, server.log()
+            await asyncio.sleep(0.05)
+        assert f"--session-id={session}" not in log.argvs()[1]
+    finally:
+        assert server.stop() == 0

@@ -419,11 +419,17 @@ class ClaudeBackend:
         workspace: Path,
         max_sessions: int,
         mcp_servers: tuple[McpServer, ...] = (),
+        warm_spares: int = 0,
     ) -> None:
         self.settings = settings
         self.mcp_servers = mcp_servers
         self.workspace = workspace
         self.max_sessions: int | None = max_sessions
+        # Connected sessions, each taken whole by the next new conversation: starting
+        # the CLI and connecting to it costs 0.5–0.9 s, more than a short turn.
+        self._warm_spares = warm_spares
+        self._spares: list[ClaudeSession] = []
+        self._refill: asyncio.Task[None] | None = None
         self.description = (
             f"Claude Code (through the Claude Agent SDK), working in {workspace.name}."
         )
@@ -446,6 +452,7 @@ class ClaudeBackend:
             # Serving still makes sense (a login may follow); say it now, not at the
             # first caller's task.
             log.warning("%s Until then every task fails.", login_advice(self.settings))
+        self._top_up()
 
     def _check_cli(self) -> None:
         cli = cli_of(self.settings)
@@ -456,6 +463,17 @@ class ClaudeBackend:
             )
 
     async def open_session(self, resume_id: str | None = None) -> ClaudeSession:
+        if resume_id is None:
+            while self._spares:
+                spare = self._spares.pop(0)
+                if spare.alive:
+                    self._top_up()
+                    return spare
+        session = await self._connect(resume_id)
+        self._top_up()
+        return session
+
+    async def _connect(self, resume_id: str | None) -> ClaudeSession:
         session = ClaudeSession(
             self.settings,
             self.workspace,
@@ -469,5 +487,23 @@ class ClaudeBackend:
             raise AgentStartError(f"Claude Code did not start: {exc}") from None
         return session
 
+    def _top_up(self) -> None:
+        """Connects spares in the background, up to agent.warm_spares."""
+        if len(self._spares) < self._warm_spares and (self._refill is None or self._refill.done()):
+            self._refill = asyncio.create_task(self._fill(), name="claude-spares")
+
+    async def _fill(self) -> None:
+        while len(self._spares) < self._warm_spares:
+            try:
+                self._spares.append(await self._connect(None))
+            except AgentStartError as exc:
+                log.warning("could not start a spare Claude Code session: %s", exc)
+                return
+
     async def aclose(self) -> None:
-        return None
+        if self._refill is not None:
+            self._refill.cancel()
+            with contextlib.suppress(BaseException):
+                await self._refill
+        spares, self._spares = self._spares, []
+        await asyncio.gather(*(spare.close() for spare in spares), return_exceptions=True)

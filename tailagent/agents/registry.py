@@ -28,6 +28,7 @@ def make_backend(settings: Settings) -> AgentBackend:
             settings.cwd,
             settings.agent_process.max_processes,
             settings.mcp_servers,
+            warm_spares=settings.agent_process.warm_spares,
         )
     if preset is None:
         return EchoBackend()
