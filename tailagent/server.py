@@ -72,6 +72,7 @@ log = logging.getLogger("tailagent")
 
 CARD_PATH = "/.well-known/agent-card.json"
 CARD_MAX_AGE = 300
+LISTEN_BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
 
 
 @dataclass
@@ -293,7 +294,7 @@ def open_listener(listen: Listen) -> socket.socket:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((listen.host, listen.port))
-    sock.listen(1024)
+    sock.listen(LISTEN_BACKLOG)
     sock.set_inheritable(True)
     return sock
 
@@ -404,6 +405,9 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = 5.0
+    # Hypercorn calls listen() again on the socket it is given, with its own backlog
+    # (100 by default): a burst of new connections beyond it was dropped.
+    config.backlog = LISTEN_BACKLOG
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     stopping: list[asyncio.Task[None]] = []
