@@ -35,8 +35,7 @@ from tailagent.access.localapi import LocalAPIUnavailable, self_dns_name
 from tailagent.access.policy import Policy
 from tailagent.access.resolve import Resolver
 from tailagent.access.tokens import TokenStore
-from tailagent.agents.acp.process import AgentStartError
-from tailagent.agents.events import AgentBackend
+from tailagent.agents.events import AgentBackend, AgentStartError
 from tailagent.agents.registry import make_backend
 from tailagent.bridge.audit import AuditLog
 from tailagent.bridge.executor import BridgeExecutor

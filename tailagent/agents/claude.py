@@ -37,9 +37,9 @@ from claude_agent_sdk import (
     UserMessage,
 )
 
-from tailagent.agents.acp.process import AgentStartError
 from tailagent.agents.events import (
     AgentEvent,
+    AgentStartError,
     Answer,
     FileChanged,
     PermissionAsked,

@@ -277,3 +277,7 @@ class AgentBackend(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+class AgentStartError(Exception):
+    """The agent did not start; str() is the one line the operator sees."""

@@ -25,11 +25,11 @@ from a2a.types.a2a_pb2 import Message, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from tailagent.access.identity import caller_of
-from tailagent.agents.acp.process import AgentStartError
 from tailagent.agents.events import (
     AgentBackend,
     AgentEvent,
     AgentSession,
+    AgentStartError,
     Notice,
     PermissionAsked,
     PermissionDecision,

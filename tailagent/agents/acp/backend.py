@@ -20,10 +20,10 @@ from acp import RequestError
 from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio
 
 from tailagent.agents.acp.presets import Preset, agent_environment, command_line
-from tailagent.agents.acp.process import AgentProcess, AgentStartError
+from tailagent.agents.acp.process import AgentProcess
 from tailagent.agents.acp.session import AUTH_REQUIRED, AcpSession, AgentNeedsLogin, HostClient
 from tailagent.agents.acp.terminals import Terminals
-from tailagent.agents.events import Notice, Skill
+from tailagent.agents.events import AgentStartError, Notice, Skill
 from tailagent.agents.mcp import McpServer
 from tailagent.config import AgentSettings
 

@@ -26,16 +26,13 @@ from acp.schema import (
 )
 
 from tailagent import __version__
+from tailagent.agents.events import AgentStartError
 
 log = logging.getLogger("tailagent.agent")
 
 STDERR_TAIL_LINES = 20
 STDERR_LOG_LINES = 200  # per process; past this, stderr is kept but no longer logged
 STREAM_LIMIT = 16 * 1024 * 1024  # one ACP message may carry a whole file
-
-
-class AgentStartError(Exception):
-    """The agent did not start; str() is the one line the operator sees."""
 
 
 class AgentProcess:
