@@ -99,6 +99,7 @@ class Burst:
     timeouts: int = 0
     unfinished: int = 0
     error_texts: list[str] = field(default_factory=list)
+    unfinished_texts: list[str] = field(default_factory=list)
     wall: float = 0.0
     first: list[float] = field(default_factory=list)
     last: list[float] = field(default_factory=list)
@@ -242,12 +243,30 @@ async def sequential(server: Server, n: int) -> float:
     return statistics.median(times)
 
 
-async def one_stream(http: httpx.AsyncClient, url: str, t0: float) -> tuple[float, float]:
+@dataclass
+class Progress:
+    """How far a stream got: told for the streams a burst cut off."""
+
+    headers: bool = False
+    events: int = 0
+    state: str | None = None
+
+    def describe(self) -> str:
+        if not self.headers:
+            return "no response headers"
+        return f"{self.events} events, last state {self.state}"
+
+
+async def one_stream(
+    http: httpx.AsyncClient, url: str, t0: float, progress: Progress
+) -> tuple[float, float]:
     """One stream read to its end: (time to first event, time to last event) from t0."""
     first: float | None = None
     last: float | None = None
     final = None
+    said = ""
     async with http.stream("POST", url, json=rpc("SendStreamingMessage", "think plan")) as r:
+        progress.headers = True
         if r.status_code != 200:
             body = (await r.aread()).decode(errors="replace")[:120]
             raise StreamFailed(f"HTTP {r.status_code}: {body}")
@@ -257,17 +276,20 @@ async def one_stream(http: httpx.AsyncClient, url: str, t0: float) -> tuple[floa
             now = time.perf_counter() - t0
             first = now if first is None else first
             last = now
+            progress.events += 1
             event = json.loads(line[5:])
             if "error" in event:
                 raise StreamFailed(f"JSON-RPC error: {json.dumps(event['error'])[:120]}")
             result = event.get("result", {})
             status = (result.get("statusUpdate") or result.get("task") or {}).get("status")
             if status:
-                final = status.get("state")
+                final = progress.state = status.get("state")
+                parts = (status.get("message") or {}).get("parts") or [{}]
+                said = str(parts[0].get("text", ""))[:100]
     if first is None or last is None:
         raise StreamFailed("stream closed with no event")
     if final != "TASK_STATE_COMPLETED":
-        raise StreamFailed(f"stream ended in state {final}")
+        raise StreamFailed(f"stream ended in state {final}: {said!r}")
     return first, last
 
 
@@ -278,13 +300,16 @@ async def burst(server: Server, c: int) -> Burst:
     errors: dict[str, int] = {}
     async with httpx.AsyncClient(headers=server.headers, timeout=timeout, limits=limits) as http:
         t0 = time.perf_counter()
-        tasks = [asyncio.ensure_future(one_stream(http, server.url, t0)) for _ in range(c)]
+        progress = [Progress() for _ in range(c)]
+        tasks = [asyncio.ensure_future(one_stream(http, server.url, t0, p)) for p in progress]
         done, pending = await asyncio.wait(tasks, timeout=BURST_DEADLINE)
         out.wall = time.perf_counter() - t0
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
     out.unfinished = len(pending)
+    cut = [p.describe() for task, p in zip(tasks, progress, strict=True) if task in pending]
+    out.unfinished_texts = [f"{cut.count(text)}x {text}" for text in dict.fromkeys(cut)][:4]
     for task in done:
         exc = task.exception()
         if exc is None:
@@ -397,6 +422,8 @@ def table(results: list[Result], streams: list[int], requests: int) -> list[str]
         for b in r.bursts:
             for text in b.error_texts:
                 lines.append(f"{r.name} errors at {b.streams}: {text}")
+            for text in b.unfinished_texts:
+                lines.append(f"{r.name} unfinished at {b.streams}: {text}")
         if any(b.errors or b.timeouts or b.unfinished for b in r.bursts):
             lines += [f"{r.name} log: {line}" for line in r.log_excerpt]
     return lines
@@ -420,7 +447,7 @@ async def main() -> int:
     print(
         f"{socket.gethostname()}: {len(os.sched_getaffinity(0))} cores; "
         f"client and server on the same machine; a2acode {A2ACODE_VERSION} in-memory store, "
-        "tailagent its default store; both echo agent, bearer token"
+        "tailagent SQLite in its state dir; both echo agent, bearer token"
     )
     print("\n".join(table(results, args.streams, args.requests)))
     tail = results[1]
