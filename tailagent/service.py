@@ -67,7 +67,9 @@ ProtectKernelLogs=yes
 ProtectControlGroups=yes
 ProtectClock=yes
 ProtectHostname=yes
-RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6{netlink}
+# AF_NETLINK: the kernel names a loopback connection's owner (sock_diag), and tsnet
+# watches the host's routes.
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
 RestrictNamespaces=yes
 RestrictRealtime=yes
 RestrictSUIDSGID=yes
@@ -131,8 +133,6 @@ class Unit:
         return template.format(
             service=service, workspace=self.workspace, user=self.user, home=self.home,
             after="" if self.tsnet else " tailscaled.service",
-            # tsnet watches the host's routes over netlink.
-            netlink=" AF_NETLINK" if self.tsnet else "",
         )  # fmt: skip
 
     @property

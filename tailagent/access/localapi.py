@@ -149,6 +149,10 @@ class LocalAPI:
         # every request: while tailscaled is gone, every caller is local anyway.
         if time.monotonic() < self._unreachable_until:
             raise LocalAPIUnavailable(self._unreachable_reason)
+        if self.socket_path is not None and not self.socket_path.exists():
+            # No tailscaled on this box: say so without a connection attempt (a burst of
+            # callers would otherwise each make one).
+            raise LocalAPIUnavailable(f"{self.where} is not reachable: there is no such socket")
         try:
             response = await self._client.get(path, params=params)
         except httpx.HTTPError as exc:
