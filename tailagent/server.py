@@ -59,6 +59,7 @@ from tailagent.card.builder import build_card
 from tailagent.card.keys import KeyStore
 from tailagent.card.publish import JWKS_PATH, CardPublisher
 from tailagent.config import Listen, Settings, default_state_dir
+from tailagent.memory import trim_when_quiet
 from tailagent.metrics import AGENT_PROCESSES, exposition
 from tailagent.notify import Notifier
 from tailagent.presence import Presence, PresenceError, make_presence
@@ -78,7 +79,7 @@ LISTEN_BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
 class Service:
     """Everything one running server owns, so it can all be closed in order."""
 
-    app: Any
+    app: AccessGuard
     executor: BridgeExecutor
     handler: GuardedRequestHandler
     store: CoalescingTaskStore
@@ -437,12 +438,18 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
     )
     for line in await next_steps(settings, presence, where):
         log.info("%s", line)
-    background = [asyncio.ensure_future(notifier.watchdog())]
+    background = [
+        asyncio.ensure_future(notifier.watchdog()),
+        asyncio.ensure_future(
+            trim_when_quiet(lambda: (service.app.requests, service.app.in_flight))
+        ),
+    ]
     if notifier.enabled:
         what = f"serving on {where} (agent {settings.agent})"
         background.append(asyncio.ensure_future(_announce_ready(notifier, where, what)))
     try:
-        await serve(service.app, config, shutdown_trigger=stop.wait)
+        # The guard is ASGI over plain dicts; Hypercorn's types name their own scopes.
+        await serve(cast("Any", service.app), config, shutdown_trigger=stop.wait)
     finally:
         for task in background:
             task.cancel()

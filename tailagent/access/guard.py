@@ -175,6 +175,9 @@ class AccessGuard:
         self._max_body = max_body_bytes
         self._hosts = {h.lower() for h in hosts}
         self._origins = set(allowed_origins)
+        # How the server tells busy from quiet: requests so far, and those not yet done.
+        self.requests = 0
+        self.in_flight = 0
 
     def _host_allowed(self, host_header: str, me: TailnetSelf) -> bool:
         name = _host_name(host_header)
@@ -232,6 +235,8 @@ class AccessGuard:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
+        self.requests += 1
+        self.in_flight += 1
         path = scope["path"]
         is_rpc = path == JSONRPC_PATH
         is_a2a = is_rpc or _is_a2a_rest(path)
@@ -301,6 +306,7 @@ class AccessGuard:
                 outcome.decision = "error"
                 await send_json(send, 500, {"error": "internal error"})
         finally:
+            self.in_flight -= 1
             REQUESTS.labels(route_of(path), str(outcome.status or 0)).inc()
             log.info(
                 "%s %s %s%s -> %s %s",

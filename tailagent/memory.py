@@ -1,0 +1,49 @@
+"""Gives memory back after a burst.
+
+A burst of requests leaves glibc's heap full of freed blocks that it keeps for
+later; Python's own arenas return when emptied, but the C allocator's free lists
+stay in the process. Once the server has been quiet for a moment after being busy,
+a collection and `malloc_trim(0)` hand them back to the kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import gc
+import logging
+from collections.abc import Callable
+
+log = logging.getLogger("tailagent.memory")
+
+QUIET_SECONDS = 2.0
+
+
+def _trimmer() -> Callable[[], None] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+async def trim_when_quiet(activity: Callable[[], tuple[int, int]]) -> None:
+    """Runs for the server's life; `activity` says (requests so far, requests not yet
+    answered). Quiet: none in flight, and none new for QUIET_SECONDS."""
+    trim = _trimmer()
+    last, trimmed_at = activity()[0], activity()[0]
+    while True:
+        await asyncio.sleep(QUIET_SECONDS)
+        count, in_flight = activity()
+        if count == last and in_flight == 0 and count != trimmed_at:
+            gc.collect()
+            if trim is not None:
+                trim()
+            log.debug("quiet after %d requests: memory trimmed", count - trimmed_at)
+            trimmed_at = count
+        last = count
