@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.bench_core import pct, rpc
 from tests.conftest import start_server
 
 A2ACODE_VERSION = "0.9.0"
@@ -48,26 +48,6 @@ STREAM_TIMEOUT = 120.0  # per stream, between bytes: slow is reported as slow
 BURST_DEADLINE = 120.0  # a burst still running after this is cut off
 IDLE_AFTER = 5.0
 START_TIMEOUT = 30.0
-
-
-def rpc(method: str, text: str) -> dict[str, object]:
-    return {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": method,
-        "params": {
-            "message": {
-                "messageId": uuid.uuid4().hex,
-                "role": "ROLE_USER",
-                "parts": [{"text": text}],
-            }
-        },
-    }
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def rss_mib(pid: int) -> float | None:
