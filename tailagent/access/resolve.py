@@ -58,7 +58,7 @@ class _Connection:
     # may do is asked again (whois by IP, cached for seconds), so a grant revoked
     # while a keep-alive connection stays open counts within seconds.
     peer_ip: str | None
-    uid: int | None  # else: the local owner of the connecting socket
+    uid: int | None  # the owner of the connecting socket (None: the kernel did not say)
     expires: float
 
 
@@ -91,10 +91,6 @@ class Resolver:
         # local without asking whois, whose miss costs ~180 ms inside the node and
         # holds its lock meanwhile (tailscale.com/proxymap waits out a registration race).
         self._forwarder_uids = self._trusted_uids if trusts_forwarding else {os.getuid()}
-        # An embedded node answers a hit at once, and forwarded connections are its
-        # usual case: ask it first, and read /proc (milliseconds under load) only on
-        # a miss. tailscaled's misses are the expensive part: read /proc first there.
-        self._whois_first = not trusts_forwarding
         self.me = TailnetSelf()
         self._me_expires = 0.0
 
@@ -154,17 +150,15 @@ class Resolver:
         # Hypercorn marks by handing every one of its requests the same tuple.
         if cached is not None and cached.client is client and cached.expires > now:
             return cached
-        address = _addr_port(client[0], client[1])
-        peer, uid = None, None
-        if self._whois_first:
-            peer = await self.localapi.whois(address, "tcp")
-        if peer is None:
-            uid = connection_owner((client[0], client[1]), (server[0], server[1]))
-            if not self._whois_first and (uid is None or uid in self._forwarder_uids):
-                peer = await self.localapi.whois(address, "tcp")
+        # The owner first (the kernel answers in microseconds): only a forwarder's
+        # connection can be a tailnet peer, so only it is worth a whois.
+        uid = connection_owner((client[0], client[1]), (server[0], server[1]))
+        peer = None
+        if uid is None or uid in self._forwarder_uids:
+            peer = await self.localapi.whois(_addr_port(client[0], client[1]), "tcp")
         if peer is not None and peer.node.addresses:
             peer_ip = peer.node.addresses[0].split("/", 1)[0]
-            entry = _Connection(client, peer_ip, None, now + CONNECTION_TTL)
+            entry = _Connection(client, peer_ip, uid, now + CONNECTION_TTL)
         else:
             entry = _Connection(client, None, uid, now + CONNECTION_TTL)
         self._connections[key] = entry
