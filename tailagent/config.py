@@ -88,6 +88,24 @@ def default_state_dir() -> Path:
     return Path(base) / "tailagent"
 
 
+def cli_state_dir(given: str | Path | None = None) -> Path:
+    """The state dir a CLI command means: --state-dir, else $TAILAGENT_STATE_DIR, else
+    the default (where a server run by this user keeps its state)."""
+    chosen = given or os.environ.get("TAILAGENT_STATE_DIR")
+    return Path(chosen) if chosen else default_state_dir()
+
+
+def is_loopback_url(url: str) -> bool:
+    """An http(s) URL of this box: localhost or a loopback address."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 ROLES = ("caller", "approver", "admin")
 
 

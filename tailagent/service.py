@@ -20,7 +20,7 @@ from pathlib import Path
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 UNIT_NAME = "tailagent.service"
 TSNET_LISTEN = "127.0.0.1:3008"
-CREDENTIAL_NAME = "tailscale-authkey"  # what tailagent.tsnet.node looks for
+CREDENTIAL_NAME = "tailscale-authkey"  # the auth key's systemd credential (LoadCredential=)
 
 # What both units run and how systemd keeps it: the socket lives in the runtime
 # directory ({runtime} is /run for the system unit, %t for a user manager).

@@ -77,10 +77,11 @@ def test_doctor_checks_the_running_servers_agent_and_survives_a_closed_pipe(
         agent = next(c for c in json.loads(result.stdout) if c["name"] == "agent")
         assert agent == {"name": "agent", "ok": True, "fix": "",
                          "detail": "echo (offline) (the running server's)"}  # fmt: skip
+        # `true` has exited long before doctor writes: its write meets a closed pipe.
         piped = subprocess.run(
             f"{sys.executable} -m tailagent doctor --json --state-dir {server.state_dir} "
-            "| head -c 20", shell=True, capture_output=True, text=True, timeout=60,
+            "| true", shell=True, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
-        assert "Traceback" not in piped.stderr and len(piped.stdout) == 20, piped.stderr
+        assert piped.stderr == "", piped.stderr
     finally:
         server.stop()

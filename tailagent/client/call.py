@@ -24,8 +24,6 @@ from a2a.types.a2a_pb2 import (
     Role,
     SendMessageRequest,
     StreamResponse,
-    TaskState,
-    TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict, ParseDict
@@ -42,17 +40,21 @@ from tailagent.client.connect import (
     reply_target,
 )
 from tailagent.client.errors import (
-    EXIT_COMPLETED,
-    EXIT_FAILED,
-    EXIT_INPUT_REQUIRED,
     EXIT_INTERRUPTED,
     Refused,
     UsageError,
+    exit_code,
     reason,
     run_command,
 )
 from tailagent.client.interrupts import Interrupts
-from tailagent.client.render import Outcome, Prompt, Renderer, question_options
+from tailagent.client.render import (
+    Outcome,
+    Prompt,
+    Renderer,
+    question_options,
+    status_event,
+)
 
 CONFIRM_SECONDS = 3.0
 
@@ -109,14 +111,6 @@ async def check_card(url: str, http: httpx.AsyncClient, require_signed: bool) ->
             f"{url}'s card is {verdict.status}; --require-signed wants a pinned key "
             f"(`tailagent card {url} --trust` pins it)"
         )
-
-
-def exit_code(outcome: Outcome) -> int:
-    if outcome.direct_message is not None or outcome.state == TaskState.TASK_STATE_COMPLETED:
-        return EXIT_COMPLETED
-    if outcome.prompt is not None:
-        return EXIT_INPUT_REQUIRED
-    return EXIT_FAILED
 
 
 async def run_call(args: argparse.Namespace, target: Target, console: Console) -> int:
@@ -180,7 +174,8 @@ async def _interrupted(
     if not task_id or not outcome.unfinished:
         print("tailagent: interrupted", file=sys.stderr)
         return
-    if not (args.cancel_on_interrupt or not sys.stdin.isatty()):
+    cancel_at_once = args.cancel_on_interrupt or not sys.stdin.isatty()
+    if not cancel_at_once:
         print(
             f"tailagent: Ctrl-C again within {CONFIRM_SECONDS:.0f} s cancels task {task_id}; "
             f"otherwise it goes on (`tailagent watch {task_id}` follows it)",
@@ -189,14 +184,7 @@ async def _interrupted(
         if not await interrupts.again(CONFIRM_SECONDS):
             print(f"tailagent: task {task_id} goes on without this terminal", file=sys.stderr)
             return
-    task = await client.cancel_task(CancelTaskRequest(id=task_id))
-    show(
-        StreamResponse(
-            status_update=TaskStatusUpdateEvent(
-                task_id=task.id, context_id=task.context_id, status=task.status
-            )
-        )
-    )
+    show(status_event(await client.cancel_task(CancelTaskRequest(id=task_id))))
     print(f"tailagent: canceled task {task_id}", file=sys.stderr)
 
 
@@ -246,13 +234,7 @@ async def _read_the_end(
             file=sys.stderr,
         )
         return
-    show(
-        StreamResponse(
-            status_update=TaskStatusUpdateEvent(
-                task_id=task.id, context_id=task.context_id, status=task.status
-            )
-        )
-    )
+    show(status_event(task))
 
 
 def _ask_in_terminal(

@@ -5,8 +5,6 @@ no tailscaled) and an a2a-sdk client on top. Shared by call, tasks, watch, cance
 
 from __future__ import annotations
 
-import ipaddress
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -17,7 +15,7 @@ import httpx
 from a2a.client import A2ACardResolver, Client, ClientConfig, create_client
 
 from tailagent.access.tokens import read_local_token
-from tailagent.config import DEFAULT_URL, default_state_dir
+from tailagent.config import DEFAULT_URL, cli_state_dir, is_loopback_url
 from tailagent.statelock import running_server
 from tailagent.tsnet.client import proxy_for
 
@@ -36,20 +34,14 @@ class Target:
     @property
     def local(self) -> bool:
         """On this box: a unix socket, or a loopback address."""
-        if self.socket is not None:
-            return True
-        host = urlsplit(self.url).hostname or ""
-        try:
-            return host == "localhost" or ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            return False
+        return self.socket is not None or is_loopback_url(self.url)
 
 
 def parse_target(url: str | None, state_dir: str | None) -> Target:
     """The agent to talk to; without --url, the server running on this box's state dir
     (wherever it listens, a unix socket included), else the default port."""
     if url is None:
-        running = running_server(_state_dir(state_dir)) or {}
+        running = running_server(cli_state_dir(state_dir)) or {}
         listener = running.get("listener", "")
         url = listener if listener.startswith(("http://", "unix:")) else DEFAULT_URL
     if url.startswith("unix:"):
@@ -72,17 +64,12 @@ def reply_target(target: Target, state_dir: str | None) -> list[str]:
     return needed
 
 
-def _state_dir(state_dir: str | None) -> Path:
-    directory = state_dir or os.environ.get("TAILAGENT_STATE_DIR")
-    return Path(directory) if directory else default_state_dir()
-
-
 def choose_token(target: Target, token: str | None, state_dir: str | None) -> str | None:
     """The token to send: the one given, else, for a server on this box only, the
     local token it made in its state dir. The local token never leaves the box."""
     if token:
         return token
-    return read_local_token(_state_dir(state_dir)) if target.local else None
+    return read_local_token(cli_state_dir(state_dir)) if target.local else None
 
 
 def open_http(target: Target, token: str | None, state_dir: str | None) -> httpx.AsyncClient:

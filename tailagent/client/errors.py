@@ -15,9 +15,11 @@ from typing import Any
 
 import httpx
 from a2a.client import A2AClientError
+from a2a.types.a2a_pb2 import TaskState
 from a2a.utils.errors import A2AError
 
 from tailagent.client.connect import Target, parse_target
+from tailagent.client.render import Outcome
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT_REQUIRED = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130
@@ -29,6 +31,15 @@ class UsageError(Exception):
 
 class Refused(Exception):
     """The agent, or what the user asked of it, is refused; str() says why."""
+
+
+def exit_code(outcome: Outcome) -> int:
+    """What a turn (or a task followed to its end) came to, as the exit code."""
+    if outcome.direct_message is not None or outcome.state == TaskState.TASK_STATE_COMPLETED:
+        return EXIT_COMPLETED
+    if outcome.prompt is not None:
+        return EXIT_INPUT_REQUIRED
+    return EXIT_FAILED
 
 
 def run_command(

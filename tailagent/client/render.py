@@ -11,7 +11,14 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from a2a.types.a2a_pb2 import Artifact, Message, StreamResponse, TaskState
+from a2a.types.a2a_pb2 import (
+    Artifact,
+    Message,
+    StreamResponse,
+    Task,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
 from google.protobuf.json_format import MessageToDict
 from rich.console import Console
 from rich.syntax import Syntax
@@ -91,6 +98,12 @@ class Outcome:
             data = next(iter(message_data(message)), {})
             kind = str(metadata_of(message).get("kind") or data.get("kind") or "input")
             self.prompt = Prompt(kind, self.status_text, data)
+
+
+def status_event(task: Task) -> StreamResponse:
+    """A task's current status as the stream event that renders it."""
+    update = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
+    return StreamResponse(status_update=update)
 
 
 def reply_command(target_args: list[str], outcome: Outcome, prompt: Prompt) -> list[str]:

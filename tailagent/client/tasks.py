@@ -17,7 +17,6 @@ from a2a.types.a2a_pb2 import (
     SubscribeToTaskRequest,
     Task,
     TaskState,
-    TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
@@ -25,8 +24,8 @@ from rich.console import Console
 from rich.table import Table
 
 from tailagent.client.connect import Target, a2a_client, choose_token, open_http, reply_target
-from tailagent.client.errors import EXIT_COMPLETED, EXIT_FAILED, run_command
-from tailagent.client.render import FINAL_STATES, Outcome, Renderer, message_text
+from tailagent.client.errors import EXIT_COMPLETED, EXIT_FAILED, exit_code, run_command
+from tailagent.client.render import Outcome, Renderer, message_text, status_event
 
 PAGE = 100
 
@@ -73,28 +72,21 @@ async def _list(args: argparse.Namespace, target: Target) -> int:
     return EXIT_COMPLETED
 
 
-def _status_event(task: Task) -> StreamResponse:
-    update = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
-    return StreamResponse(status_update=update)
-
-
 async def _watch(args: argparse.Namespace, target: Target) -> int:
     console = Console(highlight=False, soft_wrap=True)
     renderer, outcome = Renderer(console, reply_target(target, args.state_dir)), Outcome()
     token = choose_token(target, args.token, args.state_dir)
     async with open_http(target, token, args.state_dir) as http, a2a_client(target, http) as client:
         task = await client.get_task(GetTaskRequest(id=args.task, history_length=0))
-        if task.status.state in FINAL_STATES or task.status.state not in _LIVE:
+        if task.status.state not in _LIVE:
             # Nothing streams for a finished (or waiting) task: its state is the answer.
-            for event in (StreamResponse(task=task), _status_event(task)):
+            for event in (StreamResponse(task=task), status_event(task)):
                 outcome.observe(event)
                 renderer.event(event, outcome)
         else:
             await _follow(client, args.task, renderer, outcome)
     renderer.prompt(outcome)
-    if outcome.state == TaskState.TASK_STATE_COMPLETED:
-        return EXIT_COMPLETED
-    return 3 if outcome.prompt is not None else EXIT_FAILED
+    return exit_code(outcome)
 
 
 _LIVE = {TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING}
@@ -106,7 +98,7 @@ async def _follow(client: Client, task_id: str, renderer: Renderer, outcome: Out
         renderer.event(event, outcome)
     if outcome.unfinished:
         task = await client.get_task(GetTaskRequest(id=task_id, history_length=0))
-        event = _status_event(task)
+        event = status_event(task)
         outcome.observe(event)
         renderer.event(event, outcome)
 

@@ -8,16 +8,13 @@ them only when the box has no tailscaled, and only for URLs beyond loopback.
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from tailagent.access.localapi import LocalAPI, find_socket
-from tailagent.config import default_state_dir
+from tailagent.config import cli_state_dir, is_loopback_url
 
 CLIENT_FILE = "client.json"
 
@@ -38,9 +35,8 @@ def client_file(state_dir: Path) -> Path:
 
 def running_node(state_dir: Path | str | None = None) -> NodeAccess | None:
     """The node of a `serve --tsnet` running on this box with that state dir, if any."""
-    directory = Path(state_dir or os.environ.get("TAILAGENT_STATE_DIR") or default_state_dir())
     try:
-        data = json.loads(client_file(directory).read_text())
+        data = json.loads(client_file(cli_state_dir(state_dir)).read_text())
         os.kill(int(data["pid"]), 0)  # a file left by a server that died says nothing
         address, credential = str(data["localapi"]), str(data["localapi_cred"])
         proxy = f"socks5://tsnet:{data['proxy_cred']}@{address}"
@@ -49,19 +45,10 @@ def running_node(state_dir: Path | str | None = None) -> NodeAccess | None:
     return NodeAccess(address, credential, proxy)
 
 
-def _loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    with contextlib.suppress(ValueError):
-        return ipaddress.ip_address(host).is_loopback
-    return False
-
-
 def proxy_for(url: str, state_dir: Path | str | None = None) -> str | None:
     """The proxy a request from this box to `url` goes through: the running embedded
     node's when the box has no tailscaled of its own, else None (the host's network)."""
-    if _loopback(url) or find_socket(None).exists():
+    if is_loopback_url(url) or find_socket(None).exists():
         return None
     node = running_node(state_dir)
     return node.proxy if node is not None else None

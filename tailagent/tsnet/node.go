@@ -44,10 +44,7 @@ import (
 type config struct {
 	Dir          string   `json:"dir"`
 	Hostname     string   `json:"hostname"`
-	AuthKey      string   `json:"auth_key"`
-	ClientSecret string   `json:"client_secret"`
-	IDToken      string   `json:"id_token"`
-	ClientID     string   `json:"client_id"`
+	AuthKey      string   `json:"auth_key"` // or an OAuth client secret (tskey-client-…)
 	ControlURL   string   `json:"control_url"`
 	AdvertiseTag []string `json:"advertise_tags"`
 	Ephemeral    bool     `json:"ephemeral"`
@@ -152,10 +149,7 @@ func tailagent_node_start(raw *C.char) *C.char {
 	n.srv = &tsnet.Server{
 		Dir:           cfg.Dir,
 		Hostname:      cfg.Hostname,
-		AuthKey:       cfg.AuthKey,
-		ClientSecret:  cfg.ClientSecret,
-		ClientID:      cfg.ClientID,
-		IDToken:       cfg.IDToken,
+		AuthKey:       cfg.AuthKey, // workload identity: tsnet reads TS_CLIENT_ID, TS_ID_TOKEN
 		ControlURL:    cfg.ControlURL,
 		AdvertiseTags: cfg.AdvertiseTag,
 		Ephemeral:     cfg.Ephemeral,

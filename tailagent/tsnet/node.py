@@ -25,12 +25,12 @@ from tailagent.access.tokens import write_private
 from tailagent.config import Settings, TsnetSettings
 from tailagent.metrics import TSNET_CONNECTIONS, TSNET_KEY_EXPIRY, TSNET_NODE
 from tailagent.presence import PresenceError
+from tailagent.service import CREDENTIAL_NAME
 from tailagent.tsnet.client import client_file
 from tailagent.tsnet.library import LibraryMissing, NodeLibrary
 
 log = logging.getLogger("tailagent.tsnet")
 
-CREDENTIAL_NAME = "tailscale-authkey"  # systemd LoadCredential= name
 START_TIMEOUT = 60.0
 POLL_SECONDS = 0.1
 WATCH_SECONDS = 5.0
