@@ -50,6 +50,12 @@ IDLE_AFTER = 5.0
 START_TIMEOUT = 30.0
 
 
+FAKE_ACP_AGENT = [
+    sys.executable,
+    str(Path(__file__).resolve().parent.parent / "tests" / "fake_acp_agent.py"),
+]
+
+
 def rss_mib(pid: int) -> float | None:
     """The process's VmRSS in MiB, or None if it is gone."""
     try:
@@ -128,7 +134,8 @@ def ensure_a2acode() -> None:
             )
 
 
-def start_a2acode(tmp: Path) -> Server:
+def start_a2acode(tmp: Path, agent: list[str] | None = None) -> Server:
+    """With `agent`, fronting that ACP agent command; else its echo backend."""
     ensure_a2acode()
     token = secrets.token_urlsafe(24)
     token_file = tmp / "a2acode-token"
@@ -140,8 +147,8 @@ def start_a2acode(tmp: Path) -> Server:
     args = [
         str(A2ACODE_BIN),
         "serve",
-        "--backend",
-        "echo",
+        *(["--backend", "acp", "--agent-command", shlex.join(agent)] if agent else []),
+        *([] if agent else ["--backend", "echo"]),
         "--host",
         "127.0.0.1",
         "--port",
@@ -194,8 +201,9 @@ def start_a2acode(tmp: Path) -> Server:
     return Server("a2acode", url, headers, process.pid, log_path.read_text, stop)
 
 
-def start_tailagent(tmp: Path) -> Server:
-    server = start_server(tmp / "tailagent")
+def start_tailagent(tmp: Path, agent: list[str] | None = None) -> Server:
+    extra = ("--agent-command", shlex.join(agent)) if agent else ()
+    server = start_server(tmp / "tailagent", *extra)
     headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {server.token}"}
     url = server.url.rstrip("/") + "/"
 
@@ -310,6 +318,61 @@ async def burst(server: Server, c: int) -> Burst:
     return out
 
 
+async def chunked_turn(
+    http: httpx.AsyncClient, server: Server, chunks: int, context_id: str | None
+) -> tuple[float, int, str]:
+    """One streamed turn of `chunks` text chunks: (time to its last event, chunks
+    received, its context id). Chunks are counted in the text, so a server may
+    send several in one event."""
+    request = rpc("SendStreamingMessage", f"chunks {chunks}")
+    if context_id is not None:
+        request["params"]["message"]["contextId"] = context_id  # type: ignore[index]
+    start = time.perf_counter()
+    texts: list[str] = []
+    final = None
+    async with http.stream("POST", server.url, json=request) as r:
+        async for line in r.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            result = json.loads(line[5:]).get("result", {})
+            for key in ("task", "statusUpdate", "artifactUpdate", "message"):
+                item = result.get(key)
+                if not item:
+                    continue
+                context_id = item.get("contextId", context_id)
+                message = (item.get("status") or {}).get("message") or {}
+                parts = (item.get("artifact") or {}).get("parts") or message.get("parts") or []
+                texts += [str(part.get("text", "")) for part in parts]
+                final = (item.get("status") or {}).get("state", final)
+    elapsed = time.perf_counter() - start
+    if final != "TASK_STATE_COMPLETED" or context_id is None:
+        raise StreamFailed(f"chunked turn ended in {final}")
+    return elapsed, "".join(texts).count("chunk "), context_id
+
+
+async def measure_chunks(
+    name: str, start: Callable[..., Server], chunks: int, turns: int
+) -> tuple[float, int]:
+    """Median time of `turns` follow-up turns each streaming `chunks` chunks from the
+    fake ACP agent (the first turn starts the agent and is not counted), and the
+    fewest chunks any turn delivered."""
+    with tempfile.TemporaryDirectory() as tmp:
+        server = start(Path(tmp), FAKE_ACP_AGENT)
+        try:
+            async with httpx.AsyncClient(headers=server.headers, timeout=120) as http:
+                _, _, context_id = await chunked_turn(http, server, 1, None)
+                times, counts = [], []
+                for _ in range(turns):
+                    elapsed, count, context_id = await chunked_turn(
+                        http, server, chunks, context_id
+                    )
+                    times.append(elapsed)
+                    counts.append(count)
+        finally:
+            server.stop()
+    return statistics.median(times), min(counts)
+
+
 NOTEWORTHY = ("error", "exception", "traceback", "warning", "too many", "refused")
 
 
@@ -417,12 +480,21 @@ async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--streams", type=parse_streams, default=[100, 1000])
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument(
+        "--chunks", type=int, default=2000, help="text chunks in one streamed turn (0: skip)"
+    )
+    parser.add_argument("--chunk-turns", type=int, default=5)
     args = parser.parse_args()
     command = shlex.join([Path(sys.executable).name, *sys.argv])
     results = [
         await measure("a2acode", start_a2acode, args),
         await measure("tailagent", start_tailagent, args),
     ]
+    chunked = []
+    if args.chunks:
+        for name, start in (("a2acode", start_a2acode), ("tailagent", start_tailagent)):
+            print(f"  {name}: {args.chunks} chunks ...", file=sys.stderr, flush=True)
+            chunked.append(await measure_chunks(name, start, args.chunks, args.chunk_turns))
     print(f"$ {command}")
     print(
         f"{socket.gethostname()}: {len(os.sched_getaffinity(0))} cores; "
@@ -430,6 +502,14 @@ async def main() -> int:
         "tailagent SQLite in its state dir; both echo agent, bearer token"
     )
     print("\n".join(table(results, args.streams, args.requests)))
+    if chunked:
+        (a_time, a_count), (t_time, t_count) = chunked
+        print(
+            f"one turn of {args.chunks} chunks from tests/fake_acp_agent.py "
+            f"(median of {args.chunk_turns}): a2acode {a_time * 1000:.0f} ms "
+            f"({a_count} chunks arrived), tailagent {t_time * 1000:.0f} ms "
+            f"({t_count} arrived); ratio {t_time / a_time:.2f}"
+        )
     tail = results[1]
     failed = any(b.errors or b.timeouts or b.unfinished for b in tail.bursts)
     return 1 if failed or tail.send_error else 0

@@ -43,6 +43,7 @@ from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.jsonrpc import jsonrpc_routes
 from tailagent.bridge.remote import CANCEL, PUSH, TaskSignals
 from tailagent.bridge.sessions import SessionPool
+from tailagent.bridge.sqlite_writer import SqliteWriter, direct_writer
 from tailagent.bridge.state import (
     STOP_MESSAGE,
     SessionMap,
@@ -89,6 +90,7 @@ class Service:
     engine: AsyncEngine
     push: PushDispatcher
     signal_watch: asyncio.Task[None] | None
+    direct: SqliteWriter | None
 
     async def stop_turns(self) -> int:
         """Ends every running or waiting turn, saying the server stopped; returns how many."""
@@ -108,6 +110,8 @@ class Service:
         await self.store.flush(final=True)
         await self.push.aclose()
         await self.session_map.flush()
+        if self.direct is not None:
+            self.direct.close()
         await self.pool.aclose()
         await self.backend.aclose()
         await self.engine.dispose()
@@ -173,12 +177,14 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     for task in await close_unfinished_tasks(database_store, server[0]):
         push.watch(task.id)  # a push config may wait for this last state
         push.task_changed(task)
+    direct = direct_writer(engine, database_store.task_model)
     store = CoalescingTaskStore(
-        database_store, server, on_change=push.task_changed, shared=settings.store is not None
-    )
+        database_store, server, on_change=push.task_changed, shared=settings.store is not None,
+        direct=direct,
+    )  # fmt: skip
     signals = TaskSignals(engine)
     await signals.initialize()
-    session_map = SessionMap(engine)
+    session_map = SessionMap(engine, direct)
     await session_map.initialize()
     await backend.start()
     pool = SessionPool(backend, session_map, idle_timeout=settings.agent_process.idle_timeout)
@@ -261,6 +267,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         )
     return Service(
         app, executor, handler, store, session_map, pool, backend, engine, push, signal_watch,
+        direct,
     )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ words acted on in order of appearance:
     crash         says "about to crash", then exits with status 3
     env           lists the names of its own environment variables
     noise N       writes N lines to stderr
+    chunks N      N agent_message_chunk updates, "chunk <i> " each (a long streamed answer)
     setup         says its mode and the MCP servers its session was given
 
 A turn ends with "turn <n> of session <sid> in process <pid>" (plus the URIs of
@@ -84,6 +85,7 @@ from acp.schema import (
 AGENT_NAME = "fake-acp-agent"
 AGENT_VERSION = "1.0.0"
 DEFAULT_SLOW_TICKS = 3
+DEFAULT_CHUNKS = 100
 DEFAULT_NOISE_LINES = 3
 
 
@@ -152,6 +154,7 @@ class FakeAgent:
             "env": self._env,
             "setup": self._setup,
             "noise": self._noise,
+            "chunks": self._chunks,
         }
 
     # -- connection and lifecycle ---------------------------------------------------------
@@ -443,6 +446,10 @@ class FakeAgent:
         for i in range(1, _int_or(following, DEFAULT_NOISE_LINES) + 1):
             sys.stderr.write(f"noise line {i}\n")
             sys.stderr.flush()
+
+    async def _chunks(self, turn: Turn, arg: str, following: str | None) -> None:
+        for i in range(1, _int_or(following, DEFAULT_CHUNKS) + 1):
+            await self._say(turn, f"chunk {i} ")
 
 
 def main(argv: list[str] | None = None) -> None:

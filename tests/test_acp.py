@@ -157,6 +157,17 @@ async def test_stderr_is_drained_so_a_chatty_agent_never_stalls(agent: A2A) -> N
     assert turn.final_state == "completed"
 
 
+async def test_a_fast_agents_chunks_all_arrive_in_order(agent: A2A) -> None:
+    """Chunks queued faster than they are published are joined, never lost or reordered."""
+    turn = await agent.turn("chunks 1500")
+    assert turn.final_state == "completed"
+    answer = answer_text(turn)
+    assert answer.startswith("".join(f"chunk {i} " for i in range(1, 1501)) + "turn ")
+    task = await agent.get(turn.task_id)
+    stored = "".join(texts(a) for a in task.artifacts if a.artifact_id == "response")
+    assert stored == answer
+
+
 # --- processes and sessions ------------------------------------------------------------------
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tailagent.agents.echo import EchoBackend, EchoSession
+from tailagent.agents.events import AgentEvent, Notice, Text, Thought, with_ready
 from tailagent.bridge.sessions import ContextBusy, SessionPool
 from tailagent.bridge.state import SessionMap, open_engine
 
@@ -50,3 +52,12 @@ async def test_sessions_are_capped_and_resume_from_the_map(
     assert resumed is not first[0] and resumed.session_id == first[0].session_id
     kept, was_resumed = await pool.acquire("ctx-2", "task-other")
     assert kept is first[2] and not was_resumed
+
+
+def test_ready_text_and_thought_runs_are_joined_in_order() -> None:
+    queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
+    for event in (Text("b"), Text("c"), Thought("t1"), Thought("t2"), Notice("n"), Text("d")):
+        queue.put_nowait(event)
+    assert with_ready(Text("a"), queue) == [Text("abc"), Thought("t1t2"), Notice("n"), Text("d")]
+    assert queue.empty()
+    assert with_ready(Notice("alone"), queue) == [Notice("alone")]

@@ -12,6 +12,7 @@ from a2a.server.tasks import DatabaseTaskStore
 from a2a.types.a2a_pb2 import ListTasksRequest, Task, TaskState, TaskStatus
 
 from tailagent.access.identity import OwnerUser
+from tailagent.bridge.sqlite_writer import direct_writer
 from tailagent.bridge.state import close_unfinished_tasks, open_engine
 from tailagent.bridge.store import CoalescingTaskStore
 
@@ -20,12 +21,17 @@ ALICE = ServerCallContext(user=OwnerUser("user:alice"))
 BOB = ServerCallContext(user=OwnerUser("user:bob"))
 
 
-@pytest.fixture
-async def stores(tmp_path: Path) -> AsyncIterator[Stores]:
+@pytest.fixture(params=["direct", "sdk"])
+async def stores(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
+    """The store as the server builds it for SQLite (writes through the direct
+    writer), and as for PostgreSQL (every write through a2a-sdk's store)."""
     engine = open_engine(f"sqlite+aiosqlite:///{tmp_path / 'tailagent.db'}")
     database = DatabaseTaskStore(engine)
     await database.initialize()
-    yield CoalescingTaskStore(database), database
+    direct = direct_writer(engine, database.task_model) if request.param == "direct" else None
+    yield CoalescingTaskStore(database, direct=direct), database
+    if direct is not None:
+        direct.close()
     await engine.dispose()
 
 

@@ -7,6 +7,7 @@ small and closed is what lets one mapping serve every agent.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +161,24 @@ AgentEvent = (
     | TurnFailed
 )
 Prompting = PermissionAsked | QuestionAsked
+
+
+def with_ready(first: AgentEvent, ready: asyncio.Queue[AgentEvent]) -> list[AgentEvent]:
+    """`first` and the events already queued behind it, with runs of text (or of
+    thought) joined into one event. Each event costs a task update and a frame on
+    every open stream; an agent that streams faster than that is drained gets its
+    chunks in fewer, larger events, and one that is drained in time loses nothing
+    to waiting."""
+    events = [first]
+    while not ready.empty():
+        event, last = ready.get_nowait(), events[-1]
+        if isinstance(event, Text) and isinstance(last, Text):
+            events[-1] = Text(last.text + event.text)
+        elif isinstance(event, Thought) and isinstance(last, Thought):
+            events[-1] = Thought(last.text + event.text)
+        else:
+            events.append(event)
+    return events
 
 
 @dataclass(frozen=True, slots=True)

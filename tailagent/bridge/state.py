@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from tailagent.access.identity import OwnerUser
 from tailagent.access.tokens import write_private
+from tailagent.bridge.sqlite_writer import SqliteWriter
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,14 @@ class MintedIds(IDGenerator):
         self._ids.pop(some_id, None)
 
 
+_UPSERT_SESSION = (
+    "INSERT INTO agent_sessions (context_id, backend, session_id, updated_at)"
+    " VALUES (:c, :b, :s, :t) ON CONFLICT(context_id) DO UPDATE SET"
+    " backend = excluded.backend, session_id = excluded.session_id,"
+    " updated_at = excluded.updated_at"
+)
+
+
 class SessionMap:
     """A2A context id -> agent session id, so a context outlives its agent process.
 
@@ -133,8 +142,11 @@ class SessionMap:
     order: the map only matters to the next run, and `flush()` runs at stop.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, direct: SqliteWriter | None = None) -> None:
         self._engine = engine
+        # The SQLite store's own writer: a write on the loop takes no lock across awaits,
+        # so it never keeps the task writes (sharing it) waiting.
+        self._direct = direct
         self._known: dict[str, tuple[str, str]] = {}
         self.minted = MintedIds()
         self._pending: dict[str, tuple[str, str]] = {}
@@ -188,18 +200,12 @@ class SessionMap:
         await asyncio.sleep(delay)  # one transaction for a burst of new contexts
         while self._pending:
             batch, self._pending = self._pending, {}
+            rows = [{"c": c, "b": b, "s": sid, "t": _now()} for c, (b, sid) in batch.items()]
             try:
+                if self._direct is not None and self._direct.write(_UPSERT_SESSION, rows):
+                    continue
                 async with self._engine.begin() as conn:
-                    await conn.execute(
-                        text(
-                            "INSERT INTO agent_sessions"
-                            " (context_id, backend, session_id, updated_at)"
-                            " VALUES (:c, :b, :s, :t) ON CONFLICT(context_id) DO UPDATE SET"
-                            " backend = excluded.backend, session_id = excluded.session_id,"
-                            " updated_at = excluded.updated_at"
-                        ),
-                        [{"c": c, "b": b, "s": sid, "t": _now()} for c, (b, sid) in batch.items()],
-                    )
+                    await conn.execute(text(_UPSERT_SESSION), rows)
             except Exception:
                 log.exception("writing %d agent session(s)", len(batch))
 

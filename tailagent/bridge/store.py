@@ -28,6 +28,7 @@ from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task, TaskSta
 from sqlalchemy import select
 
 from tailagent.access.identity import OwnerUser, caller_of
+from tailagent.bridge.sqlite_writer import SqliteWriter
 from tailagent.bridge.state import (
     SERVER_ID_KEY,
     SERVER_URL_KEY,
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 # Between tries to write a state the database refused (it is down, or restarting).
 RETRY_DELAY = 1.0
 FLUSH_WAIT = 1.0
+DIRECT_TRIES = 5
+DIRECT_RETRY_DELAY = 0.001
 _DEFERRABLE = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
 
@@ -53,8 +56,11 @@ class CoalescingTaskStore(TaskStore):
         server: tuple[str, str] = ("", ""),
         on_change: Callable[[Task], None] | None = None,
         shared: bool = False,
+        direct: SqliteWriter | None = None,
     ) -> None:
         self._inner = inner
+        # The default SQLite store's own writer (see sqlite_writer); None for PostgreSQL.
+        self._direct = direct
         # Other servers may run tasks in this store (so contexts are checked across them).
         self._shared = shared
         # (id, URL) of this server, stamped on every task it runs (see state.SERVER_ID_KEY).
@@ -97,8 +103,21 @@ class CoalescingTaskStore(TaskStore):
                 held = self._held.get(task.id)
                 if held is None or held[1] is not task:
                     return False
-            await self._inner.save(task, ServerCallContext(user=OwnerUser(owner)))
+            if not await self._write_direct(task, owner):
+                await self._inner.save(task, ServerCallContext(user=OwnerUser(owner)))
             return True
+
+    async def _write_direct(self, task: Task, owner: str) -> bool:
+        """Through the SQLite writer, if there is one. Another connection of this
+        process (the session map, the audit log) may hold the write lock for a hop or
+        two of its own transaction: a few short waits usually outlast it."""
+        if self._direct is None:
+            return False
+        for _ in range(DIRECT_TRIES):
+            if self._direct.save(task, owner):
+                return True
+            await asyncio.sleep(DIRECT_RETRY_DELAY)
+        return False
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
         # A task keeps the owner that created it, even when an admin answers it.

@@ -75,6 +75,7 @@ from tailagent.agents.events import (
     TurnFailed,
     TurnOptions,
     camel_keys,
+    with_ready,
 )
 
 log = logging.getLogger("tailagent.agent")
@@ -202,7 +203,8 @@ class AcpSession:
                     {getter, prompt_task, exited}, return_when=asyncio.FIRST_COMPLETED
                 )
                 if getter.done():
-                    yield getter.result()
+                    for event in with_ready(getter.result(), queue):
+                        yield event
                     continue
                 getter.cancel()
                 while not queue.empty():
