@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import secrets
 import shlex
 import socket
@@ -321,8 +322,8 @@ async def burst(server: Server, c: int) -> Burst:
 async def chunked_turn(
     http: httpx.AsyncClient, server: Server, chunks: int, context_id: str | None
 ) -> tuple[float, int, str]:
-    """One streamed turn of `chunks` text chunks: (time to its last event, chunks
-    received, its context id). Chunks are counted in the text, so a server may
+    """One streamed turn of `chunks` text chunks: (time to its last event, distinct
+    chunks received, its context id). Chunks are found in the text, so a server may
     send several in one event."""
     request = rpc("SendStreamingMessage", f"chunks {chunks}")
     if context_id is not None:
@@ -347,7 +348,8 @@ async def chunked_turn(
     elapsed = time.perf_counter() - start
     if final != "TASK_STATE_COMPLETED" or context_id is None:
         raise StreamFailed(f"chunked turn ended in {final}")
-    return elapsed, "".join(texts).count("chunk "), context_id
+    received = set(re.findall(r"chunk (\d+) ", "".join(texts)))
+    return elapsed, len(received), context_id
 
 
 async def measure_chunks(
