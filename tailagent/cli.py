@@ -14,7 +14,7 @@ from pathlib import Path
 
 import argcomplete
 
-from tailagent import __version__
+from tailagent import origin
 from tailagent.config import (
     AGENTS,
     DEFAULT_URL,
@@ -254,11 +254,27 @@ def _settings(flags: dict[str, object], config: Path | None) -> Settings | None:
         return None
 
 
+class VersionAction(argparse.Action):
+    """`--version` prints more than argparse's own action would: how this tailagent
+    is installed and what it carries, read only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(origin.version_text())
+        parser.exit()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="tailagent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--version", action="version", version=f"tailagent {__version__}")
+    parser.add_argument(
+        "--version",
+        action=VersionAction,
+        help="show this version, how it is installed, and the versions it carries",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _call_parser(sub)

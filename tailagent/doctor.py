@@ -12,6 +12,7 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from tailagent import origin
 from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
 from tailagent.bridge.state import StoreUnavailable, check_store, open_engine, redacted
 from tailagent.card.keys import KeyStore
@@ -103,15 +104,15 @@ def _agent(settings: Settings) -> Check:
     if settings.agent == "echo":
         return Check("agent", True, "echo (offline)")
     if settings.agent == "claude":
-        from tailagent.agents.claude import cli_of, logged_in, login_advice
+        from tailagent.agents.claude import find_cli, logged_in, login_advice, missing_cli_advice
 
-        cli = cli_of(settings.claude)
-        if not os.path.exists(cli):
-            return Check("agent", False, f"no Claude CLI at {cli}", "reinstall claude-agent-sdk")
+        cli = find_cli(settings.claude)
+        if cli.path is None or not cli.path.is_file():
+            return Check("agent", False, missing_cli_advice(cli))
+        found = f"Claude Code CLI {cli.path} ({cli.source})"
         if not logged_in():
-            return Check("agent", False, f"Claude Code CLI {cli}; no login found",
-                         login_advice(settings.claude))  # fmt: skip
-        return Check("agent", True, f"Claude Code CLI {cli}")
+            return Check("agent", False, f"{found}; no login found", login_advice(settings.claude))
+        return Check("agent", True, found)
     npx = shutil.which("npx")
     return Check(
         "agent",
@@ -161,12 +162,17 @@ async def _store(settings: Settings) -> Check:
 
 
 async def _listener(settings: Settings) -> Check:
-    target = listener_target(settings)
+    """The configured listener; a server running on the state dir elsewhere is the
+    one that matters (its lock names where it listens)."""
+    target, whose = listener_target(settings), ""
+    running = (running_server(settings.state_dir) or {}).get("listener")
+    if running and running != target:
+        target, whose = running, " (the running server's)"
     ok = await healthy(target)
     return Check(
         "listener",
         ok,
-        f"tailagent answers on {target}" if ok else f"nothing answers on {target}",
+        f"tailagent answers on {target}{whose}" if ok else f"nothing answers on {target}{whose}",
         "" if ok else "start it: tailagent serve (or systemctl start tailagent)",
     )
 
@@ -236,6 +242,7 @@ async def diagnose(settings: Settings) -> list[Check]:
     agent = _agent(running)
     agent = replace(agent, detail=agent.detail + whose)
     checks += [_key(settings), agent, _state_dir(settings), await _store(settings)]
+    checks.insert(0, Check("install", True, origin.describe()))
     return [*checks, await _listener(settings)]
 
 

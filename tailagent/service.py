@@ -1,9 +1,9 @@
 """`tailagent service install|uninstall`: a systemd unit written for this machine,
 and the units shipped in `systemd/` (the same template, with systemd's specifiers).
 
-The unit runs tailagent from where it is installed (its console script, or its
-interpreter in isolated mode: the workspace may hold a `tailagent/` folder of its
-own), on a unix socket in its runtime directory (only tailscaled and the service's
+The unit runs tailagent from where it is installed (the one-file binary, its
+console script, or its interpreter in isolated mode: see origin.command()), on a
+unix socket in its runtime directory (only tailscaled and the service's
 user can connect), with its state in systemd's state directory and the hardening
 that still lets the agent work in its workspace. Installing writes the file and
 says what to run next; it starts nothing by itself.
@@ -16,6 +16,8 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from tailagent import origin
 
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 UNIT_NAME = "tailagent.service"
@@ -160,14 +162,6 @@ SHIPPED = {
 }  # fmt: skip
 
 
-def command_for_this_install() -> str:
-    """The console script next to this interpreter, else the interpreter in isolated
-    mode (-I: the working directory is not on sys.path, so a workspace holding a
-    `tailagent/` folder, such as a checkout of this project, cannot shadow it)."""
-    script = Path(sys.executable).with_name("tailagent")
-    return str(script) if script.is_file() else f"{sys.executable} -I -m tailagent"
-
-
 def this_machine(
     user_mode: bool,
     workspace: Path,
@@ -178,7 +172,7 @@ def this_machine(
     user = os.environ.get("SUDO_USER") or getpass.getuser()
     home = os.path.expanduser(f"~{user}")
     return Unit(
-        user_mode, command_for_this_install(), str(workspace.resolve()),
+        user_mode, origin.command(), str(workspace.resolve()),
         str(config) if config else None, user, home, tsnet, auth_key_file,
     )  # fmt: skip
 

@@ -59,14 +59,16 @@ def start_server(
     program: tuple[str, ...] = ("-m", "tailagent"),
     listen: str = "127.0.0.1:0",
     env: dict[str, str] | None = None,
+    command: list[str] | None = None,
 ) -> RunningServer:
-    """Starts `tailagent serve` and waits until it says where it is serving."""
+    """Starts `tailagent serve` and waits until it says where it is serving. `command`
+    runs another tailagent (the one-file binary) in place of this interpreter's."""
     state_dir = state_dir or tmp / "state"
     workspace = tmp / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
     log_path = tmp / f"server-{time.monotonic_ns()}.log"
     log_file = log_path.open("w")
-    args = [sys.executable, *program, "serve", "--listen", listen]
+    args = [*(command or [sys.executable, *program]), "serve", "--listen", listen]
     if "--agent" not in extra and "--agent-command" not in extra:
         args += ["--agent", "echo"]  # the offline agent, unless a test picks another
     args += ["--state-dir", str(state_dir), "--cwd", str(workspace), *extra]

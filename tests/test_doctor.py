@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import tailagent
 from tests.conftest import start_server
 from tests.tailnet import FakeTailscaled, whois
 
@@ -32,7 +33,8 @@ def test_all_good_then_tailscaled_down(tmp_path: Path) -> None:
         good = doctor(*args)
         assert good.returncode == 0, good.stdout
         lines = good.stdout.splitlines()
-        assert len(lines) == 8 and all(line.startswith("✓") for line in lines)
+        assert len(lines) == 9 and all(line.startswith("✓") for line in lines)
+        assert lines[0].startswith(f"✓ install: package {Path(tailagent.__file__).parent} (Python ")
         assert any("tailscale serve: https://devbox.tail1234.ts.net ->" in line for line in lines)
         checks = {c["name"]: c for c in json.loads(doctor(*args, "--json").stdout)}
         assert checks["signing key"]["ok"] and checks["listener"]["ok"]

@@ -60,6 +60,7 @@ def login_of(node: Node) -> str:
 def start_tsnet(
     net: Tailnet, tmp: Path, hostname: str, *, key: str | None = "tskey-test",
     config: str = "", tsnet: str = "", state_dir: Path | None = None,
+    command: list[str] | None = None, base_env: dict[str, str] | None = None,
 ) -> RunningServer:  # fmt: skip
     """tailagent serve --tsnet on the test tailnet, with no tailscaled of its own.
     `config` holds other tables; `tsnet` more lines of the [tsnet] table."""
@@ -68,13 +69,13 @@ def start_tsnet(
         f'{config}\n[tsnet]\nenabled = true\nhostname = "{hostname}"\n'
         f'control_url = "{net.url}"\n{tsnet}\n'
     )
-    env = {k: v for k, v in os.environ.items() if k != "TS_AUTHKEY"}
+    env = {k: v for k, v in (base_env or os.environ).items() if k != "TS_AUTHKEY"}
     env.update(net.node_env())
     if key is not None:
         env["TS_AUTHKEY"] = key
     return start_server(
         tmp, "--config", str(path), "--tailscale-socket", str(tmp / "no-tailscaled.sock"),
-        state_dir=state_dir, env=env,
+        state_dir=state_dir, env=env, command=command,
     )  # fmt: skip
 
 

@@ -15,10 +15,11 @@ import getpass
 import json
 import logging
 import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import claude_agent_sdk
 from claude_agent_sdk import (
@@ -65,6 +66,7 @@ from tailagent.agents.events import (
 )
 from tailagent.agents.mcp import McpServer
 from tailagent.config import ClaudeSettings
+from tailagent.origin import frozen
 
 log = logging.getLogger("tailagent.agent")
 
@@ -78,8 +80,36 @@ def bundled_cli() -> Path:
     return Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
 
 
-def cli_of(settings: ClaudeSettings) -> Path:
-    return settings.cli_path or bundled_cli()
+class ClaudeCli(NamedTuple):
+    path: Path | None  # None: found nowhere
+    source: str  # where it was looked for, or found
+
+
+def find_cli(settings: ClaudeSettings) -> ClaudeCli:
+    """The Claude Code CLI to run: `claude.cli_path`, else the one claude-agent-sdk
+    bundles (a package install has it; the one-file binary leaves its 384 MB out),
+    else `claude` on PATH or where Anthropic's installer puts it."""
+    if settings.cli_path is not None:
+        return ClaudeCli(settings.cli_path, "claude.cli_path")
+    if bundled_cli().is_file():
+        return ClaudeCli(bundled_cli(), "bundled with claude-agent-sdk")
+    on_path = shutil.which("claude")
+    if on_path:
+        return ClaudeCli(Path(on_path), "claude on PATH")
+    for spot in (Path.home() / ".local/bin/claude", Path.home() / ".claude/local/claude"):
+        if spot.is_file():
+            return ClaudeCli(spot, "Claude's installer")
+    where = "this tailagent binary does not carry one" if frozen() else "none bundled"
+    return ClaudeCli(None, f"{where}, none on PATH, none in ~/.local/bin")
+
+
+def missing_cli_advice(cli: ClaudeCli) -> str:
+    if cli.path is not None:  # claude.cli_path names a file that is not there
+        return f"the Claude Code CLI is not at {cli.path} (claude.cli_path)"
+    return (
+        f"no Claude Code CLI ({cli.source}): install it (`npm install -g "
+        "@anthropic-ai/claude-code`, or https://claude.ai/install.sh) or set claude.cli_path"
+    )
 
 
 def logged_in() -> bool:
@@ -93,8 +123,9 @@ def logged_in() -> bool:
 def login_advice(settings: ClaudeSettings) -> str:
     """What to do when Claude Code is not logged in. `claude` is rarely on PATH: the
     SDK runs its own bundled CLI, so name that one."""
+    cli = find_cli(settings).path or "claude"
     return (
-        f"Claude Code is not logged in for {getpass.getuser()}: run `{cli_of(settings)}` "
+        f"Claude Code is not logged in for {getpass.getuser()}: run `{cli}` "
         "once as that user and log in there, or set ANTHROPIC_API_KEY in its environment."
     )
 
@@ -176,6 +207,7 @@ class ClaudeSession:
         mcp_servers: tuple[McpServer, ...] = (),
     ):
         self._settings = settings
+        self._cli = find_cli(settings).path
         self._mcp: dict[str, Any] = {
             s.name: {"type": "http", "url": s.url}
             if s.url
@@ -202,7 +234,7 @@ class ClaudeSession:
             setting_sources=list(s.setting_sources),  # type: ignore[arg-type]
             max_turns=s.max_turns,
             system_prompt={"type": "preset", "preset": "claude_code"},
-            cli_path=str(s.cli_path) if s.cli_path else None,
+            cli_path=str(self._cli) if self._cli else None,
             resume=self._session_id if resume else None,
             session_id=None if resume else self._session_id,
             can_use_tool=self._can_use_tool,
@@ -455,12 +487,10 @@ class ClaudeBackend:
         self._top_up()
 
     def _check_cli(self) -> None:
-        cli = cli_of(self.settings)
-        if not os.path.exists(cli):
-            raise AgentStartError(
-                f"the Claude Code CLI is not at {cli} (set claude.cli_path, or reinstall "
-                "claude-agent-sdk, which bundles it)"
-            )
+        cli = find_cli(self.settings)
+        if cli.path is None or not cli.path.is_file():
+            raise AgentStartError(missing_cli_advice(cli))
+        log.info("Claude Code CLI: %s (%s)", cli.path, cli.source)
 
     async def open_session(self, resume_id: str | None = None) -> ClaudeSession:
         if resume_id is None:

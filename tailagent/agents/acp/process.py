@@ -90,8 +90,11 @@ class AgentProcess:
         """Spawns the process and completes the ACP handshake, or raises AgentStartError."""
         program = shutil.which(self.argv[0], path=self._env.get("PATH"))
         if program is None:
+            where = "is not on PATH"
+            if os.sep in self.argv[0]:
+                where = "is not an executable file"
             raise AgentStartError(
-                f"cannot start the agent: {self.argv[0]!r} is not on PATH"
+                f"cannot start the agent: {self.argv[0]!r} {where}"
                 + (" (install Node.js and npm)" if self.argv[0] in ("npx", "node") else "")
             )
         try:

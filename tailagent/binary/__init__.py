@@ -1,0 +1,1 @@
+"""Building the one-file `tailagent` executable (build.py); never part of it."""

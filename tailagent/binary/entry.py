@@ -1,0 +1,5 @@
+"""The one-file binary's entry point: the `tailagent` command itself."""
+
+from tailagent.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,265 @@
+"""The one-file binary (tailagent/binary/build.py), run as a user on a box without
+Python would: PATH=/usr/bin:/bin, no virtualenv, no PYTHONPATH or PYTHONHOME.
+
+.ci/run builds dist/tailagent before the suite; here it is rebuilt only when it is
+missing or older than the sources (about a minute, once)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from tailagent import __version__
+from tests.conftest import RunningServer, start_server
+from tests.real_tailnet import Tailnet, module_tailnet
+from tests.test_acp import FAKE as FAKE_ACP_AGENT
+from tests.test_claude import FAKE_CLI as FAKE_CLAUDE_CLI
+from tests.test_service import needs_systemd, verify
+from tests.test_tsnet import dns_name, last_access_line, login_of, message, post, start_tsnet
+
+ROOT = Path(__file__).resolve().parent.parent
+BINARY = ROOT / "dist" / "tailagent"
+SOURCES = [
+    *ROOT.joinpath("tailagent").rglob("*.py"),
+    ROOT / "tailagent" / "binary" / "pins.txt",
+    ROOT / "tailagent" / "tsnet" / "libtailagent_tsnet.so",
+]
+
+
+def stale() -> bool:
+    if not BINARY.is_file():
+        return True
+    built = BINARY.stat().st_mtime
+    return any(path.stat().st_mtime > built for path in SOURCES if path.exists())
+
+
+@pytest.fixture(scope="session")
+def binary() -> Path:
+    if importlib.util.find_spec("PyInstaller") is None:
+        pytest.skip("PyInstaller is not installed (pip install -e '.[dev]' brings it)")
+    if stale():
+        built = subprocess.run(
+            [sys.executable, str(ROOT / "tailagent" / "binary" / "build.py")],
+            capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    return BINARY
+
+
+@pytest.fixture(scope="module")
+def plain_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A box with no Python of ours: system PATH, a home of its own, nothing else."""
+    home = tmp_path_factory.mktemp("home")
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+
+
+def run(
+    command: list[str], *args: str, env: dict[str, str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, timeout=60, env=env, input=stdin
+    )
+
+
+@pytest.fixture(scope="module")
+def server(
+    binary: Path, plain_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    running = start_server(tmp_path_factory.mktemp("binary"), command=[str(binary)], env=plain_env)
+    yield running
+    assert running.stop() == 0, running.log()
+
+
+def user_env(plain_env: dict[str, str], server: RunningServer) -> dict[str, str]:
+    return {**plain_env, "TAILAGENT_STATE_DIR": str(server.state_dir)}
+
+
+def test_version_names_the_binary_and_what_it_carries(
+    binary: Path, plain_env: dict[str, str]
+) -> None:
+    shown = run([str(binary)], "--version", env=plain_env)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"tailagent {__version__}"
+    assert lines[1].startswith(f"binary {binary} (Python ")
+    for name in ("a2a-sdk", "claude-agent-sdk", "agent-client-protocol"):
+        assert f"  {name} {metadata.version(name)}" in lines
+    go_mod = (ROOT / "tailagent" / "tsnet" / "go.mod").read_text()
+    tailscale = re.search(r"tailscale\.com (v\S+)", go_mod)
+    assert tailscale is not None
+    assert f"  tailscale.com (tsnet) {tailscale.group(1)}" in lines
+
+
+def test_serve_and_call_from_the_binary(
+    binary: Path, plain_env: dict[str, str], server: RunningServer
+) -> None:
+    called = run([str(binary)], "call", "hello", env=user_env(plain_env, server))
+    assert called.returncode == 0, called.stdout + called.stderr
+    assert "echo: hello" in called.stdout
+    assert called.stdout.rstrip().endswith("[completed]")
+
+
+def test_a_permission_prompt_is_answered_with_the_binary(
+    binary: Path, plain_env: dict[str, str], server: RunningServer
+) -> None:
+    env = user_env(plain_env, server)
+    asked = run([str(binary)], "call", "ask", env=env)
+    assert asked.returncode == 3, asked.stdout + asked.stderr
+    allow = next(
+        line.strip()
+        for line in asked.stdout.splitlines()
+        if line.strip().startswith("tailagent call allow")
+    )
+    answered = run([str(binary)], *shlex.split(allow)[1:], env=env)
+    assert answered.returncode == 0, answered.stdout + answered.stderr
+    assert "✓ rm -rf build: completed" in answered.stdout
+
+
+def test_the_binary_verifies_a_signed_card(
+    binary: Path, plain_env: dict[str, str], server: RunningServer
+) -> None:
+    shown = run([str(binary)], "card", server.url, env=plain_env)
+    assert shown.returncode == 0, shown.stderr
+    assert "signature: valid" in shown.stdout
+
+
+def test_doctor_says_it_runs_from_the_binary(
+    binary: Path, plain_env: dict[str, str], server: RunningServer
+) -> None:
+    checked = run([str(binary)], "doctor", "--json", env=user_env(plain_env, server))
+    checks = {check["name"]: check for check in json.loads(checked.stdout)}
+    assert checks["install"]["detail"].startswith(f"binary {binary} (Python ")
+    # The server running on the state dir is found where it listens, not on the default port.
+    assert checks["listener"]["ok"], checks["listener"]
+    found = f"tailagent answers on {server.url} (the running server's)"
+    assert checks["listener"]["detail"] == found
+
+
+@needs_systemd
+def test_service_install_writes_a_unit_that_runs_the_binary(
+    binary: Path, plain_env: dict[str, str], tmp_path: Path
+) -> None:
+    installed = run(
+        [str(binary)], "service", "install", "--dest", str(tmp_path),
+        "--workspace", str(tmp_path), env=plain_env,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    unit = (tmp_path / "tailagent.service").read_text()
+    assert f"ExecStart={binary} serve --cwd {tmp_path}" in unit
+    checked = verify(tmp_path / "tailagent.service", False, tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_an_acp_agent_behind_the_binary(
+    binary: Path, plain_env: dict[str, str], tmp_path: Path
+) -> None:
+    # The agent is its own program, with its own Python: only tailagent is the binary.
+    agent = shlex.join([sys.executable, str(FAKE_ACP_AGENT)])
+    running = start_server(tmp_path, "--agent-command", agent, command=[str(binary)], env=plain_env)
+    try:
+        called = run([str(binary)], "call", "tool hello", env=user_env(plain_env, running))
+        assert called.returncode == 0, called.stdout + called.stderr + running.log()
+        assert "turn 1 of session" in called.stdout
+    finally:
+        running.stop()
+
+
+def test_claude_through_the_sdk_behind_the_binary(
+    binary: Path, plain_env: dict[str, str], tmp_path: Path
+) -> None:
+    config = tmp_path / "tailagent.toml"
+    config.write_text(f'[claude]\ncli_path = "{FAKE_CLAUDE_CLI}"\n')
+    env = {**plain_env, "ANTHROPIC_API_KEY": "test-key"}
+    running = start_server(
+        tmp_path, "--agent", "claude", "--config", str(config), command=[str(binary)], env=env
+    )
+    try:
+        called = run([str(binary)], "call", "hello", env=user_env(env, running))
+        assert called.returncode == 0, called.stdout + called.stderr + running.log()
+        assert called.stdout.rstrip().endswith("[completed]")
+        assert f"Claude Code CLI: {FAKE_CLAUDE_CLI} (claude.cli_path)" in running.log()
+    finally:
+        running.stop()
+
+
+def test_without_a_claude_cli_the_binary_says_where_it_looked(
+    binary: Path, plain_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The binary leaves the SDK's 384 MB CLI out: with none on PATH, one line says so."""
+    assert shutil.which("claude", path=plain_env["PATH"]) is None
+    args = ("--agent", "claude", "--state-dir", str(tmp_path / "s"))
+    failed = run([str(binary)], "serve", "--listen", "127.0.0.1:0", "--cwd", str(tmp_path), *args,
+                 env=plain_env)  # fmt: skip
+    assert failed.returncode != 0
+    (line,) = failed.stderr.strip().splitlines()
+    assert "no Claude Code CLI (this tailagent binary does not carry one" in line, line
+    assert "claude.cli_path" in line
+    checked = run([str(binary)], "doctor", *args, env=plain_env)
+    assert "✗ agent: no Claude Code CLI (this tailagent binary does not carry one" in checked.stdout
+
+
+def test_bad_input_is_answered_by_the_binary_as_by_the_package(
+    binary: Path, plain_env: dict[str, str], tmp_path: Path
+) -> None:
+    bad_config = tmp_path / "bad.toml"
+    bad_config.write_text("[agent]\nidle_timout = 5\n")
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    cases = {
+        "a bad config": ("--config", str(bad_config)),
+        "a port in use": ("--listen", f"127.0.0.1:{port}"),
+        "a missing agent": ("--agent-command", "/nonexistent/agent --acp"),
+    }
+    package = [sys.executable, "-m", "tailagent"]
+    package_env = {k: v for k, v in os.environ.items() if not k.startswith("TAILAGENT_")}
+    try:
+        for case, flags in cases.items():
+            answers = []
+            for command, env in (([str(binary)], plain_env), (package, package_env)):
+                state = tmp_path / f"state-{len(answers)}-{case.replace(' ', '-')}"
+                failed = run(command, "serve", "--state-dir", str(state),
+                             "--cwd", str(tmp_path), *flags, env=env)  # fmt: skip
+                # One line says why (after the log's own lines, if any).
+                line = failed.stderr.strip().splitlines()[-1]
+                assert failed.returncode != 0 and line.startswith("tailagent"), (case, line)
+                answers.append((failed.returncode, line.replace(str(state), "STATE")))
+            assert answers[0] == answers[1], case
+    finally:
+        taken.close()
+
+
+@pytest.fixture(scope="module")
+def tailnet(binary: Path) -> Iterator[Tailnet]:
+    yield from module_tailnet({"callerbox": {"proxy": True}})
+
+
+def test_serve_tsnet_from_the_binary_joins_and_knows_its_caller(
+    binary: Path, plain_env: dict[str, str], tailnet: Tailnet, tmp_path: Path
+) -> None:
+    caller = tailnet.nodes["callerbox"]
+    login = login_of(caller)
+    config = f'[access]\nallowed_logins = ["{login}"]\n'
+    agent = start_tsnet(
+        tailnet, tmp_path, "binagent", config=config, command=[str(binary)], base_env=plain_env
+    )
+    try:
+        response = post(caller, f"http://{dns_name('binagent')}/", message("hello from a node"))
+        assert response.status_code == 200, response.text
+        assert response.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert f"user:{login} (tailnet connection)" in last_access_line(agent)
+    finally:
+        assert agent.stop() == 0, agent.log()
