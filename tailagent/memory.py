@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import gc
 import logging
 from collections.abc import Callable
@@ -21,11 +20,10 @@ QUIET_SECONDS = 2.0
 
 
 def _trimmer() -> Callable[[], None] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+    # The process's own symbols: ctypes.util.find_library("c") would run ldconfig
+    # in a child process, which a server's supervisor (or a test) sees come and go.
     try:
-        trim = ctypes.CDLL(name).malloc_trim
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc
         return None
     trim.argtypes = [ctypes.c_size_t]

@@ -244,7 +244,7 @@ def test_bad_input_is_answered_by_the_binary_as_by_the_package(
 
 @pytest.fixture(scope="module")
 def tailnet(binary: Path) -> Iterator[Tailnet]:
-    yield from module_tailnet({"callerbox": {"proxy": True}})
+    yield from module_tailnet({"callerbox": {"proxy": True}, "agentbox": {}})
 
 
 def test_serve_tsnet_from_the_binary_joins_and_knows_its_caller(
@@ -261,5 +261,29 @@ def test_serve_tsnet_from_the_binary_joins_and_knows_its_caller(
         assert response.status_code == 200, response.text
         assert response.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
         assert f"user:{login} (tailnet connection)" in last_access_line(agent)
+        # `peers` from the binary on the caller's box (through its tailscaled) finds it.
+        env = {**plain_env, "HTTP_PROXY": caller.proxy,
+               "TAILAGENT_KNOWN_AGENTS": str(tmp_path / "known.json")}  # fmt: skip
+        peers = run([str(binary)], "peers", "--json", "--scheme", "http", "--port", "80",
+                    "--tailscale-socket", str(caller.socket), env=env)  # fmt: skip
+        assert peers.returncode == 0, peers.stderr
+        rows = {row["peer"]: row for row in map(json.loads, peers.stdout.splitlines())}
+        assert rows[dns_name("binagent")]["signature"] == "valid (key from jku, not pinned)"
     finally:
         assert agent.stop() == 0, agent.log()
+
+
+def test_serve_tailnet_from_the_binary_adds_and_removes_its_serve_entry(
+    binary: Path, plain_env: dict[str, str], tailnet: Tailnet, tmp_path: Path
+) -> None:
+    box = tailnet.nodes["agentbox"]
+    server = start_server(tmp_path, "--tailnet", "--tailnet-port", "8443",
+                          "--tailscale-socket", str(box.socket),
+                          command=[str(binary)], env=plain_env)  # fmt: skip
+    try:
+        served = json.loads(box.tailscale("serve", "status", "--json"))
+        assert served["Web"][f"{box.dns_name}:8443"]["Handlers"]["/"]["Proxy"] == server.url
+    finally:
+        assert server.stop() == 0, server.log()
+    served = json.loads(box.tailscale("serve", "status", "--json"))
+    assert f"{box.dns_name}:8443" not in served.get("Web", {})
