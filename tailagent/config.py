@@ -131,6 +131,7 @@ class AgentSettings:
     env_passthrough: tuple[str, ...] = ()
     idle_timeout: float = 1800.0
     max_processes: int = 8
+    max_concurrent_turns: int = 64
     warm_spares: int = 1
     start_timeout: float = 120.0
     cancel_timeout: float = 5.0
@@ -409,6 +410,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "agent.env_passthrough": _strings,
     "agent.idle_timeout": _positive_number,
     "agent.max_processes": _positive_int,
+    "agent.max_concurrent_turns": _positive_int,
     "agent.warm_spares": _count,
     "agent.start_timeout": _positive_number,
     "agent.cancel_timeout": _positive_number,

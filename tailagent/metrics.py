@@ -25,6 +25,11 @@ AGENT_PROCESSES = Gauge(
     "tailagent_agent_sessions", "Live agent sessions (for ACP and Claude: processes).",
     registry=REGISTRY,
 )  # fmt: skip
+TURNS_WAITING = Gauge(
+    "tailagent_turns_waiting",
+    "Message sends waiting for one of the agent.max_concurrent_turns places.",
+    registry=REGISTRY,
+)  # fmt: skip
 WHOIS = Counter(
     "tailagent_whois", "LocalAPI whois lookups, by outcome (cache_hit, found, not_found).",
     ["outcome"], registry=REGISTRY,

@@ -211,6 +211,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         executor, store, card, extended, pool=pool, push_configs=push.configs,
         push_targets=push_targets, signals=signals, rules=settings.rules,
         attachment_limits=settings.attachments,
+        max_concurrent_turns=settings.agent_process.max_concurrent_turns,
     )  # fmt: skip
     context_builder = CallerContextBuilder()
     routes = [

@@ -55,8 +55,9 @@ from tailagent.bridge.remote import CANCEL, CONFIRM_TIMEOUT, POLL_INTERVAL, PUSH
 from tailagent.bridge.rules import Rule
 from tailagent.bridge.sessions import ContextBusy, SessionPool
 from tailagent.bridge.store import CoalescingTaskStore
+from tailagent.bridge.turns import TurnGate
 from tailagent.card.builder import for_caller
-from tailagent.config import AttachmentSettings
+from tailagent.config import AgentSettings, AttachmentSettings
 from tailagent.push.targets import PushRefused, PushTargets
 
 BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
@@ -86,7 +87,9 @@ class GuardedRequestHandler(DefaultRequestHandler):
         signals: TaskSignals,
         rules: tuple[Rule, ...] = (),
         attachment_limits: AttachmentSettings | None = None,
+        max_concurrent_turns: int = AgentSettings().max_concurrent_turns,
     ) -> None:
+        self._gate = TurnGate(max_concurrent_turns)
         self._attachment_limits = attachment_limits or AttachmentSettings()
         self._push_targets = push_targets
         self._signals = signals
@@ -243,7 +246,8 @@ class GuardedRequestHandler(DefaultRequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Message | Task:
         await self._admit(params, context)
-        return await super().on_message_send(params, context)
+        async with self._gate.turn():
+            return await super().on_message_send(params, context)
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
@@ -263,5 +267,6 @@ class GuardedRequestHandler(DefaultRequestHandler):
         stored = await self._admit(params, context)
         if stored is not None:
             yield stored
-        async for event in super().on_message_send_stream(params, context):
-            yield event
+        async with self._gate.turn():
+            async for event in super().on_message_send_stream(params, context):
+                yield event
