@@ -13,7 +13,7 @@ from a2a.types.a2a_pb2 import ListTasksRequest, Task, TaskState, TaskStatus
 
 from tailagent.access.identity import OwnerUser
 from tailagent.bridge.sqlite_writer import direct_writer
-from tailagent.bridge.state import close_unfinished_tasks, open_engine
+from tailagent.bridge.state import UNSEEN_UNTIL_SETTLED, close_unfinished_tasks, open_engine
 from tailagent.bridge.store import CoalescingTaskStore
 
 Stores = tuple[CoalescingTaskStore, DatabaseTaskStore]
@@ -110,3 +110,24 @@ async def test_restart_rule_leaves_another_servers_tasks_alone(stores: Stores) -
     assert other.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert mine.runs_elsewhere(other) == "http://b.example"
     assert theirs.runs_elsewhere(other) is None  # its own
+
+
+async def test_a_task_nobody_can_see_yet_is_first_written_when_it_settles(stores: Stores) -> None:
+    """A blocking send with no push config shows its task only in the response, once
+    final or waiting: its first save waits for that (or for the deferred writer)."""
+    store, database = stores
+    unseen = ServerCallContext(user=OwnerUser("user:alice"), state={UNSEEN_UNTIL_SETTLED: True})
+    quick = store.minted.generate()
+    await store.save(task(quick, TaskState.TASK_STATE_SUBMITTED), unseen)
+    assert await database.get(quick, ALICE) is None
+    assert (await store.get(quick, ALICE)).status.state == TaskState.TASK_STATE_SUBMITTED
+    await store.save(task(quick, TaskState.TASK_STATE_COMPLETED), unseen)
+    assert (await database.get(quick, ALICE)).status.state == TaskState.TASK_STATE_COMPLETED
+    # A longer turn is written by the deferred writer all the same.
+    longer = store.minted.generate()
+    await store.save(task(longer, TaskState.TASK_STATE_SUBMITTED), unseen)
+    await asyncio.sleep(0.2)
+    assert (await database.get(longer, ALICE)).status.state == TaskState.TASK_STATE_SUBMITTED
+    # An id this process did not mint (a task stored before) is written at once.
+    await store.save(task("stored-before", TaskState.TASK_STATE_SUBMITTED), unseen)
+    assert await database.get("stored-before", ALICE) is not None

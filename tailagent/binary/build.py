@@ -83,7 +83,7 @@ def check_pins() -> None:
         raise BuildFailed(
             "installed dependencies differ from tailagent/binary/pins.txt: "
             + ", ".join(wrong)
-            + f"; run: pip install -e '.[dev]' -c {PINS.relative_to(ROOT)}"
+            + "; run: pip install -e '.[dev]' -c tailagent/binary/pins.txt"
         )
     try:
         found = metadata.version("pyinstaller")

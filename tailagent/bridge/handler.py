@@ -54,6 +54,7 @@ from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.remote import CANCEL, CONFIRM_TIMEOUT, POLL_INTERVAL, PUSH, TaskSignals
 from tailagent.bridge.rules import Rule
 from tailagent.bridge.sessions import ContextBusy, SessionPool
+from tailagent.bridge.state import UNSEEN_UNTIL_SETTLED
 from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.bridge.turns import TurnGate
 from tailagent.card.builder import for_caller
@@ -246,6 +247,13 @@ class GuardedRequestHandler(DefaultRequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Message | Task:
         await self._admit(params, context)
+        config = params.configuration
+        if not (
+            self._store.shared
+            or config.return_immediately
+            or config.HasField("task_push_notification_config")
+        ):
+            context.state[UNSEEN_UNTIL_SETTLED] = True
         async with self._gate.turn():
             return await super().on_message_send(params, context)
 

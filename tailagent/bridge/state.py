@@ -45,6 +45,10 @@ SERVER_ID_FILE = "server-id"
 # Task metadata naming the server that runs the task, in a store several may share.
 SERVER_ID_KEY = "tailagentServerId"
 SERVER_URL_KEY = "tailagentServerUrl"
+# Set in a request's call context when its caller can learn of the task only from
+# the response, which comes once the task is final or waiting: a blocking SendMessage
+# with no push config, in a store no other server reads.
+UNSEEN_UNTIL_SETTLED = "tailagent.unseenUntilSettled"
 RESTART_MESSAGE = "The server restarted while this task was running; its turn was lost."
 
 

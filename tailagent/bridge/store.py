@@ -33,6 +33,7 @@ from tailagent.bridge.state import (
     SERVER_ID_KEY,
     SERVER_URL_KEY,
     UNFINISHED_STATES,
+    UNSEEN_UNTIL_SETTLED,
     WRITE_DELAY,
     MintedIds,
     mark_failed,
@@ -138,11 +139,14 @@ class CoalescingTaskStore(TaskStore):
                 {SERVER_ID_KEY: self._server_id, SERVER_URL_KEY: self._server_url}
             )
         first = held is None
+        # A new task whose request will show it to nobody before it is final or waiting
+        # (see state.UNSEEN_UNTIL_SETTLED) needs no write before then: one write, not two.
+        unseen = first and task.id in self.minted and context.state.get(UNSEEN_UNTIL_SETTLED)
         self.minted.discard(task.id)
         self._held[task.id] = (owner, snapshot)
         if changed:
             self._changed(snapshot)
-        if first or task.status.state not in _DEFERRABLE:
+        if (first and not unseen) or task.status.state not in _DEFERRABLE:
             self._dirty.discard(task.id)
             try:
                 await self._write(snapshot, owner)
@@ -170,6 +174,11 @@ class CoalescingTaskStore(TaskStore):
         self._dirty.add(task_id)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_dirty(), name="task-store-writer")
+
+    @property
+    def shared(self) -> bool:
+        """Other servers read this store (a shared PostgreSQL)."""
+        return self._shared
 
     def held(self) -> dict[str, str]:
         """The unfinished tasks this process runs, with their owners."""
