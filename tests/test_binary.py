@@ -287,3 +287,21 @@ def test_serve_tailnet_from_the_binary_adds_and_removes_its_serve_entry(
         assert server.stop() == 0, server.log()
     served = json.loads(box.tailscale("serve", "status", "--json"))
     assert f"{box.dns_name}:8443" not in served.get("Web", {})
+
+
+def test_tokens_keys_and_audit_from_the_binary(
+    binary: Path, plain_env: dict[str, str], server: RunningServer
+) -> None:
+    env = user_env(plain_env, server)
+    added = run([str(binary)], "token", "add", "ci", "--role", "approver", env=env)
+    assert added.returncode == 0, added.stderr
+    token = next(word for word in added.stdout.split() if len(word) > 30)
+    listed = run([str(binary)], "token", "list", env=env)
+    assert "ci" in listed.stdout and "approver" in listed.stdout
+    # The new token reaches the server started by the binary.
+    called = run([str(binary)], "call", "hello", "--url", server.url, "--token", token, env=env)
+    assert called.returncode == 0, called.stdout + called.stderr
+    shown = run([str(binary)], "keys", "show", env=env)
+    assert shown.returncode == 0 and "ES256" in shown.stdout, shown.stdout + shown.stderr
+    audit = run([str(binary)], "audit", "--json", env=env)
+    assert audit.returncode == 0, audit.stderr
