@@ -1,8 +1,8 @@
 # PYTHON_ARGCOMPLETE_OK  (argcomplete completes `tailagent` in bash, zsh and fish)
 """tailagent: a coding agent on your tailnet, spoken to over A2A.
 
-Start with `tailagent serve --agent echo`, then `tailagent call hello` in another
-terminal; `tailagent COMMAND --help` says more about each command."""
+Start with `tailagent serve --agent echo`, then `tailagent call hello` in
+another terminal; `tailagent COMMAND --help` says more about each command."""
 
 from __future__ import annotations
 
@@ -129,7 +129,9 @@ def _tasks_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
         "--state",
         choices=("submitted", "working", "input-required", "completed", "failed", "canceled",
                  "rejected", "auth-required"),
-        help="only tasks in this state",
+        metavar="STATE",
+        help="only tasks in this state: submitted, working, input-required, completed, "
+        "failed, canceled, rejected or auth-required",
     )  # fmt: skip
     p.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     p.add_argument("--json", action="store_true", help="one JSON object per task")
@@ -275,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         action=VersionAction,
         help="show this version, how it is installed, and the versions it carries",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _serve_parser(sub)
     _call_parser(sub)
     _tasks_parsers(sub)
