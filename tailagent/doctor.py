@@ -107,11 +107,11 @@ def _agent(settings: Settings) -> Check:
         from tailagent.agents.claude import find_cli, logged_in, login_advice, missing_cli_advice
 
         cli = find_cli(settings.claude)
-        if cli.path is None or not cli.path.is_file():
+        if not cli.usable:
             return Check("agent", False, missing_cli_advice(cli))
         found = f"Claude Code CLI {cli.path} ({cli.source})"
         if not logged_in():
-            return Check("agent", False, f"{found}; no login found", login_advice(settings.claude))
+            return Check("agent", False, f"{found}; no login found", login_advice(cli.path))
         return Check("agent", True, found)
     npx = shutil.which("npx")
     return Check(

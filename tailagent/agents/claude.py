@@ -65,6 +65,7 @@ from tailagent.agents.events import (
     camel_keys,
 )
 from tailagent.agents.mcp import McpServer
+from tailagent.agents.spares import Spares
 from tailagent.config import ClaudeSettings
 from tailagent.origin import frozen
 
@@ -83,6 +84,11 @@ def bundled_cli() -> Path:
 class ClaudeCli(NamedTuple):
     path: Path | None  # None: found nowhere
     source: str  # where it was looked for, or found
+
+    @property
+    def usable(self) -> bool:
+        """Found, and there (a `claude.cli_path` is taken as given, then checked)."""
+        return self.path is not None and self.path.is_file()
 
 
 def find_cli(settings: ClaudeSettings) -> ClaudeCli:
@@ -120,12 +126,11 @@ def logged_in() -> bool:
     return (home / ".credentials.json").exists()
 
 
-def login_advice(settings: ClaudeSettings) -> str:
-    """What to do when Claude Code is not logged in. `claude` is rarely on PATH: the
-    SDK runs its own bundled CLI, so name that one."""
-    cli = find_cli(settings).path or "claude"
+def login_advice(cli: Path | None) -> str:
+    """What to do when Claude Code is not logged in, naming the CLI tailagent runs
+    (often the SDK's bundled one, rarely on PATH)."""
     return (
-        f"Claude Code is not logged in for {getpass.getuser()}: run `{cli}` "
+        f"Claude Code is not logged in for {getpass.getuser()}: run `{cli or 'claude'}` "
         "once as that user and log in there, or set ANTHROPIC_API_KEY in its environment."
     )
 
@@ -204,10 +209,11 @@ class ClaudeSession:
         workspace: Path,
         session_id: str,
         resume: bool,
+        cli: Path,
         mcp_servers: tuple[McpServer, ...] = (),
     ):
         self._settings = settings
-        self._cli = find_cli(settings).path
+        self._cli = cli
         self._mcp: dict[str, Any] = {
             s.name: {"type": "http", "url": s.url}
             if s.url
@@ -234,7 +240,7 @@ class ClaudeSession:
             setting_sources=list(s.setting_sources),  # type: ignore[arg-type]
             max_turns=s.max_turns,
             system_prompt={"type": "preset", "preset": "claude_code"},
-            cli_path=str(self._cli) if self._cli else None,
+            cli_path=str(self._cli),
             resume=self._session_id if resume else None,
             session_id=None if resume else self._session_id,
             can_use_tool=self._can_use_tool,
@@ -342,7 +348,7 @@ class ClaudeSession:
 
     def _result(self, message: ResultMessage, not_logged_in: bool) -> AgentEvent:
         if not_logged_in:
-            return TurnFailed(login_advice(self._settings))
+            return TurnFailed(login_advice(self._cli))
         if self._cancelled:
             return TurnDone(stop_reason="cancelled")
         if message.is_error:
@@ -457,11 +463,11 @@ class ClaudeBackend:
         self.mcp_servers = mcp_servers
         self.workspace = workspace
         self.max_sessions: int | None = max_sessions
-        # Connected sessions, each taken whole by the next new conversation: starting
-        # the CLI and connecting to it costs 0.5–0.9 s, more than a short turn.
-        self._warm_spares = warm_spares
-        self._spares: list[ClaudeSession] = []
-        self._refill: asyncio.Task[None] | None = None
+        # Connected sessions: starting the CLI and connecting to it costs 0.5–0.9 s.
+        self._spares = Spares(
+            warm_spares, lambda: self._connect(None), ClaudeSession.close, "Claude Code session"
+        )
+        self._cli = find_cli(settings)  # checked at start(), then run by every session
         self.description = (
             f"Claude Code (through the Claude Agent SDK), working in {workspace.name}."
         )
@@ -479,36 +485,30 @@ class ClaudeBackend:
         )
 
     async def start(self) -> None:
-        self._check_cli()
+        if not self._cli.usable:
+            raise AgentStartError(missing_cli_advice(self._cli))
+        log.info("Claude Code CLI: %s (%s)", self._cli.path, self._cli.source)
         if not logged_in():
             # Serving still makes sense (a login may follow); say it now, not at the
             # first caller's task.
-            log.warning("%s Until then every task fails.", login_advice(self.settings))
-        self._top_up()
-
-    def _check_cli(self) -> None:
-        cli = find_cli(self.settings)
-        if cli.path is None or not cli.path.is_file():
-            raise AgentStartError(missing_cli_advice(cli))
-        log.info("Claude Code CLI: %s (%s)", cli.path, cli.source)
+            log.warning("%s Until then every task fails.", login_advice(self._cli.path))
+        self._spares.top_up()
 
     async def open_session(self, resume_id: str | None = None) -> ClaudeSession:
         if resume_id is None:
-            while self._spares:
-                spare = self._spares.pop(0)
-                if spare.alive:
-                    self._top_up()
-                    return spare
+            return await self._spares.take()
         session = await self._connect(resume_id)
-        self._top_up()
+        self._spares.top_up()
         return session
 
     async def _connect(self, resume_id: str | None) -> ClaudeSession:
+        assert self._cli.path is not None  # start() checked it
         session = ClaudeSession(
             self.settings,
             self.workspace,
             resume_id or str(uuid.uuid4()),
             resume_id is not None,
+            self._cli.path,
             self.mcp_servers,
         )
         try:
@@ -517,23 +517,5 @@ class ClaudeBackend:
             raise AgentStartError(f"Claude Code did not start: {exc}") from None
         return session
 
-    def _top_up(self) -> None:
-        """Connects spares in the background, up to agent.warm_spares."""
-        if len(self._spares) < self._warm_spares and (self._refill is None or self._refill.done()):
-            self._refill = asyncio.create_task(self._fill(), name="claude-spares")
-
-    async def _fill(self) -> None:
-        while len(self._spares) < self._warm_spares:
-            try:
-                self._spares.append(await self._connect(None))
-            except AgentStartError as exc:
-                log.warning("could not start a spare Claude Code session: %s", exc)
-                return
-
     async def aclose(self) -> None:
-        if self._refill is not None:
-            self._refill.cancel()
-            with contextlib.suppress(BaseException):
-                await self._refill
-        spares, self._spares = self._spares, []
-        await asyncio.gather(*(spare.close() for spare in spares), return_exceptions=True)
+        await self._spares.aclose()

@@ -8,8 +8,6 @@ it does not wait. A conversation whose process is gone comes back through
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import shlex
@@ -23,8 +21,9 @@ from tailagent.agents.acp.presets import Preset, agent_environment, command_line
 from tailagent.agents.acp.process import AgentProcess
 from tailagent.agents.acp.session import AUTH_REQUIRED, AcpSession, AgentNeedsLogin, HostClient
 from tailagent.agents.acp.terminals import Terminals
-from tailagent.agents.events import AgentStartError, Notice, Skill
+from tailagent.agents.events import Notice, Skill
 from tailagent.agents.mcp import McpServer
+from tailagent.agents.spares import Spares
 from tailagent.config import AgentSettings
 
 log = logging.getLogger("tailagent.agent")
@@ -70,8 +69,9 @@ class AcpBackend:
                 examples=("Fix the failing test in calc.py", "Explain what this repository does"),
             ),
         )
-        self._spares: list[AgentProcess] = []
-        self._refill: asyncio.Task[None] | None = None
+        self._spares = Spares(
+            settings.warm_spares, self._spawn, lambda p: p.stop(grace=2.0), "agent process"
+        )
 
     def _process(self) -> AgentProcess:
         return AgentProcess(
@@ -93,35 +93,12 @@ class AcpBackend:
         )  # fmt: skip
         first = await self._spawn()
         if self.settings.warm_spares:
-            self._spares.append(first)
-            self._top_up()
+            self._spares.add(first)
         else:
             await first.stop(grace=1.0)
 
-    def _top_up(self) -> None:
-        if self._refill is None or self._refill.done():
-            self._refill = asyncio.create_task(self._fill(), name="agent-spares")
-
-    async def _fill(self) -> None:
-        while len(self._spares) < self.settings.warm_spares:
-            try:
-                self._spares.append(await self._spawn())
-            except AgentStartError as exc:
-                log.warning("could not start a spare agent process: %s", exc)
-                return
-
-    async def _take(self) -> AgentProcess:
-        while self._spares:
-            process = self._spares.pop(0)
-            if process.alive:
-                self._top_up()
-                return process
-        process = await self._spawn()
-        self._top_up()
-        return process
-
     async def open_session(self, resume_id: str | None = None) -> AcpSession:
-        process = await self._take()
+        process = await self._spares.take()
         try:
             return await self._open(process, resume_id)
         except BaseException:
@@ -183,9 +160,4 @@ class AcpBackend:
         )
 
     async def aclose(self) -> None:
-        if self._refill is not None:
-            self._refill.cancel()
-            with contextlib.suppress(BaseException):
-                await self._refill
-        spares, self._spares = self._spares, []
-        await asyncio.gather(*(p.stop(grace=2.0) for p in spares), return_exceptions=True)
+        await self._spares.aclose()
