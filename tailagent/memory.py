@@ -34,7 +34,7 @@ async def trim_when_quiet(activity: Callable[[], tuple[int, int]]) -> None:
     """Runs for the server's life; `activity` says (requests so far, requests not yet
     answered). Quiet: none in flight, and none new for QUIET_SECONDS."""
     trim = _trimmer()
-    last, trimmed_at = activity()[0], activity()[0]
+    last = trimmed_at = activity()[0]
     while True:
         await asyncio.sleep(QUIET_SECONDS)
         count, in_flight = activity()

@@ -76,14 +76,14 @@ async def test_writes_the_row_the_sdk_store_writes(databases: tuple[Database, Da
     bare = Task(id="t2", context_id="ctx-2", status=TaskStatus(state=TaskState.TASK_STATE_WORKING))
     for task in (full_task("t1"), bare):
         await sdk.sdk.save(task, ALICE)
-        assert direct.writer.save(task, "user:alice")
+        assert await direct.writer.save(task, "user:alice")
     assert direct.rows() == sdk.rows()
     assert len(direct.rows()) == 2
     # An update replaces the row as the SDK's merge does.
     done = full_task("t1")
     done.status.state = TaskState.TASK_STATE_COMPLETED
     await sdk.sdk.save(done, ALICE)
-    assert direct.writer.save(done, "user:alice")
+    assert await direct.writer.save(done, "user:alice")
     assert direct.rows() == sdk.rows()
 
 
@@ -92,11 +92,23 @@ async def test_the_sdk_store_reads_and_lists_what_it_wrote(
 ) -> None:
     _, direct = databases
     task = full_task("t1")
-    assert direct.writer.save(task, "user:alice")
+    assert await direct.writer.save(task, "user:alice")
     assert await direct.sdk.get("t1", ALICE) == task
     listed = await direct.sdk.list(ListTasksRequest(), ALICE)
     assert [t.id for t in listed.tasks] == ["t1"]
     assert await direct.sdk.get("t1", ServerCallContext(user=OwnerUser("user:bob"))) is None
+
+
+async def test_a_lock_let_go_within_the_short_waits_is_written_through(
+    databases: tuple[Database, Database],
+) -> None:
+    _, direct = databases
+    other = sqlite3.connect(direct.path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    asyncio.get_running_loop().call_later(0.002, other.execute, "COMMIT")
+    assert await direct.writer.save(full_task("t1"), "user:alice")
+    other.close()
+    assert [row[0] for row in direct.rows()] == ["t1"]
 
 
 async def test_a_held_write_lock_is_reported_not_waited_for(
@@ -105,12 +117,12 @@ async def test_a_held_write_lock_is_reported_not_waited_for(
     _, direct = databases
     other = sqlite3.connect(direct.path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
-    assert not direct.writer.save(full_task("t1"), "user:alice")
-    assert not direct.writer.write("DELETE FROM tasks", [(), ()])
+    assert not await direct.writer.save(full_task("t1"), "user:alice")
+    assert not await direct.writer.write("DELETE FROM tasks", [(), ()])
     other.execute("COMMIT")
     other.close()
     assert direct.rows() == []
-    assert direct.writer.save(full_task("t1"), "user:alice")
+    assert await direct.writer.save(full_task("t1"), "user:alice")
     assert [row[0] for row in direct.rows()] == ["t1"]
 
 
@@ -133,12 +145,21 @@ async def test_session_map_writes_go_through_the_writer(tmp_path: Path) -> None:
     database = Database(tmp_path / "tailagent.db")
     sessions = SessionMap(database.engine, database.writer)
     await sessions.initialize()
+    written: list[object] = []
+    write = database.writer.write
+
+    async def spy(sql: str, rows: list[dict[str, str]]) -> bool:
+        written.extend(row["c"] for row in rows)
+        return await write(sql, rows)
+
+    database.writer.write = spy  # type: ignore[method-assign]
     await sessions.put("ctx-1", "echo", "s1")
     await sessions.put("ctx-2", "echo", "s2")
     await sessions.flush()
     with sqlite3.connect(database.path) as db:
         rows = db.execute("SELECT context_id, session_id FROM agent_sessions ORDER BY 1").fetchall()
     assert rows == [("ctx-1", "s1"), ("ctx-2", "s2")]
+    assert sorted(written) == ["ctx-1", "ctx-2"]  # not through the engine's fallback
     reread = SessionMap(database.engine)
     assert await reread.get("ctx-2", "echo") == "s2"
     database.writer.close()
@@ -146,7 +167,6 @@ async def test_session_map_writes_go_through_the_writer(tmp_path: Path) -> None:
 
 
 def test_no_writer_for_other_databases() -> None:
-
     memory = create_async_engine("sqlite+aiosqlite:///:memory:")
     assert direct_writer(memory, TaskModel) is None
     postgres = create_async_engine("postgresql+asyncpg://u:p@127.0.0.1:1/db")

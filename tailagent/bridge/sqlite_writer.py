@@ -11,13 +11,15 @@ upsert on a plain sqlite3 connection (and so do the session map's), and
 everything else (reads, lists, other tables) stays on SQLAlchemy's engine.
 
 It writes the very row the SDK's store writes: the same columns, converted by
-the same SQLAlchemy type processors. It never waits for the database's write
-lock (which another connection of this process may hold across an await): a busy
-database is reported to the caller, which then saves through the SDK's store.
+the same SQLAlchemy type processors. It never blocks the loop on the database's
+write lock (which another connection of this process may hold across an await):
+it tries again a few times a millisecond apart, then reports a busy database, and
+its caller writes through SQLAlchemy's engine instead.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
@@ -31,6 +33,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 # The SDK's store marks each row with the protocol version of its format.
 PROTOCOL_VERSION = "1.0"
+# A busy database is tried this many times, this far apart, before the caller is told.
+TRIES = 5
+RETRY_DELAY = 0.001
 
 
 class SqliteWriter:
@@ -54,19 +59,28 @@ class SqliteWriter:
             f"ON CONFLICT (id) DO UPDATE SET {updates}"
         )
 
-    def save(self, task: Task, owner: str) -> bool:
-        """Stores the task; False (nothing written) when another connection holds
+    async def save(self, task: Task, owner: str) -> bool:
+        """Stores the task; False (nothing written) while another connection keeps
         the write lock."""
         row = self._row(task, owner)
         values = [
             value if convert is None else convert(value)
             for value, convert in zip((row[key] for key in self._keys), self._convert, strict=True)
         ]
-        return self.write(self._upsert, [values])
+        return await self.write(self._upsert, [values])
 
-    def write(self, sql: str, rows: Sequence[Sequence[Any] | Mapping[str, Any]]) -> bool:
+    async def write(self, sql: str, rows: Sequence[Sequence[Any] | Mapping[str, Any]]) -> bool:
         """Runs one statement for each row, in one transaction; False (nothing
-        written) when another connection holds the write lock."""
+        written) while another connection keeps the write lock. That connection (the
+        session map's fallback, the audit log) holds it for a hop or two of its own
+        transaction: a few short waits usually outlast it."""
+        for _ in range(TRIES):
+            if self._try(sql, rows):
+                return True
+            await asyncio.sleep(RETRY_DELAY)
+        return False
+
+    def _try(self, sql: str, rows: Sequence[Sequence[Any] | Mapping[str, Any]]) -> bool:
         try:
             if len(rows) == 1:
                 self._db.execute(sql, rows[0])

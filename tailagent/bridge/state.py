@@ -206,7 +206,7 @@ class SessionMap:
             batch, self._pending = self._pending, {}
             rows = [{"c": c, "b": b, "s": sid, "t": _now()} for c, (b, sid) in batch.items()]
             try:
-                if self._direct is not None and self._direct.write(_UPSERT_SESSION, rows):
+                if self._direct is not None and await self._direct.write(_UPSERT_SESSION, rows):
                     continue
                 async with self._engine.begin() as conn:
                     await conn.execute(text(_UPSERT_SESSION), rows)

@@ -45,8 +45,6 @@ log = logging.getLogger(__name__)
 # Between tries to write a state the database refused (it is down, or restarting).
 RETRY_DELAY = 1.0
 FLUSH_WAIT = 1.0
-DIRECT_TRIES = 5
-DIRECT_RETRY_DELAY = 0.001
 _DEFERRABLE = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
 
@@ -104,21 +102,9 @@ class CoalescingTaskStore(TaskStore):
                 held = self._held.get(task.id)
                 if held is None or held[1] is not task:
                     return False
-            if not await self._write_direct(task, owner):
+            if self._direct is None or not await self._direct.save(task, owner):
                 await self._inner.save(task, ServerCallContext(user=OwnerUser(owner)))
             return True
-
-    async def _write_direct(self, task: Task, owner: str) -> bool:
-        """Through the SQLite writer, if there is one. Another connection of this
-        process (the session map, the audit log) may hold the write lock for a hop or
-        two of its own transaction: a few short waits usually outlast it."""
-        if self._direct is None:
-            return False
-        for _ in range(DIRECT_TRIES):
-            if self._direct.save(task, owner):
-                return True
-            await asyncio.sleep(DIRECT_RETRY_DELAY)
-        return False
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
         # A task keeps the owner that created it, even when an admin answers it.

@@ -3,7 +3,7 @@
 Every send in flight holds the SDK's per-task machinery (queues, the task's
 snapshots, the response being written), whatever its agent: 1,000 echo turns
 started together peaked at ~160 MiB above idle, and glibc kept most of it after.
-Letting MAX_TURNS run and the rest wait their turn (nothing is refused, nothing
+Letting `agent.max_concurrent_turns` run and the rest wait their turn (nothing is refused, nothing
 times out here) bounded that to ~30 MiB, and every stream ended sooner, since the
 CPU no longer shares itself among all of them. A streamed turn holds its place
 until it ends or pauses for an answer; real agents are fewer anyway
