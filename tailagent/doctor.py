@@ -180,9 +180,9 @@ async def _listener(settings: Settings) -> Check:
 async def _embedded_node(settings: Settings) -> list[Check]:
     """--tsnet: the library, and the node (asked through the running server's LocalAPI)."""
     from tailagent.presence import PresenceError
-    from tailagent.tsnet.client import running_node
+    from tailagent.tsnet.client import node_dir, running_node
     from tailagent.tsnet.library import LibraryMissing, NodeLibrary
-    from tailagent.tsnet.node import auth_key, node_dir
+    from tailagent.tsnet.node import auth_key
 
     try:
         library = NodeLibrary.load()

@@ -12,7 +12,7 @@ URL to advertise, whether a local root socket's X-Forwarded-For may name a peer
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable
 from tailagent.config import Settings
@@ -43,8 +43,9 @@ class Presence(Protocol):
     async def stop(self) -> None:
         """Leaves the tailnet as `start` found it, and closes the LocalAPI client."""
 
-    def report(self) -> dict[str, Any]:
-        """What /metrics and the logs say about it."""
+    def callers_line(self) -> str | None:
+        """How tailnet callers get in, when this way onto the tailnet knows it by itself
+        (None: ask the box's tailscaled)."""
 
 
 class BoxTailscaled:
@@ -60,8 +61,8 @@ class BoxTailscaled:
     async def stop(self) -> None:
         await self.localapi.aclose()
 
-    def report(self) -> dict[str, Any]:
-        return {"way": "tailscaled", "localapi": self.localapi.where}
+    def callers_line(self) -> str | None:
+        return None
 
 
 class ServeEntryPresence(BoxTailscaled):
@@ -89,9 +90,8 @@ class ServeEntryPresence(BoxTailscaled):
             self._entry = None
             await super().stop()
 
-    def report(self) -> dict[str, Any]:
-        url = self._entry.public_url if self._entry else None
-        return {**super().report(), "way": "tailscale serve", "url": url}
+    def callers_line(self) -> str | None:
+        return f"on the tailnet: {self._entry.public_url}" if self._entry else None
 
 
 def make_presence(settings: Settings) -> Presence:

@@ -321,10 +321,9 @@ async def next_steps(settings: Settings, presence: Presence, where: str) -> list
         "" if settings.state_dir == default_state_dir() else f" --state-dir {settings.state_dir}"
     )
     lines = [f"on this box: tailagent call hello{state}   (it sends the local token)"]
-    report = presence.report()
-    if report["way"] == "tsnet":
-        lines.append(f"on the tailnet: {report['url']}   (callers known by their node)")
-        return lines
+    known = presence.callers_line()
+    if known is not None:
+        return [*lines, known]
     try:
         status = await presence.localapi.status()
     except LocalAPIUnavailable:
@@ -334,9 +333,7 @@ async def next_steps(settings: Settings, presence: Presence, where: str) -> list
         )
         return lines
     name = self_dns_name(status) or "this node"
-    if report["way"] == "tailscale serve":
-        lines.append(f"on the tailnet: {report['url']}")
-    elif status.get("BackendState") != "Running":
+    if status.get("BackendState") != "Running":
         lines.append(f"tailscaled is {status.get('BackendState')}: log this node in first")
     else:
         lines.append(

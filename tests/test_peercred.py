@@ -23,3 +23,28 @@ def test_netlink_and_proc_name_the_same_owner(family: int, host: str) -> None:
             assert connection_owner(*ends) == os.getuid()
         stranger = ((host, 1), server.getsockname()[:2])  # no socket has these addresses
         assert _owner_by_netlink(*stranger) is None and _owner_by_proc(*stranger) is None
+
+
+def test_where_netlink_is_refused_proc_answers_and_netlink_is_not_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tailagent.access import peercred
+
+    opened: list[int] = []
+    real_socket = socket.socket
+
+    def refusing(family: int = -1, *args: object) -> socket.socket:
+        if family == socket.AF_NETLINK:
+            opened.append(family)
+            raise PermissionError("AF_NETLINK not allowed here")
+        return real_socket(family, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(peercred, "_netlink_refused", False)
+    monkeypatch.setattr(peercred.socket, "socket", refusing)
+    with real_socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        with socket.create_connection(server.getsockname()[:2]) as client:
+            ends = (client.getsockname()[:2], server.getsockname()[:2])
+            assert connection_owner(*ends) == connection_owner(*ends) == os.getuid()
+    assert len(opened) == 1

@@ -63,10 +63,6 @@ def _headers(scope: dict[str, Any]) -> dict[bytes, str]:
     return found
 
 
-def _is_a2a_rest(path: str) -> bool:
-    return path.startswith(("/message:", "/tasks", "/extendedAgentCard", "/v1/"))
-
-
 # Refusals by the access layer, in each binding's words: the JSON-RPC error code (an
 # Invalid Request: no method ran) and the AIP-193 status of the HTTP+JSON binding.
 ACCESS_RPC_CODE = -32600
@@ -238,13 +234,13 @@ class AccessGuard:
         self.requests += 1
         self.in_flight += 1
         path = scope["path"]
-        is_rpc = path == JSONRPC_PATH
-        is_a2a = is_rpc or _is_a2a_rest(path)
+        route = route_of(path)
+        # The binding a refusal answers in; "plain" for the card, /healthz and the rest.
+        binding = route if route in ("jsonrpc", "rest") else "plain"
+        is_a2a = binding != "plain"
         headers = _headers(scope)
         outcome = _Outcome()
         what = ""
-
-        binding = "jsonrpc" if is_rpc else "rest" if is_a2a else "plain"
 
         async def refuse(status: int, reason: str, code: int, message: str) -> None:
             outcome.decision, outcome.status = f"refused: {message}", status
@@ -307,7 +303,7 @@ class AccessGuard:
                 await send_json(send, 500, {"error": "internal error"})
         finally:
             self.in_flight -= 1
-            REQUESTS.labels(route_of(path), str(outcome.status or 0)).inc()
+            REQUESTS.labels(route, str(outcome.status or 0)).inc()
             log.info(
                 "%s %s %s%s -> %s %s",
                 outcome.caller,

@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 
@@ -144,23 +144,23 @@ class LocalAPI:
     async def aclose(self) -> None:
         await self._client.aclose()
 
+    def _unreachable(self, why: str) -> NoReturn:
+        self._unreachable_reason = f"{self.where} is not reachable: {why}"
+        self._unreachable_until = time.monotonic() + RETRY_AFTER
+        raise LocalAPIUnavailable(self._unreachable_reason) from None
+
     async def _get(self, path: str, params: dict[str, str] | None = None) -> httpx.Response:
         # After a failed connection, fail fast for a moment instead of dialling again on
         # every request: while tailscaled is gone, every caller is local anyway.
         if time.monotonic() < self._unreachable_until:
             raise LocalAPIUnavailable(self._unreachable_reason)
         if self.socket_path is not None and not self.socket_path.exists():
-            # No tailscaled on this box: say so without a connection attempt (a burst of
-            # callers would otherwise each make one).
-            raise LocalAPIUnavailable(f"{self.where} is not reachable: there is no such socket")
+            # No tailscaled on this box: known without a connection attempt.
+            self._unreachable("there is no such socket")
         try:
             response = await self._client.get(path, params=params)
         except httpx.HTTPError as exc:
-            self._unreachable_reason = (
-                f"{self.where} is not reachable: {str(exc) or type(exc).__name__}"
-            )
-            self._unreachable_until = time.monotonic() + RETRY_AFTER
-            raise LocalAPIUnavailable(self._unreachable_reason) from None
+            self._unreachable(str(exc) or type(exc).__name__)
         if response.status_code >= 500:
             raise LocalAPIUnavailable(
                 f"tailscaled answered {response.status_code}: {response.text.strip()[:200]}"
@@ -196,6 +196,9 @@ class LocalAPI:
         ttl = (0.0 if proto else HIT_TTL) if result else self._miss_ttl
         if ttl:
             self._cache[key] = (now + ttl, result)
+        if result is not None and proto and result.node.addresses:
+            # The peer's own IP answers the same: the request that follows asks by it.
+            self._cache[(result.node.addresses[0].split("/", 1)[0], "")] = (now + HIT_TTL, result)
         if len(self._cache) > 4096:
             self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
         return result

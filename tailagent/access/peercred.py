@@ -12,7 +12,6 @@ lists every socket, which under a burst of connections costs milliseconds each.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import socket
 import struct
@@ -42,13 +41,25 @@ def _socket_id(client: tuple[str, int], server: tuple[str, int]) -> tuple[int, b
     )
 
 
+class NetlinkRefused(OSError):
+    """This process may not open a netlink socket at all (a sandbox without
+    AF_NETLINK): asking again on every connection would only fail again."""
+
+
+_netlink_refused = False
+
+
 def _owner_by_netlink(client: tuple[str, int], server: tuple[str, int]) -> int | None:
     """The uid, from the kernel; None when it knows no such socket. Raises OSError
     where netlink is not allowed."""
     family, socket_id = _socket_id(client, server)
     body = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF) + socket_id
     message = _HEADER.pack(_HEADER.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, 1, 0)
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as link:
+    try:
+        link = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG)
+    except OSError as exc:
+        raise NetlinkRefused from exc
+    with link:
         link.sendto(message + body, (0, 0))
         reply = link.recv(4096)
     _, kind, _, _, _ = _HEADER.unpack_from(reply)
@@ -85,6 +96,12 @@ def _owner_by_proc(client: tuple[str, int], server: tuple[str, int]) -> int | No
 
 def connection_owner(client: tuple[str, int], server: tuple[str, int]) -> int | None:
     """The uid owning the client socket of the loopback connection client -> server."""
-    with contextlib.suppress(OSError):
-        return _owner_by_netlink(client, server)
+    global _netlink_refused
+    if not _netlink_refused:
+        try:
+            return _owner_by_netlink(client, server)
+        except NetlinkRefused:
+            _netlink_refused = True
+        except OSError:
+            pass
     return _owner_by_proc(client, server)

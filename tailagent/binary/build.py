@@ -15,7 +15,6 @@ runs in; nothing is fetched). Builds the embedded node first if it is missing.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import platform
 import subprocess
 import sys
@@ -23,12 +22,15 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from tailagent import origin
+from tailagent.tsnet import build as node_build
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 PYINSTALLER_VERSION = "6.22.3"
 PINS = HERE / "pins.txt"
 ENTRY = HERE / "entry.py"
-NODE_LIBRARY = ROOT / "tailagent" / "tsnet" / "libtailagent_tsnet.so"
+NODE_LIBRARY = node_build.SOURCE / node_build.LIBRARY_NAME
 
 # Modules imported by name at run time (backends, SQLAlchemy dialects, drivers),
 # which PyInstaller's import graph cannot see.
@@ -41,15 +43,7 @@ COLLECT_SUBMODULES = (
 )
 HIDDEN_IMPORTS = ("aiosqlite", "asyncpg", "socksio")
 # Read through importlib.metadata at run time (`--version`, opentelemetry's entry points).
-COPY_METADATA = (
-    "tailagent",
-    "a2a-sdk",
-    "claude-agent-sdk",
-    "agent-client-protocol",
-    "hypercorn",
-    "httpx",
-    "opentelemetry-api",
-)
+COPY_METADATA = ("tailagent", *origin.CARRIED, "opentelemetry-api")
 # Test tools the import graph may reach, and drivers SQLAlchemy's hook names for
 # dialects tailagent never uses (each would be a "not found" warning).
 EXCLUDE = ("pytest", "mypy", "PyInstaller", "tkinter", "pysqlite2", "MySQLdb")
@@ -100,13 +94,9 @@ def check_pins() -> None:
 def ensure_node_library() -> None:
     if NODE_LIBRARY.is_file():
         return
-    spec = importlib.util.spec_from_file_location("tsnet_build", ROOT / "tailagent/tsnet/build.py")
-    assert spec is not None and spec.loader is not None
-    builder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(builder)
     try:
-        builder.build(NODE_LIBRARY.parent)
-    except builder.BuildFailed as exc:
+        node_build.build(NODE_LIBRARY.parent)
+    except node_build.BuildFailed as exc:
         raise BuildFailed(f"the embedded tailnet node could not be built: {exc}") from None
 
 

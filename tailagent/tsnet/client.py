@@ -9,12 +9,13 @@ them only when the box has no tailscaled, and only for URLs beyond loopback.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tailagent.access.localapi import LocalAPI, find_socket
 from tailagent.config import cli_state_dir, is_loopback_url
+from tailagent.statelock import running_server
 
 CLIENT_FILE = "client.json"
 
@@ -25,24 +26,34 @@ class NodeAccess:
     localapi_credential: str
     proxy: str  # socks5://tsnet:CREDENTIAL@127.0.0.1:PORT
 
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> NodeAccess:
+        """From the node's status, or the record written from it (same keys)."""
+        address = str(record["localapi"])
+        proxy = f"socks5://tsnet:{record['proxy_cred']}@{address}"
+        return cls(address, str(record["localapi_cred"]), proxy)
+
     def localapi(self) -> LocalAPI:
         return LocalAPI.loopback(self.localapi_address, self.localapi_credential)
 
 
+def node_dir(state_dir: Path) -> Path:
+    return state_dir / "tsnet"
+
+
 def client_file(state_dir: Path) -> Path:
-    return state_dir / "tsnet" / CLIENT_FILE
+    return node_dir(state_dir) / CLIENT_FILE
 
 
 def running_node(state_dir: Path | str | None = None) -> NodeAccess | None:
     """The node of a `serve --tsnet` running on this box with that state dir, if any."""
+    directory = cli_state_dir(state_dir)
+    if running_server(directory) is None:  # a file left by a server that died says nothing
+        return None
     try:
-        data = json.loads(client_file(cli_state_dir(state_dir)).read_text())
-        os.kill(int(data["pid"]), 0)  # a file left by a server that died says nothing
-        address, credential = str(data["localapi"]), str(data["localapi_cred"])
-        proxy = f"socks5://tsnet:{data['proxy_cred']}@{address}"
+        return NodeAccess.of(json.loads(client_file(directory).read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return NodeAccess(address, credential, proxy)
 
 
 def proxy_for(url: str, state_dir: Path | str | None = None) -> str | None:

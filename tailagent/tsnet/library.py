@@ -16,7 +16,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-LIBRARY_NAME = "libtailagent_tsnet.so"
+from tailagent.tsnet.build import GO_HINT, LIBRARY_NAME
+
 LIBRARY_ENV = "TAILAGENT_TSNET_LIBRARY"
 HERE = Path(__file__).resolve().parent
 
@@ -31,12 +32,12 @@ def library_path() -> Path:
 
 
 def missing_reason(path: Path) -> str:
-    how = (
-        "reinstall tailagent with Go on PATH (pip install .), or build it in a checkout with "
-        "`python tailagent/tsnet/build.py`"
-    )
-    if shutil.which("go") is None:
-        how = "install Go 1.26.6 or newer (https://go.dev/dl/), then " + how
+    how = GO_HINT
+    if shutil.which("go") is not None:
+        how = (
+            "reinstall tailagent with Go on PATH (pip install .), or build it in a checkout "
+            "with `python tailagent/tsnet/build.py`"
+        )
     return f"this tailagent has no embedded tailnet node ({path} is missing): {how}"
 
 

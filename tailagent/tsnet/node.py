@@ -26,7 +26,7 @@ from tailagent.config import Settings, TsnetSettings
 from tailagent.metrics import TSNET_CONNECTIONS, TSNET_KEY_EXPIRY, TSNET_NODE
 from tailagent.presence import PresenceError
 from tailagent.service import CREDENTIAL_NAME
-from tailagent.tsnet.client import client_file
+from tailagent.tsnet.client import NodeAccess, client_file, node_dir
 from tailagent.tsnet.library import LibraryMissing, NodeLibrary
 
 log = logging.getLogger("tailagent.tsnet")
@@ -35,10 +35,6 @@ START_TIMEOUT = 60.0
 POLL_SECONDS = 0.1
 WATCH_SECONDS = 5.0
 KEYS_PAGE = "https://login.tailscale.com/admin/settings/keys"
-
-
-def node_dir(state_dir: Path) -> Path:
-    return state_dir / "tsnet"
 
 
 def auth_key(settings: TsnetSettings, environ: dict[str, str] | None = None) -> tuple[str, str]:
@@ -151,16 +147,15 @@ class EmbeddedNode:
         except BaseException:
             await self._close()
             raise
-        self._localapi = LocalAPI.loopback(status["localapi"], status["localapi_cred"])
-        self._proxy = f"socks5://tsnet:{status['proxy_cred']}@{status['localapi']}"
+        access = NodeAccess.of(status)
+        self._localapi = access.localapi()
+        self._proxy = access.proxy
         write_private(
             client_file(self._state_dir),
             json.dumps({
-                "pid": os.getpid(),
                 "localapi": status["localapi"],
                 "localapi_cred": status["localapi_cred"],
                 "proxy_cred": status["proxy_cred"],
-                "url": status["url"],
             }) + "\n",
         )  # fmt: skip
         ips = ", ".join(status.get("ips") or [])
@@ -230,9 +225,8 @@ class EmbeddedNode:
             await asyncio.sleep(WATCH_SECONDS)
             self._note(await self._library.status(self._handle))
 
-    def report(self) -> dict[str, Any]:
-        keys = ("backend_state", "dns_name", "ips", "tailnet", "key_expiry", "https", "url")
-        return {"way": "tsnet", **{k: self.status.get(k) for k in keys}}
+    def callers_line(self) -> str | None:
+        return f"on the tailnet: {self.status.get('url')}   (callers known by their node)"
 
     async def stop(self) -> None:
         if self._watch is not None:
