@@ -67,16 +67,11 @@ def parse_listen(value: str) -> Listen:
     if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ValueError(f"{value!r} is not HOST:PORT, [::1]:PORT or unix:/path")
     host = host.removeprefix("[").removesuffix("]")
-    if host != "localhost":
-        try:
-            loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            loopback = False
-        if not loopback:
-            raise ValueError(
-                f"refusing to listen on {value}: tailagent listens only on loopback or a unix "
-                "socket; expose it on your tailnet with `tailscale serve`"
-            )
+    if not _loopback_host(host):
+        raise ValueError(
+            f"refusing to listen on {value}: tailagent listens only on loopback or a unix "
+            "socket; expose it on your tailnet with `tailscale serve`"
+        )
     return Listen(host="127.0.0.1" if host == "localhost" else host, port=int(port_text))
 
 
@@ -95,15 +90,18 @@ def cli_state_dir(given: str | Path | None = None) -> Path:
     return Path(chosen) if chosen else default_state_dir()
 
 
-def is_loopback_url(url: str) -> bool:
-    """An http(s) URL of this box: localhost or a loopback address."""
-    host = urlsplit(url).hostname or ""
+def _loopback_host(host: str) -> bool:
     if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def is_loopback_url(url: str) -> bool:
+    """An http(s) URL of this box: localhost or a loopback address."""
+    return _loopback_host(urlsplit(url).hostname or "")
 
 
 ROLES = ("caller", "approver", "admin")

@@ -161,11 +161,11 @@ async def _store(settings: Settings) -> Check:
     return Check("store", True, f"{redacted(settings.store_url)} answers")
 
 
-async def _listener(settings: Settings) -> Check:
+async def _listener(settings: Settings, server: dict[str, str]) -> Check:
     """The configured listener; a server running on the state dir elsewhere is the
     one that matters (its lock names where it listens)."""
     target, whose = listener_target(settings), ""
-    running = (running_server(settings.state_dir) or {}).get("listener")
+    running = server.get("listener")
     if running and running != target:
         target, whose = running, " (the running server's)"
     ok = await healthy(target)
@@ -222,10 +222,10 @@ async def _embedded_node(settings: Settings) -> list[Check]:
     return [*checks, Check("tsnet node", state == "Running", detail, fix)]
 
 
-def _as_running(settings: Settings) -> tuple[Settings, str]:
+def _as_running(settings: Settings, server: dict[str, str]) -> tuple[Settings, str]:
     """The settings with the agent of the server running on this state dir, if one
     runs: that is the agent whose readiness matters."""
-    agent = (running_server(settings.state_dir) or {}).get("agent")
+    agent = server.get("agent")
     if not agent:
         return settings, ""
     if agent in AGENTS:
@@ -238,12 +238,12 @@ async def diagnose(settings: Settings) -> list[Check]:
         checks = await _embedded_node(settings)
     else:
         checks = await _tailscale(settings)
-    running, whose = _as_running(settings)
+    server = running_server(settings.state_dir) or {}  # the server on this state dir
+    running, whose = _as_running(settings, server)
     agent = _agent(running)
     agent = replace(agent, detail=agent.detail + whose)
     checks += [_key(settings), agent, _state_dir(settings), await _store(settings)]
-    checks.insert(0, Check("install", True, origin.describe()))
-    return [*checks, await _listener(settings)]
+    return [Check("install", True, origin.describe()), *checks, await _listener(settings, server)]
 
 
 def doctor_command(settings: Settings, as_json: bool) -> int:

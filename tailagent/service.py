@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tailagent import origin
+from tailagent.config import Listen
 
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 UNIT_NAME = "tailagent.service"
-TSNET_LISTEN = "127.0.0.1:3008"
 CREDENTIAL_NAME = "tailscale-authkey"  # the auth key's systemd credential (LoadCredential=)
 
 # What both units run and how systemd keeps it: the socket lives in the runtime
@@ -121,7 +121,7 @@ class Unit:
         # names callers by its ip:port), and the key arrives as a systemd credential.
         listen = f"--listen unix:{runtime}/{self.name}/tailagent.sock"
         if self.tsnet:
-            listen = f"--tsnet --listen {TSNET_LISTEN}"
+            listen = f"--tsnet --listen {Listen().bind()}"  # the default TCP listener
         credential = ""
         if self.auth_key_file is not None:
             credential = f"LoadCredential={CREDENTIAL_NAME}:{self.auth_key_file}\n"

@@ -16,7 +16,7 @@ from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, find_socket
 from tailagent.card.keys import KeyStore
 from tailagent.card.peers import discover
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
-from tailagent.tsnet.client import proxy_for, running_node
+from tailagent.tsnet.client import node_without_tailscaled, proxy_for
 
 
 def keys_command(args: argparse.Namespace, state_dir: Path) -> int:
@@ -108,10 +108,9 @@ async def _peers(args: argparse.Namespace) -> int:
 def _tailnet_access(args: argparse.Namespace) -> tuple[LocalAPI, str | None]:
     """tailscaled, or on a box without one, the running `serve --tsnet` server's node."""
     socket = find_socket(Path(args.tailscale_socket) if args.tailscale_socket else None)
-    if not socket.exists():
-        node = running_node(args.state_dir)
-        if node is not None:
-            return node.localapi(), node.proxy
+    node = node_without_tailscaled(args.state_dir, socket)
+    if node is not None:
+        return node.localapi(), node.proxy
     return LocalAPI.tailscaled(socket), None
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import uuid
 from typing import Any
@@ -25,8 +24,7 @@ from a2a.types.a2a_pb2 import (
     SendMessageRequest,
     StreamResponse,
 )
-from a2a.utils.errors import A2AError
-from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Value
 from rich.console import Console
 from rich.prompt import Prompt as AskPrompt
@@ -35,18 +33,16 @@ from tailagent.card.verify import KnownAgents, fetch_card, verify_card
 from tailagent.client.connect import (
     Target,
     a2a_client,
-    choose_token,
     open_http,
-    reply_target,
 )
 from tailagent.client.errors import (
     EXIT_INTERRUPTED,
     Refused,
     UsageError,
     exit_code,
-    reason,
     run_command,
 )
+from tailagent.client.follow import Show, printer, read_the_end
 from tailagent.client.interrupts import Interrupts
 from tailagent.client.render import (
     Outcome,
@@ -122,16 +118,15 @@ async def run_call(args: argparse.Namespace, target: Target, console: Console) -
         request_id=args.request,
         answers=answers,
     )
-    renderer = Renderer(console, reply_target(target, args.state_dir))
-    token = choose_token(target, args.token, args.state_dir)
-    async with open_http(target, token, args.state_dir) as http:
+    renderer = Renderer(console, target.reply_options())
+    async with open_http(target, args.token) as http:
         await check_card(target.base, http, args.require_signed)
         async with a2a_client(target, http) as client:
             if answers and args.task:
                 await _check_answers(client, args.task, answers)
             while True:
                 outcome = Outcome()
-                show = _printer(args.json, renderer, outcome)
+                show = printer(renderer, outcome, as_json=args.json)
                 with Interrupts() as interrupts:
                     turn = asyncio.create_task(_follow(client, message, outcome, show))
                     if await interrupts.first_or(turn):
@@ -141,7 +136,7 @@ async def run_call(args: argparse.Namespace, target: Target, console: Console) -
                         return EXIT_INTERRUPTED
                 cut = turn.result()
                 if outcome.unfinished and outcome.task_id:
-                    await _read_the_end(client, outcome, show, target.url, cut)
+                    await read_the_end(client, outcome, show, target.url, cut)
                 if outcome.prompt is None or args.json:
                     break
                 if not args.interactive:
@@ -152,7 +147,7 @@ async def run_call(args: argparse.Namespace, target: Target, console: Console) -
 
 
 async def _follow(
-    client: Client, message: Message, outcome: Outcome, show: Any
+    client: Client, message: Message, outcome: Outcome, show: Show
 ) -> BaseException | None:
     """Streams one turn; returns what cut the stream, if something did after the
     task had started (the caller then reads the task's state)."""
@@ -167,7 +162,7 @@ async def _follow(
 
 
 async def _interrupted(
-    client: Client, outcome: Outcome, show: Any, interrupts: Interrupts, args: argparse.Namespace
+    client: Client, outcome: Outcome, show: Show, interrupts: Interrupts, args: argparse.Namespace
 ) -> None:
     """Ctrl-C during a turn: cancel the task, at once or on a second Ctrl-C."""
     task_id = outcome.task_id
@@ -206,35 +201,6 @@ async def _check_answers(client: Client, task_id: str, answers: dict[str, str]) 
                 f"{label!r} does not answer {question!r}: pick one of "
                 + ", ".join(repr(o) for o in options[question])
             )
-
-
-def _printer(as_json: bool, renderer: Renderer, outcome: Outcome) -> Any:
-    def show(event: StreamResponse) -> None:
-        outcome.observe(event)
-        if as_json:
-            print(json.dumps(MessageToDict(event)), flush=True)
-        else:
-            renderer.event(event, outcome)
-
-    return show
-
-
-async def _read_the_end(
-    client: Client, outcome: Outcome, show: Any, url: str, cut: BaseException | None
-) -> None:
-    """The stream ended before the task did (a server stopping, a connection cut):
-    the task's state as the server stored it is the answer."""
-    try:
-        task = await client.get_task(GetTaskRequest(id=outcome.task_id))
-    except (A2AClientError, A2AError, httpx.HTTPError) as exc:
-        why = f" ({reason(cut)})" if cut is not None else ""
-        print(
-            f"tailagent: the stream from {url} ended before task {outcome.task_id} did{why}, "
-            f"and its state cannot be read now: {reason(exc)}",
-            file=sys.stderr,
-        )
-        return
-    show(status_event(task))
 
 
 def _ask_in_terminal(

@@ -26,6 +26,8 @@ UNIX_BASE = "http://localhost"  # the Host a server on a unix socket answers to
 class Target:
     url: str  # as the user named it
     socket: Path | None  # a unix socket on this box
+    state_dir: str | None  # --state-dir, as given
+    found_url: str  # what a command without --url reaches
 
     @property
     def base(self) -> str:
@@ -36,51 +38,50 @@ class Target:
         """On this box: a unix socket, or a loopback address."""
         return self.socket is not None or is_loopback_url(self.url)
 
+    def reply_options(self) -> list[str]:
+        """The options a follow-up command needs to reach the same agent as this one:
+        none for the agent `call` finds by itself."""
+        needed = ["--state-dir", self.state_dir] if self.state_dir else []
+        if self.found_url != self.url:
+            needed += ["--url", self.url]
+        return needed
+
+    def token(self, given: str | None) -> str | None:
+        """The token to send: the one given, else, for a server on this box only, the
+        local token it made in its state dir. The local token never leaves the box."""
+        if given:
+            return given
+        return read_local_token(cli_state_dir(self.state_dir)) if self.local else None
+
 
 def parse_target(url: str | None, state_dir: str | None) -> Target:
     """The agent to talk to; without --url, the server running on this box's state dir
     (wherever it listens, a unix socket included), else the default port."""
-    if url is None:
-        running = running_server(cli_state_dir(state_dir)) or {}
-        listener = running.get("listener", "")
-        url = listener if listener.startswith(("http://", "unix:")) else DEFAULT_URL
+    running = running_server(cli_state_dir(state_dir)) or {}
+    listener = running.get("listener", "")
+    found = listener if listener.startswith(("http://", "unix:")) else DEFAULT_URL
+    url = found if url is None else url
     if url.startswith("unix:"):
         path = Path(url.removeprefix("unix:"))
         if not path.is_absolute():
             raise ValueError(f"a unix socket URL wants an absolute path: unix:/run/…, not {url}")
-        return Target(url, path)
+        return Target(url, path, state_dir, found)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"{url!r} is not an http(s):// URL or unix:/path")
-    return Target(url, None)
+    return Target(url, None, state_dir, found)
 
 
-def reply_target(target: Target, state_dir: str | None) -> list[str]:
-    """The options a follow-up command needs to reach the same agent as this one:
-    none for the agent `call` finds by itself."""
-    needed = ["--state-dir", state_dir] if state_dir else []
-    if parse_target(None, state_dir).url != target.url:
-        needed += ["--url", target.url]
-    return needed
-
-
-def choose_token(target: Target, token: str | None, state_dir: str | None) -> str | None:
-    """The token to send: the one given, else, for a server on this box only, the
-    local token it made in its state dir. The local token never leaves the box."""
-    if token:
-        return token
-    return read_local_token(cli_state_dir(state_dir)) if target.local else None
-
-
-def open_http(target: Target, token: str | None, state_dir: str | None) -> httpx.AsyncClient:
+def open_http(target: Target, token: str | None) -> httpx.AsyncClient:
+    """`token` as given (--token); the local token is used where it may be."""
     headers = {"A2A-Version": "1.0"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    if chosen := target.token(token):
+        headers["Authorization"] = f"Bearer {chosen}"
     timeout = httpx.Timeout(10.0, read=None)
     if target.socket is not None:
         transport = httpx.AsyncHTTPTransport(uds=str(target.socket))
         return httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport)
-    proxy = proxy_for(target.url, state_dir)
+    proxy = proxy_for(target.url, target.state_dir)
     return httpx.AsyncClient(headers=headers, timeout=timeout, proxy=proxy)
 
 

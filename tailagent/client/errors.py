@@ -9,8 +9,9 @@ Exit codes a script can rely on: 0 completed, 1 failed / canceled / rejected,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import httpx
@@ -79,13 +80,16 @@ def run_command(
     return EXIT_USAGE
 
 
-def _refused_connection(exc: BaseException) -> bool:
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The error and what led to it (a2a-sdk wraps httpx's errors in its own)."""
     cause: BaseException | None = exc
     while cause is not None:
-        if isinstance(cause, httpx.ConnectError):
-            return True
+        yield cause
         cause = cause.__cause__ or cause.__context__
-    return False
+
+
+def _refused_connection(exc: BaseException) -> bool:
+    return any(isinstance(cause, httpx.ConnectError) for cause in _causes(exc))
 
 
 def _refusal(body: object) -> str | None:
@@ -103,17 +107,11 @@ def _refusal(body: object) -> str | None:
 
 def reason(exc: BaseException) -> str:
     """One line: the server's own reason when it refused (401/403/503), else the error."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, httpx.HTTPStatusError):
-            try:
-                body = cause.response.json()
-            except ValueError:
-                break
-            refused = _refusal(body)
+    status = next((c for c in _causes(exc) if isinstance(c, httpx.HTTPStatusError)), None)
+    if status is not None:
+        with contextlib.suppress(ValueError):
+            refused = _refusal(status.response.json())
             if refused is not None:
-                return f"{cause.response.status_code} {refused}"
-            break
-        cause = cause.__cause__ or cause.__context__
+                return f"{status.response.status_code} {refused}"
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0]

@@ -46,6 +46,11 @@ def metadata_of(message: Message) -> dict[str, Any]:
     return MessageToDict(message.metadata) if message.HasField("metadata") else {}
 
 
+def state_name(state: int) -> str:
+    """A task state as people write it: `input-required`, `completed`."""
+    return TaskState.Name(state).removeprefix("TASK_STATE_").lower().replace("_", "-")
+
+
 @dataclass
 class Prompt:
     """A pause the caller must answer, as the agent described it."""
@@ -187,7 +192,7 @@ class Renderer:
             elif kind == "notice":
                 self._line(Text(f"! {text}", "yellow"))
         elif state in FINAL_STATES:
-            name = TaskState.Name(state).removeprefix("TASK_STATE_").lower()
+            name = state_name(state)
             style = "green" if state == TaskState.TASK_STATE_COMPLETED else "red"
             self._line(
                 Text(f"[{name}] {text}".rstrip() if kind != "result" else f"[{name}]", style)

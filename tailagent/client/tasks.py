@@ -8,7 +8,6 @@ import json
 import sys
 from datetime import UTC, datetime
 
-from a2a.client import Client
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     GetTaskRequest,
@@ -23,15 +22,12 @@ from google.protobuf.json_format import MessageToDict
 from rich.console import Console
 from rich.table import Table
 
-from tailagent.client.connect import Target, a2a_client, choose_token, open_http, reply_target
+from tailagent.client.connect import Target, a2a_client, open_http
 from tailagent.client.errors import EXIT_COMPLETED, EXIT_FAILED, exit_code, run_command
-from tailagent.client.render import Outcome, Renderer, message_text, status_event
+from tailagent.client.follow import printer, read_the_end
+from tailagent.client.render import Outcome, Renderer, message_text, state_name, status_event
 
 PAGE = 100
-
-
-def state_name(state: int) -> str:
-    return TaskState.Name(state).removeprefix("TASK_STATE_").lower().replace("_", "-")
 
 
 def _when(task: Task) -> str:
@@ -44,8 +40,7 @@ def _when(task: Task) -> str:
 
 
 async def _list(args: argparse.Namespace, target: Target) -> int:
-    token = choose_token(target, args.token, args.state_dir)
-    async with open_http(target, token, args.state_dir) as http, a2a_client(target, http) as client:
+    async with open_http(target, args.token) as http, a2a_client(target, http) as client:
         request = ListTasksRequest(page_size=min(args.limit, PAGE), history_length=0)
         if args.state:
             request.status = TaskState.Value("TASK_STATE_" + args.state.upper().replace("-", "_"))
@@ -74,38 +69,25 @@ async def _list(args: argparse.Namespace, target: Target) -> int:
 
 async def _watch(args: argparse.Namespace, target: Target) -> int:
     console = Console(highlight=False, soft_wrap=True)
-    renderer, outcome = Renderer(console, reply_target(target, args.state_dir)), Outcome()
-    token = choose_token(target, args.token, args.state_dir)
-    async with open_http(target, token, args.state_dir) as http, a2a_client(target, http) as client:
+    renderer, outcome = Renderer(console, target.reply_options()), Outcome()
+    show = printer(renderer, outcome)
+    async with open_http(target, args.token) as http, a2a_client(target, http) as client:
         task = await client.get_task(GetTaskRequest(id=args.task, history_length=0))
-        if task.status.state not in _LIVE:
+        show(StreamResponse(task=task))
+        if not outcome.unfinished:
             # Nothing streams for a finished (or waiting) task: its state is the answer.
-            for event in (StreamResponse(task=task), status_event(task)):
-                outcome.observe(event)
-                renderer.event(event, outcome)
+            show(status_event(task))
         else:
-            await _follow(client, args.task, renderer, outcome)
+            async for event in client.subscribe(SubscribeToTaskRequest(id=args.task)):
+                show(event)
+            if outcome.unfinished:
+                await read_the_end(client, outcome, show, target.url, None)
     renderer.prompt(outcome)
     return exit_code(outcome)
 
 
-_LIVE = {TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING}
-
-
-async def _follow(client: Client, task_id: str, renderer: Renderer, outcome: Outcome) -> None:
-    async for event in client.subscribe(SubscribeToTaskRequest(id=task_id)):
-        outcome.observe(event)
-        renderer.event(event, outcome)
-    if outcome.unfinished:
-        task = await client.get_task(GetTaskRequest(id=task_id, history_length=0))
-        event = status_event(task)
-        outcome.observe(event)
-        renderer.event(event, outcome)
-
-
 async def _cancel(args: argparse.Namespace, target: Target) -> int:
-    token = choose_token(target, args.token, args.state_dir)
-    async with open_http(target, token, args.state_dir) as http, a2a_client(target, http) as client:
+    async with open_http(target, args.token) as http, a2a_client(target, http) as client:
         try:
             task = await client.cancel_task(CancelTaskRequest(id=args.task))
         except A2AError as exc:

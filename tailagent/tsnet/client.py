@@ -56,10 +56,20 @@ def running_node(state_dir: Path | str | None = None) -> NodeAccess | None:
         return None
 
 
+def node_without_tailscaled(
+    state_dir: Path | str | None = None, socket: Path | None = None
+) -> NodeAccess | None:
+    """The running embedded node, when this box has no tailscaled of its own (at
+    `socket`, or where tailscaled usually is)."""
+    if find_socket(socket).exists():
+        return None
+    return running_node(state_dir)
+
+
 def proxy_for(url: str, state_dir: Path | str | None = None) -> str | None:
     """The proxy a request from this box to `url` goes through: the running embedded
     node's when the box has no tailscaled of its own, else None (the host's network)."""
-    if is_loopback_url(url) or find_socket(None).exists():
+    if is_loopback_url(url):
         return None
-    node = running_node(state_dir)
+    node = node_without_tailscaled(state_dir)
     return node.proxy if node is not None else None
