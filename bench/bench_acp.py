@@ -23,6 +23,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.conftest import RunningServer, start_server
+from tests.processes import children, status_kib
 
 FAKE = Path(__file__).resolve().parent.parent / "tests" / "fake_acp_agent.py"
 
@@ -84,18 +85,6 @@ async def follow_ups(server: RunningServer, samples: int) -> list[float]:
         return [(await turn(http, server.url, "again", context_id))[0] for _ in range(samples)]
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-def children(pid: int) -> list[int]:
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    return [int(p) for p in path.read_text().split()]
-
-
 async def memory_with_contexts(count: int) -> tuple[int, int, int]:
     with tempfile.TemporaryDirectory() as tmp:
         server = acp_server(Path(tmp), f"[agent]\nmax_processes = {count}\nwarm_spares = 1\n")
@@ -104,7 +93,8 @@ async def memory_with_contexts(count: int) -> tuple[int, int, int]:
                 for _ in range(count):
                     await turn(http, server.url, "hello")
             agents = children(server.process.pid)
-            return rss_kib(server.process.pid), sum(rss_kib(p) for p in agents), len(agents)
+            return (status_kib(server.process.pid) or 0,
+                    sum(status_kib(p) or 0 for p in agents), len(agents))  # fmt: skip
         finally:
             server.stop()
 

@@ -23,24 +23,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.processes import tree_rss_kib  # noqa: E402
+
 START_TIMEOUT = 60.0
 IDLE = 3.0
-
-
-def tree_rss_mib(pid: int) -> float:
-    """VmRSS of a process and all its descendants, in MiB."""
-    total, pending = 0, [pid]
-    while pending:
-        current = pending.pop()
-        try:
-            for line in Path(f"/proc/{current}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
-        except OSError:
-            continue
-        pending += [int(child) for child in children]
-    return total / 1024
 
 
 def start_once(command: list[str], env: dict[str, str], tmp: Path) -> tuple[float, float]:
@@ -62,7 +49,7 @@ def start_once(command: list[str], env: dict[str, str], tmp: Path) -> tuple[floa
             pass
         ready = time.perf_counter() - started
         time.sleep(IDLE)
-        return ready, tree_rss_mib(process.pid)
+        return ready, tree_rss_kib(process.pid) / 1024
     except TimeoutError:
         why = (tmp / "server.log").read_text()
         raise SystemExit(f"{command[0]} did not start:\n{why}") from None

@@ -20,19 +20,21 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.bench_core import rpc
 from tailagent.agents.claude import bundled_cli
 from tests.conftest import start_server
 
 FAKE_CLI = Path(__file__).resolve().parent.parent / "tests" / "fake_claude_cli.py"
 
 
-def first_turns(cli: Path, spares: int, conversations: int, pause: float) -> list[float]:
+def first_turns(
+    cli: Path, spares: int, conversations: int, pause: float, expected: str
+) -> list[float]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-claude-"))
     home = tmp / "home"  # no login: the real CLI stops at its login check
     home.mkdir()
@@ -47,13 +49,17 @@ def first_turns(cli: Path, spares: int, conversations: int, pause: float) -> lis
         with httpx.Client(headers=headers, timeout=60) as http:
             time.sleep(pause)  # the first spare connects while the server starts
             for _ in range(conversations):
-                body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-                    "message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER",
-                                "parts": [{"text": "hello"}]}}}  # fmt: skip
                 started = time.perf_counter()
-                response = http.post(server.url + "/", json=body)
+                response = http.post(server.url + "/", json=rpc("SendMessage", "hello"))
                 times.append(time.perf_counter() - started)
-                response.raise_for_status()
+                # A turn that failed early would time as a fast one: only the expected
+                # ending counts (the fake completes; the real CLI, with no account,
+                # fails at its login check, which is the figure wanted).
+                state = response.json()["result"]["task"]["status"]["state"]
+                if state != expected:
+                    raise SystemExit(
+                        f"a first turn ended {state}, not {expected}:\n{response.text}"
+                    )
                 time.sleep(pause)
     finally:
         server.stop()
@@ -67,10 +73,11 @@ def main() -> int:
     args = parser.parse_args()
     print(f"first turn of a new conversation, median of {args.conversations} (ms)")
     print(f"{'CLI':<36}{'no spare':>12}{'a warm spare':>14}{'ratio':>8}")
-    for name, cli in (("fake (tests/fake_claude_cli.py)", FAKE_CLI),
-                      ("bundled with claude-agent-sdk", bundled_cli())):  # fmt: skip
-        cold = statistics.median(first_turns(cli, 0, args.conversations, args.pause))
-        warm = statistics.median(first_turns(cli, 1, args.conversations, args.pause))
+    clis = (("fake (tests/fake_claude_cli.py)", FAKE_CLI, "TASK_STATE_COMPLETED"),
+            ("bundled with claude-agent-sdk", bundled_cli(), "TASK_STATE_FAILED"))  # fmt: skip
+    for name, cli, expected in clis:
+        cold = statistics.median(first_turns(cli, 0, args.conversations, args.pause, expected))
+        warm = statistics.median(first_turns(cli, 1, args.conversations, args.pause, expected))
         print(f"{name:<36}{cold * 1000:>12.0f}{warm * 1000:>14.0f}{warm / cold:>8.2f}")
     print("command: python bench/bench_claude.py " + " ".join(sys.argv[1:]))
     return 0

@@ -41,6 +41,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_core import pct, rpc
 from tests.conftest import start_server
+from tests.processes import status_kib
+from tests.tailnet import free_port
 
 A2ACODE_VERSION = "0.9.0"
 A2ACODE_VENV = Path("/tmp/a2acode-venv")
@@ -59,13 +61,8 @@ FAKE_ACP_AGENT = [
 
 def rss_mib(pid: int) -> float | None:
     """The process's VmRSS in MiB, or None if it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
+    kib = status_kib(pid)
+    return None if kib is None else kib / 1024
 
 
 @dataclass
@@ -110,12 +107,6 @@ class StreamFailed(Exception):
 
 
 # --- servers ---------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def ensure_a2acode() -> None:
@@ -353,7 +344,7 @@ async def chunked_turn(
 
 
 async def measure_chunks(
-    name: str, start: Callable[..., Server], chunks: int, turns: int
+    start: Callable[..., Server], chunks: int, turns: int
 ) -> tuple[float, int]:
     """Median time of `turns` follow-up turns each streaming `chunks` chunks from the
     fake ACP agent (the first turn starts the agent and is not counted), and the
@@ -496,7 +487,7 @@ async def main() -> int:
     if args.chunks:
         for name, start in (("a2acode", start_a2acode), ("tailagent", start_tailagent)):
             print(f"  {name}: {args.chunks} chunks ...", file=sys.stderr, flush=True)
-            chunked.append(await measure_chunks(name, start, args.chunks, args.chunk_turns))
+            chunked.append(await measure_chunks(start, args.chunks, args.chunk_turns))
     print(f"$ {command}")
     print(
         f"{socket.gethostname()}: {len(os.sched_getaffinity(0))} cores; "

@@ -49,6 +49,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_core import HEADERS, pct, rpc
 from tests.conftest import SERVING, RunningServer
+from tests.processes import status_kib
 from tests.real_tailnet import Node, Tailnet, Unavailable, build
 
 CALLER_LOGIN = "user-2@fake-control.example.net"  # testcontrol names users in join order
@@ -155,12 +156,7 @@ def reach(caller: Node, url: str, start: float, timeout: float = REACH_TIMEOUT) 
 
 def memory(pid: int) -> dict[str, int]:
     """VmRSS and VmHWM of a process, in KiB."""
-    figures = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            figures[key] = int(value.split()[0])
-    return figures
+    return {field: status_kib(pid, field) or 0 for field in ("VmRSS", "VmHWM")}
 
 
 def completed(response: httpx.Response) -> bool:
@@ -294,13 +290,7 @@ def main() -> int:
             f'[access]\nallowed_logins = ["{CALLER_LOGIN}"]\n'
             f'[tsnet]\nenabled = true\nhostname = "{TSNET_HOST}"\ncontrol_url = "{net.url}"\n'
         )
-        tsnet_env = {
-            **os.environ,
-            "HTTP_PROXY": net.url,
-            "HTTPS_PROXY": net.url,
-            "NO_PROXY": "127.0.0.1,localhost",
-            "TS_NO_LOGS_NO_SUPPORT": "true",
-        }
+        tsnet_env = {**os.environ, **net.node_env()}
         tsnet_args = ("--config", str(tsnet_config))
         first_join = time.perf_counter()
         servers["tsnet"] = launch(

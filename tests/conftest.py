@@ -38,6 +38,11 @@ class RunningServer:
     def log(self) -> str:
         return self.log_path.read_text()
 
+    def last_access_line(self) -> str:
+        """The access log's line for the latest request (written just after it)."""
+        time.sleep(0.1)
+        return [line for line in self.log().splitlines() if "tailagent.access:" in line][-1]
+
     def stop(self, sig: int | None = None) -> int:
         if self.process.poll() is None:
             if sig is None:

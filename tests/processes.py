@@ -19,3 +19,29 @@ def children(pid: int) -> list[int]:
     """The live child processes of `pid` (say, a server's agent processes)."""
     path = Path(f"/proc/{pid}/task/{pid}/children")
     return [int(p) for p in path.read_text().split() if alive(int(p))]
+
+
+def status_kib(pid: int, field: str = "VmRSS") -> int | None:
+    """A memory figure of /proc/PID/status (VmRSS, VmHWM) in KiB; None once it is gone."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    return None
+
+
+def tree_rss_kib(pid: int) -> int:
+    """VmRSS of a process and all its descendants (a one-file binary's bootloader runs
+    Python as its child)."""
+    total, pending = 0, [pid]
+    while pending:
+        current = pending.pop()
+        total += status_kib(current) or 0
+        try:
+            pending += children(current)
+        except OSError:
+            continue
+    return total

@@ -129,12 +129,6 @@ class Tailnet:
             raise RuntimeError(f"the control server did not start:\n{self.log('control.log')}")
         return self
 
-    def nodes_seen(self) -> list[dict[str, Any]]:
-        """Every node the control server has registered (its /testctl/nodes)."""
-        with urllib.request.urlopen(self.url + "/testctl/nodes", timeout=10) as response:
-            nodes: list[dict[str, Any]] = json.load(response)
-        return nodes
-
     def node_env(self) -> dict[str, str]:
         """For a process that embeds a node: stray requests to Tailscale's hosts go to the
         control server's trap (nothing leaves the machine), loopback stays direct."""

@@ -13,7 +13,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -79,12 +78,6 @@ def port_of(server: RunningServer) -> int:
     return int(urlsplit(server.url).port or 0)
 
 
-def last_access_line(server: RunningServer) -> str:
-    time.sleep(0.1)
-    lines = [line for line in server.log().splitlines() if "tailagent.access:" in line]
-    return lines[-1]
-
-
 def ask(server: RunningServer, text: str, **kwargs: object) -> tuple[int, dict[str, object]]:
     return request("127.0.0.1", port_of(server), body=send_message(text), **kwargs)  # type: ignore[arg-type]
 
@@ -99,7 +92,7 @@ def test_serve_forwarded_owner_gets_in(tcp_server: RunningServer, fake: FakeTail
         tcp_server, "owner", headers={"X-Forwarded-For": "100.64.0.9", "Host": NODE_DNS}
     )
     assert status == 200, body
-    assert "user:owner@example.com (tailscale serve)" in last_access_line(tcp_server)
+    assert "user:owner@example.com (tailscale serve)" in tcp_server.last_access_line()
 
 
 def test_serve_forwarded_stranger_is_refused_with_what_would_let_them_in(
@@ -127,7 +120,7 @@ def test_netstack_connection_is_the_peer_whatever_headers_it_sends(
         headers={"X-Forwarded-For": "100.64.0.9", **FORGED},
     )
     assert status == 200
-    line = last_access_line(tcp_server)
+    line = tcp_server.last_access_line()
     assert "user:alice@example.com (tailnet connection)" in line
 
 
@@ -143,14 +136,14 @@ def test_local_non_root_process_forging_headers_is_refused(
         headers={"X-Forwarded-For": "100.64.0.9", **FORGED},
     )
     assert result.stdout == "401", result
-    line = last_access_line(tcp_server)
+    line = tcp_server.last_access_line()
     assert "X-Forwarded-For ignored" in line and "uid 65534" in line
 
 
 def test_local_process_with_a_token_gets_in_as_the_token(tcp_server: RunningServer) -> None:
     status, _ = ask(tcp_server, "token", headers={"Authorization": f"Bearer {tcp_server.token}"})
     assert status == 200
-    assert "token:local (bearer token" in last_access_line(tcp_server)
+    assert "token:local (bearer token" in tcp_server.last_access_line()
 
 
 def test_local_process_without_token_is_401_with_bearer_challenge(
@@ -238,7 +231,7 @@ def test_tagged_node_is_its_tags_not_the_placeholder_login(
     fake.write()
     status, _ = ask(tcp_server, "tagged", headers={"X-Forwarded-For": "100.64.0.20"})
     assert status == 200
-    line = last_access_line(tcp_server)
+    line = tcp_server.last_access_line()
     assert "tags:tag:ci" in line and "tagged-devices" not in line
     status, body = ask(tcp_server, "tagged-no", headers={"X-Forwarded-For": "100.64.0.21"})
     assert status == 403 and "access.allowed_tags" in refusal(body)[1]
@@ -323,7 +316,7 @@ def test_unix_forwarded_request_is_the_peer(unix_server, fake: FakeTailscaled) -
     fake.write()
     status, _ = unix_request(socket_path, "unix-peer", {"X-Forwarded-For": "100.64.0.40", **FORGED})
     assert status == 200
-    assert "user:alice@example.com (tailscale serve (unix socket))" in last_access_line(server)
+    assert "user:alice@example.com (tailscale serve (unix socket))" in server.last_access_line()
 
 
 def test_unix_local_caller_needs_a_token(unix_server) -> None:  # type: ignore[no-untyped-def]
@@ -365,7 +358,7 @@ def test_local_without_token_is_an_explicit_opt_in(tmp_path: Path) -> None:
     server = start_server(tmp_path, "--config", str(config), "--tailscale-socket", str(missing))
     try:
         assert ask(server, "open")[0] == 200
-        assert "local:local" in last_access_line(server)
+        assert "local:local" in server.last_access_line()
     finally:
         assert server.stop() == 0
 
@@ -385,7 +378,7 @@ def test_require_token_demands_both(tmp_path: Path) -> None:
         assert status == 401 and "access.require_token" in refusal(body)[1]
         auth = {"Authorization": f"Bearer {server.token}"}
         assert ask(server, "both", headers={**forwarded, **auth})[0] == 200
-        assert "user:alice@example.com" in last_access_line(server)
+        assert "user:alice@example.com" in server.last_access_line()
     finally:
         server.stop()
         tailscaled.stop()

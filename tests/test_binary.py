@@ -26,8 +26,9 @@ from tests.conftest import RunningServer, start_server
 from tests.real_tailnet import Tailnet, module_tailnet
 from tests.test_acp import FAKE as FAKE_ACP_AGENT
 from tests.test_claude import FAKE_CLI as FAKE_CLAUDE_CLI
+from tests.test_real_tailnet import peers_seen_from, send
 from tests.test_service import needs_systemd, verify
-from tests.test_tsnet import dns_name, last_access_line, login_of, message, post, start_tsnet
+from tests.test_tsnet import dns_name, login_of, start_tsnet
 
 ROOT = Path(__file__).resolve().parent.parent
 BINARY = ROOT / "dist" / "tailagent"
@@ -125,6 +126,12 @@ def test_a_permission_prompt_is_answered_with_the_binary(
     answered = run([str(binary)], *shlex.split(allow)[1:], env=env)
     assert answered.returncode == 0, answered.stdout + answered.stderr
     assert "✓ rm -rf build: completed" in answered.stdout
+    # The binary's `audit` reads the decision from the server's store.
+    task_id = asked.stdout.split("task ", 1)[1].split()[0]
+    audit = run([str(binary)], "audit", "--json", env=env)
+    assert audit.returncode == 0, audit.stderr
+    row = next(r for r in map(json.loads, audit.stdout.splitlines()) if r["task_id"] == task_id)
+    assert row["decision"] == "allow" and row["answered_by"].startswith("token:local")
 
 
 def test_the_binary_verifies_a_signed_card(
@@ -257,17 +264,13 @@ def test_serve_tsnet_from_the_binary_joins_and_knows_its_caller(
         tailnet, tmp_path, "binagent", config=config, command=[str(binary)], base_env=plain_env
     )
     try:
-        response = post(caller, f"http://{dns_name('binagent')}/", message("hello from a node"))
+        response = send(caller, f"http://{dns_name('binagent')}/", "hello from a node")
         assert response.status_code == 200, response.text
         assert response.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
-        assert f"user:{login} (tailnet connection)" in last_access_line(agent)
+        assert f"user:{login} (tailnet connection)" in agent.last_access_line()
         # `peers` from the binary on the caller's box (through its tailscaled) finds it.
-        env = {**plain_env, "HTTP_PROXY": caller.proxy,
-               "TAILAGENT_KNOWN_AGENTS": str(tmp_path / "known.json")}  # fmt: skip
-        peers = run([str(binary)], "peers", "--json", "--scheme", "http", "--port", "80",
-                    "--tailscale-socket", str(caller.socket), env=env)  # fmt: skip
-        assert peers.returncode == 0, peers.stderr
-        rows = {row["peer"]: row for row in map(json.loads, peers.stdout.splitlines())}
+        seen = peers_seen_from(caller, tmp_path / "known.json", [str(binary)], plain_env)
+        rows = {row["peer"]: row for row in seen}
         assert rows[dns_name("binagent")]["signature"] == "valid (key from jku, not pinned)"
     finally:
         assert agent.stop() == 0, agent.log()
@@ -289,7 +292,7 @@ def test_serve_tailnet_from_the_binary_adds_and_removes_its_serve_entry(
     assert f"{box.dns_name}:8443" not in served.get("Web", {})
 
 
-def test_tokens_keys_and_audit_from_the_binary(
+def test_tokens_and_keys_from_the_binary(
     binary: Path, plain_env: dict[str, str], server: RunningServer
 ) -> None:
     env = user_env(plain_env, server)
@@ -297,11 +300,12 @@ def test_tokens_keys_and_audit_from_the_binary(
     assert added.returncode == 0, added.stderr
     token = next(word for word in added.stdout.split() if len(word) > 30)
     listed = run([str(binary)], "token", "list", env=env)
-    assert "ci" in listed.stdout and "approver" in listed.stdout
+    assert listed.returncode == 0, listed.stderr
+    assert any(
+        line.split()[:1] == ["ci"] and "approver" in line for line in listed.stdout.splitlines()
+    )
     # The new token reaches the server started by the binary.
     called = run([str(binary)], "call", "hello", "--url", server.url, "--token", token, env=env)
     assert called.returncode == 0, called.stdout + called.stderr
     shown = run([str(binary)], "keys", "show", env=env)
     assert shown.returncode == 0 and "ES256" in shown.stdout, shown.stdout + shown.stderr
-    audit = run([str(binary)], "audit", "--json", env=env)
-    assert audit.returncode == 0, audit.stderr

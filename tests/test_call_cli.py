@@ -243,10 +243,15 @@ def test_ctrl_c_cancels_the_task_and_tasks_watch_cancel_follow_it(server: Runnin
     # `cancel`: a task that waits for an answer.
     parked = cli(server, "call", "ask")
     assert parked.returncode == 3
-    waiting = next(t for t, s in task_states(server).items() if s == "TASK_STATE_INPUT_REQUIRED")
+    waiting = parked.stdout.split("task ", 1)[1].split()[0]  # the header names it
+    assert task_states(server)[waiting] == "TASK_STATE_INPUT_REQUIRED"
     canceled = cli(server, "cancel", waiting)
     assert canceled.returncode == 0 and canceled.stdout.strip() == f"task {waiting}: canceled"
-    assert cli(server, "cancel", "no-such-task").returncode == 1
+    unknown = cli(server, "cancel", "no-such-task")
+    assert unknown.returncode == 1
+    assert unknown.stderr.startswith("tailagent: task no-such-task was not canceled:"), (
+        unknown.stderr
+    )
 
 
 def test_the_server_says_what_to_do_next(server: RunningServer, tmp_path: Path) -> None:
@@ -281,9 +286,15 @@ def test_shell_completion(tmp_path: Path) -> None:
     }  # fmt: skip
     subprocess.run([sys.executable, "-m", "tailagent"], env=env, timeout=30, check=False)
     assert (tmp_path / "out").read_text().split() == ["--cancel-on-interrupt"]
-    for shell in ("bash", "zsh", "fish"):
+    # Each shell's own way of registering a completer for the tailagent command.
+    registers = {
+        "bash": "complete -o",
+        "zsh": "compdef tailagent",
+        "fish": "complete --command tailagent",
+    }
+    for shell, registration in registers.items():
         script = subprocess.run(
             [sys.executable, "-m", "tailagent", "completion", shell],
             capture_output=True, text=True, timeout=30,
         )  # fmt: skip
-        assert script.returncode == 0 and "tailagent" in script.stdout
+        assert script.returncode == 0 and registration in script.stdout, script.stdout[:300]

@@ -55,11 +55,6 @@ def agent(tailnet: Tailnet, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     server.stop()
 
 
-def last_access_line(server: RunningServer) -> str:
-    time.sleep(0.1)
-    return [line for line in server.log().splitlines() if "tailagent.access:" in line][-1]
-
-
 def send(node: Node, url: str, text: str, **headers: str) -> httpx.Response:
     body = {
         "jsonrpc": "2.0",
@@ -86,7 +81,7 @@ def test_a_request_through_serve_is_the_caller_as_whois_says(
     assert response.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     login = box.whois(caller.ip())["UserProfile"]["LoginName"]
     assert login == CALLER_LOGIN
-    assert f"user:{login} (tailscale serve)" in last_access_line(agent)
+    assert f"user:{login} (tailscale serve)" in agent.last_access_line()
 
 
 def test_a_local_process_forging_headers_is_refused(tailnet: Tailnet, agent: RunningServer) -> None:
@@ -95,7 +90,7 @@ def test_a_local_process_forging_headers_is_refused(tailnet: Tailnet, agent: Run
     body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
     result = curl_as_nobody(agent.url + "/", headers=forged, body=body)
     assert result.stdout == "401", result
-    assert "X-Forwarded-For ignored" in last_access_line(agent)
+    assert "X-Forwarded-For ignored" in agent.last_access_line()
 
 
 def test_a_peer_straight_to_the_tailnet_address_is_itself(
@@ -111,7 +106,7 @@ def test_a_peer_straight_to_the_tailnet_address_is_itself(
         **{"X-Forwarded-For": "100.64.0.99", "Tailscale-User-Login": "someone@else"},
     )
     assert response.status_code == 200, response.text
-    assert f"user:{CALLER_LOGIN} (tailnet connection)" in last_access_line(agent)
+    assert f"user:{CALLER_LOGIN} (tailnet connection)" in agent.last_access_line()
 
 
 def test_a_tagged_node_is_its_tags_and_a_grant_gives_it_a_role(
@@ -127,7 +122,7 @@ def test_a_tagged_node_is_its_tags_and_a_grant_gives_it_a_role(
         time.sleep(2.5)  # past the whois cache
         allowed = send(ci, f"http://{box.dns_name}/", "tagged, granted")
         assert allowed.status_code == 200, allowed.text
-        assert "tags:tag:ci (tailscale serve)" in last_access_line(agent)
+        assert "tags:tag:ci (tailscale serve)" in agent.last_access_line()
     finally:
         tailnet.grant({})
         time.sleep(2.5)
@@ -157,12 +152,17 @@ async def test_a_task_with_a_permission_prompt_answered_across_the_tailnet(
     assert mine["decision"] == "allow" and mine["answered_by"].startswith(f"user:{CALLER_LOGIN}")
 
 
-def peers_seen_from(caller: Node, known: Path) -> list[dict[str, str]]:
-    """`tailagent peers --json` run on the caller's box, through its tailscaled."""
-    env = {**os.environ, "HTTP_PROXY": caller.proxy, "TAILAGENT_KNOWN_AGENTS": str(known)}
+def peers_seen_from(
+    caller: Node, known: Path, command: list[str] | None = None,
+    base_env: dict[str, str] | None = None,
+) -> list[dict[str, str]]:  # fmt: skip
+    """`tailagent peers --json` run on the caller's box, through its tailscaled; by
+    this interpreter's tailagent, or `command` (the one-file binary)."""
+    env = {**(base_env or os.environ), "HTTP_PROXY": caller.proxy,
+           "TAILAGENT_KNOWN_AGENTS": str(known)}  # fmt: skip
     peers = subprocess.run(
-        [sys.executable, "-m", "tailagent", "peers", "--json", "--scheme", "http", "--port", "80",
-         "--tailscale-socket", str(caller.socket)],
+        [*(command or [sys.executable, "-m", "tailagent"]), "peers", "--json",
+         "--scheme", "http", "--port", "80", "--tailscale-socket", str(caller.socket)],
         capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip
     assert peers.returncode == 0, peers.stderr
@@ -189,7 +189,7 @@ def test_the_unix_socket_listener_behind_serve(tailnet: Tailnet, tmp_path: Path)
         box.tailscale("serve", "--bg", "--http=81", f"unix:{socket_path}")
         response = send(caller, f"http://{box.dns_name}:81/", "over a unix socket")
         assert response.status_code == 200, response.text
-        assert f"user:{CALLER_LOGIN} (tailscale serve (unix socket))" in last_access_line(server)
+        assert f"user:{CALLER_LOGIN} (tailscale serve (unix socket))" in server.last_access_line()
         # tailscaled (root) reaches the socket; another local user cannot even connect.
         forged = curl_as_nobody("http://localhost/", headers={"X-Forwarded-For": caller.ip()},
                                 body={}, unix_socket=socket_path)  # fmt: skip

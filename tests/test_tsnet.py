@@ -36,7 +36,7 @@ from tests.a2a_helpers import user_message
 from tests.conftest import RunningServer, start_server
 from tests.real_tailnet import Node, Tailnet, module_tailnet
 from tests.tailnet import free_port, refusal
-from tests.test_real_tailnet import audit_rows, peers_seen_from
+from tests.test_real_tailnet import audit_rows, peers_seen_from, send
 from tests.webhook import loopback_config, request_body
 
 CAPABILITY = "example.com/cap/tailagent"
@@ -96,18 +96,8 @@ def dns_name(hostname: str) -> str:
     return f"{hostname}.tail.test"
 
 
-def last_access_line(server: RunningServer) -> str:
-    time.sleep(0.1)
-    return [line for line in server.log().splitlines() if "tailagent.access:" in line][-1]
-
-
 def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-
-
-def message(text: str) -> dict[str, Any]:
-    msg = {"messageId": f"m-{time.monotonic_ns()}", "role": "ROLE_USER", "parts": [{"text": text}]}
-    return rpc("SendMessage", {"message": msg})
 
 
 def post(node: Node, url: str, body: dict[str, Any], **headers: str) -> httpx.Response:
@@ -126,12 +116,12 @@ def test_a_caller_reaches_the_node_by_name_and_address_and_whois_names_it(
     caller = tailnet.nodes["callerbox"]
     login = login_of(caller)
     for url in (f"http://{dns_name('tsagent')}/", f"http://{joined_ip(agent)}/"):
-        response = post(caller, url, message("hello through tsnet"))
+        response = send(caller, url, "hello through tsnet")
         assert response.status_code == 200, response.text
         task = response.json()["result"]["task"]
         assert task["status"]["state"] == "TASK_STATE_COMPLETED"
-        assert f"user:{login} (tailnet connection)" in last_access_line(agent)
-    # The task is the caller's: it lists it; the local admin token sees it as the caller's.
+        assert f"user:{login} (tailnet connection)" in agent.last_access_line()
+    # The task is the caller's: it lists it.
     listed = post(caller, f"http://{dns_name('tsagent')}/", rpc("ListTasks", {}))
     assert task["id"] in [t["id"] for t in listed.json()["result"]["tasks"]]
     with httpx.Client(timeout=10) as http:
@@ -149,7 +139,7 @@ def test_a_local_process_forging_headers_is_a_local_caller(
     with httpx.Client(timeout=10) as http:
         response = http.post(agent.url + "/", json=rpc("ListTasks", {}), headers=forged)
     assert response.status_code == 401, response.text
-    assert "local process (uid 0), X-Forwarded-For ignored" in last_access_line(agent)
+    assert f"local process (uid {os.getuid()}), X-Forwarded-For ignored" in agent.last_access_line()
 
 
 def test_the_nodes_tags_and_a_grants_roles_reach_the_policy(
@@ -164,19 +154,19 @@ def test_the_nodes_tags_and_a_grants_roles_reach_the_policy(
     try:
         # The node is tag:agent on the tailnet, apart from whoever runs the box.
         assert caller.whois(joined_ip(server))["Node"]["Tags"] == ["tag:agent"]
-        refused = post(ci, url, message("tagged, no grant"))
+        refused = send(ci, url, "tagged, no grant")
         assert refused.status_code == 403
         assert "access.allowed_tags" in refusal(refused.json())[1]
         tailnet.grant({CAPABILITY: [{"role": "caller"}]})
         try:
             deadline = time.monotonic() + 15  # until the embedded node has the new netmap
-            while (asked := post(ci, url, message("ask:grant"))).status_code == 403:
+            while (asked := send(ci, url, "ask:grant")).status_code == 403:
                 assert time.monotonic() < deadline, server.log()[-3000:]
                 time.sleep(0.5)
             assert asked.status_code == 200, asked.text
             task = asked.json()["result"]["task"]
             assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
-            assert "tags:tag:ci (tailnet connection)" in last_access_line(server)
+            assert "tags:tag:ci (tailnet connection)" in server.last_access_line()
             answer = {"messageId": f"a-{time.monotonic_ns()}", "role": "ROLE_USER",
                       "taskId": task["id"], "parts": [{"text": "yes"}]}  # fmt: skip
             denied = post(ci, url, rpc("SendMessage", {"message": answer}))
@@ -263,7 +253,7 @@ def test_peers_from_the_callers_box_find_the_embedded_node(
 
 
 def test_the_cli_on_the_agents_box_reaches_the_tailnet_through_the_node(
-    tailnet: Tailnet, agent: RunningServer, tmp_path: Path
+    agent: RunningServer, tmp_path: Path
 ) -> None:
     """No tailscaled on this box: `card` and `peers` go through the running server's node
     to a tailagent on the caller's node (reached there by userspace networking)."""
@@ -293,7 +283,7 @@ def test_the_cli_on_the_agents_box_reaches_the_tailnet_through_the_node(
         other.stop()
 
 
-def test_doctor_reports_the_running_node(tailnet: Tailnet, agent: RunningServer) -> None:
+def test_doctor_reports_the_running_node(agent: RunningServer) -> None:
     doctor = subprocess.run(
         [sys.executable, "-m", "tailagent", "doctor", "--tsnet", "--agent", "echo",
          "--listen", agent.url.removeprefix("http://"), "--state-dir", str(agent.state_dir)],
