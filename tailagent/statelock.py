@@ -51,11 +51,10 @@ class StateLock:
             self._fd = None
 
     def _busy_message(self) -> str:
-        try:
-            holder = json.loads(self.path.read_text())
-            who = f"PID {holder['pid']}, listening on {holder['listener']}"
-        except (OSError, ValueError, KeyError, TypeError):
-            who = "its PID unknown"
+        holder = _holder(self.path)
+        who = "its PID unknown"
+        if "pid" in holder:
+            who = f"PID {holder['pid']}, listening on {holder.get('listener', '?')}"
         return (
             f"another tailagent server ({who}) runs on the state dir {self.path.parent}: "
             "stop it first, or give this one its own --state-dir"
@@ -72,11 +71,16 @@ def running_server(state_dir: Path) -> dict[str, str] | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        try:
-            holder = json.loads(path.read_text())
-            return {key: str(value) for key, value in holder.items()}
-        except (OSError, ValueError):
-            return {}
+        return _holder(path)
     finally:
         os.close(fd)
     return None
+
+
+def _holder(path: Path) -> dict[str, str]:
+    """What the lock's holder wrote of itself ({} when it cannot be read)."""
+    try:
+        record = json.loads(path.read_text())
+        return {key: str(value) for key, value in record.items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
