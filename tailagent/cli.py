@@ -143,6 +143,12 @@ def _tasks_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     _agent_options(cancel)
 
 
+def _web_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("web", help="the approval desk: a sign-in link for a browser on this box")
+    _agent_options(p)
+    p.add_argument("--open", action="store_true", help="open the link in this box's browser")
+
+
 def _state_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", type=Path, help="the server's TOML config file")
     p.add_argument("--state-dir", metavar="DIR", help="the server's state dir")
@@ -281,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     _serve_parser(sub)
     _call_parser(sub)
     _tasks_parsers(sub)
+    _web_parser(sub)
     _token_parser(sub)
     _audit_parser(sub)
     _card_parsers(sub)
@@ -340,6 +347,10 @@ def main(argv: list[str] | None = None) -> int:
             return audit_command(args, settings.store_url)
         commands = {"token": token_command, "keys": keys_command}
         return commands[args.command](args, settings.state_dir)
+    if args.command == "web":
+        from tailagent.client.web import web_command
+
+        return web_command(args)
     if args.command in ("tasks", "watch", "cancel"):
         from tailagent.client.tasks import tasks_command
 

@@ -58,6 +58,8 @@ def route_of(path: str) -> str:
         return "card"
     if path in ("/healthz", "/metrics"):
         return path[1:]
+    if path == "/desk" or path.startswith("/desk/"):
+        return "desk"
     return "other"
 
 

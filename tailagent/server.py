@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.routing import Mount, Router
 from starlette.types import ASGIApp
 
+from tailagent.access.browser import BrowserSessions, load_secret
 from tailagent.access.guard import AccessGuard
 from tailagent.access.identity import SCOPE_KEY, Caller, CallerContextBuilder
 from tailagent.access.localapi import LocalAPIUnavailable, self_dns_name
@@ -68,6 +69,8 @@ from tailagent.probe import healthy
 from tailagent.push.delivery import PushDispatcher, PushSigner
 from tailagent.push.targets import PushTargets
 from tailagent.statelock import StateDirBusy, StateLock
+from tailagent.web import DeskParts, mount
+from tailagent.web.live import Desk
 
 log = logging.getLogger("tailagent")
 
@@ -178,9 +181,10 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         push.watch(task.id)  # a push config may wait for this last state
         push.task_changed(task)
     direct = direct_writer(engine, database_store.task_model)
+    desk = Desk(lambda task_id: store.with_owner(task_id))
     store = CoalescingTaskStore(
         database_store, server, on_change=push.task_changed, shared=settings.store is not None,
-        direct=direct,
+        direct=direct, on_save=desk.saved,
     )  # fmt: skip
     signals = TaskSignals(engine)
     await signals.initialize()
@@ -233,15 +237,19 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     )
     quart_app = _card_app(publisher)
     router = Router(routes=routes, default=cast("ASGIApp", quart_app))
+    tokens = TokenStore(settings.state_dir)
+    tokens.ensure_local()
+    secret = load_secret(settings.state_dir)
+    sessions = BrowserSessions(secret, tokens)
+    desk_parts = DeskParts(store, handler, desk, sessions, secret, str(settings.cwd))
+    served = mount(quart_app, desk_parts, router)
 
     async def dispatch(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await quart_app(cast("LifespanScope", scope), receive, send)
         else:
-            await router(scope, receive, send)
+            await served(scope, receive, send)
 
-    tokens = TokenStore(settings.state_dir)
-    tokens.ensure_local()
     app = AccessGuard(
         dispatch,
         policy=Policy(settings.access),
@@ -254,6 +262,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         max_body_bytes=settings.max_body_bytes,
         hosts=served_hosts(settings),
         allowed_origins=settings.access.allowed_origins,
+        sessions=sessions,
     )
 
     async def start_pushing(task_id: str, _owner: str) -> None:

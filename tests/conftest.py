@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, sync_playwright
 
 from tests.a2a_helpers import A2A
+from tests.browser import CHROMIUM, FLAGS
 
 SERVING = re.compile(r"serving on (\S+)")
 START_TIMEOUT = 20.0
@@ -102,3 +104,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 @pytest.fixture
 async def a2a(server: RunningServer) -> A2A:
     return A2A(server.url, server.token)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """One real Chromium for the page's tests (see tests/browser.py)."""
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield launched
+        launched.close()

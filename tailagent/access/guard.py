@@ -7,6 +7,7 @@ are public; everything else needs a caller the policy lets in.
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from urllib.parse import urlsplit
 
 from hypercorn.typing import ASGIReceiveEvent, ASGISendEvent
 
+from tailagent.access.browser import BrowserSessions, is_page_request
 from tailagent.access.identity import SCOPE_KEY, Caller
 from tailagent.access.localapi import LocalAPIUnavailable
 from tailagent.access.policy import Policy, Refusal, Seen
@@ -33,6 +35,7 @@ PUBLIC_PATHS = frozenset(
         "/.well-known/agent.json",
         "/.well-known/jwks.json",
         "/healthz",
+        "/desk/signin",  # the link's one-use ticket is the credential (access/browser.py)
     }
 )
 DISCARD_LIMIT = 64 * 1024 * 1024
@@ -108,6 +111,29 @@ def refusal_body(status: int, reason: str, code: int, message: str, binding: str
     return {"error": word, "reason": message}
 
 
+async def send_page(send: Any, status: int, title: str, message: str) -> None:
+    """A refusal a person reads in a browser: the same reason, as a small HTML page."""
+    payload = (
+        "<!doctype html><meta charset=utf-8>"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title><h1>{html.escape(title)}</h1>"
+        f"<p>{html.escape(message)}</p>"
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/html; charset=utf-8"),
+                (b"content-length", str(len(payload)).encode()),
+                (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+                (b"x-content-type-options", b"nosniff"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
 async def send_json(
     send: Any, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
@@ -163,6 +189,7 @@ class AccessGuard:
         max_body_bytes: int,
         hosts: set[str],
         allowed_origins: tuple[str, ...],
+        sessions: BrowserSessions | None = None,
     ) -> None:
         self._app = app
         self._policy = policy
@@ -171,13 +198,34 @@ class AccessGuard:
         self._max_body = max_body_bytes
         self._hosts = {h.lower() for h in hosts}
         self._origins = set(allowed_origins)
+        self._sessions = sessions
         # How the server tells busy from quiet: requests so far, and those not yet done.
         self.requests = 0
         self.in_flight = 0
 
     def _host_allowed(self, host_header: str, me: TailnetSelf) -> bool:
         name = _host_name(host_header)
-        return name in self._hosts or name == me.dns_name or name in me.addresses
+        if name in self._hosts or name in me.addresses:
+            return True
+        # The full MagicDNS name, or the short one people type (http://agentbox/).
+        return me.dns_name is not None and name in (me.dns_name, me.dns_name.split(".")[0])
+
+    def _cross_site(self, method: str, headers: dict[bytes, str], me: TailnetSelf) -> str | None:
+        """Why a change to the page must be refused as coming from another site, if it
+        must. GET changes nothing; a POST must come from the page's own origin."""
+        if method in ("GET", "HEAD"):
+            return None
+        fetch_site = headers.get(b"sec-fetch-site")
+        if fetch_site is not None:
+            return None if fetch_site == "same-origin" else f"a {fetch_site} request"
+        origin = headers.get(b"origin")
+        if origin is None:
+            # Browsers send Origin on every POST; a program sends its token instead.
+            return None if b"authorization" in headers else "a request with no Origin"
+        origin_host = urlsplit(origin).netloc
+        if origin_host and self._host_allowed(origin_host, me):
+            return None
+        return f"a request from {origin}"
 
     async def _read_body(self, receive: Any, declared: str) -> bytes | None:
         """The whole request body, or None when it is over the limit (with or without
@@ -236,15 +284,19 @@ class AccessGuard:
         path = scope["path"]
         route = route_of(path)
         # The binding a refusal answers in; "plain" for the card, /healthz and the rest.
-        binding = route if route in ("jsonrpc", "rest") else "plain"
-        is_a2a = binding != "plain"
         headers = _headers(scope)
+        page = is_page_request(scope)
+        binding = "page" if page else route if route in ("jsonrpc", "rest") else "plain"
+        is_a2a = binding in ("jsonrpc", "rest")
         outcome = _Outcome()
         what = ""
 
         async def refuse(status: int, reason: str, code: int, message: str) -> None:
             outcome.decision, outcome.status = f"refused: {message}", status
             REFUSALS.labels(reason.lower().replace(" ", "_")).inc()
+            if binding == "page":
+                await send_page(send, status, ERROR_WORDS.get(status, "refused"), message)
+                return
             extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
             await send_json(
                 send, status, refusal_body(status, reason, code, message, binding), extra
@@ -265,7 +317,12 @@ class AccessGuard:
                 await self._app(scope, receive, self._tracking(send, outcome, is_a2a))
                 return
             origin = headers.get(b"origin")
-            if origin is not None and origin not in self._origins:
+            if page:
+                cross = self._cross_site(scope["method"], headers, me)
+                if cross is not None:
+                    await refuse(403, "ORIGIN", 0, f"{cross} may not change anything here")
+                    return
+            elif origin is not None and origin not in self._origins:
                 await refuse(403, "ORIGIN", 0, f"Origin {origin} is not in access.allowed_origins")
                 return
             length = headers.get(b"content-length", "")
@@ -290,6 +347,17 @@ class AccessGuard:
                 what = _what(path, body)
                 receive = _replay(body, receive)
             identified = await self._identify(scope, headers)
+            if isinstance(identified, Refusal) and page and self._sessions is not None:
+                # Only the page's routes honour a sign-in; the A2A routes never do.
+                signed_in = self._sessions.caller(headers.get(b"cookie", ""))
+                if signed_in is not None and identified.status == 401:
+                    identified = signed_in
+                elif identified.status == 401:
+                    identified = Refusal(
+                        401,
+                        f"{identified.reason}. In a browser on this box, sign in with the "
+                        "link that `tailagent web` prints",
+                    )
             if isinstance(identified, Refusal):
                 await refuse(identified.status, identified.error.upper(), 0, identified.reason)
                 return

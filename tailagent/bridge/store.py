@@ -56,6 +56,7 @@ class CoalescingTaskStore(TaskStore):
         on_change: Callable[[Task], None] | None = None,
         shared: bool = False,
         direct: SqliteWriter | None = None,
+        on_save: Callable[[Task, str], None] | None = None,
     ) -> None:
         self._inner = inner
         # The default SQLite store's own writer (see sqlite_writer); None for PostgreSQL.
@@ -66,6 +67,8 @@ class CoalescingTaskStore(TaskStore):
         self._server_id, self._server_url = server
         # Told of every state change (push notifications); must not block.
         self._on_change = on_change
+        # Told of every save, with the owner (the web page's live views); must not block.
+        self._on_save = on_save
         # task id -> (owner, latest snapshot): the tasks of this process not yet final.
         self._held: dict[str, tuple[str, Task]] = {}
         self._released = asyncio.Event()  # set whenever a task is let go (see settled())
@@ -132,6 +135,8 @@ class CoalescingTaskStore(TaskStore):
         self._held[task.id] = (owner, snapshot)
         if changed:
             self._changed(snapshot)
+        if self._on_save is not None:
+            self._on_save(snapshot, owner)
         if (first and not unseen) or task.status.state not in _DEFERRABLE:
             self._dirty.discard(task.id)
             try:
@@ -280,9 +285,39 @@ class CoalescingTaskStore(TaskStore):
             self._dirty.discard(task_id)
             await self._write(failed, owner)
             self._changed(failed)
+            if self._on_save is not None:
+                self._on_save(failed, owner)
             self._held.pop(task_id, None)
             closed += 1
         return closed
+
+    async def with_owner(self, task_id: str) -> tuple[Task, str] | None:
+        """A task and its owner, whoever that is: for views that check access first."""
+        held = self._held.get(task_id)
+        if held is not None:
+            return held[1], held[0]
+        owner = None if task_id in self.minted else await self._stored_owner(task_id)
+        if owner is None:
+            return None
+        task = await self._inner.get(task_id, ServerCallContext(user=OwnerUser(owner)))
+        return (task, owner) if task is not None else None
+
+    async def recent(self, owner: str | None, limit: int) -> list[tuple[Task, str]]:
+        """The latest tasks with their owners, newest first: one owner's, or everyone's
+        (None, for an admin). Tasks this process runs are read from memory."""
+        model = self._inner.task_model
+        query = select(model).order_by(model.last_updated.desc(), model.id.desc()).limit(limit)
+        if owner is not None:
+            query = query.where(model.owner == owner)
+        await self.flush()
+        async with self._inner.async_session_maker() as session:
+            rows = (await session.execute(query)).scalars().all()
+        found = {row.id: (self._inner._from_orm(row), row.owner or "") for row in rows}
+        for task_id, (held_owner, snapshot) in self._held.items():
+            if owner in (None, held_owner):
+                found[task_id] = (snapshot, held_owner)
+        ordered = sorted(found.values(), key=lambda pair: _updated(pair[0]), reverse=True)
+        return ordered[:limit]
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         await self.flush()
@@ -292,3 +327,7 @@ class CoalescingTaskStore(TaskStore):
         self._held.pop(task_id, None)
         self._dirty.discard(task_id)
         await self._inner.delete(task_id, context)
+
+
+def _updated(task: Task) -> float:
+    return task.status.timestamp.ToMicroseconds() / 1e6 if task.status.HasField("timestamp") else 0

@@ -1,0 +1,53 @@
+"""A unified diff, as the page shows it: lines tagged for colour, and the +/- counts.
+
+Agents hand over diffs as text (`FileChanged.diff`); nothing here trusts that text to
+be well formed: an unknown line is shown as context, never dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FOLD_AFTER = 60  # lines shown before "show more"
+
+
+@dataclass(frozen=True, slots=True)
+class DiffLine:
+    kind: str  # "add" | "del" | "hunk" | "meta" | "ctx"
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Diff:
+    lines: tuple[DiffLine, ...]
+    added: int
+    removed: int
+
+    @property
+    def shown(self) -> tuple[DiffLine, ...]:
+        return self.lines[:FOLD_AFTER]
+
+    @property
+    def folded(self) -> tuple[DiffLine, ...]:
+        return self.lines[FOLD_AFTER:]
+
+
+def _kind(line: str) -> str:
+    if line.startswith(("+++", "---", "diff ", "index ", "new file", "deleted file")):
+        return "meta"
+    if line.startswith("@@"):
+        return "hunk"
+    if line.startswith("+"):
+        return "add"
+    if line.startswith("-"):
+        return "del"
+    return "ctx"
+
+
+def parse(text: str) -> Diff:
+    lines = tuple(DiffLine(_kind(line), line) for line in text.splitlines())
+    return Diff(
+        lines,
+        added=sum(1 for line in lines if line.kind == "add"),
+        removed=sum(1 for line in lines if line.kind == "del"),
+    )

@@ -1,0 +1,388 @@
+"""The desk's routes: pages, their live streams, and the forms that change things.
+
+Every change goes through the same request handler as A2A (`SendMessage`,
+`CancelTask`), as the same caller the access layer established, so roles,
+ownership, the answer rules and loop protection are A2A's, not a copy. The page
+adds only what a browser needs: a form token per caller, action and task, and the
+channel ("web") that the audit log records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    Task,
+)
+from a2a.utils.errors import A2AError, InvalidRequestError
+from google.protobuf.json_format import ParseDict
+from google.protobuf.struct_pb2 import Value
+from quart import Blueprint, Response, redirect, request
+from quart.typing import ResponseReturnValue
+
+from tailagent.access.browser import BrowserSessions, session_cookie
+from tailagent.access.identity import SCOPE_KEY, Caller, OwnerUser
+from tailagent.bridge.executor import VIA_KEY
+from tailagent.bridge.handler import GuardedRequestHandler
+from tailagent.bridge.store import CoalescingTaskStore
+from tailagent.web import forms, render
+from tailagent.web.live import Desk, Journal
+from tailagent.web.transcript import SECTIONS, Entry, row
+
+LIST_LIMIT = 50
+HEARTBEAT = 15.0
+LIST_SETTLE = 0.1  # a burst of state changes becomes one list update
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+FORM_TYPE = "application/x-www-form-urlencoded"
+
+
+@dataclass(frozen=True)
+class DeskParts:
+    """What the desk uses of the running server."""
+
+    store: CoalescingTaskStore
+    handler: GuardedRequestHandler
+    desk: Desk
+    sessions: BrowserSessions
+    secret: bytes
+    workspace: str
+
+
+class Refused(Exception):
+    """A form the server will not act on; str() is what the person reads."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _caller() -> Caller:
+    caller = request.scope.get(SCOPE_KEY)
+    if not isinstance(caller, Caller):  # the access layer lets nobody in without one
+        raise RuntimeError("a desk route was reached without a verified caller")
+    return caller
+
+
+def _context(caller: Caller) -> ServerCallContext:
+    return ServerCallContext(user=OwnerUser(caller.owner), state={"caller": caller, VIA_KEY: "web"})
+
+
+def _sse(event: str, data: dict[str, Any], event_id: str | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _stream(body: AsyncIterator[bytes]) -> Response:
+    response = Response(body, content_type="text/event-stream")
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Accel-Buffering"] = "no"
+    response.timeout = None  # a live view outlives Quart's 60 s response limit
+    return response
+
+
+def blueprint(parts: DeskParts) -> Blueprint:
+    desk_bp = Blueprint("desk", __name__, url_prefix="/desk", static_folder="static")
+
+    def viewer(caller: Caller) -> render.Viewer:
+        def token(action: str, task_id: str) -> str:
+            return forms.make(parts.secret, caller.owner, action, task_id)
+
+        return render.Viewer(caller, token, parts.workspace)
+
+    async def visible_task(caller: Caller, task_id: str) -> Task:
+        task = await parts.store.get(task_id, _context(caller))
+        if task is None:
+            raise Refused(404, f"no task {task_id} that you may see")
+        return task
+
+    async def rows(caller: Caller) -> tuple[list[Any], list[str]]:
+        scope = None if caller.may("admin") else caller.owner
+        found = [row(task, owner) for task, owner in await parts.store.recent(scope, LIST_LIMIT)]
+        found.sort(key=lambda r: not r.waiting)  # stable: newest first within each
+        return found, parts.desk.waiting_for(scope)
+
+    async def form(caller: Caller, action: str, task_id: str = "") -> dict[str, Any]:
+        """The posted form, once its token proves this page made it for this caller."""
+        kind = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if kind != FORM_TYPE:
+            raise Refused(415, f"this form takes {FORM_TYPE}, not {kind or 'no body type'}")
+        posted = await request.form
+        if not forms.valid(parts.secret, posted.get("token", ""), caller.owner, action, task_id):
+            raise Refused(
+                403, "this form's token is not valid for you, this task and this action: "
+                "reload the page and try again"
+            )  # fmt: skip
+        return {key: posted.getlist(key) for key in posted}
+
+    async def send(caller: Caller, message: Message) -> Task:
+        request_ = SendMessageRequest(
+            message=message, configuration=SendMessageConfiguration(return_immediately=True)
+        )
+        try:
+            result = await parts.handler.on_message_send(request_, _context(caller))
+        except A2AError as exc:
+            status = 403 if isinstance(exc, InvalidRequestError) else 409
+            raise Refused(status, str(exc.message)) from None
+        if not isinstance(result, Task):
+            raise Refused(500, "the agent answered with a message, not a task")
+        return result
+
+    @desk_bp.after_request
+    async def security_headers(response: Response) -> Response:
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "same-origin"
+        response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
+    @desk_bp.errorhandler(Refused)
+    async def refused(exc: Refused) -> ResponseReturnValue:
+        back = request.path.rsplit("/", 1)[0] if request.method == "POST" else "/desk/"
+        page = render.refusal(str(exc), back)
+        return Response(page, status=exc.status, content_type="text/html; charset=utf-8")
+
+    @desk_bp.get("/")
+    async def task_list() -> ResponseReturnValue:
+        caller = _caller()
+        found, waiting = await rows(caller)
+        notice = request.args.get("notice", "")
+        return render.page("list.html", viewer(caller), rows=found, waiting=waiting, notice=notice)
+
+    @desk_bp.get("/events")
+    async def list_events() -> ResponseReturnValue:
+        caller = _caller()
+        you = viewer(caller)
+
+        async def body() -> AsyncIterator[bytes]:
+            parts.desk.watchers += 1
+            try:
+                while True:
+                    changed = parts.desk.list_changed
+                    found, waiting = await rows(caller)
+                    html = render.page("rows.html", you, rows=found, waiting=waiting)
+                    yield _sse("rows", {"html": html, "waiting": waiting})
+                    if not await _wait(changed, HEARTBEAT):
+                        yield b": still here\n\n"
+                        await changed.wait()
+                    await asyncio.sleep(LIST_SETTLE)
+            finally:
+                parts.desk.watchers -= 1
+
+        return _stream(body())
+
+    @desk_bp.get("/tasks/<task_id>")
+    async def task_page(task_id: str) -> ResponseReturnValue:
+        caller = _caller()
+        task = await visible_task(caller, task_id)
+        journal = await parts.desk.journal(task_id)
+        if journal is None:
+            raise Refused(404, f"no task {task_id}")
+        current = [c.entry for c in journal.changes.values() if c.entry is not None]
+        by_section: dict[str, list[Entry]] = {s: [] for s in SECTIONS}
+        for item in current:
+            by_section[item.section].append(item)
+        return render.page(
+            "task.html",
+            viewer(caller),
+            task_id=task.id,
+            title=by_section["head"][0].data["title"],
+            sections=SECTIONS,
+            by_section=by_section,
+            event_id=journal.event_id,
+            notice=request.args.get("notice", ""),
+        )
+
+    @desk_bp.get("/tasks/<task_id>/events")
+    async def task_events(task_id: str) -> ResponseReturnValue:
+        caller = _caller()
+        await visible_task(caller, task_id)
+        you = viewer(caller)
+        scope = None if caller.may("admin") else caller.owner
+        last = request.headers.get("Last-Event-ID") or request.args.get("after", "")
+
+        async def body() -> AsyncIterator[bytes]:
+            seen, waiting_sent = last, None
+            parts.desk.watchers += 1
+            parts.desk.pin(task_id)
+            try:
+                while True:
+                    journal = await parts.desk.journal(task_id)
+                    if journal is None:
+                        return
+                    woken, pulse = journal.woken, parts.desk.list_changed
+                    if seen != journal.event_id:
+                        yield _changes(journal, seen, you)
+                        seen = journal.event_id
+                    waiting = parts.desk.waiting_for(scope)
+                    if waiting != waiting_sent:
+                        yield _sse("waiting", {"waiting": waiting})
+                        waiting_sent = waiting
+                    if not await _wait_any(woken, pulse, HEARTBEAT):
+                        yield b": still here\n\n"
+            finally:
+                parts.desk.unpin(task_id)
+                parts.desk.watchers -= 1
+
+        return _stream(body())
+
+    @desk_bp.post("/tasks")
+    async def new_task() -> ResponseReturnValue:
+        caller = _caller()
+        posted = await form(caller, "send")
+        text = (posted.get("text") or [""])[0].strip()
+        if not text:
+            raise Refused(400, "the task is empty: say what the agent should do")
+        task = await send(caller, _message(text))
+        return redirect(f"/desk/tasks/{task.id}", 303)
+
+    @desk_bp.post("/tasks/<task_id>/follow")
+    async def follow_up(task_id: str) -> ResponseReturnValue:
+        caller = _caller()
+        posted = await form(caller, "follow", task_id)
+        task = await visible_task(caller, task_id)
+        text = (posted.get("text") or [""])[0].strip()
+        if not text:
+            raise Refused(400, "the follow-up is empty")
+        follow = await send(caller, _message(text, context_id=task.context_id))
+        return redirect(f"/desk/tasks/{follow.id}", 303)
+
+    @desk_bp.post("/tasks/<task_id>/answer")
+    async def answer(task_id: str) -> ResponseReturnValue:
+        caller = _caller()
+        posted = await form(caller, "answer", task_id)
+        task = await visible_task(caller, task_id)
+        message = _answer(posted)
+        message.task_id, message.context_id = task.id, task.context_id
+        await send(caller, message)
+        return redirect(f"/desk/tasks/{task_id}", 303)
+
+    @desk_bp.post("/tasks/<task_id>/cancel")
+    async def cancel(task_id: str) -> ResponseReturnValue:
+        caller = _caller()
+        await form(caller, "cancel", task_id)
+        try:
+            await parts.handler.on_cancel_task(CancelTaskRequest(id=task_id), _context(caller))
+        except A2AError as exc:
+            raise Refused(409, str(exc.message)) from None
+        return redirect(f"/desk/tasks/{task_id}", 303)
+
+    @desk_bp.post("/signin-link")
+    async def signin_link() -> ResponseReturnValue:
+        """For `tailagent web`: a one-use sign-in link, for the local token only."""
+        caller = _caller()
+        kind = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            return {"error": "this endpoint takes application/json"}, 415
+        if caller.kind != "token" or caller.login != "local":
+            return {"error": "only the local token (tailagent web, on this box) may ask"}, 403
+        return {"path": f"/desk/signin?ticket={parts.sessions.new_ticket()}"}
+
+    @desk_bp.get("/signin")
+    async def signin() -> ResponseReturnValue:
+        cookie = parts.sessions.redeem(request.args.get("ticket", ""))
+        if cookie is None:
+            page = render.refusal(
+                "This sign-in link was used already or is too old (links last 5 minutes and "
+                "work once). Run `tailagent web` on this box for a new one.",
+                "/desk/",
+            )
+            return Response(page, status=403, content_type="text/html; charset=utf-8")
+        response = redirect("/desk/", 303)
+        secure = request.headers.get("X-Forwarded-Proto") == "https"
+        response.headers["Set-Cookie"] = session_cookie(cookie, secure=secure)
+        return response
+
+    return desk_bp
+
+
+def _message(text: str, context_id: str = "") -> Message:
+    return Message(
+        message_id=uuid.uuid4().hex,
+        role=Role.ROLE_USER,
+        context_id=context_id,
+        parts=[Part(text=text)],
+    )
+
+
+def _answer(posted: dict[str, list[str]]) -> Message:
+    """The A2A answer a decision form stands for (DESIGN.md, "Answers")."""
+    choice = (posted.get("choice") or [""])[0]
+    request_id = (posted.get("requestId") or [""])[0]
+    note = (posted.get("message") or [""])[0].strip()
+    message = _message("")
+    del message.parts[:]
+    if request_id:
+        message.metadata.update({"requestId": request_id})
+    data: dict[str, Any] | None = None
+    if choice.startswith("option:"):
+        message.parts.append(Part(text=choice))
+    elif choice in ("allow", "deny", "deny-message"):
+        if choice == "deny-message" and not note:
+            raise Refused(400, "write the message to deny with, or choose another button")
+        decision = "allow" if choice == "allow" else "deny"
+        data = {"kind": "permission_response", "decision": decision, "requestId": request_id}
+        if decision == "deny" and note:
+            data["reason"] = note
+    elif choice == "answers":
+        answers = {}
+        for key, values in posted.items():
+            if key.startswith("q") and key[1:].isdigit():
+                picked = posted.get(f"a{key[1:]}", [])
+                if not picked:
+                    raise Refused(400, f"choose an answer to: {values[0]}")
+                answers[values[0]] = ", ".join(picked)
+        data = {"answers": answers, "requestId": request_id}
+    elif choice == "text" and note:
+        message.parts.append(Part(text=note))
+    else:
+        raise Refused(400, "this form has no answer in it")
+    if data is not None:
+        message.parts.append(Part(data=ParseDict(data, Value()), media_type="application/json"))
+    return message
+
+
+def _changes(journal: Journal, last: str, viewer: render.Viewer) -> bytes:
+    reset, changes = journal.since(last)
+    items = [
+        {"key": c.key, "section": c.section, "html": render.entry(c.entry, viewer)}
+        if c.entry is not None
+        else {"key": c.key, "section": c.section, "gone": True}
+        for c in changes
+    ]
+    return _sse("entries", {"reset": reset, "items": items}, journal.event_id)
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> bool:
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
+async def _wait_any(first: asyncio.Event, second: asyncio.Event, seconds: float) -> bool:
+    """Waits for either event; False when the timeout came first."""
+    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        done, _ = await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        return bool(done)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
