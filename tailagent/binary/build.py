@@ -122,6 +122,9 @@ def pyinstaller_args(out: Path, work: Path) -> list[str]:
         "--noconfirm",
         "--log-level=WARN",
         f"--add-binary={NODE_LIBRARY}:tailagent/tsnet",
+        # The approval desk's templates, script and style (tailagent/web).
+        f"--add-data={ROOT / 'tailagent' / 'web' / 'templates'}:tailagent/web/templates",
+        f"--add-data={ROOT / 'tailagent' / 'web' / 'static'}:tailagent/web/static",
     ]
     args += [f"--collect-submodules={name}" for name in COLLECT_SUBMODULES]
     args += [f"--hidden-import={name}" for name in tailagent_modules()]
