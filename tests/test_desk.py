@@ -10,6 +10,7 @@ What the page did is checked through A2A (`GetTask`), not only on the page.
 from __future__ import annotations
 
 import http.server
+import os
 import re
 import subprocess
 import sys
@@ -46,7 +47,9 @@ PEOPLE = {
         caps={CAP: [{"roles": ["caller", "approver"]}]},
     ),
 }
-SCREENSHOT = Path(__file__).parent.parent / "docs" / "desk-phone.png"
+# The README's picture: `TAILAGENT_SCREENSHOTS=docs python -m pytest tests/test_desk.py`
+# writes it there; otherwise each run's screenshot stays in the test's temporary dir.
+SCREENSHOTS = os.environ.get("TAILAGENT_SCREENSHOTS")
 
 
 @dataclass
@@ -377,7 +380,9 @@ def test_a_task_that_starts_waiting_raises_a_badge_and_a_notification(
     watcher.close()
 
 
-def test_on_a_phone_the_question_and_its_buttons_fit(tailnet: Tailnet, browser: Browser) -> None:
+def test_on_a_phone_the_question_and_its_buttons_fit(
+    tailnet: Tailnet, browser: Browser, tmp_path: Path
+) -> None:
     phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
     page = phone.new_page()
     start_task(page, tailnet, "alice", "think plan tool edit ask")
@@ -390,8 +395,9 @@ def test_on_a_phone_the_question_and_its_buttons_fit(tailnet: Tailnet, browser: 
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]
     lines = page.locator("article.diff .lines")
     assert lines.evaluate("el => getComputedStyle(el).overflowX") == "auto"
-    SCREENSHOT.parent.mkdir(exist_ok=True)
-    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    shot = Path(SCREENSHOTS or tmp_path) / "desk-phone.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
     ask.get_by_role("button", name="Allow", exact=True).click()
     expect(page.locator(".task-head .state")).to_have_text("completed")
     phone.close()

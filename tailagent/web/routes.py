@@ -10,9 +10,10 @@ channel ("web") that the audit log records.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,7 @@ from tailagent.web.transcript import SECTIONS, Entry, row
 
 LIST_LIMIT = 50
 HEARTBEAT = 15.0
+RECONNECT_MS = 1000
 LIST_SETTLE = 0.1  # a burst of state changes becomes one list update
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -88,8 +90,17 @@ def _sse(event: str, data: dict[str, Any], event_id: str | None = None) -> bytes
     return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def _stream(body: AsyncIterator[bytes]) -> Response:
-    response = Response(body, content_type="text/event-stream")
+async def _with_retry(body: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
+    """A stream that first tells the browser to come back within a second if cut;
+    closing it closes the view's own generator at once (its watcher count, its pin)."""
+    async with contextlib.aclosing(body):
+        yield f"retry: {RECONNECT_MS}\n\n".encode()
+        async for chunk in body:
+            yield chunk
+
+
+def _stream(body: AsyncGenerator[bytes, None]) -> Response:
+    response = Response(_with_retry(body), content_type="text/event-stream")
     response.headers["Cache-Control"] = "no-store"
     response.headers["X-Accel-Buffering"] = "no"
     response.timeout = None  # a live view outlives Quart's 60 s response limit
@@ -169,7 +180,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
         caller = _caller()
         you = viewer(caller)
 
-        async def body() -> AsyncIterator[bytes]:
+        async def body() -> AsyncGenerator[bytes, None]:
             parts.desk.watchers += 1
             try:
                 while True:
@@ -177,9 +188,8 @@ def blueprint(parts: DeskParts) -> Blueprint:
                     found, waiting = await rows(caller)
                     html = render.page("rows.html", you, rows=found, waiting=waiting)
                     yield _sse("rows", {"html": html, "waiting": waiting})
-                    if not await _wait(changed, HEARTBEAT):
+                    while not await _wait(changed, HEARTBEAT):
                         yield b": still here\n\n"
-                        await changed.wait()
                     await asyncio.sleep(LIST_SETTLE)
             finally:
                 parts.desk.watchers -= 1
@@ -216,7 +226,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
         scope = None if caller.may("admin") else caller.owner
         last = request.headers.get("Last-Event-ID") or request.args.get("after", "")
 
-        async def body() -> AsyncIterator[bytes]:
+        async def body() -> AsyncGenerator[bytes, None]:
             seen, waiting_sent = last, None
             parts.desk.watchers += 1
             parts.desk.pin(task_id)
