@@ -111,45 +111,37 @@ def refusal_body(status: int, reason: str, code: int, message: str, binding: str
     return {"error": word, "reason": message}
 
 
+async def _send(send: Any, status: int, payload: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    length = (b"content-length", str(len(payload)).encode())
+    await send({"type": "http.response.start", "status": status, "headers": [length, *headers]})
+    await send({"type": "http.response.body", "body": payload})
+
+
 async def send_page(send: Any, status: int, title: str, message: str) -> None:
     """A refusal a person reads in a browser: the same reason, as a small HTML page."""
     payload = (
         "<!doctype html><meta charset=utf-8>"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title><h1>{html.escape(title)}</h1>"
-        f"<p>{html.escape(message)}</p>"
+        f'<p class="refusal">{html.escape(message)}</p>'
     ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"text/html; charset=utf-8"),
-                (b"content-length", str(len(payload)).encode()),
-                (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
-                (b"x-content-type-options", b"nosniff"),
-            ],
-        }
+    await _send(
+        send,
+        status,
+        payload,
+        [
+            (b"content-type", b"text/html; charset=utf-8"),
+            (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+            (b"x-content-type-options", b"nosniff"),
+        ],
     )
-    await send({"type": "http.response.body", "body": payload})
 
 
 async def send_json(
     send: Any, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
-    payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-                *(headers or []),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
+    content_type = (b"content-type", b"application/json")
+    await _send(send, status, json.dumps(body).encode(), [content_type, *(headers or [])])
 
 
 def _host_name(host_header: str) -> str:

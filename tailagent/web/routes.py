@@ -254,21 +254,15 @@ def blueprint(parts: DeskParts) -> Blueprint:
     @desk_bp.post("/tasks")
     async def new_task() -> ResponseReturnValue:
         caller = _caller()
-        posted = await form(caller, "send")
-        text = (posted.get("text") or [""])[0].strip()
-        if not text:
-            raise Refused(400, "the task is empty: say what the agent should do")
+        text = _text_of(await form(caller, "send"), "say what the agent should do")
         task = await send(caller, _message(text))
         return redirect(f"/desk/tasks/{task.id}", 303)
 
     @desk_bp.post("/tasks/<task_id>/follow")
     async def follow_up(task_id: str) -> ResponseReturnValue:
         caller = _caller()
-        posted = await form(caller, "follow", task_id)
+        text = _text_of(await form(caller, "follow", task_id), "say what comes next")
         task = await visible_task(caller, task_id)
-        text = (posted.get("text") or [""])[0].strip()
-        if not text:
-            raise Refused(400, "the follow-up is empty")
         follow = await send(caller, _message(text, context_id=task.context_id))
         return redirect(f"/desk/tasks/{follow.id}", 303)
 
@@ -319,6 +313,13 @@ def blueprint(parts: DeskParts) -> Blueprint:
         return response
 
     return desk_bp
+
+
+def _text_of(posted: dict[str, list[str]], hint: str) -> str:
+    text = (posted.get("text") or [""])[0].strip()
+    if not text:
+        raise Refused(400, f"the message is empty: {hint}")
+    return text
 
 
 def _message(text: str, context_id: str = "") -> Message:
