@@ -106,9 +106,11 @@ async def a2a(server: RunningServer) -> A2A:
     return A2A(server.url, server.token)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """One real Chromium for the page's tests (see tests/browser.py)."""
+    """A real Chromium for a module of page tests (see tests/browser.py). Module-scoped
+    on purpose: Playwright's sync API keeps its event loop running in this thread while
+    it is open, and the suite's async tests need that loop gone when they run."""
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         yield launched

@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BINARY = ROOT / "dist" / "tailagent"
 SOURCES = [
     *ROOT.joinpath("tailagent").rglob("*.py"),
+    *ROOT.joinpath("tailagent", "web", "templates").iterdir(),
+    *ROOT.joinpath("tailagent", "web", "static").iterdir(),
     ROOT / "tailagent" / "binary" / "pins.txt",
     ROOT / "tailagent" / "tsnet" / "libtailagent_tsnet.so",
 ]

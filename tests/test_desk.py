@@ -154,6 +154,8 @@ def test_approving_from_the_page_completes_the_task_and_says_who(
     ask = page.locator("section.ask")
     expect(ask.locator("pre.input")).to_contain_text('"command": "rm -rf build"')
     expect(ask.locator(".why")).to_have_text("The echo agent asks before every command.")
+    expect(page.locator(".task-head .who")).to_have_text(OWNER)
+    expect(page.locator(".task-head .device")).to_have_text("pixel-7")
     ask.get_by_role("button", name="Allow", exact=True).click()
     decision = page.locator(".decision")
     expect(decision).to_contain_text(f"allowed by {OWNER} from pixel-7 via web")
@@ -372,7 +374,8 @@ def test_a_task_that_starts_waiting_raises_a_badge_and_a_notification(
     other = watcher.new_page()
     task_id = start_task(other, tailnet, "alice", "ask")
     expect(listing).to_have_title(re.compile(r"^\(\d+\) tailagent"))
-    expect(listing.locator(f".row.waiting[data-task='{task_id}']")).to_be_visible()
+    row = listing.locator(f".row.waiting[data-task='{task_id}']")
+    expect(row.locator(".meta")).to_contain_text(f"{OWNER} from pixel-7")
     shown = listing.evaluate("window.shown")
     assert ["tailagent: a task waits for you", task_id] in shown
     other.locator("section.ask").get_by_role("button", name="Deny", exact=True).click()

@@ -36,6 +36,14 @@ class Caller:
             return "tags:" + ",".join(sorted(self.tags))
         return f"{self.kind}:{self.login}"
 
+    @property
+    def who(self) -> str:
+        """The name a decision is signed with: a login, a tagged node's tags, or
+        `token:<name>` (a token's name alone could pass for a login)."""
+        if self.kind == "tagged":
+            return ",".join(sorted(self.tags))
+        return f"token:{self.login}" if self.kind == "token" else self.login
+
     def may(self, role: str) -> bool:
         return role in self.roles or "admin" in self.roles
 

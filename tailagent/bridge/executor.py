@@ -4,6 +4,11 @@ A turn that asks the caller something publishes input-required and returns from
 `execute()`, while the agent itself stays parked inside its turn. The caller's
 follow-up message calls `execute()` again; the pending prompt lives here, in a
 registry keyed by task id, not inside one `execute()` call.
+
+A prompt is answered once. The handler admits an answer by claiming the pending
+prompt (`claim`); until that answer is applied or given back, any other answer
+to the task is refused naming who came first, and once applied, the record of
+who decided what (`answered`) refuses late answers that name the prompt.
 """
 
 from __future__ import annotations
@@ -13,12 +18,14 @@ import contextlib
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import Message, TaskState
@@ -43,7 +50,19 @@ from tailagent.agents.events import (
     TurnOptions,
 )
 from tailagent.bridge import attachments, tck
-from tailagent.bridge.answers import AnswerError, Reply, deny_message, parse_answer
+from tailagent.bridge.answers import (
+    DEFAULT_VIA,
+    AlreadyAnswered,
+    Answerer,
+    AnswerError,
+    AnswerRecord,
+    Reply,
+    decision_text,
+    deny_message,
+    first_answer_text,
+    parse_answer,
+    record_of,
+)
 from tailagent.bridge.audit import AuditEntry, AuditLog, summarize
 from tailagent.bridge.publish import Publisher, open_task, text_part
 from tailagent.bridge.rules import Rule, first_match
@@ -54,6 +73,13 @@ from tailagent.metrics import DECISIONS, PROMPTS, TURN_SECONDS
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT = 10.0
+# The call-context state key naming the channel a request came through ("web" from
+# the web page); absent means A2A.
+VIA_KEY = "via"
+CLAIM_KEY = "tailagent.claim"
+# Answered prompts remembered to refuse late answers: enough for every prompt a
+# person could still be looking at, bounded so a long-running server stays small.
+ANSWERED_LIMIT = 4096
 
 
 @dataclass
@@ -74,6 +100,50 @@ class TaskRuntime:
     pump: asyncio.Task[None] | None = None  # while a request streams the turn
     started: float = field(default_factory=time.monotonic)
     roles: frozenset[str] = frozenset()  # of the caller whose task this is, for rules
+
+
+@dataclass(eq=False)
+class Claim:
+    """One answer's hold on a task's pending prompt, from its admission until it is
+    applied (`record` set) or given back; while it holds, other answers are refused."""
+
+    task_id: str
+    request_id: str
+    answerer: Answerer
+    record: AnswerRecord | None = None
+
+    def refusal(self) -> str:
+        return first_answer_text(self.task_id, self.request_id, self.record or self.answerer)
+
+
+def via_of(context: ServerCallContext | None) -> str:
+    via = context.state.get(VIA_KEY) if context is not None else None
+    return via if isinstance(via, str) and via else DEFAULT_VIA
+
+
+def claim_of(context: ServerCallContext | None) -> Claim | None:
+    claim = context.state.get(CLAIM_KEY) if context is not None else None
+    return claim if isinstance(claim, Claim) else None
+
+
+def answerer_of(context: ServerCallContext | None) -> Answerer:
+    """Who a request answers as. A device is its short MagicDNS name, as people call it."""
+    caller = caller_of(context)
+    if caller is None:
+        return Answerer("unknown", via=via_of(context))
+    return Answerer(caller.who, caller.node.split(".")[0], via_of(context))
+
+
+def audit_name(context: ServerCallContext | None) -> str:
+    """The audit log's `answered_by`: how the caller was established, then the device
+    and the channel (`user:a@b (whois …) on laptop via web`)."""
+    caller = caller_of(context)
+    if caller is None:
+        return "unknown"
+    answerer = answerer_of(context)
+    device = f" on {answerer.node}" if answerer.node else ""
+    channel = f" via {answerer.via}" if answerer.via != DEFAULT_VIA else ""
+    return caller.describe() + device + channel
 
 
 async def prompt_parts(
@@ -143,16 +213,72 @@ class BridgeExecutor(AgentExecutor):
         self._audit = audit
         self._max_denials = max_permission_denials
         self._runtimes: dict[str, TaskRuntime] = {}
+        self._answered: OrderedDict[tuple[str, str], AnswerRecord] = OrderedDict()
+        # task id -> the latest claim on its prompt; kept once applied, until the task
+        # parks on another prompt or its turn ends (see `claim`).
+        self._claims: dict[str, Claim] = {}
 
     def pending(self, task_id: str) -> Prompting | None:
         """The prompt a task is parked on, if any."""
         runtime = self._runtimes.get(task_id)
         return runtime.pending if runtime is not None else None
 
+    def answered(self, task_id: str, request_id: str) -> AnswerRecord | None:
+        """Who answered this prompt on this server, what, when and through which channel."""
+        return self._answered.get((task_id, request_id))
+
+    def claim(self, task_id: str, context: ServerCallContext) -> None:
+        """Holds the task's pending prompt for the answer this request carries.
+
+        Synchronous, and called last in the handler's admission: nothing runs between
+        the check and the hold, so of two answers sent at once exactly one gets it.
+        Raises AlreadyAnswered while another answer holds the prompt, and after one was
+        applied while the task is not parked again (the stored task may still read
+        input-required then; letting this answer on would fail the task).
+        """
+        runtime = self._runtimes.get(task_id)
+        if runtime is None:
+            return
+        held = self._claims.get(task_id)
+        if held is not None and (held.record is None or runtime.pending is None):
+            raise AlreadyAnswered(held.refusal())
+        if runtime.pending is not None:
+            claim = Claim(task_id, runtime.pending.request_id, answerer_of(context))
+            self._claims[task_id] = claim
+            context.state[CLAIM_KEY] = claim
+
+    def release(self, context: ServerCallContext) -> None:
+        """Gives back the prompt this request claimed, if its answer was not applied
+        (the request failed first): the prompt is answerable again."""
+        claim = claim_of(context)
+        if claim is not None and claim.record is None and self._holds(claim):
+            del self._claims[claim.task_id]
+
+    def _holds(self, claim: Claim) -> bool:
+        return self._claims.get(claim.task_id) is claim
+
+    def _settle(self, task_id: str, claim: Claim | None, record: AnswerRecord) -> None:
+        """Remembers an applied answer: the task's claim now names it, and so does the
+        bounded record that refuses late answers naming the prompt."""
+        held = claim or Claim(task_id, record.request_id, record.answerer)
+        held.record = record
+        self._claims[task_id] = held
+        self._answered[(task_id, record.request_id)] = record
+        while len(self._answered) > ANSWERED_LIMIT:
+            self._answered.popitem(last=False)
+
     async def _record(
-        self, runtime: TaskRuntime, asked: PermissionAsked, allow: bool, reason: str, by: str
+        self,
+        runtime: TaskRuntime,
+        asked: PermissionAsked,
+        allow: bool,
+        reason: str,
+        by: str,
+        label: str,
     ) -> None:
-        DECISIONS.labels("allow" if allow else "deny", by.split(" (")[0]).inc()
+        """Writes the audit row; `label` is the metrics' name for the decider (one per
+        caller, never per device or channel)."""
+        DECISIONS.labels("allow" if allow else "deny", label).inc()
         entry = AuditEntry(
             task_id=runtime.task_id,
             context_id=runtime.context_id,
@@ -180,10 +306,13 @@ class BridgeExecutor(AgentExecutor):
             await open_task(message, task_id, context_id, event_queue)
         updater = TaskUpdater(event_queue, task_id, context_id)
         runtime = self._runtimes.get(task_id)
+        claim = claim_of(context.call_context)
+        if claim is not None and not self._holds(claim):
+            # Given back (its request failed before this ran) or its turn ended: the
+            # prompt is gone or another answer's by now, so this one applies nowhere.
+            return
         if runtime is not None and runtime.pending is not None:
-            answerer = caller_of(context.call_context)
-            by = answerer.describe() if answerer else "unknown"
-            if not await self._apply_answer(runtime, message, updater, by):
+            if not await self._apply_answer(runtime, message, updater, context.call_context):
                 return
         elif runtime is None:
             runtime = await self._start_turn(context, message, updater)
@@ -227,25 +356,47 @@ class BridgeExecutor(AgentExecutor):
             roles=owner.roles if owner else frozenset(),
         )
         self._runtimes[task_id] = runtime
-        await publisher.status(updater, TaskState.TASK_STATE_WORKING, "started")
+        # Who asked, kept in the task's metadata for every view of it (the desk's list).
+        asker = answerer_of(context.call_context)
+        requested = {"requestedBy": {"who": asker.by, "device": asker.node}}
+        await publisher.status(updater, TaskState.TASK_STATE_WORKING, "started", metadata=requested)
         if resumed:
             await publisher.publish(updater, Notice("Resumed the agent session of this context."))
         return runtime
 
     async def _apply_answer(
-        self, runtime: TaskRuntime, message: Message, updater: TaskUpdater, by: str
+        self,
+        runtime: TaskRuntime,
+        message: Message,
+        updater: TaskUpdater,
+        call: ServerCallContext,
     ) -> bool:
+        """Applies an answer and publishes who decided what; False when the turn
+        does not go on (the question restated, or loop protection ended it)."""
         pending = runtime.pending
         assert pending is not None
+        claim = claim_of(call)
         try:
             parsed = parse_answer(reply_of(message), pending)
         except AnswerError as exc:
+            self.release(call)  # the prompt is still pending: answerable again
             await runtime.publisher.ask(updater, pending, note=str(exc))
             return False
-        await runtime.publisher.status(updater, TaskState.TASK_STATE_WORKING, "resumed")
+        record = record_of(pending, parsed, claim.answerer if claim else answerer_of(call))
+        self._settle(runtime.task_id, claim, record)
         runtime.pending = None
+        await runtime.publisher.status(
+            updater,
+            TaskState.TASK_STATE_WORKING,
+            "resumed",
+            [text_part(decision_text(record))],
+            record.metadata(),
+        )
         if isinstance(pending, PermissionAsked):
-            await self._record(runtime, pending, not parsed.denied, parsed.reason, by)
+            caller = caller_of(call)
+            label = caller.owner if caller else "unknown"
+            allow = not parsed.denied
+            await self._record(runtime, pending, allow, parsed.reason, audit_name(call), label)
         if isinstance(pending, PermissionAsked) and parsed.denied:
             runtime.denied.add(request_key(pending))
             runtime.denials += 1
@@ -317,7 +468,8 @@ class BridgeExecutor(AgentExecutor):
                         "Stopped: the agent requested the same denied permission again "
                         f"({event.tool})."
                     )
-                    await self._record(runtime, event, False, why, "tailagent (loop protection)")
+                    by = "tailagent (loop protection)"
+                    await self._record(runtime, event, False, why, by, "tailagent")
                     await self._interrupt(runtime, event, "already denied", why, updater)
                     return
                 if await self._apply_rule(runtime, event, updater):
@@ -352,7 +504,7 @@ class BridgeExecutor(AgentExecutor):
             return False
         allow = rule.decision == "allow"
         by = f"tailagent ({rule.describe()})"
-        await self._record(runtime, event, allow, rule.describe(), by)
+        await self._record(runtime, event, allow, rule.describe(), by, "tailagent")
         wanted = "allow" if allow else "reject"
         option = next((o.id for o in event.options if o.kind.startswith(wanted)), None)
         if allow:
@@ -369,6 +521,7 @@ class BridgeExecutor(AgentExecutor):
         return True
 
     async def _end(self, runtime: TaskRuntime) -> None:
+        self._claims.pop(runtime.task_id, None)
         if self._runtimes.pop(runtime.task_id, None) is not None:
             TURN_SECONDS.observe(time.monotonic() - runtime.started)
         await self._pool.release(runtime.context_id, runtime.task_id)
@@ -403,9 +556,12 @@ class BridgeExecutor(AgentExecutor):
             runtime.cancelled = True
             parked = runtime.pending is not None
             if isinstance(runtime.pending, PermissionAsked):
-                canceller = caller_of(context.call_context)
-                by = canceller.describe() if canceller else "unknown"
-                await self._record(runtime, runtime.pending, False, "task canceled", by)
+                call = context.call_context
+                canceller = caller_of(call)
+                label = canceller.owner if canceller else "unknown"
+                await self._record(
+                    runtime, runtime.pending, False, "task canceled", audit_name(call), label
+                )
             await runtime.session.cancel()
             if parked:
                 # Nobody is iterating a parked turn: close it here, or it leaks.

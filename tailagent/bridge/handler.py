@@ -13,7 +13,9 @@ Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it
 - a refused push URL is refused with the reason (the SDK's hook says only "invalid");
 - in a store several servers share, a task another server runs is cancelled through
   that server and a push config added for it reaches that server (bridge/remote.py);
-  a follow-up to it is refused with its URL.
+  a follow-up to it is refused with its URL;
+- a prompt is answered once: a second answer is refused saying who answered first,
+  also when two arrive together (the first claims the prompt as it is admitted).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ from tailagent.access.identity import OwnerUser, caller_of
 from tailagent.agents.events import PermissionAsked
 from tailagent.agents.mcp import is_unguarded_mode
 from tailagent.bridge import attachments
-from tailagent.bridge.executor import BridgeExecutor
+from tailagent.bridge.answers import AlreadyAnswered, first_answer_text, reply_request_id
+from tailagent.bridge.executor import BridgeExecutor, reply_of
 from tailagent.bridge.remote import CANCEL, CONFIRM_TIMEOUT, POLL_INTERVAL, PUSH, TaskSignals
 from tailagent.bridge.rules import Rule
 from tailagent.bridge.sessions import ContextBusy, SessionPool
@@ -144,6 +147,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
                     elsewhere,
                     "send follow-ups for it there. Any of the servers can read or cancel it.",
                 )
+            self._refuse_second_answer(message)  # before "still working": it says more
             if stored.status.state in BUSY_STATES:
                 raise UnsupportedOperationError(
                     message=(
@@ -170,6 +174,13 @@ class GuardedRequestHandler(DefaultRequestHandler):
                     raise UnsupportedOperationError(
                         message=f"{busy} (It runs on another tailagent server: {running[1]}.)"
                     )
+        if message.task_id:
+            # Last, and with no await since the task was read: the check and the
+            # claim are one step on the event loop.
+            try:
+                self._executor.claim(message.task_id, context)
+            except AlreadyAnswered as exc:
+                raise InvalidRequestError(message=str(exc)) from None
         return stored
 
     async def on_cancel_task(
@@ -228,6 +239,16 @@ class GuardedRequestHandler(DefaultRequestHandler):
         applying = [r.describe() for r in self._rules if not r.roles or set(r.roles) & caller.roles]
         return for_caller(card, caller.owner, roles, applying)
 
+    def _refuse_second_answer(self, message: Message) -> None:
+        """An answer naming a prompt this server saw answered is refused, naming who
+        answered first, rather than restated as stale or refused as "still working"."""
+        request_id = reply_request_id(reply_of(message))
+        first = self._executor.answered(message.task_id, request_id) if request_id else None
+        if first is not None:
+            raise InvalidRequestError(
+                message=first_answer_text(message.task_id, first.request_id, first)
+            )
+
     def _check_approver(self, task_id: str, context: ServerCallContext) -> None:
         """An answer to a permission prompt needs the approver role. Refused here,
         the prompt stays pending, untouched, for a caller who has it."""
@@ -254,8 +275,12 @@ class GuardedRequestHandler(DefaultRequestHandler):
             or config.HasField("task_push_notification_config")
         ):
             context.state[UNSEEN_UNTIL_SETTLED] = True
-        async with self._gate.turn():
-            return await super().on_message_send(params, context)
+        try:
+            async with self._gate.turn():
+                return await super().on_message_send(params, context)
+        except BaseException:
+            self._executor.release(context)  # an answer that did not apply frees its prompt
+            raise
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
@@ -273,8 +298,12 @@ class GuardedRequestHandler(DefaultRequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
         stored = await self._admit(params, context)
-        if stored is not None:
-            yield stored
-        async with self._gate.turn():
-            async for event in super().on_message_send_stream(params, context):
-                yield event
+        try:
+            if stored is not None:
+                yield stored
+            async with self._gate.turn():
+                async for event in super().on_message_send_stream(params, context):
+                    yield event
+        except BaseException:
+            self._executor.release(context)  # an answer that did not apply frees its prompt
+            raise

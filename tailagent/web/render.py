@@ -36,6 +36,11 @@ def _clock(iso: str) -> str:
         return iso
 
 
+def _person(who: str) -> str:
+    """A requester as people say it: the local token is this box's owner."""
+    return "this box's owner" if who == "token:local" else who
+
+
 _ENV = Environment(
     loader=PackageLoader("tailagent.web", "templates"),
     autoescape=select_autoescape(default=True, default_for_string=True),
@@ -44,6 +49,7 @@ _ENV = Environment(
 )
 _ENV.filters["pretty"] = _pretty
 _ENV.filters["clock"] = _clock
+_ENV.filters["person"] = _person
 _ENV.globals["parse_diff"] = diffs.parse
 
 
