@@ -81,6 +81,7 @@ def test_input_required_prints_the_exact_reply_command_and_exits_3(server: Runni
     answered = run_reply(server, allow)
     assert answered.returncode == 0, answered.stdout + answered.stderr
     assert "✓ rm -rf build: completed" in answered.stdout
+    assert "» allowed by token local" in answered.stdout  # who decided, in the terminal
 
 
 def test_question_reply_command_answers_it(server: RunningServer) -> None:

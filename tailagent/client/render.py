@@ -191,6 +191,9 @@ class Renderer:
                         self._line(Text("  " + str(item["output"]).rstrip(), "dim"))
             elif kind == "notice":
                 self._line(Text(f"! {text}", "yellow"))
+            elif kind == "resumed" and text:  # who decided the prompt, from where
+                denied = metadata_of(message).get("decision") == "deny"
+                self._line(Text(f"» {text}", "red" if denied else "green"))
         elif state in FINAL_STATES:
             name = state_name(state)
             style = "green" if state == TaskState.TASK_STATE_COMPLETED else "red"
