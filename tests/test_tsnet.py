@@ -12,11 +12,13 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +32,11 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 from hypercorn.asyncio import serve
+from playwright.sync_api import expect, sync_playwright
 
 from tailagent.tsnet.library import library_path
 from tests.a2a_helpers import user_message
+from tests.browser import CHROMIUM, FLAGS
 from tests.conftest import RunningServer, start_server
 from tests.real_tailnet import Node, Tailnet, module_tailnet
 from tests.tailnet import free_port, refusal
@@ -127,6 +131,41 @@ def test_a_caller_reaches_the_node_by_name_and_address_and_whois_names_it(
     with httpx.Client(timeout=10) as http:
         card = http.get(agent.url + "/.well-known/agent-card.json").json()
     assert card["supportedInterfaces"][0]["url"].startswith(f"http://{dns_name('tsagent')}")
+
+
+def open_the_desk_by_short_name(proxy: str, login: str, device: str) -> None:
+    """A browser on the caller's node types the agent's short name, sees itself named by
+    whois with no sign-in, and sends a task from the page. Run in a thread of its own:
+    Playwright's sync API marks its thread's event loop as running between calls (see
+    microsoft/playwright-pytest#167), which would stop the async tests that follow."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_context(proxy={"server": proxy}).new_page()
+            page.goto("http://tsagent/")  # what people type: the short name and the root
+            assert page.url == "http://tsagent/desk/"
+            expect(page.locator(".viewer")).to_have_text(f"{login} from {device}")
+            expect(page.locator("#rows")).to_be_visible()
+            page.fill("#text", "over the tailnet")
+            page.click("form.send button")
+            page.wait_for_url(re.compile(r"http://tsagent/desk/tasks/[0-9a-f-]+$"))
+            expect(page.locator(".answer")).to_contain_text("echo: over the tailnet", timeout=5000)
+        finally:
+            browser.close()
+
+
+def test_a_browser_on_the_callers_node_opens_the_desk_by_short_name_with_no_sign_in(
+    tailnet: Tailnet, agent: RunningServer
+) -> None:
+    """The caller node's outbound proxy stands for its device's network: Chromium reaches
+    the embedded node by its short MagicDNS name, which the request's Host then carries."""
+    caller = tailnet.nodes["callerbox"]
+    login = login_of(caller)
+    device = caller.whois(caller.ip())["Node"]["Name"].split(".")[0]
+    with ThreadPoolExecutor(1) as worker:
+        worker.submit(open_the_desk_by_short_name, caller.proxy, login, device).result(60)
+    sent = f"user:{login} (tailnet connection) POST /desk/tasks -> 303"
+    assert sent in agent.log(), agent.log()[-3000:]
 
 
 def test_a_local_process_forging_headers_is_a_local_caller(
