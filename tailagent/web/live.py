@@ -88,6 +88,7 @@ class Desk:
         # task id -> (owner, state): for the list's pulse and the "waiting for you" badge.
         self.states: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self.list_changed = asyncio.Event()
+        self.list_version = 0  # counts list_changed, so a list can be read once per change
         self.watchers = 0
 
     def saved(self, task: Task, owner: str) -> None:
@@ -99,6 +100,7 @@ class Desk:
             self.states.move_to_end(task.id)
             while len(self.states) > MAX_STATES:
                 self.states.popitem(last=False)
+            self.list_version += 1
             self.list_changed.set()
             self.list_changed = asyncio.Event()
         journal = self._journals.get(task.id)

@@ -40,9 +40,10 @@ from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.web import forms, render
 from tailagent.web.live import Desk, Journal
-from tailagent.web.transcript import SECTIONS, Entry, row
+from tailagent.web.transcript import SECTIONS, Entry, Row, row
 
 LIST_LIMIT = 50
+LIST_CACHE = 64  # people whose list is kept between changes
 HEARTBEAT = 15.0
 RECONNECT_MS = 1000
 LIST_SETTLE = 0.1  # a burst of state changes becomes one list update
@@ -122,11 +123,21 @@ def blueprint(parts: DeskParts) -> Blueprint:
             raise Refused(404, f"no task {task_id} that you may see")
         return task
 
-    async def rows(caller: Caller) -> tuple[list[Any], list[str]]:
+    # scope -> (list version, rows): every open list of one person (or of the admins)
+    # reads the store once per change, not once per page.
+    read: dict[str | None, tuple[int, list[Row]]] = {}
+
+    async def rows(caller: Caller) -> tuple[list[Row], list[str]]:
         scope = None if caller.may("admin") else caller.owner
-        found = [row(task, owner) for task, owner in await parts.store.recent(scope, LIST_LIMIT)]
-        found.sort(key=lambda r: not r.waiting)  # stable: newest first within each
-        return found, parts.desk.waiting_for(scope)
+        version = parts.desk.list_version
+        cached = read.get(scope)
+        if cached is None or cached[0] != version:
+            recent = await parts.store.recent(scope, LIST_LIMIT)
+            found = sorted((row(t, o) for t, o in recent), key=lambda r: not r.waiting)
+            cached = read[scope] = (version, found)  # sorted is stable: newest first
+            if len(read) > LIST_CACHE:
+                read.pop(next(iter(read)))
+        return cached[1], parts.desk.waiting_for(scope)
 
     async def form(caller: Caller, action: str, task_id: str = "") -> dict[str, Any]:
         """The posted form, once its token proves this page made it for this caller."""
@@ -149,7 +160,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
             result = await parts.handler.on_message_send(request_, _context(caller))
         except A2AError as exc:
             status = 403 if isinstance(exc, InvalidRequestError) else 409
-            raise Refused(status, str(exc.message)) from None
+            raise Refused(status, exc.message or type(exc).__name__) from None
         if not isinstance(result, Task):
             raise Refused(500, "the agent answered with a message, not a task")
         return result
@@ -172,8 +183,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
     async def task_list() -> ResponseReturnValue:
         caller = _caller()
         found, waiting = await rows(caller)
-        notice = request.args.get("notice", "")
-        return render.page("list.html", viewer(caller), rows=found, waiting=waiting, notice=notice)
+        return render.page("list.html", viewer(caller), rows=found, waiting=waiting)
 
     @desk_bp.get("/events")
     async def list_events() -> ResponseReturnValue:
@@ -215,7 +225,6 @@ def blueprint(parts: DeskParts) -> Blueprint:
             sections=SECTIONS,
             by_section=by_section,
             event_id=journal.event_id,
-            notice=request.args.get("notice", ""),
         )
 
     @desk_bp.get("/tasks/<task_id>/events")
@@ -283,7 +292,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
         try:
             await parts.handler.on_cancel_task(CancelTaskRequest(id=task_id), _context(caller))
         except A2AError as exc:
-            raise Refused(409, str(exc.message)) from None
+            raise Refused(409, exc.message or type(exc).__name__) from None
         return redirect(f"/desk/tasks/{task_id}", 303)
 
     @desk_bp.post("/signin-link")
