@@ -383,9 +383,10 @@ def test_a_task_that_starts_waiting_raises_a_badge_and_a_notification(
     watcher.close()
 
 
-def test_on_a_phone_the_question_and_its_buttons_fit(
+def test_on_a_phone_a_person_drives_a_whole_task(
     tailnet: Tailnet, browser: Browser, tmp_path: Path
 ) -> None:
+    """Start, watch, approve, read the diff, follow up and cancel, at 390×844, by taps."""
     phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
     page = phone.new_page()
     start_task(page, tailnet, "alice", "think plan tool edit ask")
@@ -401,8 +402,15 @@ def test_on_a_phone_the_question_and_its_buttons_fit(
     shot = Path(SCREENSHOTS or tmp_path) / "desk-phone.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
-    ask.get_by_role("button", name="Allow", exact=True).click()
+    ask.get_by_role("button", name="Allow", exact=True).tap()
     expect(page.locator(".task-head .state")).to_have_text("completed")
+    page.fill("#follow", "slow 30")
+    page.locator("form.follow button").tap()
+    page.wait_for_url(re.compile(r"/desk/tasks/[0-9a-f-]+$"))
+    expect(page.locator(".answer")).to_contain_text("tick 1/30")
+    page.get_by_role("button", name="Cancel task").tap()
+    expect(page.locator(".task-head .state")).to_have_text("canceled")
+    assert tailnet.state(page.url.rsplit("/", 1)[1]) == "TASK_STATE_CANCELED"
     phone.close()
 
 
