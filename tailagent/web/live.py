@@ -21,13 +21,12 @@ from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from a2a.types.a2a_pb2 import Task, TaskState
+from a2a.types.a2a_pb2 import Task
 
-from tailagent.web.transcript import FINAL, Entry, entries
+from tailagent.web.transcript import FINAL, WAITING, Entry, entries
 
 REFRESH_INTERVAL = 0.1
 MAX_JOURNALS = 256
-MAX_STATES = 4096
 
 
 @dataclass
@@ -78,31 +77,27 @@ class Journal:
 
 
 class Desk:
-    """The live state every open page reads: journals, and the tasks' latest states."""
+    """The live state every open page reads: journals, the unfinished tasks' states, and
+    which tasks wait for an answer. Two pulses wake pages: `list_changed` (any task's
+    state moved: lists re-read) and `waiting_changed` (the set of waiting tasks moved:
+    every page's badge). A task page is not woken by other tasks' progress."""
 
     def __init__(self, load: Callable[[str], Awaitable[tuple[Task, str] | None]]) -> None:
         self._load = load  # a task and its owner, by id, whoever owns it
         self._journals: OrderedDict[str, Journal] = OrderedDict()
         self._scheduled: set[str] = set()
         self._pinned: Counter[str] = Counter()  # journals an open stream follows
-        # task id -> (owner, state): for the list's pulse and the "waiting for you" badge.
-        self.states: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self._states: dict[str, int] = {}  # unfinished tasks seen here -> their state
+        self._waiting: dict[str, str] = {}  # tasks waiting for an answer -> their owner
         self.list_changed = asyncio.Event()
         self.list_version = 0  # counts list_changed, so a list can be read once per change
-        self.watchers = 0
+        self.waiting_changed = asyncio.Event()
 
     def saved(self, task: Task, owner: str) -> None:
         """The store saved a task (the hot path: notes and schedules, nothing more)."""
-        before = self.states.get(task.id)
         state = task.status.state
-        if before is None or before[1] != state:
-            self.states[task.id] = (owner, state)
-            self.states.move_to_end(task.id)
-            while len(self.states) > MAX_STATES:
-                self.states.popitem(last=False)
-            self.list_version += 1
-            self.list_changed.set()
-            self.list_changed = asyncio.Event()
+        if self._states.get(task.id) != state:
+            self._state_moved(task.id, owner, state)
         journal = self._journals.get(task.id)
         if journal is None:
             return
@@ -110,8 +105,25 @@ class Desk:
         if task.id not in self._scheduled:
             self._scheduled.add(task.id)
             # A final state is shown at once; the chunks of a turn, a few times a second.
-            delay = 0.0 if task.status.state in FINAL else REFRESH_INTERVAL
+            delay = 0.0 if state in FINAL else REFRESH_INTERVAL
             asyncio.get_running_loop().call_later(delay, self._refresh, task.id)
+
+    def _state_moved(self, task_id: str, owner: str, state: int) -> None:
+        if state in FINAL:
+            self._states.pop(task_id, None)
+        else:
+            self._states[task_id] = state
+        self.list_version += 1
+        self.list_changed.set()
+        self.list_changed = asyncio.Event()
+        was_waiting = task_id in self._waiting
+        if state == WAITING:
+            self._waiting[task_id] = owner
+        else:
+            self._waiting.pop(task_id, None)
+        if was_waiting != (state == WAITING):
+            self.waiting_changed.set()
+            self.waiting_changed = asyncio.Event()
 
     def _refresh(self, task_id: str) -> None:
         self._scheduled.discard(task_id)
@@ -155,8 +167,4 @@ class Desk:
 
     def waiting_for(self, owner: str | None) -> list[str]:
         """Tasks waiting for an answer: one owner's, or everyone's (None, an admin)."""
-        return [
-            task_id
-            for task_id, (task_owner, state) in self.states.items()
-            if state == TaskState.TASK_STATE_INPUT_REQUIRED and owner in (None, task_owner)
-        ]
+        return [task_id for task_id, waits in self._waiting.items() if owner in (None, waits)]

@@ -46,7 +46,7 @@ LIST_LIMIT = 50
 LIST_CACHE = 64  # people whose list is kept between changes
 HEARTBEAT = 15.0
 RECONNECT_MS = 1000
-LIST_SETTLE = 0.1  # a burst of state changes becomes one list update
+LIST_SETTLE = 0.5  # state changes within it become one list update
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
@@ -123,21 +123,24 @@ def blueprint(parts: DeskParts) -> Blueprint:
             raise Refused(404, f"no task {task_id} that you may see")
         return task
 
-    # scope -> (list version, rows): every open list of one person (or of the admins)
-    # reads the store once per change, not once per page.
-    read: dict[str | None, tuple[int, list[Row]]] = {}
+    # scope -> (list version, its read): every open list of one person (or of the
+    # admins) shares one store read per change, even the ones woken together.
+    reads: dict[str | None, tuple[int, asyncio.Task[list[Row]]]] = {}
+
+    async def read_rows(scope: str | None) -> list[Row]:
+        recent = await parts.store.recent(scope, LIST_LIMIT)
+        # Waiting first; sorted is stable, so newest first within each.
+        return sorted((row(t, o) for t, o in recent), key=lambda r: not r.waiting)
 
     async def rows(caller: Caller) -> tuple[list[Row], list[str]]:
         scope = None if caller.may("admin") else caller.owner
         version = parts.desk.list_version
-        cached = read.get(scope)
-        if cached is None or cached[0] != version:
-            recent = await parts.store.recent(scope, LIST_LIMIT)
-            found = sorted((row(t, o) for t, o in recent), key=lambda r: not r.waiting)
-            cached = read[scope] = (version, found)  # sorted is stable: newest first
-            if len(read) > LIST_CACHE:
-                read.pop(next(iter(read)))
-        return cached[1], parts.desk.waiting_for(scope)
+        cached = reads.get(scope)
+        if cached is None or cached[0] != version or cached[1].cancelled():
+            cached = reads[scope] = (version, asyncio.ensure_future(read_rows(scope)))
+            if len(reads) > LIST_CACHE:
+                reads.pop(next(iter(reads)))
+        return await asyncio.shield(cached[1]), parts.desk.waiting_for(scope)
 
     async def form(caller: Caller, action: str, task_id: str = "") -> dict[str, Any]:
         """The posted form, once its token proves this page made it for this caller."""
@@ -191,18 +194,14 @@ def blueprint(parts: DeskParts) -> Blueprint:
         you = viewer(caller)
 
         async def body() -> AsyncGenerator[bytes, None]:
-            parts.desk.watchers += 1
-            try:
-                while True:
-                    changed = parts.desk.list_changed
-                    found, waiting = await rows(caller)
-                    html = render.page("rows.html", you, rows=found, waiting=waiting)
-                    yield _sse("rows", {"html": html, "waiting": waiting})
-                    while not await _wait(changed, HEARTBEAT):
-                        yield b": still here\n\n"
-                    await asyncio.sleep(LIST_SETTLE)
-            finally:
-                parts.desk.watchers -= 1
+            while True:
+                changed = parts.desk.list_changed
+                found, waiting = await rows(caller)
+                html = render.page("rows.html", you, rows=found, waiting=waiting)
+                yield _sse("rows", {"html": html, "waiting": waiting})
+                while not await _wait(changed, HEARTBEAT):
+                    yield b": still here\n\n"
+                await asyncio.sleep(LIST_SETTLE)
 
         return _stream(body())
 
@@ -237,14 +236,13 @@ def blueprint(parts: DeskParts) -> Blueprint:
 
         async def body() -> AsyncGenerator[bytes, None]:
             seen, waiting_sent = last, None
-            parts.desk.watchers += 1
             parts.desk.pin(task_id)
             try:
                 while True:
                     journal = await parts.desk.journal(task_id)
                     if journal is None:
                         return
-                    woken, pulse = journal.woken, parts.desk.list_changed
+                    woken, pulse = journal.woken, parts.desk.waiting_changed
                     if seen != journal.event_id:
                         yield _changes(journal, seen, you)
                         seen = journal.event_id
@@ -256,7 +254,6 @@ def blueprint(parts: DeskParts) -> Blueprint:
                         yield b": still here\n\n"
             finally:
                 parts.desk.unpin(task_id)
-                parts.desk.watchers -= 1
 
         return _stream(body())
 
