@@ -170,6 +170,21 @@ def test_approving_from_the_page_completes_the_task_and_says_who(
     assert "pixel-7" in row and "via web" in row and '"allow"' in row
 
 
+def test_deny_with_a_message_gives_the_agent_the_persons_words(
+    tailnet: Tailnet, context: BrowserContext
+) -> None:
+    page = context.new_page()
+    task_id = start_task(page, tailnet, "alice", "ask")
+    ask = page.locator("section.ask")
+    ask.locator("textarea[name=message]").fill("not on the shared box")
+    ask.get_by_role("button", name="Deny with this message").click()
+    expect(page.locator(".decision")).to_contain_text(
+        f"denied by {OWNER} from pixel-7 via web: not on the shared box"
+    )
+    expect(page.locator(".item.notice")).to_contain_text("not on the shared box")
+    tailnet.wait_state(task_id, "TASK_STATE_COMPLETED")
+
+
 def test_a_question_shows_its_options_as_choices(tailnet: Tailnet, context: BrowserContext) -> None:
     page = context.new_page()
     task_id = start_task(page, tailnet, "alice", "question")
