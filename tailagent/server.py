@@ -330,6 +330,8 @@ async def next_steps(settings: Settings, presence: Presence, where: str) -> list
         "" if settings.state_dir == default_state_dir() else f" --state-dir {settings.state_dir}"
     )
     lines = [f"on this box: tailagent call hello{state}   (it sends the local token)"]
+    if where.startswith("http"):
+        lines.append(f"the approval desk: {where}/desk/ (sign in here with `tailagent web{state}`)")
     known = presence.callers_line()
     if known is not None:
         return [*lines, known]

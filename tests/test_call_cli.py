@@ -258,6 +258,7 @@ def test_ctrl_c_cancels_the_task_and_tasks_watch_cancel_follow_it(server: Runnin
 def test_the_server_says_what_to_do_next(server: RunningServer, tmp_path: Path) -> None:
     log = server.log()
     assert f"on this box: tailagent call hello --state-dir {server.state_dir}" in log
+    assert f"the approval desk: {server.url}/desk/ (sign in here with `tailagent web" in log
     assert "no tailscaled" in log and "--tsnet" in log
     fake = FakeTailscaled(tmp_path / "ts").start()
     served = start_server(tmp_path, "--tailscale-socket", str(fake.socket))

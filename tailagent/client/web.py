@@ -28,8 +28,8 @@ async def _link(target: Target, args: argparse.Namespace) -> int:
         return 0
     if target.token(args.token) is None:
         raise UsageError(
-            "no local token to sign in with: run this as the user who runs `tailagent serve`, "
-            "with the same --state-dir"
+            "no local token to sign in with: start `tailagent serve` first (it makes one), "
+            "and run this as the same user, with the same --state-dir"
         )
     async with open_http(target, args.token) as http:
         response = await http.post(f"{target.base}/desk/signin-link", json={})
