@@ -34,6 +34,12 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--agent-command", metavar="CMD", help="any ACP agent, as a command line")
     p.add_argument("--cwd", metavar="DIR", help="the workspace (default: current directory)")
     p.add_argument(
+        "--isolation",
+        choices=("worktree", "shared"),
+        help="worktree: each conversation in a git worktree of its own (the default, in a "
+        "git repository); shared: all in the workspace",
+    )
+    p.add_argument(
         "--listen",
         metavar="ADDR",
         help="127.0.0.1:PORT, [::1]:PORT or unix:/path (default: 127.0.0.1:3008)",
@@ -365,6 +371,7 @@ def _serve(args: argparse.Namespace) -> int:
         "agent": args.agent,
         "agent_command": args.agent_command,
         "cwd": args.cwd,
+        "workspace.isolation": args.isolation,
         "listen": args.listen,
         "public_url": args.public_url,
         "state_dir": args.state_dir,

@@ -195,6 +195,18 @@ class TsnetSettings:
     https: str = "auto"
 
 
+ISOLATION_MODES = ("worktree", "shared")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceSettings:
+    """How conversations share the workspace: each in a git worktree and branch of its
+    own (`worktree`, when the workspace is a git repository), or all in it (`shared`)."""
+
+    isolation: str = "worktree"
+    base: str | None = None  # the branch conversations start from; None: the current one
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     agent: str = "claude"
@@ -221,6 +233,7 @@ class Settings:
     push: PushSettings = field(default_factory=PushSettings)
     tailscale: TailscaleSettings = field(default_factory=TailscaleSettings)
     tsnet: TsnetSettings = field(default_factory=TsnetSettings)
+    workspace: WorkspaceSettings = field(default_factory=WorkspaceSettings)
 
     @property
     def store_url(self) -> str:
@@ -438,6 +451,8 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "tsnet.ephemeral": _boolean,
     "tsnet.auth_key_file": _path,
     "tsnet.https": _choice(HTTPS_MODES),
+    "workspace.isolation": _choice(ISOLATION_MODES),
+    "workspace.base": _text,
 }
 # TOML table -> Settings field; `agent` is also a plain key (which agent), so its
 # table lands in `agent_process`.
@@ -449,6 +464,7 @@ SECTIONS = {
     "attachments": "attachments",
     "push": "push",
     "tsnet": "tsnet",
+    "workspace": "workspace",
 }
 SECTION_TYPES = {
     "access": AccessSettings,
@@ -458,6 +474,7 @@ SECTION_TYPES = {
     "attachments": AttachmentSettings,
     "push": PushSettings,
     "tsnet": TsnetSettings,
+    "workspace": WorkspaceSettings,
 }
 
 

@@ -494,18 +494,22 @@ class ClaudeBackend:
             log.warning("%s Until then every task fails.", login_advice(self._cli.path))
         self._spares.top_up()
 
-    async def open_session(self, resume_id: str | None = None) -> ClaudeSession:
-        if resume_id is None:
+    async def open_session(
+        self, resume_id: str | None = None, cwd: Path | None = None
+    ) -> ClaudeSession:
+        # A spare's CLI was started in the workspace; a conversation with a directory
+        # of its own (a worktree) starts its own CLI there.
+        if resume_id is None and cwd in (None, self.workspace):
             return await self._spares.take()
-        session = await self._connect(resume_id)
+        session = await self._connect(resume_id, cwd)
         self._spares.top_up()
         return session
 
-    async def _connect(self, resume_id: str | None) -> ClaudeSession:
+    async def _connect(self, resume_id: str | None, cwd: Path | None = None) -> ClaudeSession:
         assert self._cli.path is not None  # start() checked it
         session = ClaudeSession(
             self.settings,
-            self.workspace,
+            cwd or self.workspace,
             resume_id or str(uuid.uuid4()),
             resume_id is not None,
             self._cli.path,

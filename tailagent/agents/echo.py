@@ -4,20 +4,24 @@ It answers with what it was sent. Keywords in the prompt make it act out the
 vocabulary, in the order they appear, so demos and tests can exercise the whole
 bridge without a model account:
 
-    think  plan  tool  edit  ask  ask:NAME  question  slow N  boom
+    think  plan  tool  edit  edit:PATH  ask  ask:NAME  question  slow N  boom
 
 `ask` always asks for the same command (so asking twice trips loop protection);
-`ask:NAME` asks for a command about NAME (distinct requests).
+`ask:NAME` asks for a command about NAME (distinct requests). `edit` really fixes
+calc.py in its working directory; `edit:PATH` writes the prompt's first line to PATH
+(so two conversations can conflict on purpose).
 """
 
 from __future__ import annotations
 
 import asyncio
+import difflib
 import itertools
 import json
 import re
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from tailagent.agents.events import (
     AgentEvent,
@@ -50,6 +54,8 @@ from tailagent.agents.events import (
 _WORD = re.compile(r"[a-z]+(?::[\w.-]+)?|\d+")
 KEYWORDS = ("think", "plan", "tool", "edit", "ask", "question", "slow", "boom")
 COLOUR_QUESTION = "Which colour do you prefer?"
+CALC_BEFORE = "def add(a, b):\n    return a - b\n"
+CALC_AFTER = "def add(a, b):\n    return a + b\n"
 CALC_DIFF = (
     "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
     " def add(a, b):\n-    return a - b\n+    return a + b\n"
@@ -84,8 +90,9 @@ def script(text: str) -> list[tuple[str, str]]:
 
 
 class EchoSession:
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, cwd: Path) -> None:
         self._session_id = session_id
+        self._cwd = cwd
         self._turns = 0
         self._answers: dict[str, asyncio.Future[Answer]] = {}
         self._cancelled = asyncio.Event()
@@ -156,8 +163,14 @@ class EchoSession:
                 yield ToolFinished(tool_id, "completed", "def add(a, b):\n    return a - b\n")
             elif keyword == "edit":
                 tool_id = next(tool_ids)
-                yield ToolStarted(tool_id, "Edit", "Edit calc.py", {"path": "calc.py"})
-                yield FileChanged("calc.py", CALC_DIFF)
+                path = arg or "calc.py"
+                yield ToolStarted(tool_id, "Edit", f"Edit {path}", {"path": path})
+                try:
+                    diff = self._edit(path, text)
+                except (OSError, ValueError) as exc:
+                    yield ToolFinished(tool_id, "failed", str(exc))
+                    continue
+                yield FileChanged(path, diff)
                 yield ToolFinished(tool_id, "completed")
             elif keyword == "ask":
                 async for event in self._ask(arg or "build", next(tool_ids)):
@@ -194,6 +207,28 @@ class EchoSession:
         yield Text("echo: ")
         yield Text(text)
         yield TurnDone(usage={"turns": self._turns, "inputChars": len(text)}, cost=0.0)
+
+    def _edit(self, path: str, prompt: str) -> str:
+        """Writes the change it shows to a real file of its working directory: `calc.py`
+        gets its bug fixed (written first if missing), any other path the prompt's first
+        line. Returns the diff of what it wrote."""
+        root = self._cwd.resolve()
+        target = (root / path).resolve()
+        if not target.is_relative_to(root) or target == root:
+            raise ValueError(f"{path} is outside the working directory")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if path == "calc.py":
+            target.write_text(CALC_BEFORE)
+            target.write_text(CALC_AFTER)
+            return CALC_DIFF
+        before = target.read_text() if target.exists() else ""
+        after = prompt.splitlines()[0] + "\n" if prompt.strip() else "\n"
+        target.write_text(after)
+        lines = difflib.unified_diff(
+            before.splitlines(keepends=True), after.splitlines(keepends=True),
+            f"a/{path}", f"b/{path}",
+        )  # fmt: skip
+        return "".join(lines)
 
     async def _ask(self, target: str, tool_id: str) -> AsyncIterator[AgentEvent]:
         command = f"rm -rf {target}"
@@ -245,11 +280,16 @@ class EchoBackend:
 
     max_sessions: int | None = None
 
+    def __init__(self, workspace: Path | None = None) -> None:
+        self.workspace = workspace or Path.cwd()
+
     async def start(self) -> None:
         return None
 
-    async def open_session(self, resume_id: str | None = None) -> EchoSession:
-        return EchoSession(resume_id or uuid.uuid4().hex)
+    async def open_session(
+        self, resume_id: str | None = None, cwd: Path | None = None
+    ) -> EchoSession:
+        return EchoSession(resume_id or uuid.uuid4().hex, cwd or self.workspace)
 
     async def aclose(self) -> None:
         return None

@@ -291,8 +291,11 @@ class AgentBackend(Protocol):
         """Checks the agent can start at all, before the server takes requests."""
         ...
 
-    async def open_session(self, resume_id: str | None = None) -> AgentSession:
-        """A new session, or the one `resume_id` names when the agent can load it."""
+    async def open_session(
+        self, resume_id: str | None = None, cwd: Path | None = None
+    ) -> AgentSession:
+        """A new session, or the one `resume_id` names when the agent can load it; it
+        works in `cwd` (a conversation's own worktree) or, None, in the workspace."""
         ...
 
     async def aclose(self) -> None: ...

@@ -26,7 +26,7 @@ def make_backend(settings: Settings) -> AgentBackend:
     if settings.agent_command is None and preset is None:
         from tailagent.agents.echo import EchoBackend
 
-        return EchoBackend()
+        return EchoBackend(settings.cwd)
     from tailagent.agents.acp.backend import AcpBackend
 
     # A preset with its own command (say, a local install) keeps the preset's

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from pathlib import Path
 
 from tailagent.agents.events import AgentBackend, AgentSession
 from tailagent.bridge.state import MintedIds, SessionMap
@@ -71,9 +72,12 @@ class SessionPool:
         """The task that holds this context's session, if any."""
         return self._holders.get(context_id)
 
-    async def acquire(self, context_id: str, task_id: str) -> tuple[AgentSession, bool]:
+    async def acquire(
+        self, context_id: str, task_id: str, cwd: Path | None = None
+    ) -> tuple[AgentSession, bool]:
         """The context's session, lent to `task_id`; True when an earlier session of the
-        context was reloaded into a new one."""
+        context was reloaded into a new one. A new session works in `cwd` (the
+        context's worktree), or in the workspace."""
         async with self._lock:
             holder = self._holders.get(context_id)
             if holder is not None and holder != task_id:
@@ -90,7 +94,7 @@ class SessionPool:
             self._holders[context_id] = task_id
             try:
                 resume_id = await self._map.get(context_id, self._backend.name)
-                session = await self._backend.open_session(resume_id)
+                session = await self._backend.open_session(resume_id, cwd)
             except BaseException:
                 del self._holders[context_id]
                 raise

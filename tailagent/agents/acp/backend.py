@@ -97,22 +97,28 @@ class AcpBackend:
         else:
             await first.stop(grace=1.0)
 
-    async def open_session(self, resume_id: str | None = None) -> AcpSession:
+    async def open_session(
+        self, resume_id: str | None = None, cwd: Path | None = None
+    ) -> AcpSession:
         process = await self._spares.take()
         try:
-            return await self._open(process, resume_id)
+            return await self._open(process, resume_id, cwd or self.workspace)
         except BaseException:
             await process.stop(grace=1.0)
             raise
 
-    async def _open(self, process: AgentProcess, resume_id: str | None) -> AcpSession:
+    async def _open(self, process: AgentProcess, resume_id: str | None, root: Path) -> AcpSession:
+        """Opens the session in `root`. A process started ahead serves whichever
+        conversation takes it, so its editor side (file reads and writes) is fenced
+        to that conversation's directory only now."""
         if process.auth_methods:
             raise AgentNeedsLogin(
                 f"The agent needs a login on the server: {self.preset.login_hint}."
             )
         connection = process.connection
         assert connection is not None
-        cwd = str(self.workspace)
+        process.host.workspace = root
+        cwd = str(root)
         notice: Notice | None = None
         try:
             if resume_id and process.supports_load:
@@ -120,7 +126,7 @@ class AcpBackend:
                     await connection.load_session(
                         cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers
                     )
-                    return self._session(process, resume_id)
+                    return self._session(process, resume_id, root)
                 except RequestError as exc:
                     if exc.code == AUTH_REQUIRED:
                         raise
@@ -140,20 +146,20 @@ class AcpBackend:
                     f"The agent needs a login on the server: {self.preset.login_hint}."
                 ) from None
             raise
-        session = self._session(process, created.session_id)
+        session = self._session(process, created.session_id, root)
         if notice is not None:
             session.note(notice)
         return session
 
-    def _session(self, process: AgentProcess, session_id: str) -> AcpSession:
+    def _session(self, process: AgentProcess, session_id: str, root: Path) -> AcpSession:
         return AcpSession(
             process,
             session_id,
-            self.workspace,
+            root,
             login_hint=self.preset.login_hint,
             cancel_timeout=self.settings.cancel_timeout,
             terminals=Terminals(
-                self.workspace,
+                root,
                 self.settings.terminal_output_limit,
                 self.settings.max_terminals_per_turn,
             ),
