@@ -149,6 +149,34 @@ def _tasks_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     _agent_options(cancel)
 
 
+def _conversation_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    merge = sub.add_parser(
+        "merge", help="bring a conversation's branch into its base branch", epilog=EXIT_CODES
+    )
+    merge.add_argument("context", metavar="CONTEXT", help="the conversation (its context id)")
+    how = merge.add_mutually_exclusive_group()
+    for strategy, text in (
+        ("squash", "one commit listing the turns, trailers kept (the default)"),
+        ("merge", "a merge commit"),
+        ("rebase", "the turns' commits replayed on the base"),
+    ):
+        how.add_argument(
+            f"--{strategy}", dest="strategy", action="store_const", const=strategy, help=text
+        )
+    merge.set_defaults(strategy="squash")
+    merge.add_argument("--keep", action="store_true", help="keep the worktree and branch")
+    _agent_options(merge)
+    discard = sub.add_parser(
+        "discard", help="drop a conversation's worktree and branch", epilog=EXIT_CODES
+    )
+    discard.add_argument("context", metavar="CONTEXT", help="the conversation (its context id)")
+    discard.add_argument("--yes", action="store_true", help="do not ask first")
+    _agent_options(discard)
+    diff = sub.add_parser("diff", help="a conversation's changes against its base")
+    diff.add_argument("context", metavar="CONTEXT", help="the conversation (its context id)")
+    _agent_options(diff)
+
+
 def _web_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("web", help="the approval desk: a sign-in link for a browser on this box")
     _agent_options(p)
@@ -293,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     _serve_parser(sub)
     _call_parser(sub)
     _tasks_parsers(sub)
+    _conversation_parsers(sub)
     _web_parser(sub)
     _token_parser(sub)
     _audit_parser(sub)
@@ -353,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
             return audit_command(args, settings.store_url)
         commands = {"token": token_command, "keys": keys_command}
         return commands[args.command](args, settings.state_dir)
+    if args.command in ("merge", "discard", "diff"):
+        from tailagent.client.conversation import conversation_command
+
+        return conversation_command(args)
     if args.command == "web":
         from tailagent.client.web import web_command
 

@@ -39,6 +39,7 @@ from tailagent.access.tokens import TokenStore
 from tailagent.agents.events import AgentBackend, AgentStartError
 from tailagent.agents.registry import make_backend
 from tailagent.bridge.audit import AuditLog
+from tailagent.bridge.conversations import Isolated, choose
 from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.jsonrpc import jsonrpc_routes
@@ -51,6 +52,7 @@ from tailagent.bridge.state import (
     StoreUnavailable,
     check_store,
     close_unfinished_tasks,
+    context_ids,
     index_contexts,
     open_engine,
     redacted,
@@ -198,10 +200,25 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     denials = settings.max_permission_denials
     if settings.agent == "claude" and settings.claude.max_permission_denials:
         denials = settings.claude.max_permission_denials
+    conversations = await choose(
+        settings.workspace.isolation, settings.cwd, settings.state_dir, settings.workspace.base
+    )
+    if isinstance(conversations, Isolated):
+        pruned = await conversations.worktrees.prune(await context_ids(database_store))
+        log.info(
+            "isolation: each conversation in a git worktree and branch of its own, from %s "
+            "(merged back only on request: tailagent merge CONTEXT)%s",
+            settings.cwd,
+            f"; pruned {len(pruned)} left by conversations that no longer exist" if pruned else "",
+        )
+    else:
+        log.info("isolation: shared, every conversation works in %s (%s)", settings.cwd,
+                 conversations.why)  # fmt: skip
     executor = BridgeExecutor(
         backend,
         pool,
         audit,
+        conversations=conversations,
         max_permission_denials=denials,
         rules=settings.rules,
         workspace=settings.cwd,
@@ -216,6 +233,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         push_targets=push_targets, signals=signals, rules=settings.rules,
         attachment_limits=settings.attachments,
         max_concurrent_turns=settings.agent_process.max_concurrent_turns,
+        conversations=conversations,
     )  # fmt: skip
     context_builder = CallerContextBuilder()
     routes = [

@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -64,11 +65,19 @@ from tailagent.bridge.answers import (
     record_of,
 )
 from tailagent.bridge.audit import AuditEntry, AuditLog, summarize
+from tailagent.bridge.conversations import (
+    Conversations,
+    Shared,
+    TurnRecord,
+    signature,
+    subject_of,
+)
 from tailagent.bridge.publish import Publisher, open_task, text_part
 from tailagent.bridge.rules import Rule, first_match
 from tailagent.bridge.sessions import SessionPool
 from tailagent.config import AttachmentSettings
 from tailagent.metrics import DECISIONS, PROMPTS, TURN_SECONDS
+from tailagent.workspace.git import GitError
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +109,7 @@ class TaskRuntime:
     pump: asyncio.Task[None] | None = None  # while a request streams the turn
     started: float = field(default_factory=time.monotonic)
     roles: frozenset[str] = frozenset()  # of the caller whose task this is, for rules
+    turn: TurnRecord | None = None  # what the turn's commit will say (worktree isolation)
 
 
 @dataclass(eq=False)
@@ -204,7 +214,9 @@ class BridgeExecutor(AgentExecutor):
         rules: tuple[Rule, ...] = (),
         workspace: Path | None = None,
         attachment_settings: AttachmentSettings | None = None,
+        conversations: Conversations | None = None,
     ) -> None:
+        self._conversations: Conversations = conversations or Shared("not configured")
         self._rules = rules
         self._workspace = workspace or Path.cwd()
         self._attachments = attachment_settings or AttachmentSettings()
@@ -330,7 +342,12 @@ class BridgeExecutor(AgentExecutor):
         task_id, context_id = context.task_id or "", context.context_id or ""
         publisher = Publisher(task_id, context_id)
         try:
-            session, resumed = await self._pool.acquire(context_id, task_id)
+            directory = await self._conversations.directory(context_id)
+        except GitError as exc:
+            await publisher.fail(updater, f"The conversation's worktree is not usable: {exc}")
+            return None
+        try:
+            session, resumed = await self._pool.acquire(context_id, task_id, directory)
         except AgentStartError as exc:  # expected (a login, a missing tool): one line
             log.warning("the agent could not start for context %s: %s", context_id, exc)
             await publisher.fail(updater, f"The agent could not start: {exc}")
@@ -341,7 +358,7 @@ class BridgeExecutor(AgentExecutor):
             return None
         owner = caller_of(context.call_context)
         try:
-            box = attachments.inbox(self._workspace, task_id)
+            box = attachments.inbox(directory or self._workspace, task_id)
             parts = await prompt_parts(message, box, self._attachments)
         except (attachments.AttachmentRefused, httpx.HTTPError, OSError) as exc:
             await self._pool.release(context_id, task_id)
@@ -358,6 +375,9 @@ class BridgeExecutor(AgentExecutor):
         self._runtimes[task_id] = runtime
         # Who asked, kept in the task's metadata for every view of it (the desk's list).
         asker = answerer_of(context.call_context)
+        runtime.turn = TurnRecord(
+            task_id, context_id, subject_of(message), signature(asker.by, asker.node)
+        )
         requested = {"requestedBy": {"who": asker.by, "device": asker.node}}
         await publisher.status(updater, TaskState.TASK_STATE_WORKING, "started", metadata=requested)
         if resumed:
@@ -392,6 +412,10 @@ class BridgeExecutor(AgentExecutor):
             [text_part(decision_text(record))],
             record.metadata(),
         )
+        if isinstance(pending, PermissionAsked) and not parsed.denied and runtime.turn:
+            who = record.answerer
+            via = f" via {who.via}" if who.via != DEFAULT_VIA else ""
+            runtime.turn.approvals.append(f"{signature(who.by, who.node)}{via}: {pending.tool}")
         if isinstance(pending, PermissionAsked):
             caller = caller_of(call)
             label = caller.owner if caller else "unknown"
@@ -485,15 +509,20 @@ class BridgeExecutor(AgentExecutor):
                 return
             if isinstance(event, TurnDone):
                 await self._end(runtime)
-                await publisher.finish(
-                    updater, event, {"agentSessionId": runtime.session.session_id}
-                )
+                outcome: dict[str, Any] = {"agentSessionId": runtime.session.session_id}
+                if (worktree := await self._turn_ended(runtime)) is not None:
+                    outcome["worktree"] = worktree
+                await publisher.finish(updater, event, outcome)
                 return
             if isinstance(event, TurnFailed):
                 await self._end(runtime)
+                await self._turn_ended(runtime)  # what it changed before failing is kept
                 await publisher.fail(updater, event.message)
                 return
             await publisher.publish(updater, event)
+
+    async def _turn_ended(self, runtime: TaskRuntime) -> dict[str, Any] | None:
+        return None if runtime.turn is None else await self._conversations.turn_ended(runtime.turn)
 
     async def _apply_rule(
         self, runtime: TaskRuntime, event: PermissionAsked, updater: TaskUpdater
@@ -504,6 +533,8 @@ class BridgeExecutor(AgentExecutor):
             return False
         allow = rule.decision == "allow"
         by = f"tailagent ({rule.describe()})"
+        if allow and runtime.turn is not None:
+            runtime.turn.approvals.append(f"{by}: {event.tool}")
         await self._record(runtime, event, allow, rule.describe(), by, "tailagent")
         wanted = "allow" if allow else "reject"
         option = next((o.id for o in event.options if o.kind.startswith(wanted)), None)

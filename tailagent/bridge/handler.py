@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from a2a.server.agent_execution import SimpleRequestContextBuilder
 from a2a.server.context import ServerCallContext
@@ -32,7 +33,9 @@ from a2a.server.tasks import PushNotificationConfigStore
 from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
+    ListTasksRequest,
     Message,
+    Role,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
@@ -53,7 +56,15 @@ from tailagent.agents.events import PermissionAsked
 from tailagent.agents.mcp import is_unguarded_mode
 from tailagent.bridge import attachments
 from tailagent.bridge.answers import AlreadyAnswered, first_answer_text, reply_request_id
+from tailagent.bridge.conversations import (
+    Isolated,
+    Refused,
+    Shared,
+    operate,
+    requested_operation,
+)
 from tailagent.bridge.executor import BridgeExecutor, reply_of
+from tailagent.bridge.publish import data_part, text_part
 from tailagent.bridge.remote import CANCEL, CONFIRM_TIMEOUT, POLL_INTERVAL, PUSH, TaskSignals
 from tailagent.bridge.rules import Rule
 from tailagent.bridge.sessions import ContextBusy, SessionPool
@@ -92,7 +103,9 @@ class GuardedRequestHandler(DefaultRequestHandler):
         rules: tuple[Rule, ...] = (),
         attachment_limits: AttachmentSettings | None = None,
         max_concurrent_turns: int = AgentSettings().max_concurrent_turns,
+        conversations: Isolated | Shared | None = None,
     ) -> None:
+        self._conversations = conversations or Shared("not configured")
         self._gate = TurnGate(max_concurrent_turns)
         self._attachment_limits = attachment_limits or AttachmentSettings()
         self._push_targets = push_targets
@@ -264,9 +277,52 @@ class GuardedRequestHandler(DefaultRequestHandler):
                 )
             )
 
+    async def _operate(
+        self, operation: dict[str, Any], params: SendMessageRequest, context: ServerCallContext
+    ) -> Message:
+        """A merge, discard or diff of a conversation: the caller's own (or any, for an
+        admin), never while a turn runs in it; merge and discard need the approver role."""
+        context_id = params.message.context_id
+        kind = operation["kind"]
+        if not context_id:
+            raise InvalidParamsError(message=f"a {kind} names its conversation: set contextId")
+        caller = caller_of(context)
+        who = caller.owner if caller else "this caller"
+        if kind != "diff" and not (caller and caller.may("approver")):
+            raise InvalidRequestError(
+                message=f"{who} may not {kind} conversations (it lacks the approver role)"
+            )
+        if not (caller and caller.may("admin")):
+            mine = await self._store.list(
+                ListTasksRequest(context_id=context_id, page_size=1), context
+            )
+            if not mine.tasks:
+                raise InvalidParamsError(message=f"no conversation {context_id} of {who}")
+        holder = self._pool.holder(context_id)
+        if holder is not None and kind != "diff":
+            raise UnsupportedOperationError(
+                message=f"conversation {context_id} is running task {holder}: let it finish, "
+                f"or cancel it, before a {kind}"
+            )
+        try:
+            text, data = await operate(self._conversations, context_id, operation)
+        except Refused as exc:
+            raise UnsupportedOperationError(message=str(exc)) from None
+        reply = Message(
+            message_id=uuid.uuid4().hex,
+            role=Role.ROLE_AGENT,
+            context_id=context_id,
+            parts=[text_part(text), data_part(data)],
+        )
+        reply.metadata.update({"kind": kind})
+        return reply
+
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Message | Task:
+        operation = requested_operation(params.message)
+        if operation is not None:
+            return await self._operate(operation, params, context)
         await self._admit(params, context)
         config = params.configuration
         if not (
@@ -297,6 +353,10 @@ class GuardedRequestHandler(DefaultRequestHandler):
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
+        operation = requested_operation(params.message)
+        if operation is not None:
+            yield await self._operate(operation, params, context)
+            return
         stored = await self._admit(params, context)
         try:
             if stored is not None:

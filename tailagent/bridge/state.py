@@ -252,6 +252,14 @@ async def index_contexts(store: DatabaseTaskStore) -> None:
         )
 
 
+async def context_ids(store: DatabaseTaskStore) -> set[str]:
+    """Every conversation the store knows (a worktree of any other is an orphan)."""
+    await store.initialize()
+    async with store.async_session_maker() as session:
+        rows = await session.execute(select(store.task_model.context_id).distinct())
+    return {row[0] for row in rows}
+
+
 async def close_unfinished_tasks(store: DatabaseTaskStore, server: str) -> list[Task]:
     """Marks every task this server's previous run left unfinished as failed (and those
     no server claims, from before servers were named); returns them. Another server's

@@ -21,6 +21,7 @@ from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tailagent.client.connect import Target, a2a_client, open_http
 from tailagent.client.errors import EXIT_COMPLETED, EXIT_FAILED, exit_code, run_command
@@ -37,6 +38,15 @@ def _when(task: Task) -> str:
     moment = task.status.timestamp.ToDatetime(tzinfo=UTC).astimezone()
     today = datetime.now().astimezone().date()
     return moment.strftime("%H:%M:%S" if moment.date() == today else "%Y-%m-%d %H:%M")
+
+
+def _branch(task: Task) -> str:
+    """The conversation's branch and how far it is from its base, when it has one."""
+    meta = MessageToDict(task.metadata) if task.HasField("metadata") else {}
+    tree = meta.get("worktree") or {}
+    if not tree.get("branch"):
+        return ""
+    return f"[{tree['branch']} +{int(tree['ahead'])}/-{int(tree['behind'])}] "
 
 
 async def _list(args: argparse.Namespace, target: Target) -> int:
@@ -59,8 +69,9 @@ async def _list(args: argparse.Namespace, target: Target) -> int:
     )
     table.add_column("says", overflow="ellipsis", no_wrap=True, ratio=1)
     for task in tasks:
-        says = message_text(task.status.message).replace("\n", " ")
-        table.add_row(task.id, state_name(task.status.state), _when(task), says[:60])
+        says = _branch(task) + message_text(task.status.message).replace("\n", " ")
+        # Text, not markup: a branch in brackets or an agent's words are shown as they are.
+        table.add_row(task.id, state_name(task.status.state), _when(task), Text(says[:60]))
     Console(highlight=False).print(table)
     if not tasks:
         print("no tasks of yours on this agent", file=sys.stderr)

@@ -93,4 +93,9 @@ def entry(item: Entry, viewer: Viewer) -> str:
 
 def refusal(message: str, back: str) -> str:
     """A refused form or link, said plainly, with the way back."""
-    return _ENV.get_template("refused.html").render(message=message, back=back)
+    return outcome("Refused", message, back)
+
+
+def outcome(title: str, message: str, back: str) -> str:
+    """What a form came to, said plainly, with the way back."""
+    return _ENV.get_template("refused.html").render(title=title, message=message, back=back)

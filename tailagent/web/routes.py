@@ -282,6 +282,25 @@ def blueprint(parts: DeskParts) -> Blueprint:
         await send(caller, message)
         return redirect(f"/desk/tasks/{task_id}", 303)
 
+    @desk_bp.post("/tasks/<task_id>/merge")
+    async def merge(task_id: str) -> ResponseReturnValue:
+        """Squashes the task's conversation into its base branch (A2A's merge message)."""
+        caller = _caller()
+        await form(caller, "merge", task_id)
+        task = await visible_task(caller, task_id)
+        request_ = _message("", context_id=task.context_id)
+        del request_.parts[:]
+        request_.parts.append(_data_part({"kind": "merge", "strategy": "squash"}))
+        try:
+            reply = await parts.handler.on_message_send(
+                SendMessageRequest(message=request_), _context(caller)
+            )
+        except A2AError as exc:
+            raise Refused(409, exc.message or type(exc).__name__) from None
+        said = "".join(p.text for p in reply.parts) if isinstance(reply, Message) else ""
+        page = render.outcome("Merged", said, f"/desk/tasks/{task_id}")
+        return Response(page, content_type="text/html; charset=utf-8")
+
     @desk_bp.post("/tasks/<task_id>/cancel")
     async def cancel(task_id: str) -> ResponseReturnValue:
         caller = _caller()
@@ -370,8 +389,12 @@ def _answer(posted: dict[str, list[str]]) -> Message:
     else:
         raise Refused(400, "this form has no answer in it")
     if data is not None:
-        message.parts.append(Part(data=ParseDict(data, Value()), media_type="application/json"))
+        message.parts.append(_data_part(data))
     return message
+
+
+def _data_part(data: dict[str, Any]) -> Part:
+    return Part(data=ParseDict(data, Value()), media_type="application/json")
 
 
 def _changes(journal: Journal, last: str, viewer: render.Viewer) -> bytes:

@@ -82,11 +82,14 @@ def first_prompt(task: Task) -> str:
     return "(no prompt)"
 
 
+def _meta_of(task: Task) -> dict[str, Any]:
+    return MessageToDict(task.metadata) if task.HasField("metadata") else {}
+
+
 def requester(task: Task, owner: str) -> dict[str, str]:
     """Who started the task: the login (or tags) and the device, as the executor
     stamped them at its start; the store's owner name when it did not."""
-    meta = MessageToDict(task.metadata) if task.HasField("metadata") else {}
-    by = meta.get("requestedBy")
+    by = _meta_of(task).get("requestedBy")
     if isinstance(by, dict):
         return {"who": str(by.get("who", owner)), "device": str(by.get("device", ""))}
     return {"who": owner.partition(":")[2] or owner, "device": ""}
@@ -104,6 +107,7 @@ def head(task: Task, owner: str) -> dict[str, Any]:
         "final": status.state in FINAL,
         "waiting": status.state == WAITING,
         "reason": reason if status.state in FINAL else "",
+        "worktree": _meta_of(task).get("worktree") or {},
         **requester(task, owner),
     }
 

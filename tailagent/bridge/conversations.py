@@ -1,0 +1,194 @@
+"""Where a conversation works, and what its turns leave behind.
+
+With isolation (`workspace.isolation = "worktree"` in a git repository) every A2A
+context gets a git worktree and branch of its own: its agent works there, each turn
+that changed files ends with a commit whose trailers say who asked and who allowed
+each step, and nothing reaches the base branch until a person merges it. Shared,
+every conversation works in the workspace itself, as before.
+
+The executor asks only two things of this module (`directory`, `turn_ended`); the
+agents get a directory and never learn git.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from a2a.types.a2a_pb2 import Message
+from google.protobuf.json_format import MessageToDict
+
+from tailagent.workspace.git import GitError
+from tailagent.workspace.worktrees import Worktrees, probe
+
+log = logging.getLogger(__name__)
+
+
+def signature(who: str, device: str) -> str:
+    """A person as a commit trailer names them: `alice@example.com (laptop)`."""
+    return f"{who} ({device})" if device else who
+
+
+def subject_of(message: Message) -> str:
+    """A commit's subject: the first line of what was asked."""
+    text = " ".join(p.text for p in message.parts if p.HasField("text")).strip()
+    return text.splitlines()[0][:72] if text else "a turn of the agent"
+
+
+@dataclass
+class TurnRecord:
+    """What a turn's commit says: the first line of what was asked, by whom, and who
+    allowed each step of it."""
+
+    task_id: str
+    context_id: str
+    subject: str
+    requested_by: str
+    approvals: list[str] = field(default_factory=list)
+
+    def trailers(self) -> list[tuple[str, str]]:
+        return [
+            ("Requested-by", self.requested_by),
+            *(("Approved-by", approval) for approval in self.approvals),
+            ("A2A-Task", self.task_id),
+            ("A2A-Context", self.context_id),
+        ]
+
+
+class Conversations(Protocol):
+    mode: str  # "worktree" | "shared", as `serve` says at start
+
+    async def directory(self, context_id: str) -> Path | None:
+        """The directory the context's agent works in (None: the workspace)."""
+        ...
+
+    async def turn_ended(self, turn: TurnRecord) -> dict[str, Any] | None:
+        """Records the turn (a commit); what the task's final status says of it."""
+        ...
+
+
+class Shared:
+    """Every conversation in the workspace itself."""
+
+    mode = "shared"
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    async def directory(self, context_id: str) -> Path | None:
+        return None
+
+    async def turn_ended(self, turn: TurnRecord) -> dict[str, Any] | None:
+        return None
+
+
+class Isolated:
+    """A git worktree and branch per conversation."""
+
+    mode = "worktree"
+
+    def __init__(self, worktrees: Worktrees) -> None:
+        self.worktrees = worktrees
+
+    async def directory(self, context_id: str) -> Path | None:
+        return (await self.worktrees.ensure(context_id)).path
+
+    async def turn_ended(self, turn: TurnRecord) -> dict[str, Any] | None:
+        try:
+            commit = await self.worktrees.commit_turn(
+                turn.context_id, turn.subject, turn.trailers()
+            )
+            status = await self.worktrees.status(turn.context_id)
+        except GitError as exc:
+            # The turn's work stays in the worktree, uncommitted: the next turn's commit
+            # (or a person) picks it up. Say so rather than fail a finished turn.
+            log.warning("conversation %s: its turn was not committed: %s", turn.context_id, exc)
+            return {"error": str(exc)}
+        return {
+            "branch": status.branch,
+            "base": status.base_branch,
+            "ahead": status.ahead,
+            "behind": status.behind,
+            "files": status.files,
+            "commit": commit or "",
+        }
+
+
+async def choose(isolation: str, workspace: Path, state_dir: Path, base: str | None) -> (
+    Isolated | Shared
+):  # fmt: skip
+    """The isolation in force: a worktree per conversation when asked for and the
+    workspace is a git repository that can have them; else shared, saying why."""
+    if isolation == "shared":
+        return Shared("workspace.isolation = shared")
+    reason = await probe(workspace)
+    if reason is not None:
+        return Shared(reason)
+    return Isolated(Worktrees(workspace, state_dir / "worktrees", base))
+
+
+OPERATIONS = ("merge", "discard", "diff")
+STRATEGIES = ("squash", "merge", "rebase")
+
+
+class Refused(Exception):
+    """A conversation operation that cannot be done; str() is the one line to show."""
+
+
+def requested_operation(message: Message) -> dict[str, Any] | None:
+    """The merge, discard or diff a message asks for (a data part with that kind)."""
+    for part in message.parts:
+        if part.HasField("data"):
+            data = MessageToDict(part.data)
+            if isinstance(data, dict) and data.get("kind") in OPERATIONS:
+                return data
+    return None
+
+
+async def operate(
+    conversations: Isolated | Shared, context_id: str, request: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """Carries out `{"kind": "merge" | "discard" | "diff", ...}` on a conversation
+    (the caller's right to it is checked before): the reply's text and data."""
+    kind = request.get("kind")
+    if not isinstance(conversations, Isolated):
+        raise Refused(
+            f"conversations share the workspace here ({conversations.why}): there is no "
+            "branch to merge, discard or diff"
+        )
+    worktrees = conversations.worktrees
+    try:
+        if await worktrees.get(context_id) is None:
+            raise Refused(
+                f"no worktree for conversation {context_id}: it is unknown here, or it has "
+                "not started a turn yet"
+            )
+        if kind == "diff":
+            diff = await worktrees.diff(context_id)
+            return diff or "(no changes against the base)", {"kind": "diff", "diff": diff}
+        if kind == "discard":
+            if request.get("dryRun"):
+                lost = await worktrees.would_lose(context_id)
+                return _loss_text(lost, "would be lost"), {"kind": "discard", "dryRun": True,
+                        "commits": lost.commits_lost, "files": lost.files_uncommitted}  # fmt: skip
+            lost = await worktrees.discard(context_id)
+            return _loss_text(lost, "discarded"), {"kind": "discard", "commits": lost.commits_lost,
+                                                   "files": lost.files_uncommitted}  # fmt: skip
+        strategy = request.get("strategy", "squash")
+        if strategy not in STRATEGIES:
+            raise Refused(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+        merged = await worktrees.merge(context_id, strategy, keep=bool(request.get("keep")))
+    except GitError as exc:
+        raise Refused(str(exc)) from None
+    gone = "; its worktree and branch are removed" if merged.removed else ""
+    text = f"merged ({merged.strategy}) into {merged.base_branch} as {merged.commit[:12]}{gone}"
+    return text, {"kind": "merge", "strategy": merged.strategy, "base": merged.base_branch,
+                  "commit": merged.commit, "removed": merged.removed}  # fmt: skip
+
+
+def _loss_text(lost: Any, verb: str) -> str:
+    commits = "; ".join(lost.commits_lost) or "none"
+    files = ", ".join(lost.files_uncommitted) or "none"
+    return f"{verb}: commits not merged: {commits}; uncommitted files: {files}"

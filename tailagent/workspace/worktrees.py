@@ -1,0 +1,961 @@
+"""A git worktree and branch per conversation, merged back only on request.
+
+Conversations served at the same time must not edit one working directory: one
+caller's half-finished change would land in another's test run. So each A2A context
+gets its own worktree (`<root>/<context>`) on its own branch (`tailagent/<short id>`),
+made from the workspace's branch at the conversation's start, and a commit per turn.
+
+What is tailagent's is decided by a record, `<root>/<context>.json`, written before the
+worktree exists and removed after it is gone: a worktree or branch without a record is
+never touched, whatever its name. Merging back never touches a person's work: the
+result is built in git's object store first (`git merge-tree`, `git commit-tree`), a
+checkout is only fast-forwarded when it is clean, and every refusal or conflict leaves
+the base branch, its working tree and its index as they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from tailagent.access.tokens import write_private
+from tailagent.workspace.git import GitError, GitResult, git, one_line
+
+log = logging.getLogger(__name__)
+
+BRANCH_PREFIX = "tailagent/"
+FALLBACK_NAME = "tailagent"
+FALLBACK_EMAIL = "tailagent@localhost"
+SUBJECT_LIMIT = 72
+LOCK_WAIT = 60.0  # seconds another process may hold the worktrees' lock (a long rebase)
+
+Strategy = Literal["squash", "merge", "rebase"]
+STRATEGIES: tuple[Strategy, ...] = ("squash", "merge", "rebase")
+
+# Context ids come from callers: only ids that are plainly safe as a file name are used
+# as one; any other id gets a name derived from its hash (the record keeps the real id).
+_SAFE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
+_TRAILER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
+_IN_PROGRESS = (
+    ("rebase-merge", "a rebase"),
+    ("rebase-apply", "a rebase"),
+    ("MERGE_HEAD", "a merge"),
+    ("CHERRY_PICK_HEAD", "a cherry-pick"),
+    ("REVERT_HEAD", "a revert"),
+)
+
+
+class NoWorktree(GitError):
+    """The conversation has no worktree (never had one, or it was merged or discarded)."""
+
+
+class WorktreeDeleted(GitError):
+    """The conversation's worktree directory was deleted by hand; its branch may still hold
+    its commits. It is not recreated silently: the person decides (`tailagent discard`)."""
+
+
+class MergeRefused(GitError):
+    """A merge was refused and nothing was changed; str() says why and what to do."""
+
+
+class MergeConflict(MergeRefused):
+    """The conversation's branch conflicts with its base. Nothing was changed; `paths` are
+    the conflicting files and `follow_up` is the request to send the agent."""
+
+    def __init__(self, message: str, paths: list[str], follow_up: str) -> None:
+        super().__init__(message)
+        self.paths = paths
+        self.follow_up = follow_up
+
+
+@dataclass(frozen=True)
+class Worktree:
+    """A conversation's worktree, as its record says."""
+
+    context_id: str
+    path: Path
+    branch: str
+    base_branch: str
+    base_commit: str
+    created: str
+
+
+@dataclass(frozen=True)
+class WorktreeStatus:
+    """Where a conversation's branch stands against its base branch's current tip."""
+
+    branch: str
+    base_branch: str
+    ahead: int
+    behind: int
+    files: list[str]
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """A merge that happened: `commit` is the base branch's new tip."""
+
+    commit: str
+    strategy: Strategy
+    base_branch: str
+    removed: bool
+
+
+@dataclass(frozen=True)
+class DiscardResult:
+    """What discarding a conversation loses (or lost): commits no other branch or tag
+    holds ("<short sha> <subject>") and files changed but never committed."""
+
+    commits_lost: list[str]
+    files_uncommitted: list[str]
+
+
+@dataclass(frozen=True)
+class _Checkout:
+    path: Path
+    branch: str | None  # full ref name, None when detached (or bare)
+
+
+def _in_progress(git_dir: Path) -> str | None:
+    """The operation someone left half-done in this git dir ("a rebase", ...), if any."""
+    for name, what in _IN_PROGRESS:
+        if (git_dir / name).exists():
+            return what
+    return None
+
+
+def _rebasing(common: Path, ref: str) -> Path | None:
+    """The git dir (the main one or a linked worktree's) where `ref` is being rebased:
+    git detaches HEAD meanwhile, so `worktree list` does not show the branch there."""
+    for gitdir in [common, *sorted((common / "worktrees").glob("*"))]:
+        for name in ("rebase-merge", "rebase-apply"):
+            head_name = gitdir / name / "head-name"
+            if head_name.is_file() and head_name.read_text().strip() == ref:
+                return gitdir
+    return None
+
+
+def _make_root(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _is_dir(path: Path) -> bool:
+    return path.is_dir()
+
+
+def _resolved(path: Path) -> Path:
+    return path.resolve()
+
+
+def _split_z(text: str) -> list[str]:
+    return [item for item in text.split("\0") if item]
+
+
+def _status_paths(porcelain_z: str) -> list[str]:
+    """The paths in `git status --porcelain -z` output (both sides of a rename)."""
+    paths: list[str] = []
+    items = porcelain_z.split("\0")
+    index = 0
+    while index < len(items):
+        item = items[index]
+        index += 1
+        if len(item) < 4:
+            continue
+        paths.append(item[3:])
+        if item[0] in "RC":
+            if index < len(items) and items[index]:
+                paths.append(items[index])
+            index += 1
+    return paths
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _listing(paths: list[str], limit: int = 10) -> str:
+    shown = ", ".join(paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def turn_subject(text: str) -> str:
+    """A commit subject from a prompt: its first non-blank line, blanks folded, at most
+    72 characters (cut with an ellipsis), never empty."""
+    for line in text.splitlines():
+        line = one_line(line)
+        if line:
+            break
+    else:
+        return "tailagent turn"
+    if len(line) > SUBJECT_LIMIT:
+        line = line[: SUBJECT_LIMIT - 1].rstrip() + "…"
+    return line
+
+
+async def _toplevel(repo: Path) -> Path:
+    result = await git(repo, "rev-parse", "--show-toplevel")
+    return Path(result.out.strip())
+
+
+async def probe(repo: Path) -> str | None:
+    """None when `repo` can isolate conversations in worktrees; else the one-line reason
+    it cannot (so the server can say why it runs shared).
+
+    Isolation needs the top level of a non-bare work tree (a subdirectory would isolate
+    its whole enclosing repository, which is rarely what was meant: think of a home
+    directory kept in git) on a branch with at least one commit, with nobody's rebase or
+    merge half-done in it (there is nothing clean to branch from or merge back into).
+    """
+    if not _is_dir(repo):
+        return "not a git repository (no such directory)"
+    try:
+        result = await git(
+            repo,
+            "rev-parse",
+            "--is-bare-repository",
+            "--is-inside-work-tree",
+            "--absolute-git-dir",
+            ok=(0, 128),
+        )
+    except GitError as error:
+        return str(error)
+    if result.code != 0:
+        if "not a git repository" in result.err:
+            return "not a git repository"
+        return f"git cannot use it: {one_line(result.err.removeprefix('fatal: '))}"
+    lines = result.out.splitlines()
+    if lines[0] == "true":
+        return "a bare repository (no work tree to branch from)"
+    if lines[1] != "true":
+        return "not a git work tree (inside a .git directory)"
+    top = await _toplevel(repo)
+    if _resolved(top) != _resolved(repo):
+        return f"a subdirectory of the git repository at {top} (isolation needs its top level)"
+    doing = _in_progress(Path(lines[2]))
+    if doing:
+        return f"{doing} in progress in the repository (finish or abort it first)"
+    head = await git(repo, "symbolic-ref", "-q", "HEAD", ok=(0, 1))
+    if head.code != 0:
+        return "detached HEAD (no branch to merge back into)"
+    branch = head.out.strip()
+    tip = await git(repo, "rev-parse", "--verify", "-q", f"{branch}^{{commit}}", ok=(0, 1))
+    if tip.code != 0:
+        return f"no commits yet on {branch.removeprefix('refs/heads/')} (nothing to branch from)"
+    return None
+
+
+class Worktrees:
+    """The worktrees of one workspace repository's conversations.
+
+    `root` is `<state dir>/worktrees`. `base` is the branch conversations start from and
+    merge back into; None means the repository's current branch when each starts.
+    Operations that change anything are serialized (one merge at a time, and no turn
+    commit in the middle of one).
+    """
+
+    def __init__(self, repo: Path, root: Path, base: str | None = None) -> None:
+        self.repo = repo
+        self.root = root
+        self.base = base
+        self._lock = asyncio.Lock()
+        self._common: str | None = None
+
+    # ---- records -----------------------------------------------------------------
+
+    def _slug(self, context_id: str) -> str:
+        if _SAFE_ID.fullmatch(context_id):
+            return context_id
+        return "x-" + hashlib.sha256(context_id.encode()).hexdigest()[:32]
+
+    def _record_path(self, context_id: str) -> Path:
+        return self.root / f"{self._slug(context_id)}.json"
+
+    def _worktree_path(self, context_id: str) -> Path:
+        return self.root.resolve() / self._slug(context_id)
+
+    async def _common_dir(self) -> str:
+        """The repository's shared git dir: what a record says it belongs to."""
+        if self._common is None:
+            result = await git(self.repo, "rev-parse", "--path-format=absolute", "--git-common-dir")
+            self._common = str(_resolved(Path(result.out.strip())))
+        return self._common
+
+    async def _load(self, context_id: str) -> Worktree | None:
+        path = self._record_path(context_id)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as error:
+            raise GitError(
+                f"the record {path} cannot be read ({error}): tailagent leaves its worktree "
+                "alone until it is repaired or removed by hand"
+            ) from None
+        try:
+            worktree = Worktree(
+                context_id=data["context_id"],
+                path=Path(data["path"]),
+                branch=data["branch"],
+                base_branch=data["base_branch"],
+                base_commit=data["base_commit"],
+                created=data["created"],
+            )
+            repository = data["repository"]
+        except (KeyError, TypeError):
+            raise GitError(f"the record {path} is incomplete: remove it by hand") from None
+        if (
+            worktree.context_id != context_id
+            or worktree.path != self._worktree_path(context_id)
+            or not worktree.branch.startswith(BRANCH_PREFIX)
+        ):
+            raise GitError(f"the record {path} does not match its conversation: left alone")
+        if repository != await self._common_dir():
+            raise GitError(
+                f"conversation {context_id}'s worktree belongs to the repository at "
+                f"{repository}, not {self.repo}: serve that workspace to use it"
+            )
+        return worktree
+
+    def _save(self, worktree: Worktree, repository: str) -> None:
+        record = asdict(worktree) | {"path": str(worktree.path), "repository": repository}
+        write_private(self._record_path(worktree.context_id), json.dumps(record, indent=2) + "\n")
+
+    async def _require(self, context_id: str, present: bool = True) -> Worktree:
+        worktree = await self._load(context_id)
+        if worktree is None:
+            raise NoWorktree(f"no worktree for conversation {context_id}")
+        if present and not worktree.path.is_dir():
+            raise WorktreeDeleted(
+                f"the worktree of conversation {context_id} ({worktree.path}) was deleted by "
+                f"hand; its branch {worktree.branch} is still there: run `tailagent discard "
+                f"{context_id}` to drop it"
+            )
+        return worktree
+
+    # ---- git helpers -------------------------------------------------------------
+
+    async def _in(
+        self,
+        path: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        ok: tuple[int, ...] = (0,),
+    ) -> GitResult:
+        """git in a conversation's worktree, unable to wander up out of it: were its `.git`
+        file lost, git would otherwise find whatever repository holds the state dir (a
+        home directory kept in git, say) and commit or reset there."""
+        ceiling = {"GIT_CEILING_DIRECTORIES": str(_resolved(self.root))}
+        return await git(path, *args, env=ceiling | (env or {}), ok=ok)
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self) -> AsyncIterator[None]:
+        """One change at a time to this repository's conversations: within this process
+        (an asyncio lock) and across processes sharing the state dir, such as the server
+        and a `tailagent merge` run beside it (an advisory lock on `<root>/.lock`)."""
+        async with self._lock:
+            _make_root(self.root)
+            fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                deadline = time.monotonic() + LOCK_WAIT
+                while not _try_lock(fd):
+                    if time.monotonic() > deadline:
+                        raise GitError(
+                            f"another tailagent process is changing the worktrees in "
+                            f"{self.root}: try again when it is done"
+                        )
+                    await asyncio.sleep(0.05)
+                yield
+            finally:
+                os.close(fd)  # closing drops the lock
+
+    async def _ref_exists(self, ref: str) -> bool:
+        result = await git(self.repo, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}", ok=(0, 1))
+        return result.code == 0
+
+    async def _tip(self, branch: str) -> str:
+        result = await git(
+            self.repo, "rev-parse", "--verify", "-q", f"refs/heads/{branch}^{{commit}}", ok=(0, 1)
+        )
+        if result.code != 0:
+            raise GitError(f"the branch {branch} no longer exists in {self.repo}")
+        return result.out.strip()
+
+    async def _identity(self) -> list[str]:
+        """`-c` options naming tailagent as author and committer where the repository
+        (or the person's git config) names nobody: a commit must never fail for that."""
+        options: list[str] = []
+        for key, fallback in (("user.name", FALLBACK_NAME), ("user.email", FALLBACK_EMAIL)):
+            found = await git(self.repo, "config", "--get", key, ok=(0, 1))
+            if found.code != 0 or not found.out.strip():
+                options += ["-c", f"{key}={fallback}"]
+        return options
+
+    async def _uncommitted(self, path: Path) -> list[str]:
+        result = await self._in(path, "status", "--porcelain", "-z", "--untracked-files=all")
+        return _unique(_status_paths(result.out))
+
+    async def _checkouts(self) -> list[_Checkout]:
+        result = await git(self.repo, "worktree", "list", "--porcelain", "-z")
+        checkouts: list[_Checkout] = []
+        path: Path | None = None
+        branch: str | None = None
+        for item in result.out.split("\0"):
+            if item.startswith("worktree "):
+                path, branch = Path(item.removeprefix("worktree ")), None
+            elif item.startswith("branch "):
+                branch = item.removeprefix("branch ")
+            elif item == "" and path is not None:
+                checkouts.append(_Checkout(path, branch))
+                path = None
+        if path is not None:
+            checkouts.append(_Checkout(path, branch))
+        return checkouts
+
+    async def _check_worktree(self, worktree: Worktree) -> None:
+        """Refuses to commit or merge from a worktree that is not on its branch or is in
+        the middle of the agent's own rebase or merge."""
+        gitdir = await self._in(worktree.path, "rev-parse", "--absolute-git-dir")
+        doing = _in_progress(Path(gitdir.out.strip()))
+        if doing:
+            raise GitError(
+                f"{doing} is in progress in conversation {worktree.context_id}'s worktree "
+                f"({worktree.path}): ask the agent to finish or abort it"
+            )
+        head = await self._in(worktree.path, "symbolic-ref", "-q", "HEAD", ok=(0, 1))
+        if head.out.strip() != f"refs/heads/{worktree.branch}":
+            where = head.out.strip().removeprefix("refs/heads/") or "a detached HEAD"
+            raise GitError(
+                f"conversation {worktree.context_id}'s worktree is on {where}, not on its "
+                f"branch {worktree.branch}: ask the agent to `git switch {worktree.branch}`"
+            )
+
+    # ---- public ------------------------------------------------------------------
+
+    async def get(self, context_id: str) -> Worktree | None:
+        """The conversation's worktree, or None when it has none."""
+        return await self._load(context_id)
+
+    async def ensure(self, context_id: str) -> Worktree:
+        """The conversation's worktree, made on its first call from the base branch's tip.
+
+        The record is written before `git worktree add`, so a crash in between leaves a
+        record (which `discard` and `prune` clear) rather than an unmarked worktree that
+        tailagent would then never dare to touch.
+        """
+        async with self._exclusive():
+            existing = await self._load(context_id)
+            if existing is not None:
+                if existing.path.is_dir():
+                    return existing
+                if await self._ref_exists(f"refs/heads/{existing.branch}"):
+                    await self._require(context_id)  # raises WorktreeDeleted
+                # A record without its branch: a creation cut short. Nothing to lose;
+                # clear what git may have registered of it, then start again.
+                await self._remove(existing)
+            return await self._create(context_id)
+
+    async def _create(self, context_id: str) -> Worktree:
+        if self.base is None:
+            reason = await probe(self.repo)
+            if reason is not None:
+                raise GitError(f"cannot give conversation {context_id} a worktree: {reason}")
+            head = await git(self.repo, "symbolic-ref", "-q", "--short", "HEAD")
+            base_branch = head.out.strip()
+        else:
+            base_branch = self.base
+            if not await self._ref_exists(f"refs/heads/{base_branch}"):
+                raise GitError(
+                    f"the base branch {base_branch} does not exist in {self.repo}: "
+                    "create it or change workspace.base"
+                )
+        base_commit = await self._tip(base_branch)
+        path = self._worktree_path(context_id)
+        if path.exists():
+            raise GitError(
+                f"{path} exists but tailagent has no record of it: move it away to let "
+                f"conversation {context_id} have a worktree"
+            )
+        branch = await self._free_branch(context_id)
+        worktree = Worktree(
+            context_id=context_id,
+            path=path,
+            branch=branch,
+            base_branch=base_branch,
+            base_commit=base_commit,
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        self._save(worktree, await self._common_dir())
+        try:
+            await git(self.repo, "worktree", "add", "-q", "-b", branch, str(path), base_commit)
+        except BaseException:
+            # Git undoes a failed `worktree add`, but not one where only the person's
+            # post-checkout hook failed: then the worktree is there, and the record stays
+            # so that it is known as tailagent's (and discard or prune can remove it).
+            if not _is_dir(path):
+                self._record_path(context_id).unlink(missing_ok=True)
+            raise
+        return worktree
+
+    async def _free_branch(self, context_id: str) -> str:
+        """`tailagent/<first 8 characters>`, or a longer or numbered name when another
+        branch has it already (context ids need not be random)."""
+        clean = re.sub(r"[^A-Za-z0-9_-]", "-", context_id) or "conversation"
+        candidates = [clean[:8], clean[:40]] + [f"{clean[:40]}-{n}" for n in range(2, 100)]
+        for short in _unique(candidates):
+            branch = BRANCH_PREFIX + short
+            if not await self._ref_exists(f"refs/heads/{branch}"):
+                return branch
+        raise GitError(f"no free branch name for conversation {context_id}")
+
+    async def commit_turn(
+        self, context_id: str, subject: str, trailers: list[tuple[str, str]]
+    ) -> str | None:
+        """Commits everything the turn changed in the conversation's worktree (tracked or
+        not, .gitignore respected) with `subject` and `trailers` (who asked, who allowed
+        what, the task and context), so `git log` says who is behind every change.
+
+        Returns the commit's sha, or None when nothing changed. The agent's own commits
+        stay as they are. Hooks are skipped (`--no-verify`) and the commit is not signed:
+        this is a checkpoint on tailagent's own branch, not the person's commit (a failing
+        linter hook must not stop the record of who asked for what); what lands on the
+        person's branch is decided when they merge it.
+        """
+        async with self._exclusive():
+            worktree = await self._require(context_id)
+            if not await self._uncommitted(worktree.path):
+                return None
+            await self._check_worktree(worktree)
+            arguments = ["-m", turn_subject(subject)]
+            for key, value in trailers:
+                key = key.strip()
+                if not _TRAILER_KEY.fullmatch(key):
+                    raise GitError(f"{key!r} cannot be a commit trailer's name")
+                arguments += ["--trailer", f"{key}: {one_line(value)}"]
+            await self._in(worktree.path, "add", "-A")
+            await self._in(
+                worktree.path,
+                *await self._identity(),
+                "commit",
+                "-q",
+                "--no-verify",
+                "--no-gpg-sign",
+                "--cleanup=whitespace",
+                *arguments,
+            )
+            head = await self._in(worktree.path, "rev-parse", "HEAD")
+            return head.out.strip()
+
+    async def status(self, context_id: str) -> WorktreeStatus:
+        """Commits ahead of and behind the base branch's current tip, and the files changed
+        on the branch since it left the base plus those changed but not yet committed."""
+        worktree = await self._require(context_id)
+        base_tip = await self._tip(worktree.base_branch)
+        tip = await self._tip(worktree.branch)
+        counts = await git(self.repo, "rev-list", "--left-right", "--count", f"{tip}...{base_tip}")
+        ahead, behind = (int(n) for n in counts.out.split())
+        merge_base = await git(self.repo, "merge-base", base_tip, tip)
+        changed = await git(
+            self.repo, "diff", "--name-only", "-z", "--no-renames", merge_base.out.strip(), tip
+        )
+        files = _split_z(changed.out) + await self._uncommitted(worktree.path)
+        return WorktreeStatus(
+            branch=worktree.branch,
+            base_branch=worktree.base_branch,
+            ahead=ahead,
+            behind=behind,
+            files=sorted(set(files)),
+        )
+
+    async def diff(self, context_id: str) -> str:
+        """The whole conversation as a patch against where it left its base, followed,
+        under a line of its own, by what is changed in the worktree but not committed.
+
+        The uncommitted part is built in a throwaway index, so the worktree's own index
+        (which the agent may be using) is left as it is.
+        """
+        worktree = await self._require(context_id)
+        tip = await self._tip(worktree.branch)
+        base_tip = await self._tip(worktree.base_branch)
+        merge_base = (await git(self.repo, "merge-base", base_tip, tip)).out.strip()
+        options = ("--no-color", "--no-ext-diff", "--binary")
+        committed = await git(self.repo, "diff", *options, merge_base, tip)
+        text = committed.out
+        if await self._uncommitted(worktree.path):
+            gitdir = Path(
+                (await self._in(worktree.path, "rev-parse", "--absolute-git-dir")).out.strip()
+            )
+            index = gitdir / f"tailagent-diff-index-{secrets.token_hex(4)}"
+            env = {"GIT_INDEX_FILE": str(index)}
+            try:
+                await self._in(worktree.path, "read-tree", "HEAD", env=env)
+                await self._in(worktree.path, "add", "-A", env=env)
+                pending = await self._in(
+                    worktree.path, "diff", *options, "--cached", "HEAD", env=env
+                )
+            finally:
+                index.unlink(missing_ok=True)
+            text += (
+                f"\n# Not committed yet (changes in {worktree.path} since the last turn's "
+                "commit):\n\n" + pending.out
+            )
+        return text
+
+    async def would_lose(self, context_id: str) -> DiscardResult:
+        """What `discard` would lose, so it can be said before anything is removed."""
+        worktree = await self._require(context_id, present=False)
+        return await self._losses(worktree)
+
+    async def _losses(self, worktree: Worktree) -> DiscardResult:
+        commits: list[str] = []
+        if await self._ref_exists(f"refs/heads/{worktree.branch}"):
+            result = await git(
+                self.repo,
+                "log",
+                "--format=%h %s",
+                f"refs/heads/{worktree.branch}",
+                "--not",
+                f"--exclude={worktree.branch}",
+                "--branches",
+                "--tags",
+                "--remotes",
+                "--",
+            )
+            commits = result.out.splitlines()
+        files = await self._uncommitted(worktree.path) if worktree.path.is_dir() else []
+        return DiscardResult(commits_lost=commits, files_uncommitted=files)
+
+    async def discard(self, context_id: str) -> DiscardResult:
+        """Removes the conversation's worktree, branch and record; returns what was lost.
+        Also the way out for a worktree whose directory was deleted by hand."""
+        async with self._exclusive():
+            worktree = await self._require(context_id, present=False)
+            lost = await self._losses(worktree)
+            await self._remove(worktree)
+            return lost
+
+    async def prune(self, live: set[str]) -> list[str]:
+        """Removes the worktrees, branches and records of tailagent's conversations not in
+        `live` (those that no longer exist); returns their context ids. Only what a record
+        names as tailagent's (`tailagent/` branch, worktree under `root`, this repository)
+        is touched: a record that does not add up is left alone and logged."""
+        pruned: list[str] = []
+        if not self.root.is_dir():
+            return pruned
+        async with self._exclusive():
+            for record in sorted(self.root.glob("*.json")):
+                try:
+                    context_id = json.loads(record.read_text())["context_id"]
+                    if not isinstance(context_id, str) or context_id in live:
+                        continue
+                    if self._record_path(context_id) != record:
+                        raise GitError(f"the record {record} does not match its name")
+                    worktree = await self._require(context_id, present=False)
+                    lost = await self._losses(worktree)
+                    await self._remove(worktree)
+                except (GitError, OSError, ValueError, KeyError, TypeError) as error:
+                    log.warning("worktree record %s not pruned: %s", record, error)
+                    continue
+                if lost.commits_lost or lost.files_uncommitted:
+                    log.warning(
+                        "pruned conversation %s's worktree, losing %d commits and %d "
+                        "uncommitted files",
+                        context_id,
+                        len(lost.commits_lost),
+                        len(lost.files_uncommitted),
+                    )
+                pruned.append(context_id)
+        return pruned
+
+    async def _remove(self, worktree: Worktree) -> None:
+        """Removes exactly this worktree (by its path), its branch and then its record,
+        the record last so an interrupted removal can be finished by discard or prune."""
+        registered = {c.path.resolve() for c in await self._checkouts()}
+        if worktree.path.resolve() in registered:
+            await git(self.repo, "worktree", "remove", "--force", str(worktree.path))
+        elif worktree.path.exists():
+            raise GitError(
+                f"{worktree.path} is not a git worktree of {self.repo}: left alone; remove "
+                "it by hand if it is not needed"
+            )
+        if await self._ref_exists(f"refs/heads/{worktree.branch}"):
+            await git(self.repo, "branch", "-D", worktree.branch)
+        self._record_path(worktree.context_id).unlink(missing_ok=True)
+
+    # ---- merge -------------------------------------------------------------------
+
+    async def merge(
+        self, context_id: str, strategy: Strategy = "squash", keep: bool = False
+    ) -> MergeResult:
+        """Merges the conversation's branch into its base branch; then, unless `keep`,
+        removes its worktree and branch.
+
+        Refuses (MergeRefused, nothing changed) when there is nothing to merge, when the
+        base is checked out in another worktree, or checked out in the workspace with
+        changes to tracked files (never stashed, reset or overwritten); raises
+        MergeConflict (nothing changed) when the branch conflicts with the base.
+        """
+        if strategy not in STRATEGIES:
+            raise GitError(f"unknown merge strategy {strategy!r}: use squash, merge or rebase")
+        async with self._exclusive():
+            worktree = await self._require(context_id)
+            await self._check_worktree(worktree)
+            pending = await self._uncommitted(worktree.path)
+            if pending:
+                raise MergeRefused(
+                    f"conversation {context_id}'s worktree has changes not committed yet "
+                    f"({_listing(pending)}): send the agent another turn (its changes are "
+                    "committed when it ends), then merge again"
+                )
+            base = worktree.base_branch
+            base_tip = await self._tip(base)
+            tip = await self._tip(worktree.branch)
+            ahead = await git(self.repo, "rev-list", "--count", f"{base_tip}..{tip}")
+            if int(ahead.out) == 0:
+                raise MergeRefused(
+                    f"nothing to merge: {worktree.branch} has no commits that {base} lacks"
+                )
+            checkout = await self._base_checkout(base)
+            tree = await self._merged_tree(worktree, base_tip, tip)
+            base_tree = await git(self.repo, "rev-parse", f"{base_tip}^{{tree}}")
+            if strategy == "squash" and tree == base_tree.out.strip():
+                raise MergeRefused(
+                    f"nothing to merge: {base} already has every change on {worktree.branch}"
+                )
+            identity = await self._identity()
+            if strategy == "rebase":
+                new = await self._rebase(worktree, base_tip, tip, identity)
+            else:
+                message = await self._message(worktree, strategy, base_tip, tip)
+                parents = ["-p", base_tip] + (["-p", tip] if strategy == "merge" else [])
+                made = await git(
+                    self.repo, *identity, "commit-tree", tree, *parents, "-F", "-", input=message
+                )
+                new = made.out.strip()
+            try:
+                await self._advance(worktree, checkout, base_tip, new, strategy)
+            except BaseException:
+                if strategy == "rebase":
+                    # Put the conversation's branch back where it was (its worktree was
+                    # clean, so nothing else is there to lose).
+                    await self._in(worktree.path, "reset", "-q", "--hard", tip)
+                raise
+            removed = False
+            if not keep:
+                try:
+                    await self._remove(worktree)
+                    removed = True
+                except GitError as error:
+                    log.warning(
+                        "merged conversation %s but kept its worktree: %s", context_id, error
+                    )
+            return MergeResult(commit=new, strategy=strategy, base_branch=base, removed=removed)
+
+    async def _base_checkout(self, base: str) -> Path | None:
+        """Where the base branch is checked out: the workspace's own checkout (then it must
+        be clean), or nowhere (None). Anywhere else is refused: that worktree's files would
+        silently fall behind its branch. So is a base someone is rebasing."""
+        top = (await _toplevel(self.repo)).resolve()
+        ref = f"refs/heads/{base}"
+        found: Path | None = None
+        for checkout in await self._checkouts():
+            if checkout.branch != ref:
+                continue
+            if checkout.path.resolve() != top:
+                raise MergeRefused(
+                    f"{base} is checked out in another worktree, {checkout.path}: merge there "
+                    f"or switch that worktree to another branch, then merge again"
+                )
+            found = top
+        rebasing = _rebasing(Path(await self._common_dir()), ref)
+        if rebasing is not None:
+            raise MergeRefused(
+                f"someone is rebasing {base} ({rebasing}): finish or abort that rebase, "
+                "then merge again"
+            )
+        if found is not None:
+            own = await git(self.repo, "rev-parse", "--absolute-git-dir")
+            doing = _in_progress(Path(own.out.strip()))
+            if doing:
+                raise MergeRefused(
+                    f"{doing} is in progress in {found}: finish or abort it, then merge again"
+                )
+            dirty = await git(self.repo, "status", "--porcelain", "-z", "--untracked-files=no")
+            files = _unique(_status_paths(dirty.out))
+            if files:
+                raise MergeRefused(
+                    f"{base} is checked out in {found} with uncommitted changes "
+                    f"({_listing(files)}): commit or stash them yourself, then merge again"
+                )
+        return found
+
+    async def _merged_tree(self, worktree: Worktree, base_tip: str, tip: str) -> str:
+        """The tree of base + branch, written to the object store only (no checkout or
+        index is touched); MergeConflict when they conflict."""
+        result = await git(
+            self.repo,
+            "merge-tree",
+            "--write-tree",
+            "--name-only",
+            "--no-messages",
+            "-z",
+            base_tip,
+            tip,
+            ok=(0, 1),
+        )
+        items = result.out.split("\0")
+        if result.code == 0:
+            return items[0].strip()
+        raise self._conflict(worktree, _unique([p for p in items[1:] if p]))
+
+    def _conflict(self, worktree: Worktree, paths: list[str]) -> MergeConflict:
+        base = worktree.base_branch
+        follow_up = (
+            f"rebase your branch onto {base} and resolve the conflicts in {_listing(paths, 20)}"
+        )
+        return MergeConflict(
+            f"{worktree.branch} conflicts with {base} in {_listing(paths)}; nothing was "
+            f'changed. To resolve it, ask the agent: "{follow_up}"',
+            paths,
+            follow_up,
+        )
+
+    async def _message(
+        self, worktree: Worktree, strategy: Strategy, base_tip: str, tip: str
+    ) -> str:
+        log_lines = await git(
+            self.repo,
+            "log",
+            "--reverse",
+            "--no-merges",
+            "-z",
+            "--format=%s%x1f%(trailers:only,unfold)",
+            f"{base_tip}..{tip}",
+        )
+        subjects: list[str] = []
+        trailers: list[str] = []
+        for entry in _split_z(log_lines.out):
+            subject, _, block = entry.partition("\x1f")
+            subjects.append(subject.strip())
+            trailers += [line.strip() for line in block.splitlines() if line.strip()]
+        trailers = _unique(trailers)
+        if strategy == "merge":
+            head = f"Merge branch '{worktree.branch}' into {worktree.base_branch}"
+        else:
+            head = "tailagent: " + (
+                subjects[0] if subjects else f"conversation {worktree.context_id}"
+            )
+            if len(head) > SUBJECT_LIMIT:
+                head = head[: SUBJECT_LIMIT - 1].rstrip() + "…"
+        parts = [head]
+        if subjects:
+            parts.append("\n".join(f"- {subject}" for subject in subjects))
+        if trailers:
+            parts.append("\n".join(trailers))
+        return "\n\n".join(parts) + "\n"
+
+    async def _rebase(
+        self, worktree: Worktree, base_tip: str, tip: str, identity: list[str]
+    ) -> str:
+        """Replays the branch onto the base tip in the conversation's own worktree; on a
+        conflict aborts (the worktree is as it was) and raises MergeConflict."""
+        result = await self._in(
+            worktree.path,
+            *identity,
+            "-c",
+            "rebase.autoStash=false",
+            "rebase",
+            "-q",
+            "--no-autosquash",
+            "--no-update-refs",
+            "--no-verify",
+            base_tip,
+            ok=(0, 1),
+        )
+        if result.code != 0:
+            conflicted = await self._in(
+                worktree.path, "diff", "--name-only", "-z", "--diff-filter=U"
+            )
+            await self._in(worktree.path, "rebase", "--abort")
+            paths = _unique(_split_z(conflicted.out))
+            if not paths:
+                raise MergeRefused(
+                    f"rebasing {worktree.branch} onto {worktree.base_branch} failed and was "
+                    f"undone: {one_line(result.err or result.out)}"
+                )
+            raise self._conflict(worktree, paths)
+        new = (await self._in(worktree.path, "rev-parse", "HEAD")).out.strip()
+        if new == base_tip:
+            await self._in(worktree.path, "reset", "-q", "--hard", tip)
+            raise MergeRefused(
+                f"nothing to merge: {worktree.base_branch} already has every change on "
+                f"{worktree.branch}"
+            )
+        return new
+
+    async def _advance(
+        self,
+        worktree: Worktree,
+        checkout: Path | None,
+        old: str,
+        new: str,
+        strategy: Strategy,
+    ) -> None:
+        """Moves the base branch from `old` to `new`: in its (clean) checkout by a
+        fast-forward, which git itself refuses rather than overwrite a file; elsewhere by
+        a compare-and-swap of the ref, refused if someone moved it meanwhile."""
+        base = worktree.base_branch
+        moved = MergeRefused(
+            f"{base} moved while merging {worktree.branch}; nothing was changed: merge again"
+        )
+        if checkout is not None:
+            result = await git(
+                checkout, "merge", "-q", "--ff-only", "--no-autostash", new, ok=(0, 1, 128)
+            )
+            if result.code != 0:
+                files = [line.strip() for line in result.err.splitlines() if line.startswith("\t")]
+                if files:
+                    raise MergeRefused(
+                        f"merging into {base} would overwrite files in {checkout} that are "
+                        f"not committed ({_listing(files)}); nothing was changed: move or "
+                        "commit them, then merge again"
+                    )
+                if "fast-forward" in result.err.lower():
+                    raise moved
+                raise MergeRefused(
+                    f"updating {base} in {checkout} failed; nothing was changed: "
+                    f"{one_line(result.err)}"
+                )
+            return
+        result = await git(
+            self.repo,
+            "update-ref",
+            "-m",
+            f"tailagent: {strategy} {worktree.branch}",
+            f"refs/heads/{base}",
+            new,
+            old,
+            ok=(0, 1, 128),
+        )
+        if result.code != 0:
+            raise moved

@@ -1,0 +1,243 @@
+"""A git worktree per conversation, through a real server and the real CLI.
+
+The workspace is a throwaway git repository; the echo agent's `edit:PATH` really
+writes files in the directory its conversation works in. What a person would check
+is checked with git itself: the main checkout, the branches, the trailers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf.json_format import MessageToDict
+
+from tests.a2a_helpers import A2A, user_message
+from tests.conftest import RunningServer, start_server
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def attempt(repo: Path, *args: str) -> int:
+    """A git command that may fail (a merge that stops on conflicts)."""
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True).returncode
+
+
+def snapshot(repo: Path) -> dict[str, str]:
+    """Every file's hash in the main checkout, its status and the person's own branches
+    (a conversation's `tailagent/…` branch is tailagent's, and expected to move)."""
+    files = {
+        str(p.relative_to(repo)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(repo.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(repo).parts
+    }
+    return {
+        **files,
+        "(status)": git(repo, "status", "--porcelain"),
+        "(refs)": "".join(
+            line
+            for line in git(repo, "for-each-ref", "refs/heads").splitlines(keepends=True)
+            if "refs/heads/tailagent/" not in line
+        ),
+    }
+
+
+@pytest.fixture
+def repo_server(tmp_path: Path) -> Iterator[tuple[RunningServer, Path]]:
+    repo = tmp_path / "workspace"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.name", "Dev")
+    git(repo, "config", "user.email", "dev@example.com")
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (repo / "README.md").write_text("a project\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "start")
+    server = start_server(tmp_path, "--isolation", "worktree")
+    yield server, repo
+    server.stop()
+
+
+def cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tailagent", *args, "--state-dir", str(server.state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def worktree_of(task: Any) -> dict[str, Any]:
+    found: dict[str, Any] = MessageToDict(task.status.message.metadata).get("worktree", {})
+    if not found:
+        found = MessageToDict(task.metadata).get("worktree", {})
+    return found
+
+
+async def test_two_conversations_do_not_see_each_others_changes(
+    repo_server: tuple[RunningServer, Path],
+) -> None:
+    server, repo = repo_server
+    before = snapshot(repo)
+    a2a = A2A(server.url, server.token)
+    first, second = await asyncio.gather(
+        a2a.turn("edit:notes.txt from the first"), a2a.turn("edit:notes.txt from the second")
+    )
+    assert first.final_state == second.final_state == "completed"
+    assert snapshot(repo) == before  # the person's checkout is untouched
+    assert "isolation: each conversation in a git worktree" in server.log()
+    trees = {}
+    for turn in (first, second):
+        task = await a2a.get(turn.task_id)
+        info = MessageToDict(task.metadata).get("worktree") or {}
+        assert info["ahead"] == 1 and info["files"] == ["notes.txt"], info
+        branch = info["branch"]
+        trees[branch] = git(repo, "show", f"{branch}:notes.txt")
+    listed = await asyncio.to_thread(cli, server, "tasks")
+    assert "[tailagent/" in listed.stdout, listed.stdout  # the branch, first in "says"
+    assert sorted(trees.values()) == ["edit:notes.txt from the first\n",
+                                      "edit:notes.txt from the second\n"]  # fmt: skip
+
+
+async def test_a_commit_names_who_asked_and_who_allowed(
+    repo_server: tuple[RunningServer, Path],
+) -> None:
+    server, repo = repo_server
+    a2a = A2A(server.url, server.token)
+    asked = await a2a.turn("ask edit")
+    pending = asked.pending
+    done = await a2a.turn(
+        user_message(
+            task_id=asked.task_id,
+            context_id=asked.context_id,
+            data={
+                "kind": "permission_response",
+                "decision": "allow",
+                "requestId": pending["requestId"],
+            },
+        )
+    )
+    assert done.final_state == "completed"
+    branch = "tailagent/" + asked.context_id[:8]
+    trailers = git(repo, "log", "-1", "--format=%(trailers)", branch)
+    assert "Requested-by: token:local" in trailers
+    assert "Approved-by: token:local: Bash" in trailers
+    assert f"A2A-Task: {asked.task_id}" in trailers
+    assert f"A2A-Context: {asked.context_id}" in trailers
+    assert git(repo, "log", "-1", "--format=%s", branch).strip() == "ask edit"
+
+
+async def test_merge_refuses_a_dirty_base_then_squashes_and_removes_the_branch(
+    repo_server: tuple[RunningServer, Path],
+) -> None:
+    server, repo = repo_server
+    a2a = A2A(server.url, server.token)
+    turn = await a2a.turn("edit")
+    (repo / "README.md").write_text("my own work in progress\n")
+    before = snapshot(repo)
+    refused = cli(server, "merge", turn.context_id)
+    assert refused.returncode != 0
+    assert "README.md" in refused.stderr
+    assert snapshot(repo) == before
+    git(repo, "checkout", "--", "README.md")
+    merged = cli(server, "merge", turn.context_id)
+    assert merged.returncode == 0, merged.stderr
+    assert "merged (squash) into main" in merged.stdout
+    assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    message = git(repo, "log", "-1", "--format=%B", "main")
+    assert "edit" in message and "Requested-by: token:local" in message
+    assert "tailagent/" not in git(repo, "branch", "--list", "tailagent/*")
+
+
+async def test_a_conflict_leaves_the_base_as_it_was_and_says_what_to_do(
+    repo_server: tuple[RunningServer, Path],
+) -> None:
+    server, repo = repo_server
+    a2a = A2A(server.url, server.token)
+    first, second = await asyncio.gather(
+        a2a.turn("edit:notes.txt from the first"), a2a.turn("edit:notes.txt from the second")
+    )
+    assert cli(server, "merge", first.context_id).returncode == 0
+    before = snapshot(repo)
+    conflict = cli(server, "merge", second.context_id)
+    assert conflict.returncode != 0
+    assert "notes.txt" in conflict.stderr and "rebase" in conflict.stderr
+    assert snapshot(repo) == before
+    # What the agent would do when asked to rebase and resolve (echo has no shell).
+    worktree = server.state_dir / "worktrees" / second.context_id
+    attempt(worktree, "merge", "-q", "main")  # conflicts, as the agent would find
+    (worktree / "notes.txt").write_text("both, resolved\n")
+    git(worktree, "add", "notes.txt")
+    git(worktree, "commit", "-q", "-m", "resolve")
+    again = cli(server, "merge", second.context_id)
+    assert again.returncode == 0, again.stderr
+    assert (repo / "notes.txt").read_text() == "both, resolved\n"
+
+
+async def test_discard_says_what_is_lost_and_removes_it(
+    repo_server: tuple[RunningServer, Path],
+) -> None:
+    server, repo = repo_server
+    a2a = A2A(server.url, server.token)
+    turn = await a2a.turn("edit:draft.txt a draft")
+    asked = cli(server, "discard", turn.context_id)  # no terminal, no --yes: nothing happens
+    assert asked.returncode == 2 and "draft" in asked.stdout
+    assert git(repo, "branch", "--list", "tailagent/*").strip()
+    gone = cli(server, "discard", turn.context_id, "--yes")
+    assert gone.returncode == 0, gone.stderr
+    assert not git(repo, "branch", "--list", "tailagent/*").strip()
+    assert not (server.state_dir / "worktrees" / turn.context_id).exists()
+
+
+async def test_bad_requests_get_one_line_and_change_nothing(
+    repo_server: tuple[RunningServer, Path],
+) -> None:
+    server, repo = repo_server
+    a2a = A2A(server.url, server.token)
+    long_turn = asyncio.create_task(a2a.turn("edit:wip.txt slow 3"))
+    records = server.state_dir / "worktrees"
+    for _ in range(100):  # until the conversation's worktree exists
+        if records.is_dir() and any(records.glob("*.json")):
+            break
+        await asyncio.sleep(0.1)
+    context_id = next(records.glob("*.json")).stem
+    before = snapshot(repo)
+    for args, words in (
+        (("merge", "no-such-conversation"), "no worktree for conversation"),
+        (("merge", context_id), "is running task"),
+        (("diff", "no-such-conversation"), "no worktree for conversation"),
+    ):
+        done = await asyncio.to_thread(cli, server, *args)
+        assert done.returncode == 2, done
+        assert len(done.stderr.strip().splitlines()) == 1 and words in done.stderr, done.stderr
+    # Another caller: a conversation that is not theirs, and a merge without the role.
+    for roles, words in ((("caller", "approver"), "no conversation"), (("caller",), "approver")):
+        name = f"other-{len(roles)}"
+        token = cli(server, "token", "add", name, *(f"--role={r}" for r in roles)).stdout
+        theirs = await asyncio.to_thread(
+            cli, server, "merge", context_id, "--token", token.strip().splitlines()[-1]
+        )
+        assert theirs.returncode == 2 and words in theirs.stderr, theirs.stderr
+    assert snapshot(repo) == before
+    assert (await long_turn).final_state == "completed"
+    diff = await asyncio.to_thread(cli, server, "diff", context_id)
+    assert "+edit:wip.txt slow 3" in diff.stdout
+
+
+def test_a_workspace_that_is_not_a_repository_runs_shared(tmp_path: Path) -> None:
+    server = start_server(tmp_path, "--isolation", "worktree")
+    try:
+        assert "isolation: shared" in server.log()
+        assert "not a git repository" in server.log()
+    finally:
+        server.stop()
