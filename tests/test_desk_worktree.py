@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,12 +11,7 @@ from playwright.sync_api import Browser, expect
 
 from tests.conftest import RunningServer, start_server
 from tests.test_desk_access import signin_link
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+from tests.test_isolation import git
 
 
 @pytest.fixture(scope="module")
