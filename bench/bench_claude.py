@@ -9,7 +9,15 @@ spare is back), with warm_spares = 0 and = 1, against:
   - the CLI bundled with claude-agent-sdk, with no account (its turn ends at the
     login check: the figure is the start-up and connection it still pays).
 
+With --isolation it measures instead the same first turns on a workspace that is a
+git repository of --files small files, served with --isolation shared and then with
+--isolation worktree, warm_spares = 1 and = 0. A conversation in a worktree does not
+take the warm spare (a spare's CLI was started in the workspace): it starts its own
+CLI there, after its worktree is made, so its first turn is a cold start plus the
+worktree.
+
 Usage: python bench/bench_claude.py [--conversations 10] [--pause 2.0]
+       python bench/bench_claude.py --isolation [--conversations 10] [--files 10000]
 """
 
 from __future__ import annotations
@@ -25,24 +33,43 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.bench_core import rpc
+from bench.bench_core import (
+    ISOLATION_HEADER,
+    check_isolation,
+    isolated,
+    isolation_row,
+    load,
+    rpc,
+)
 from tailagent.agents.claude import bundled_cli
 from tests.conftest import start_server
 
 FAKE_CLI = Path(__file__).resolve().parent.parent / "tests" / "fake_claude_cli.py"
+CLIS = tuple[tuple[str, Path, str], ...]  # a name, the CLI, how its first turn must end
 
 
 def first_turns(
-    cli: Path, spares: int, conversations: int, pause: float, expected: str
+    cli: Path,
+    spares: int,
+    conversations: int,
+    pause: float,
+    expected: str,
+    isolation: str | None = None,
+    files: int = 0,
+    under: Path | None = None,
 ) -> list[float]:
-    tmp = Path(tempfile.mkdtemp(prefix="bench-claude-"))
+    """`isolation` (shared, worktree): served so, on a git repository of `files` files;
+    `under`: where to make the server's files (see bench_core.scratch)."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-claude-", dir=under))
+    extra = isolated(tmp, isolation, files)
     home = tmp / "home"  # no login: the real CLI stops at its login check
     home.mkdir()
     config = tmp / "tailagent.toml"
     config.write_text(f'[agent]\nwarm_spares = {spares}\n[claude]\ncli_path = "{cli}"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-    server = start_server(tmp, "--agent", "claude", "--config", str(config),
+    server = start_server(tmp, "--agent", "claude", "--config", str(config), *extra,
                           env={**env, "HOME": str(home)})  # fmt: skip
+    check_isolation(server, isolation)
     times = []
     try:
         headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {server.token}"}
@@ -66,15 +93,42 @@ def first_turns(
     return times
 
 
+def isolation(clis: CLIS, conversations: int, pause: float, files: int) -> None:
+    print(f"first turn of a new conversation, {conversations} each, a git workspace "
+          f"of {files} files (ms)")  # fmt: skip
+    print(ISOLATION_HEADER)
+    with tempfile.TemporaryDirectory() as under:
+        for name, cli, expected in clis:
+            for spares, label in ((1, "a warm spare"), (0, "no spare")):
+                shared, worktree = (
+                    first_turns(
+                        cli, spares, conversations, pause, expected, mode, files, Path(under)
+                    )
+                    for mode in ("shared", "worktree")
+                )
+                print(isolation_row(f"{name.split()[0]} CLI, {label}", shared, worktree))
+    print(f"load average at the end: {load()}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conversations", type=int, default=10)
     parser.add_argument("--pause", type=float, default=2.0)
+    parser.add_argument(
+        "--isolation",
+        action="store_true",
+        help="first turns with --isolation shared against worktree, on a git workspace",
+    )
+    parser.add_argument("--files", type=int, default=10_000, help="the --isolation workspace's")
     args = parser.parse_args()
-    print(f"first turn of a new conversation, median of {args.conversations} (ms)")
-    print(f"{'CLI':<36}{'no spare':>12}{'a warm spare':>14}{'ratio':>8}")
     clis = (("fake (tests/fake_claude_cli.py)", FAKE_CLI, "TASK_STATE_COMPLETED"),
             ("bundled with claude-agent-sdk", bundled_cli(), "TASK_STATE_FAILED"))  # fmt: skip
+    if args.isolation:
+        isolation(clis, args.conversations, args.pause, args.files)
+        print("command: python bench/bench_claude.py " + " ".join(sys.argv[1:]))
+        return 0
+    print(f"first turn of a new conversation, median of {args.conversations} (ms)")
+    print(f"{'CLI':<36}{'no spare':>12}{'a warm spare':>14}{'ratio':>8}")
     for name, cli, expected in clis:
         cold = statistics.median(first_turns(cli, 0, args.conversations, args.pause, expected))
         warm = statistics.median(first_turns(cli, 1, args.conversations, args.pause, expected))

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,9 +27,13 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.conftest import start_server
+from tests.conftest import RunningServer, start_server
 
 HEADERS = {"A2A-Version": "1.0"}
+ISOLATION_LOG = {
+    "worktree": "isolation: each conversation in a git worktree",
+    "shared": "isolation: shared",
+}
 
 
 def rpc(method: str, text: str) -> dict[str, object]:
@@ -103,6 +110,77 @@ async def concurrent(url: str, c: int, headers: dict[str, str]) -> tuple[int, fl
 
 def ms(value: float) -> str:
     return f"{value * 1000:.2f} ms"
+
+
+def git_repo(path: Path, files: int, per_dir: int = 50) -> int:
+    """Makes `path` a throwaway git repository on branch main: `files` small text files,
+    `per_dir` to a directory, in directories two levels deep (pkgNN/modN/), one commit.
+    Returns how many directories hold them."""
+    folders = set()
+    for n in range(files):
+        group = n // per_dir
+        folder = path / f"pkg{group // 10:02d}" / f"mod{group % 10}"
+        if folder not in folders:
+            folder.mkdir(parents=True, exist_ok=True)
+            folders.add(folder)
+        (folder / f"file{n % per_dir:03d}.py").write_text(f'"""File {n}."""\nVALUE = {n}\n')
+    for args in (
+        ("init", "-q", "-b", "main"),
+        ("config", "user.name", "bench"),
+        ("config", "user.email", "bench@example.com"),
+        ("add", "-A"),
+        ("commit", "-q", "-m", f"{files} files"),
+    ):
+        subprocess.run(["git", "-C", str(path), *args], check=True)
+    return len(folders)
+
+
+def isolated(tmp: Path, isolation: str | None, files: int, per_dir: int = 50) -> tuple[str, ...]:
+    """With an isolation mode, makes the workspace `start_server(tmp)` serves a git
+    repository of `files` files and returns the options that pick the mode."""
+    if isolation is None:
+        return ()
+    git_repo(tmp / "workspace", files, per_dir)
+    return ("--isolation", isolation)
+
+
+def scratch(under: Path | None) -> contextlib.AbstractContextManager[str]:
+    """A temporary directory removed on leaving it; or, made `under` a longer-lived one,
+    kept until that one goes. On a journal-less ext4 (such as this machine's), a file
+    made within minutes of many being deleted is slow to make (ext4 steps over each
+    recently deleted inode), so a comparison leaves its deletions for its end."""
+    if under is None:
+        return tempfile.TemporaryDirectory()
+    return contextlib.nullcontext(tempfile.mkdtemp(dir=under))
+
+
+def check_isolation(server: RunningServer, isolation: str | None) -> None:
+    """Refuses to time a server that does not run the isolation it was asked for (a
+    workspace that cannot have worktrees runs shared, and would time as one)."""
+    if isolation is not None and ISOLATION_LOG[isolation] not in server.log():
+        server.stop()
+        raise SystemExit(f"the server did not run isolation {isolation}:\n{server.log()}")
+
+
+ISOLATION_HEADER = (
+    f"{'':<34}{'shared':>16}{'worktree':>18}\n"
+    f"{'':<34}{'p50':>8}{'p95':>8}{'p50':>10}{'p95':>8}{'ratio':>8}"
+)
+
+
+def isolation_row(label: str, shared: list[float], worktree: list[float]) -> str:
+    """A row under ISOLATION_HEADER: median and p95 (ms) of each mode, and the ratio of
+    the medians."""
+    base, tree = statistics.median(shared), statistics.median(worktree)
+    return (
+        f"{label:<34}{base * 1000:>8.1f}{pct(shared, 0.95) * 1000:>8.1f}"
+        f"{tree * 1000:>10.1f}{pct(worktree, 0.95) * 1000:>8.1f}{tree / base:>7.1f}x"
+    )
+
+
+def load() -> str:
+    """The machine's load averages (1, 5, 15 min): figures on a busy machine look odd."""
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 async def main() -> int:
