@@ -39,7 +39,7 @@ from tailagent.access.tokens import TokenStore
 from tailagent.agents.events import AgentBackend, AgentStartError
 from tailagent.agents.registry import make_backend
 from tailagent.bridge.audit import AuditLog
-from tailagent.bridge.conversations import Isolated, choose
+from tailagent.bridge.conversations import Conversations, Isolated, choose
 from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.jsonrpc import jsonrpc_routes
@@ -96,6 +96,7 @@ class Service:
     push: PushDispatcher
     signal_watch: asyncio.Task[None] | None
     direct: SqliteWriter | None
+    conversations: Conversations
 
     async def stop_turns(self) -> int:
         """Ends every running or waiting turn, saying the server stopped; returns how many."""
@@ -119,6 +120,7 @@ class Service:
             self.direct.close()
         await self.pool.aclose()
         await self.backend.aclose()
+        await self.conversations.aclose()
         await self.engine.dispose()
 
 
@@ -165,7 +167,11 @@ def _card_app(publisher: CardPublisher) -> Quart:
 
 
 async def build_service(settings: Settings, presence: Presence) -> Service:
-    backend = make_backend(settings)
+    conversations = await choose(
+        settings.workspace.isolation, settings.cwd, settings.state_dir, settings.workspace.base
+    )
+    isolated = conversations if isinstance(conversations, Isolated) else None
+    backend = make_backend(settings, isolated.spare_directory if isolated else None)
     engine = open_engine(settings.store_url)
     await check_store(engine, settings.store_url)
     server = (server_id(settings.state_dir), settings.advertised_url)
@@ -192,7 +198,6 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     await signals.initialize()
     session_map = SessionMap(engine, direct)
     await session_map.initialize()
-    await backend.start()
     pool = SessionPool(backend, session_map, idle_timeout=settings.agent_process.idle_timeout)
     AGENT_PROCESSES.set_function(lambda: pool.live)
     audit = AuditLog(engine)
@@ -200,11 +205,9 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     denials = settings.max_permission_denials
     if settings.agent == "claude" and settings.claude.max_permission_denials:
         denials = settings.claude.max_permission_denials
-    conversations = await choose(
-        settings.workspace.isolation, settings.cwd, settings.state_dir, settings.workspace.base
-    )
     if isinstance(conversations, Isolated):
         pruned = await conversations.worktrees.prune(await context_ids(database_store))
+        conversations.start()
         log.info(
             "isolation: each conversation in a git worktree and branch of its own, from %s "
             "(merged back only on request: tailagent merge CONTEXT)%s",
@@ -214,6 +217,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     else:
         log.info("isolation: shared, every conversation works in %s (%s)", settings.cwd,
                  conversations.why)  # fmt: skip
+    await backend.start()  # after the worktrees: a spare agent may start in one
     executor = BridgeExecutor(
         backend,
         pool,
@@ -295,7 +299,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         )
     return Service(
         app, executor, handler, store, session_map, pool, backend, engine, push, signal_watch,
-        direct,
+        direct, conversations,
     )  # fmt: skip
 
 

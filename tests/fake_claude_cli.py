@@ -44,8 +44,8 @@ uuid4. The process stays up for any number of turns and exits when stdin closes
 (status 1 if the last result was an error, as the CLI does).
 
 If FAKE_CLAUDE_LOG names a file, one JSON line per event is appended to it:
-{"argv": [...]} (the whole argv) at start, {"user": text} per user message,
-{"permission_response": ...} per answer to a can_use_tool prompt (the `response`
+{"argv": [...], "cwd": ...} (the whole argv, and where it runs) at start, {"user": text}
+per user message, {"permission_response": ...} per answer to a can_use_tool prompt (the `response`
 object of a success control_response, e.g. {"behavior": "deny", "message": ...,
 "interrupt": true}; the whole response for an error one), {"interrupt": true} per
 interrupt control request.
@@ -847,7 +847,7 @@ def main() -> int:
         print(f"{VERSION} (Claude Code)")
         return 0
     cli = FakeClaude(argv)
-    cli.log({"argv": argv})
+    cli.log({"argv": argv, "cwd": os.getcwd()})
     if cli.flag("--output-format") != "stream-json" or cli.flag("--input-format") != (
         "stream-json"
     ):

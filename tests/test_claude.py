@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -269,5 +270,56 @@ async def test_a_new_conversation_takes_a_connected_spare(tmp_path: Path) -> Non
             assert time.monotonic() < deadline, server.log()
             await asyncio.sleep(0.05)
         assert f"--session-id={session}" not in log.argvs()[1]
+    finally:
+        assert server.stop() == 0
+
+
+def git_workspace(path: Path) -> None:
+    path.mkdir()
+    for args in (("init", "-q", "-b", "main"), ("commit", "-q", "--allow-empty", "-m", "start")):
+        subprocess.run(
+            ["git", "-C", str(path), "-c", "user.name=Dev", "-c", "user.email=d@x", *args],
+            check=True,
+        )
+
+
+def current_branch(path: Path) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(path), "branch", "--show-current"], capture_output=True, text=True
+    )
+    return done.stdout.strip()
+
+
+async def test_with_worktrees_the_spare_waits_in_the_next_conversations_worktree(
+    tmp_path: Path,
+) -> None:
+    """Claude Code's working directory is fixed when it starts: with a worktree per
+    conversation, the spare is started inside a worktree made ahead, and the next new
+    conversation gets both, so its first turn is not a cold start."""
+    git_workspace(tmp_path / "workspace")
+    log = FakeLog(tmp_path / "fake.log")
+    server = start_claude(tmp_path, env={**os.environ, "FAKE_CLAUDE_LOG": str(log.path)})
+    try:
+        deadline = time.monotonic() + 20
+        while not log.argvs():
+            assert time.monotonic() < deadline, server.log()
+            await asyncio.sleep(0.05)
+        spare = next(e for e in log.entries() if "argv" in e)
+        ready = Path(spare["cwd"])
+        assert ready.parent == (server.state_dir / "worktrees").resolve()
+        assert ready.name.startswith("+ready-")
+        turn = await A2A(server.url, server.token).turn("hello")
+        assert turn.final_state == "completed"
+        metadata = MessageToDict(turn.statuses[-1].metadata)
+        assert f"--session-id={metadata['agentSessionId']}" in spare["argv"]
+        record = server.state_dir / "worktrees" / f"{turn.context_id}.json"
+        assert json.loads(record.read_text())["path"] == str(ready)  # it worked there
+        assert current_branch(ready) == f"tailagent/{turn.context_id[:8]}"
+        while len(log.argvs()) < 2:  # the next spare, in the next worktree made ahead
+            assert time.monotonic() < deadline, server.log()
+            await asyncio.sleep(0.05)
+        following = [e for e in log.entries() if "argv" in e][1]
+        assert Path(following["cwd"]).name.startswith("+ready-")
+        assert following["cwd"] != spare["cwd"]
     finally:
         assert server.stop() == 0

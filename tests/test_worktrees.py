@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import AsyncIterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -106,8 +107,10 @@ def repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def wts(repo: Path, tmp_path: Path) -> Worktrees:
-    return Worktrees(repo, tmp_path / "state" / "worktrees")
+async def wts(repo: Path, tmp_path: Path) -> AsyncIterator[Worktrees]:
+    worktrees = Worktrees(repo, tmp_path / "state" / "worktrees")
+    yield worktrees
+    await worktrees.aclose()  # retired worktrees are deleted in the background
 
 
 def snapshot(repo: Path) -> dict[str, str]:
@@ -663,3 +666,82 @@ async def test_git_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(GitError, match=r"^git is not installed \(tailagent needs it"):
         await git(tmp_path, "status")
+
+
+# ---- made ahead, retired in the background ------------------------------------------
+
+
+def registered(repo: Path) -> list[str]:
+    listing = sh(repo, "worktree", "list", "--porcelain")
+    return [line.removeprefix("worktree ") for line in listing.splitlines() if "worktree " in line]
+
+
+async def test_the_next_conversation_takes_the_worktree_made_ahead(
+    repo: Path, wts: Worktrees
+) -> None:
+    ahead = await wts.prepare()
+    assert wts.ready() == [ahead] and ahead.name.startswith("+ready-")
+    assert sh(ahead, "branch", "--show-current").strip() == f"tailagent/{ahead.name}"
+    write(repo / "b.txt", "b moved on\n")
+    tip = commit_all(repo, "main moved on after the worktree was made")
+
+    worktree = await wts.ensure("ctx-ahead-1")
+    assert worktree.path == ahead and worktree.base_commit == tip
+    assert sh(ahead, "rev-parse", "HEAD").strip() == tip  # brought to the base's tip
+    assert read(ahead / "b.txt") == "b moved on\n"
+    assert sh(ahead, "branch", "--show-current").strip() == "tailagent/ctx-ahea"
+    assert wts.ready() == [] and (await wts.get("ctx-ahead-1")) == worktree
+    assert not list(wts.root.glob("+ready-*.json"))
+    write(ahead / "e.txt", "e\n")
+    assert await wts.commit_turn("ctx-ahead-1", "Add e", TRAILERS)
+    merged = await wts.merge("ctx-ahead-1")
+    assert read(repo / "e.txt") == "e\n" and merged.removed and not ahead.exists()
+
+
+async def test_a_worktree_made_ahead_that_someone_wrote_in_is_not_given(
+    repo: Path, wts: Worktrees
+) -> None:
+    ahead = await wts.prepare()
+    write(ahead / "stray.txt", "written before any conversation took it\n")
+    worktree = await wts.ensure("ctx-fresh-1")
+    assert worktree.path != ahead and not (worktree.path / "stray.txt").exists()
+    assert not ahead.exists() and wts.ready() == []
+    await wts.aclose()
+    assert registered(repo) == [str(repo), str(worktree.path)]
+
+
+async def test_prune_keeps_whole_worktrees_made_ahead_and_finishes_cut_adoptions(
+    repo: Path, wts: Worktrees
+) -> None:
+    kept, cut, adopted = await asyncio.gather(wts.prepare(), wts.prepare(), wts.prepare())
+    shutil.rmtree(cut)  # a creation cut short: its directory never came
+    # An adoption cut short after the conversation's record was written: the worktree
+    # is the conversation's; only the record of it as made ahead is left over.
+    record = json.loads((wts.root / f"{adopted.name}.json").read_text())
+    record |= {"context_id": "ctx-adopted"}
+    (wts.root / "ctx-adopted.json").write_text(json.dumps(record))
+    assert await wts.prune({"ctx-adopted"}) == []
+    assert wts.ready() == [kept]
+    assert (await wts.get("ctx-adopted")) is not None and adopted.is_dir()
+    assert f"tailagent/{cut.name}" not in sh(repo, "branch")
+
+
+async def test_a_merged_worktree_goes_at_once_and_its_files_in_the_background(
+    repo: Path, wts: Worktrees
+) -> None:
+    path = await two_turns(wts)
+    before = registered(repo)
+    await wts.merge("ctx-aaaa-1")
+    assert not path.exists()  # out of the way at once, under .trash until deleted
+    assert "tailagent/ctx-aaaa" not in sh(repo, "branch")
+    await wts.aclose()
+    assert registered(repo) == [str(repo)] and before != [str(repo)]
+    assert list((wts.root / ".trash").iterdir()) == []
+    # A stop in the middle leaves a retired worktree in .trash: the next start sweeps it.
+    other = await wts.ensure("ctx-bbbb-2")
+    sh(repo, "worktree", "move", str(other.path), str(wts.root / ".trash" / "left"))
+    later = Worktrees(repo, wts.root)
+    await later.prune({"ctx-bbbb-2"})
+    await later.aclose()
+    assert not (wts.root / ".trash" / "left").exists()
+    assert str(wts.root / ".trash" / "left") not in registered(repo)

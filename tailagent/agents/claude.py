@@ -17,7 +17,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -458,14 +458,21 @@ class ClaudeBackend:
         max_sessions: int,
         mcp_servers: tuple[McpServer, ...] = (),
         warm_spares: int = 0,
+        spare_directory: Callable[[], Awaitable[Path]] | None = None,
     ) -> None:
         self.settings = settings
         self.mcp_servers = mcp_servers
         self.workspace = workspace
         self.max_sessions: int | None = max_sessions
-        # Connected sessions: starting the CLI and connecting to it costs 0.5–0.9 s.
+        # Connected sessions: starting the CLI and connecting to it costs 0.5–0.9 s. The
+        # CLI's working directory is fixed when it starts: with a worktree per
+        # conversation, `spare_directory` says where the next conversation will work.
         self._spares = Spares(
-            warm_spares, lambda: self._connect(None), ClaudeSession.close, "Claude Code session"
+            warm_spares,
+            lambda cwd: self._connect(None, cwd),
+            ClaudeSession.close,
+            "Claude Code session",
+            where=spare_directory,
         )
         self._cli = find_cli(settings)  # checked at start(), then run by every session
         self.description = (
@@ -497,10 +504,8 @@ class ClaudeBackend:
     async def open_session(
         self, resume_id: str | None = None, cwd: Path | None = None
     ) -> ClaudeSession:
-        # A spare's CLI was started in the workspace; a conversation with a directory
-        # of its own (a worktree) starts its own CLI there.
-        if resume_id is None and cwd in (None, self.workspace):
-            return await self._spares.take()
+        if resume_id is None:
+            return await self._spares.take(cwd)
         session = await self._connect(resume_id, cwd)
         self._spares.top_up()
         return session

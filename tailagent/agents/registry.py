@@ -6,12 +6,20 @@ MCP) take ~0.9 s and tens of MB to load, which an echo or ACP server never uses.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
 from tailagent.agents.acp.presets import CUSTOM, PRESETS
 from tailagent.agents.events import AgentBackend
 from tailagent.config import Settings
 
 
-def make_backend(settings: Settings) -> AgentBackend:
+def make_backend(
+    settings: Settings, spare_directory: Callable[[], Awaitable[Path]] | None = None
+) -> AgentBackend:
+    """`spare_directory`, when conversations get directories of their own, says where
+    an agent started ahead should start (only Claude Code's needs it: an ACP session is
+    given its directory when it opens, and echo starts nothing ahead)."""
     preset = PRESETS.get(settings.agent)
     if settings.agent_command is None and settings.agent == "claude":
         from tailagent.agents.claude import ClaudeBackend
@@ -22,6 +30,7 @@ def make_backend(settings: Settings) -> AgentBackend:
             settings.agent_process.max_processes,
             settings.mcp_servers,
             warm_spares=settings.agent_process.warm_spares,
+            spare_directory=spare_directory,
         )
     if settings.agent_command is None and preset is None:
         from tailagent.agents.echo import EchoBackend

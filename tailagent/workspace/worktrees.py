@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
@@ -41,6 +42,15 @@ FALLBACK_NAME = "tailagent"
 FALLBACK_EMAIL = "tailagent@localhost"
 SUBJECT_LIMIT = 72
 LOCK_WAIT = 60.0  # seconds another process may hold the worktrees' lock (a long rebase)
+# A worktree made ahead of the conversation that will take it is named `+ready-<hex>`:
+# `+` is never in a context id used as a file name (see _SAFE_ID), so no caller's
+# conversation can be mistaken for one. Retired worktrees wait in `.trash` for removal.
+READY_PREFIX = "+ready-"
+TRASH = ".trash"
+# git compares a file whose mtime is the index's own second by content, on every status:
+# an index written just after a checkout makes each status read every file (~60 ms on
+# 10,000 files against ~10). A worktree made ahead is refreshed once this much later.
+RACY_SECONDS = 1.1
 
 Strategy = Literal["squash", "merge", "rebase"]
 STRATEGIES: tuple[Strategy, ...] = ("squash", "merge", "rebase")
@@ -164,6 +174,10 @@ def _is_dir(path: Path) -> bool:
     return path.is_dir()
 
 
+def _text(path: Path) -> str:
+    return path.read_text()
+
+
 def _resolved(path: Path) -> Path:
     return path.resolve()
 
@@ -280,6 +294,7 @@ class Worktrees:
         self.base = base
         self._lock = asyncio.Lock()
         self._common: str | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     # ---- records -----------------------------------------------------------------
 
@@ -291,9 +306,6 @@ class Worktrees:
     def _record_path(self, context_id: str) -> Path:
         return self.root / f"{self._slug(context_id)}.json"
 
-    def _worktree_path(self, context_id: str) -> Path:
-        return self.root.resolve() / self._slug(context_id)
-
     async def _common_dir(self) -> str:
         """The repository's shared git dir: what a record says it belongs to."""
         if self._common is None:
@@ -302,9 +314,13 @@ class Worktrees:
         return self._common
 
     async def _load(self, context_id: str) -> Worktree | None:
-        path = self._record_path(context_id)
+        return await self._read(self._record_path(context_id), context_id)
+
+    async def _read(self, path: Path, context_id: str) -> Worktree | None:
+        """The record at `path`, checked to be tailagent's for `context_id` ("" for a
+        worktree made ahead) in this repository; None when there is none."""
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(_text(path))
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as error:
@@ -326,7 +342,7 @@ class Worktrees:
             raise GitError(f"the record {path} is incomplete: remove it by hand") from None
         if (
             worktree.context_id != context_id
-            or worktree.path != self._worktree_path(context_id)
+            or worktree.path.parent != self.root.resolve()
             or not worktree.branch.startswith(BRANCH_PREFIX)
         ):
             raise GitError(f"the record {path} does not match its conversation: left alone")
@@ -337,9 +353,10 @@ class Worktrees:
             )
         return worktree
 
-    def _save(self, worktree: Worktree, repository: str) -> None:
+    def _save(self, worktree: Worktree, repository: str, record_path: Path | None = None) -> None:
         record = asdict(worktree) | {"path": str(worktree.path), "repository": repository}
-        write_private(self._record_path(worktree.context_id), json.dumps(record, indent=2) + "\n")
+        path = record_path or self._record_path(worktree.context_id)
+        write_private(path, json.dumps(record, indent=2) + "\n")
 
     async def _require(self, context_id: str, present: bool = True) -> Worktree:
         worktree = await self._load(context_id)
@@ -411,8 +428,14 @@ class Worktrees:
                 options += ["-c", f"{key}={fallback}"]
         return options
 
-    async def _uncommitted(self, path: Path) -> list[str]:
-        result = await self._in(path, "status", "--porcelain", "-z", "--untracked-files=all")
+    async def _uncommitted(self, path: Path, refresh: bool = False) -> list[str]:
+        """The files changed and not committed in a worktree. `refresh` lets git write the
+        index's refreshed file times back (a status after a checkout is ~6x slower until
+        then): only between turns, when the agent cannot be holding the index's lock."""
+        env = {"GIT_OPTIONAL_LOCKS": "1"} if refresh else None
+        result = await self._in(
+            path, "status", "--porcelain", "-z", "--untracked-files=all", env=env
+        )
         return _unique(_status_paths(result.out))
 
     async def _checkouts(self) -> list[_Checkout]:
@@ -457,7 +480,8 @@ class Worktrees:
         return await self._load(context_id)
 
     async def ensure(self, context_id: str) -> Worktree:
-        """The conversation's worktree, made on its first call from the base branch's tip.
+        """The conversation's worktree: on its first call one made ahead (`prepare`),
+        brought to the base branch's tip, or else one made now.
 
         The record is written before `git worktree add`, so a crash in between leaves a
         record (which `discard` and `prune` clear) rather than an unmarked worktree that
@@ -473,30 +497,99 @@ class Worktrees:
                 # A record without its branch: a creation cut short. Nothing to lose;
                 # clear what git may have registered of it, then start again.
                 await self._remove(existing)
-            return await self._create(context_id)
+            base_branch = await self._base_branch(context_id)
+            adopted = await self._adopt(context_id, base_branch)
+            if adopted is not None:
+                return adopted
+            branch = await self._free_branch(context_id)
+            return await self._create(context_id, branch, base_branch)
 
-    async def _create(self, context_id: str) -> Worktree:
+    async def prepare(self) -> Path:
+        """Makes a worktree ahead of the conversation that will take it (the next new
+        one), so that conversation does not wait for a checkout; returns its path, where
+        an agent may be started ahead too. Its index is refreshed a moment later, so the
+        first turns' `git status` need not read every file."""
+        async with self._exclusive():
+            slug = READY_PREFIX + secrets.token_hex(6)
+            base_branch = await self._base_branch("the next conversation")
+            worktree = await self._create("", BRANCH_PREFIX + slug, base_branch, slug)
+        await asyncio.sleep(RACY_SECONDS)
+        async with self._exclusive():
+            if self._ready_record(worktree.path).is_file() and worktree.path.is_dir():
+                await self._in(worktree.path, "update-index", "-q", "--refresh", ok=(0, 1))
+        return worktree.path
+
+    def ready(self) -> list[Path]:
+        """The worktrees made ahead and not yet taken, oldest (next to be taken) first."""
+        if not self.root.is_dir():
+            return []
+        records = sorted(
+            self.root.glob(READY_PREFIX + "*.json"), key=lambda r: r.stat().st_mtime_ns
+        )
+        return [self.root.resolve() / record.stem for record in records]
+
+    def _ready_record(self, path: Path) -> Path:
+        return self.root / f"{path.name}.json"
+
+    async def _adopt(self, context_id: str, base_branch: str) -> Worktree | None:
+        """Gives the conversation the oldest worktree made ahead: moved to the base tip
+        if the base went on meanwhile, its branch renamed for the conversation. One that
+        is no longer clean or whole is removed and the next tried."""
+        base_commit = await self._tip(base_branch)
+        for path in self.ready():
+            record = self._ready_record(path)
+            try:
+                ready = await self._read(record, "")
+                if ready is None:
+                    continue
+                if not path.is_dir() or await self._uncommitted(path):
+                    await self._remove(ready, record)
+                    continue
+                if (await self._in(path, "rev-parse", "HEAD")).out.strip() != base_commit:
+                    await self._in(path, "reset", "-q", "--hard", base_commit)
+            except GitError as error:
+                log.warning("a worktree made ahead (%s) is not usable: %s", path, error)
+                continue
+            branch = await self._free_branch(context_id)
+            await git(self.repo, "branch", "-m", ready.branch, branch)
+            adopted = Worktree(
+                context_id=context_id,
+                path=path,
+                branch=branch,
+                base_branch=base_branch,
+                base_commit=base_commit,
+                created=datetime.now(UTC).isoformat(timespec="seconds"),
+            )
+            self._save(adopted, await self._common_dir())
+            record.unlink()
+            return adopted
+        return None
+
+    async def _base_branch(self, purpose: str) -> str:
+        """The branch a new worktree starts from: `base`, or the workspace's current one."""
         if self.base is None:
             reason = await probe(self.repo)
             if reason is not None:
-                raise GitError(f"cannot give conversation {context_id} a worktree: {reason}")
+                raise GitError(f"cannot give {purpose} a worktree: {reason}")
             head = await git(self.repo, "symbolic-ref", "-q", "--short", "HEAD")
-            base_branch = head.out.strip()
-        else:
-            base_branch = self.base
-            if not await self._ref_exists(f"refs/heads/{base_branch}"):
-                raise GitError(
-                    f"the base branch {base_branch} does not exist in {self.repo}: "
-                    "create it or change workspace.base"
-                )
+            return head.out.strip()
+        if not await self._ref_exists(f"refs/heads/{self.base}"):
+            raise GitError(
+                f"the base branch {self.base} does not exist in {self.repo}: "
+                "create it or change workspace.base"
+            )
+        return self.base
+
+    async def _create(
+        self, context_id: str, branch: str, base_branch: str, slug: str | None = None
+    ) -> Worktree:
         base_commit = await self._tip(base_branch)
-        path = self._worktree_path(context_id)
+        path = self.root.resolve() / (slug or self._slug(context_id))
         if path.exists():
             raise GitError(
                 f"{path} exists but tailagent has no record of it: move it away to let "
                 f"conversation {context_id} have a worktree"
             )
-        branch = await self._free_branch(context_id)
         worktree = Worktree(
             context_id=context_id,
             path=path,
@@ -505,7 +598,8 @@ class Worktrees:
             base_commit=base_commit,
             created=datetime.now(UTC).isoformat(timespec="seconds"),
         )
-        self._save(worktree, await self._common_dir())
+        record = self._ready_record(path) if slug else self._record_path(context_id)
+        self._save(worktree, await self._common_dir(), record)
         try:
             await git(self.repo, "worktree", "add", "-q", "-b", branch, str(path), base_commit)
         except BaseException:
@@ -513,7 +607,7 @@ class Worktrees:
             # post-checkout hook failed: then the worktree is there, and the record stays
             # so that it is known as tailagent's (and discard or prune can remove it).
             if not _is_dir(path):
-                self._record_path(context_id).unlink(missing_ok=True)
+                record.unlink(missing_ok=True)
             raise
         return worktree
 
@@ -543,7 +637,7 @@ class Worktrees:
         """
         async with self._exclusive():
             worktree = await self._require(context_id)
-            if not await self._uncommitted(worktree.path):
+            if not await self._uncommitted(worktree.path, refresh=True):
                 return None
             await self._check_worktree(worktree)
             arguments = ["-m", turn_subject(subject)]
@@ -662,8 +756,12 @@ class Worktrees:
         pruned: list[str] = []
         if not self.root.is_dir():
             return pruned
+        self.sweep()  # what a stop left in .trash
         async with self._exclusive():
+            await self._check_ready()
             for record in sorted(self.root.glob("*.json")):
+                if record.name.startswith(READY_PREFIX):
+                    continue
                 try:
                     context_id = json.loads(record.read_text())["context_id"]
                     if not isinstance(context_id, str) or context_id in live:
@@ -687,12 +785,34 @@ class Worktrees:
                 pruned.append(context_id)
         return pruned
 
-    async def _remove(self, worktree: Worktree) -> None:
+    async def _check_ready(self) -> None:
+        """Keeps the worktrees made ahead that are whole (a restart need not make them
+        again). A creation cut short is removed; one whose path a conversation's record
+        names is the rest of an adoption cut short: only its record goes."""
+        claimed = set()
+        for record in self.root.glob("*.json"):
+            if not record.name.startswith(READY_PREFIX):
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                    claimed.add(json.loads(record.read_text())["path"])
+        for path in self.ready():
+            record = self._ready_record(path)
+            try:
+                ready = await self._read(record, "")
+                if ready is None:
+                    continue
+                if str(path) in claimed:
+                    record.unlink()
+                elif not path.is_dir() or not await self._ref_exists(f"refs/heads/{ready.branch}"):
+                    await self._remove(ready, record)
+            except GitError as error:
+                log.warning("worktree made ahead %s left alone: %s", path, error)
+
+    async def _remove(self, worktree: Worktree, record: Path | None = None) -> None:
         """Removes exactly this worktree (by its path), its branch and then its record,
         the record last so an interrupted removal can be finished by discard or prune."""
         registered = {c.path.resolve() for c in await self._checkouts()}
         if worktree.path.resolve() in registered:
-            await git(self.repo, "worktree", "remove", "--force", str(worktree.path))
+            await self._retire(worktree.path)
         elif worktree.path.exists():
             raise GitError(
                 f"{worktree.path} is not a git worktree of {self.repo}: left alone; remove "
@@ -700,7 +820,48 @@ class Worktrees:
             )
         if await self._ref_exists(f"refs/heads/{worktree.branch}"):
             await git(self.repo, "branch", "-D", worktree.branch)
-        self._record_path(worktree.context_id).unlink(missing_ok=True)
+        (record or self._record_path(worktree.context_id)).unlink(missing_ok=True)
+
+    async def _retire(self, path: Path) -> None:
+        """Takes a worktree out of use at once: moved into `<root>/.trash` and detached
+        from its branch (which can then go). Deleting its files, most of a second for
+        10,000, happens in the background and outside the lock, so the next conversation
+        does not wait behind it; what a crash leaves in `.trash` is swept at the next start.
+        """
+        trash = self.root / TRASH
+        trash.mkdir(exist_ok=True, mode=0o700)
+        target = trash / f"{path.name}-{secrets.token_hex(3)}"
+        moved = await git(self.repo, "worktree", "move", str(path), str(target), ok=(0, 128))
+        if moved.code != 0:  # git does not move a worktree holding submodules
+            await git(self.repo, "worktree", "remove", "--force", str(path))
+            return
+        head = await self._in(target, "rev-parse", "HEAD")
+        await self._in(target, "update-ref", "--no-deref", "HEAD", head.out.strip())
+        self.sweep()
+
+    def sweep(self) -> None:
+        """Deletes retired worktrees (`<root>/.trash`) in the background."""
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._sweep(), name="worktree sweeper")
+
+    async def _sweep(self) -> None:
+        trash = self.root / TRASH
+        tried: set[Path] = set()
+        while trash.is_dir() and (waiting := sorted(set(trash.iterdir()) - tried)):
+            for item in waiting:
+                tried.add(item)
+                try:
+                    await git(self.repo, "worktree", "remove", "--force", str(item), ok=(0, 128))
+                except GitError as error:
+                    log.warning("could not remove the retired worktree %s: %s", item, error)
+                if item.exists():  # no longer (or never) registered with git
+                    await asyncio.to_thread(shutil.rmtree, item, ignore_errors=True)
+
+    async def aclose(self) -> None:
+        """Waits for retired worktrees to be deleted (a stop mid-way is finished later)."""
+        if self._sweeper is not None:
+            with contextlib.suppress(Exception):
+                await self._sweeper
 
     # ---- merge -------------------------------------------------------------------
 

@@ -69,8 +69,13 @@ class AcpBackend:
                 examples=("Fix the failing test in calc.py", "Explain what this repository does"),
             ),
         )
+        # Spare processes start in the workspace: a session's directory is given (and
+        # the editor side fenced to it) only when a conversation takes one.
         self._spares = Spares(
-            settings.warm_spares, self._spawn, lambda p: p.stop(grace=2.0), "agent process"
+            settings.warm_spares,
+            lambda _: self._spawn(),
+            lambda p: p.stop(grace=2.0),
+            "agent process",
         )
 
     def _process(self) -> AgentProcess:
