@@ -8,7 +8,7 @@ Measures, against real servers in subprocesses:
 With --isolation it measures instead a first turn on a new context, with a warm spare
 and without one, on a workspace that is a git repository of --files small files,
 served with --isolation shared and then with --isolation worktree (each new context
-gets its worktree, and the spare's session opens there, in that first turn).
+takes the worktree made ahead for it, and the spare's session opens there).
 
 Usage: python bench/bench_acp.py [--samples 8]
        python bench/bench_acp.py --isolation [--samples 8] [--files 10000]

@@ -11,10 +11,8 @@ spare is back), with warm_spares = 0 and = 1, against:
 
 With --isolation it measures instead the same first turns on a workspace that is a
 git repository of --files small files, served with --isolation shared and then with
---isolation worktree, warm_spares = 1 and = 0. A conversation in a worktree does not
-take the warm spare (a spare's CLI was started in the workspace): it starts its own
-CLI there, after its worktree is made, so its first turn is a cold start plus the
-worktree.
+--isolation worktree, warm_spares = 1 and = 0. With worktrees the spare's CLI is
+started inside the worktree made ahead for the next conversation, which takes both.
 
 Usage: python bench/bench_claude.py [--conversations 10] [--pause 2.0]
        python bench/bench_claude.py --isolation [--conversations 10] [--files 10000]

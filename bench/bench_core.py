@@ -115,24 +115,32 @@ def ms(value: float) -> str:
 def git_repo(path: Path, files: int, per_dir: int = 50) -> int:
     """Makes `path` a throwaway git repository on branch main: `files` small text files,
     `per_dir` to a directory, in directories two levels deep (pkgNN/modN/), one commit.
-    Returns how many directories hold them."""
-    folders = set()
+    Returns how many directories hold them.
+
+    Its objects are in one pack, as in a clone (`git fast-import`, then a checkout). Not
+    `git add` and `commit`: they would leave a loose object a file, and commit's `gc
+    --auto` would then pack and delete them in the background while a benchmark runs."""
+    stream = bytearray()
+    paths = []
     for n in range(files):
         group = n // per_dir
-        folder = path / f"pkg{group // 10:02d}" / f"mod{group % 10}"
-        if folder not in folders:
-            folder.mkdir(parents=True, exist_ok=True)
-            folders.add(folder)
-        (folder / f"file{n % per_dir:03d}.py").write_text(f'"""File {n}."""\nVALUE = {n}\n')
-    for args in (
-        ("init", "-q", "-b", "main"),
-        ("config", "user.name", "bench"),
-        ("config", "user.email", "bench@example.com"),
-        ("add", "-A"),
-        ("commit", "-q", "-m", f"{files} files"),
+        paths.append(f"pkg{group // 10:02d}/mod{group % 10}/file{n % per_dir:03d}.py")
+        content = f'"""File {n}."""\nVALUE = {n}\n'.encode()
+        stream += b"blob\nmark :%d\ndata %d\n%s\n" % (n + 1, len(content), content)
+    message = f"{files} files".encode()
+    stream += b"commit refs/heads/main\ncommitter bench <bench@example.com> now\n"
+    stream += b"data %d\n%s\n" % (len(message), message)
+    stream += b"".join(b"M 100644 :%d %s\n" % (n + 1, p.encode()) for n, p in enumerate(paths))
+    path.mkdir(parents=True, exist_ok=True)
+    for args, data in (
+        (("init", "-q", "-b", "main"), None),
+        (("config", "user.name", "bench"), None),
+        (("config", "user.email", "bench@example.com"), None),
+        (("fast-import", "--quiet", "--date-format=now"), bytes(stream)),
+        (("reset", "-q", "--hard"), None),
     ):
-        subprocess.run(["git", "-C", str(path), *args], check=True)
-    return len(folders)
+        subprocess.run(["git", "-C", str(path), *args], input=data, check=True)
+    return len({p.rsplit("/", 1)[0] for p in paths})
 
 
 def isolated(tmp: Path, isolation: str | None, files: int, per_dir: int = 50) -> tuple[str, ...]:

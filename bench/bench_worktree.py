@@ -16,15 +16,16 @@ measures, with the echo agent:
     --no-checkout: all of it but writing the files), `git worktree remove --force`,
     and the disk one worktree takes (du);
   - tailagent's worktree code in this process on that copy, the same median: a new
-    conversation's worktree (`Worktrees.ensure`), a turn's end (`Isolated.turn_ended`)
-    with nothing changed and with one file changed (a commit).
+    conversation's worktree (`Worktrees.ensure`) made then, and taken from those made
+    ahead (`Worktrees.prepare`, as the server keeps one), a turn's end
+    (`Isolated.turn_ended`) with nothing changed and with one file changed (a commit).
 
 Nothing is deleted before the end but by those merges (see bench_core.scratch): on a
 journal-less ext4 a file made within minutes of many being deleted is slow to make, so
 run it a few minutes after anything deleted many files (another run's clean-up).
 
 Usage: python bench/bench_worktree.py [--conversations 30] [--files 10000] [--per-dir 50]
-       [--merges 5] [--git-runs 10] [--pause 0.2]
+       [--merges 5] [--git-runs 10] [--pause 1.5]
 """
 
 from __future__ import annotations
@@ -155,10 +156,12 @@ async def in_process(worktrees: Worktrees, runs: int) -> dict[str, list[float]]:
     """tailagent's own worktree code: what the server runs in a turn, without the server
     (the worktrees are left for the end: see bench_core.scratch)."""
     conversations = Isolated(worktrees)
-    times: dict[str, list[float]] = {"ensure": [], "quiet": [], "commit": []}
+    times: dict[str, list[float]] = {"ensure": [], "adopt": [], "quiet": [], "commit": []}
     for n in range(runs):
+        times["ensure"].append(await timed(worktrees.ensure(f"bench-now-{n}")))
+        await worktrees.prepare()  # as the server does after each new conversation
         context_id = f"bench-{n}"
-        times["ensure"].append(await timed(worktrees.ensure(context_id)))
+        times["adopt"].append(await timed(worktrees.ensure(context_id)))
         turn_end = conversations.turn_ended(TurnRecord(f"t{n}", context_id, "hello", "bench"))
         times["quiet"].append(await timed(turn_end))
         worktree = await worktrees.get(context_id)
@@ -182,7 +185,9 @@ async def main() -> int:
     parser.add_argument("--per-dir", type=int, default=50, help="files to a directory")
     parser.add_argument("--merges", type=int, default=5)
     parser.add_argument("--git-runs", type=int, default=10)
-    parser.add_argument("--pause", type=float, default=0.2, help="seconds between turns")
+    parser.add_argument(
+        "--pause", type=float, default=1.5, help="seconds between turns (people pause too)"
+    )
     args = parser.parse_args()
     print(f"load average at the start: {load()}")
     # Nothing is deleted before the end but by merges, timed last (see bench_core.scratch).
@@ -202,6 +207,8 @@ async def main() -> int:
         alone["remove"] = git_remove(direct, *alone["made"])
         for n in range(args.git_runs):
             await worktrees.discard(f"bench-{n}")
+            await worktrees.discard(f"bench-now-{n}")
+        await worktrees.aclose()
     shared, tree = runs["shared"], runs["worktree"]
     print(f"a git repository of {args.files} files in {folders} directories, one commit")
     print(f"{args.conversations} new conversations per mode, the echo agent (ms)")
@@ -221,7 +228,8 @@ async def main() -> int:
         f"{apparent_kib / 1024:.1f} MiB), its index and admin in .git {admin_kib / 1024:.1f} MiB"
     )
     print(f"tailagent's worktree code in process, median of {args.git_runs} (ms)")
-    print(ms_row("  Worktrees.ensure (a new one)", own["ensure"]))
+    print(ms_row("  Worktrees.ensure, made now", own["ensure"]))
+    print(ms_row("  Worktrees.ensure, made ahead", own["adopt"]))
     print(ms_row("  turn end, nothing changed", own["quiet"]))
     print(ms_row("  turn end, one file changed", own["commit"]))
     print(f"load average at the end: {load()}")

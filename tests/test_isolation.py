@@ -207,10 +207,10 @@ async def test_bad_requests_get_one_line_and_change_nothing(
     long_turn = asyncio.create_task(a2a.turn("edit:wip.txt slow 3"))
     records = server.state_dir / "worktrees"
     for _ in range(100):  # until the conversation's worktree exists
-        if records.is_dir() and any(records.glob("*.json")):
+        if records.is_dir() and any(records.glob("[!+]*.json")):
             break
         await asyncio.sleep(0.1)
-    context_id = next(records.glob("*.json")).stem
+    context_id = next(records.glob("[!+]*.json")).stem  # not one made ahead
     before = snapshot(repo)
     for args, words in (
         (("merge", "no-such-conversation"), "no worktree for conversation"),

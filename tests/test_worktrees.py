@@ -745,3 +745,19 @@ async def test_a_merged_worktree_goes_at_once_and_its_files_in_the_background(
     await later.aclose()
     assert not (wts.root / ".trash" / "left").exists()
     assert str(wts.root / ".trash" / "left") not in registered(repo)
+
+
+async def test_a_new_conversation_waits_for_the_worktree_being_made_ahead(
+    repo: Path, wts: Worktrees
+) -> None:
+    """Rather than start a second checkout beside the one under way (a slow one here: the
+    person's post-checkout hook takes half a second)."""
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    write(hook, "#!/bin/sh\nsleep 0.5\n")
+    hook.chmod(0o755)
+    making = asyncio.create_task(wts.prepare())
+    while not wts.root.is_dir() or not list(wts.root.glob("+ready-*.json")):
+        await asyncio.sleep(0.01)
+    worktree = await wts.ensure("ctx-waits-1")
+    assert worktree.path == await making
+    assert registered(repo) == [str(repo), str(worktree.path)]

@@ -174,6 +174,10 @@ def _is_dir(path: Path) -> bool:
     return path.is_dir()
 
 
+def _unlink(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
 def _text(path: Path) -> str:
     return path.read_text()
 
@@ -295,6 +299,8 @@ class Worktrees:
         self._lock = asyncio.Lock()
         self._common: str | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        # Worktrees made ahead and still being checked out: each future is done when it is.
+        self._making: dict[Path, asyncio.Future[None]] = {}
 
     # ---- records -----------------------------------------------------------------
 
@@ -481,41 +487,57 @@ class Worktrees:
 
     async def ensure(self, context_id: str) -> Worktree:
         """The conversation's worktree: on its first call one made ahead (`prepare`),
-        brought to the base branch's tip, or else one made now.
+        brought to the base branch's tip, or else one made now. When one is still being
+        made ahead it is waited for: it is nearer done than a new one would be, and two
+        checkouts at once only slow each other down.
 
         The record is written before `git worktree add`, so a crash in between leaves a
         record (which `discard` and `prune` clear) rather than an unmarked worktree that
         tailagent would then never dare to touch.
         """
-        async with self._exclusive():
-            existing = await self._load(context_id)
-            if existing is not None:
-                if existing.path.is_dir():
-                    return existing
-                if await self._ref_exists(f"refs/heads/{existing.branch}"):
-                    await self._require(context_id)  # raises WorktreeDeleted
-                # A record without its branch: a creation cut short. Nothing to lose;
-                # clear what git may have registered of it, then start again.
-                await self._remove(existing)
-            base_branch = await self._base_branch(context_id)
-            adopted = await self._adopt(context_id, base_branch)
-            if adopted is not None:
-                return adopted
-            branch = await self._free_branch(context_id)
-            return await self._create(context_id, branch, base_branch)
+        while True:
+            async with self._exclusive():
+                existing = await self._load(context_id)
+                if existing is not None:
+                    if existing.path.is_dir():
+                        return existing
+                    if await self._ref_exists(f"refs/heads/{existing.branch}"):
+                        await self._require(context_id)  # raises WorktreeDeleted
+                    # A record without its branch: a creation cut short. Nothing to lose;
+                    # clear what git may have registered of it, then start again.
+                    await self._remove(existing)
+                base_branch = await self._base_branch(context_id)
+                adopted = await self._adopt(context_id, base_branch)
+                if adopted is not None:
+                    return adopted
+                making = list(self._making.values())
+                if not making:
+                    branch = await self._free_branch(context_id)
+                    return await self._create(context_id, branch, base_branch)
+            await asyncio.wait(making)
 
     async def prepare(self) -> Path:
         """Makes a worktree ahead of the conversation that will take it (the next new
         one), so that conversation does not wait for a checkout; returns its path, where
-        an agent may be started ahead too. Its index is refreshed a moment later, so the
+        an agent may be started ahead too.
+
+        The checkout runs outside the lock (it takes 0.2 s to seconds on a big repository
+        and a busy disk, and turns ending meanwhile must not wait for it): until it is
+        done the worktree is not offered. Its index is refreshed a moment later, so the
         first turns' `git status` need not read every file."""
         async with self._exclusive():
             slug = READY_PREFIX + secrets.token_hex(6)
             base_branch = await self._base_branch("the next conversation")
-            worktree = await self._create("", BRANCH_PREFIX + slug, base_branch, slug)
+            worktree, record = await self._record_new("", BRANCH_PREFIX + slug, base_branch, slug)
+            made = self._making[worktree.path] = asyncio.get_running_loop().create_future()
+        try:
+            await self._check_out(worktree, record)
+        finally:
+            del self._making[worktree.path]
+            made.set_result(None)
         await asyncio.sleep(RACY_SECONDS)
         async with self._exclusive():
-            if self._ready_record(worktree.path).is_file() and worktree.path.is_dir():
+            if record.is_file() and worktree.path.is_dir():
                 await self._in(worktree.path, "update-index", "-q", "--refresh", ok=(0, 1))
         return worktree.path
 
@@ -526,7 +548,8 @@ class Worktrees:
         records = sorted(
             self.root.glob(READY_PREFIX + "*.json"), key=lambda r: r.stat().st_mtime_ns
         )
-        return [self.root.resolve() / record.stem for record in records]
+        paths = [self.root.resolve() / record.stem for record in records]
+        return [path for path in paths if path not in self._making]
 
     def _ready_record(self, path: Path) -> Path:
         return self.root / f"{path.name}.json"
@@ -580,9 +603,16 @@ class Worktrees:
             )
         return self.base
 
-    async def _create(
+    async def _create(self, context_id: str, branch: str, base_branch: str) -> Worktree:
+        worktree, record = await self._record_new(context_id, branch, base_branch)
+        await self._check_out(worktree, record)
+        return worktree
+
+    async def _record_new(
         self, context_id: str, branch: str, base_branch: str, slug: str | None = None
-    ) -> Worktree:
+    ) -> tuple[Worktree, Path]:
+        """A new worktree's record, written before the worktree exists (so a crash leaves
+        a record, never an unmarked worktree); the record's path."""
         base_commit = await self._tip(base_branch)
         path = self.root.resolve() / (slug or self._slug(context_id))
         if path.exists():
@@ -600,16 +630,22 @@ class Worktrees:
         )
         record = self._ready_record(path) if slug else self._record_path(context_id)
         self._save(worktree, await self._common_dir(), record)
+        return worktree, record
+
+    async def _check_out(self, worktree: Worktree, record: Path) -> None:
+        path = worktree.path
         try:
-            await git(self.repo, "worktree", "add", "-q", "-b", branch, str(path), base_commit)
+            await git(
+                self.repo, "worktree", "add", "-q", "-b", worktree.branch, str(path),
+                worktree.base_commit,
+            )  # fmt: skip
         except BaseException:
             # Git undoes a failed `worktree add`, but not one where only the person's
             # post-checkout hook failed: then the worktree is there, and the record stays
             # so that it is known as tailagent's (and discard or prune can remove it).
             if not _is_dir(path):
-                record.unlink(missing_ok=True)
+                _unlink(record)
             raise
-        return worktree
 
     async def _free_branch(self, context_id: str) -> str:
         """`tailagent/<first 8 characters>`, or a longer or numbered name when another
