@@ -43,6 +43,7 @@ from tailagent.bridge.conversations import Conversations, Isolated, choose
 from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.jsonrpc import jsonrpc_routes
+from tailagent.bridge.parked import waiting_of
 from tailagent.bridge.remote import CANCEL, PUSH, TaskSignals
 from tailagent.bridge.sessions import SessionPool
 from tailagent.bridge.sqlite_writer import SqliteWriter, direct_writer
@@ -185,7 +186,10 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     database_store = DatabaseTaskStore(engine)
     if settings.store is not None:
         await index_contexts(database_store)
-    for task in await close_unfinished_tasks(database_store, server[0]):
+    closed, waiting = await close_unfinished_tasks(
+        database_store, server[0], keep=lambda task: waiting_of(task) is not None
+    )
+    for task in closed:
         push.watch(task.id)  # a push config may wait for this last state
         push.task_changed(task)
     direct = direct_writer(engine, database_store.task_model)
@@ -228,6 +232,9 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         workspace=settings.cwd,
         attachment_settings=settings.attachments,
     )
+    executor.restore([task for task, _ in waiting])
+    for task, owner in waiting:
+        desk.saved(task, owner)  # the page's "waiting for you" knows them again
     card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
     # The extended card lists the 0.3 interfaces too: a 0.3 client's request for it
     # is answered through a conversion that needs one.

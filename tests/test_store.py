@@ -93,10 +93,21 @@ async def test_restart_rule_fails_unfinished_tasks_of_every_owner(stores: Stores
     await store.save(task("a", TaskState.TASK_STATE_WORKING), ALICE)
     await store.save(task("b", TaskState.TASK_STATE_INPUT_REQUIRED), BOB)
     await store.save(task("c", TaskState.TASK_STATE_COMPLETED), BOB)
-    assert len(await close_unfinished_tasks(database, "")) == 2
+    closed, kept = await close_unfinished_tasks(database, "")
+    assert len(closed) == 2 and kept == []
     assert (await database.get("a", ALICE)).status.state == TaskState.TASK_STATE_FAILED
     assert (await database.get("b", BOB)).status.state == TaskState.TASK_STATE_FAILED
     assert (await database.get("c", BOB)).status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_restart_rule_keeps_the_tasks_it_is_told_can_be_taken_back(stores: Stores) -> None:
+    store, database = stores
+    await store.save(task("a", TaskState.TASK_STATE_WORKING), ALICE)
+    await store.save(task("b", TaskState.TASK_STATE_INPUT_REQUIRED), BOB)
+    waiting = lambda t: t.status.state == TaskState.TASK_STATE_INPUT_REQUIRED  # noqa: E731
+    closed, kept = await close_unfinished_tasks(database, "", keep=waiting)
+    assert [t.id for t in closed] == ["a"] and [(t.id, o) for t, o in kept] == [("b", "user:bob")]
+    assert (await database.get("b", BOB)).status.state == TaskState.TASK_STATE_INPUT_REQUIRED
 
 
 async def test_restart_rule_leaves_another_servers_tasks_alone(stores: Stores) -> None:
@@ -105,7 +116,8 @@ async def test_restart_rule_leaves_another_servers_tasks_alone(stores: Stores) -
     theirs = CoalescingTaskStore(database, ("server-b", "http://b.example"))
     await mine.save(task("a", TaskState.TASK_STATE_WORKING), ALICE)
     await theirs.save(task("b", TaskState.TASK_STATE_INPUT_REQUIRED), ALICE)
-    assert [t.id for t in await close_unfinished_tasks(database, "server-a")] == ["a"]
+    closed, _ = await close_unfinished_tasks(database, "server-a")
+    assert [t.id for t in closed] == ["a"]
     other = await database.get("b", ALICE)
     assert other.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert mine.runs_elsewhere(other) == "http://b.example"

@@ -756,7 +756,9 @@ async def test_a_new_conversation_waits_for_the_worktree_being_made_ahead(
     write(hook, "#!/bin/sh\nsleep 0.5\n")
     hook.chmod(0o755)
     making = asyncio.create_task(wts.prepare())
-    while not wts.root.is_dir() or not list(wts.root.glob("+ready-*.json")):
+    for _ in range(500):  # until its record is written and its checkout under way
+        if wts.root.is_dir() and list(wts.root.glob("+ready-*.json")):
+            break
         await asyncio.sleep(0.01)
     worktree = await wts.ensure("ctx-waits-1")
     assert worktree.path == await making

@@ -29,7 +29,7 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
-from a2a.types.a2a_pb2 import Message, TaskState
+from a2a.types.a2a_pb2 import Message, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from tailagent.access.identity import caller_of
@@ -72,6 +72,7 @@ from tailagent.bridge.conversations import (
     signature,
     subject_of,
 )
+from tailagent.bridge.parked import Waiting, resume_text, waiting_of
 from tailagent.bridge.publish import Publisher, open_task, text_part
 from tailagent.bridge.rules import Rule, first_match
 from tailagent.bridge.sessions import SessionPool
@@ -110,6 +111,15 @@ class TaskRuntime:
     started: float = field(default_factory=time.monotonic)
     roles: frozenset[str] = frozenset()  # of the caller whose task this is, for rules
     turn: TurnRecord | None = None  # what the turn's commit will say (worktree isolation)
+    # Taken back after a restart: the agent's reloaded session gets the answer as a
+    # prompt (`parked.resume_text`), not as the reply to a request it no longer has.
+    restored: bool = False
+
+
+async def _no_events() -> AsyncIterator[AgentEvent]:
+    """A restored turn's events until its answer starts the reloaded session's prompt."""
+    return
+    yield
 
 
 @dataclass(eq=False)
@@ -229,11 +239,23 @@ class BridgeExecutor(AgentExecutor):
         # task id -> the latest claim on its prompt; kept once applied, until the task
         # parks on another prompt or its turn ends (see `claim`).
         self._claims: dict[str, Claim] = {}
+        # Tasks a previous run left waiting for an answer, taken back at start.
+        self._waiting: dict[str, Waiting] = {}
+
+    def restore(self, tasks: list[Task]) -> None:
+        """Takes back the tasks a previous run left waiting for an answer (`parked`)."""
+        for task in tasks:
+            waiting = waiting_of(task)
+            if waiting is not None:
+                self._waiting[task.id] = waiting
 
     def pending(self, task_id: str) -> Prompting | None:
         """The prompt a task is parked on, if any."""
         runtime = self._runtimes.get(task_id)
-        return runtime.pending if runtime is not None else None
+        if runtime is not None:
+            return runtime.pending
+        waiting = self._waiting.get(task_id)
+        return waiting.prompt if waiting is not None else None
 
     def answered(self, task_id: str, request_id: str) -> AnswerRecord | None:
         """Who answered this prompt on this server, what, when and through which channel."""
@@ -248,14 +270,14 @@ class BridgeExecutor(AgentExecutor):
         applied while the task is not parked again (the stored task may still read
         input-required then; letting this answer on would fail the task).
         """
-        runtime = self._runtimes.get(task_id)
-        if runtime is None:
+        if task_id not in self._runtimes and task_id not in self._waiting:
             return
+        prompt = self.pending(task_id)
         held = self._claims.get(task_id)
-        if held is not None and (held.record is None or runtime.pending is None):
+        if held is not None and (held.record is None or prompt is None):
             raise AlreadyAnswered(held.refusal())
-        if runtime.pending is not None:
-            claim = Claim(task_id, runtime.pending.request_id, answerer_of(context))
+        if prompt is not None:
+            claim = Claim(task_id, prompt.request_id, answerer_of(context))
             self._claims[task_id] = claim
             context.state[CLAIM_KEY] = claim
 
@@ -323,6 +345,10 @@ class BridgeExecutor(AgentExecutor):
             # Given back (its request failed before this ran) or its turn ended: the
             # prompt is gone or another answer's by now, so this one applies nowhere.
             return
+        if runtime is None and task_id in self._waiting:
+            runtime = await self._take_back(self._waiting.pop(task_id), context, updater)
+            if runtime is None:
+                return
         if runtime is not None and runtime.pending is not None:
             if not await self._apply_answer(runtime, message, updater, context.call_context):
                 return
@@ -384,6 +410,58 @@ class BridgeExecutor(AgentExecutor):
             await publisher.publish(updater, Notice("Resumed the agent session of this context."))
         return runtime
 
+    async def _take_back(
+        self, waiting: Waiting, context: RequestContext, updater: TaskUpdater
+    ) -> TaskRuntime | None:
+        """The runtime of a task a previous run left waiting, with the agent's session
+        reloaded to take the answer; None (the task failed, saying why) when it cannot be."""
+        task_id, context_id = waiting.task_id, waiting.context_id
+        publisher = Publisher(task_id, context_id, continuing=waiting.artifacts)
+        why = ""
+        try:
+            directory = await self._conversations.directory(context_id)
+            session, resumed = await self._pool.acquire(context_id, task_id, directory)
+        except (GitError, AgentStartError) as exc:
+            why = str(exc)
+        except Exception as exc:
+            log.exception("reloading the agent session of context %s", context_id)
+            why = str(exc)
+        else:
+            if not resumed:
+                await self._pool.release(context_id, task_id)
+                why = f"{self._backend.name} cannot load its earlier session"
+        if why:
+            self._claims.pop(task_id, None)
+            await publisher.fail(
+                updater,
+                "The server restarted while this task waited for an answer, and the agent's "
+                f"session could not be reloaded to take it ({why}). Send the request again "
+                "as a new task.",
+                "server_restarted",
+            )
+            return None
+        caller = caller_of(context.call_context)
+        runtime = TaskRuntime(
+            task_id,
+            context_id,
+            session,
+            _no_events(),
+            publisher,
+            pending=waiting.prompt,
+            roles=caller.roles if caller else frozenset(),
+            turn=TurnRecord(task_id, context_id, waiting.subject, waiting.requested_by),
+            restored=True,
+        )
+        self._runtimes[task_id] = runtime
+        await publisher.publish(
+            updater,
+            Notice(
+                "The server restarted while this task waited; the agent's session was "
+                "reloaded to take the answer."
+            ),
+        )
+        return runtime
+
     async def _apply_answer(
         self,
         runtime: TaskRuntime,
@@ -431,6 +509,11 @@ class BridgeExecutor(AgentExecutor):
                 )
                 await self._interrupt(runtime, pending, parsed.reason, reason, updater)
                 return False
+        if runtime.restored:
+            runtime.restored = False
+            text = resume_text(pending, parsed, record)
+            runtime.events = runtime.session.prompt([PromptText(text)], TurnOptions())
+            return True
         await runtime.session.answer(pending.request_id, parsed.answer)
         return True
 
@@ -498,14 +581,10 @@ class BridgeExecutor(AgentExecutor):
                     return
                 if await self._apply_rule(runtime, event, updater):
                     continue
-                runtime.pending = event
-                PROMPTS.labels("permission").inc()
-                await publisher.ask(updater, event)
+                await self._park(runtime, event, updater)
                 return
             if isinstance(event, QuestionAsked):
-                runtime.pending = event
-                PROMPTS.labels("question").inc()
-                await publisher.ask(updater, event)
+                await self._park(runtime, event, updater)
                 return
             if isinstance(event, TurnDone):
                 await self._end(runtime)
@@ -520,6 +599,15 @@ class BridgeExecutor(AgentExecutor):
                 await publisher.fail(updater, event.message)
                 return
             await publisher.publish(updater, event)
+
+    async def _park(
+        self, runtime: TaskRuntime, event: PermissionAsked | QuestionAsked, updater: TaskUpdater
+    ) -> None:
+        """The turn waits for the caller's answer, however long (across a restart too)."""
+        runtime.pending = event
+        PROMPTS.labels("permission" if isinstance(event, PermissionAsked) else "question").inc()
+        await self._pool.persist()
+        await runtime.publisher.ask(updater, event)
 
     async def _turn_ended(self, runtime: TaskRuntime) -> dict[str, Any] | None:
         return None if runtime.turn is None else await self._conversations.turn_ended(runtime.turn)
@@ -583,6 +671,7 @@ class BridgeExecutor(AgentExecutor):
         task_id = context.task_id or ""
         context_id = context.context_id or ""
         runtime = self._runtimes.get(task_id)
+        self._waiting.pop(task_id, None)
         if runtime is not None:
             runtime.cancelled = True
             parked = runtime.pending is not None

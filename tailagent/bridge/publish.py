@@ -96,10 +96,14 @@ class Publisher:
     resumes keeps appending to the same response artifact.
     """
 
-    def __init__(self, task_id: str, context_id: str) -> None:
+    def __init__(
+        self, task_id: str, context_id: str, continuing: frozenset[str] = frozenset()
+    ) -> None:
+        """`continuing`: artifacts the task streamed before (a task taken back after a
+        restart), which its next chunks extend rather than replace."""
         self.task_id = task_id
         self.context_id = context_id
-        self._started: set[str] = set()
+        self._started: set[str] = set(continuing)
         self._answer: list[str] = []
         self._tool_titles: dict[str, str] = {}
 

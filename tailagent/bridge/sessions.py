@@ -113,6 +113,11 @@ class SessionPool:
         del self._idle[oldest]
         await self._close(oldest)
 
+    async def persist(self) -> None:
+        """Writes the context -> session map now (it is written lazily otherwise): a task
+        about to wait for a person must find its session again after a crash."""
+        await self._map.flush()
+
     async def release(self, context_id: str, task_id: str) -> None:
         """Returns the session to the pool; past the idle bound the least recently used
         is closed."""

@@ -2,9 +2,9 @@
 state dir, or a PostgreSQL database that several servers share (`store`).
 
 Tasks live in a2a-sdk's own DatabaseTaskStore; beside them, the context -> agent
-session map. On start, tasks a previous run left working or parked are closed as
-failed: their agent turn died with that process, and a task must never read as
-`working` forever.
+session map. On start, tasks a previous run left working are closed as failed: their
+agent turn died with that process, and a task must never read as `working` forever.
+Tasks it left waiting for an answer are kept waiting, to be taken back (`parked`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -260,10 +261,14 @@ async def context_ids(store: DatabaseTaskStore) -> set[str]:
     return {row[0] for row in rows}
 
 
-async def close_unfinished_tasks(store: DatabaseTaskStore, server: str) -> list[Task]:
+async def close_unfinished_tasks(
+    store: DatabaseTaskStore, server: str, keep: Callable[[Task], bool] = lambda _: False
+) -> tuple[list[Task], list[tuple[Task, str]]]:
     """Marks every task this server's previous run left unfinished as failed (and those
-    no server claims, from before servers were named); returns them. Another server's
-    tasks in a shared store are its own to close."""
+    no server claims, from before servers were named), but those `keep` says can be taken
+    back (a task waiting for an answer); returns the failed ones and the kept ones, with
+    their owners.
+    Another server's tasks in a shared store are its own to close."""
     await store.initialize()
     names = [TaskState.Name(state) for state in UNFINISHED_STATES]
     runner = TaskModel.task_metadata[SERVER_ID_KEY].as_string()
@@ -276,10 +281,14 @@ async def close_unfinished_tasks(store: DatabaseTaskStore, server: str) -> list[
                 )
             )
         ).scalars()
-        stale = [(row.owner or "", store._from_orm(row)) for row in rows]
+        unfinished = [(row.owner or "", store._from_orm(row)) for row in rows]
+    kept = [(task, owner) for owner, task in unfinished if keep(task)]
+    stale = [(owner, task) for owner, task in unfinished if not keep(task)]
     for owner, task in stale:
         mark_failed(task, RESTART_MESSAGE, "server_restarted")
         await store.save(task, ServerCallContext(user=OwnerUser(owner)))
     if stale:
         log.info("closed %d task(s) left unfinished by the previous run", len(stale))
-    return [task for _, task in stale]
+    if kept:
+        log.info("%d task(s) still wait for an answer, as before the restart", len(kept))
+    return [task for _, task in stale], kept

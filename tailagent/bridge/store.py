@@ -274,11 +274,14 @@ class CoalescingTaskStore(TaskStore):
             await self._released.wait()
 
     async def close_held(self, message: str) -> int:
-        """Writes every task this process holds unfinished as failed, saying why."""
+        """Writes every task this process holds unfinished as failed, saying why, but
+        those waiting for an answer (the final flush writes them as they are)."""
         closed = 0
         for task_id, (owner, snapshot) in list(self._held.items()):
-            if snapshot.status.state not in UNFINISHED_STATES:
-                continue
+            if snapshot.status.state not in UNFINISHED_STATES or (
+                snapshot.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            ):
+                continue  # a task waiting for an answer waits on across the restart
             failed = Task()
             failed.CopyFrom(snapshot)
             mark_failed(failed, message, "server_stopped")

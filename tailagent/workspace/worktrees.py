@@ -170,6 +170,10 @@ def _try_lock(fd: int) -> bool:
     return True
 
 
+def _is_file(path: Path) -> bool:
+    return path.is_file()
+
+
 def _is_dir(path: Path) -> bool:
     return path.is_dir()
 
@@ -301,6 +305,7 @@ class Worktrees:
         self._sweeper: asyncio.Task[None] | None = None
         # Worktrees made ahead and still being checked out: each future is done when it is.
         self._making: dict[Path, asyncio.Future[None]] = {}
+        self._refreshing: set[asyncio.Task[None]] = set()
 
     # ---- records -----------------------------------------------------------------
 
@@ -535,11 +540,18 @@ class Worktrees:
         finally:
             del self._making[worktree.path]
             made.set_result(None)
+        refresh = asyncio.create_task(self._refresh(worktree.path, record))
+        self._refreshing.add(refresh)
+        refresh.add_done_callback(self._refreshing.discard)
+        return worktree.path
+
+    async def _refresh(self, path: Path, record: Path) -> None:
+        """Rewrites a new worktree's index once its files' times are in the past, so
+        `git status` there compares times instead of reading every file."""
         await asyncio.sleep(RACY_SECONDS)
         async with self._exclusive():
-            if record.is_file() and worktree.path.is_dir():
-                await self._in(worktree.path, "update-index", "-q", "--refresh", ok=(0, 1))
-        return worktree.path
+            if _is_file(record) and _is_dir(path):  # not taken away meanwhile
+                await self._in(path, "update-index", "-q", "--refresh", ok=(0, 1))
 
     def ready(self) -> list[Path]:
         """The worktrees made ahead and not yet taken, oldest (next to be taken) first."""
@@ -895,6 +907,10 @@ class Worktrees:
 
     async def aclose(self) -> None:
         """Waits for retired worktrees to be deleted (a stop mid-way is finished later)."""
+        for refresh in list(self._refreshing):
+            refresh.cancel()
+            with contextlib.suppress(BaseException):
+                await refresh
         if self._sweeper is not None:
             with contextlib.suppress(Exception):
                 await self._sweeper
