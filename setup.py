@@ -15,7 +15,7 @@ from setuptools.command.build_py import build_py
 HERE = Path(__file__).resolve().parent
 
 
-class build_with_node(build_py):  # noqa: N801 (setuptools names commands this way)
+class build_with_node(build_py):  # setuptools names its commands in lower case
     def run(self) -> None:
         super().run()
         spec = importlib.util.spec_from_file_location(
@@ -31,10 +31,20 @@ class build_with_node(build_py):  # noqa: N801 (setuptools names commands this w
         try:
             built = builder.build(where)
         except builder.BuildFailed as exc:
-            self.announce(f"tailagent: no embedded tailnet node: {exc}", level=3)
-            print(f"WARNING: tailagent: no embedded tailnet node: {exc}")
+            say(f"WARNING: tailagent: no embedded tailnet node (serve --tsnet): {exc}")
             return
-        print(f"tailagent: embedded tailnet node built: {built}")
+        say(f"tailagent: embedded tailnet node (serve --tsnet) built: {built}")
+
+
+def say(line: str) -> None:
+    """One line the person installing sees: pip shows a build's output only with -v,
+    so it also goes to their terminal, when there is one."""
+    print(line)
+    try:
+        with open("/dev/tty", "w") as terminal:
+            terminal.write(line + "\n")
+    except OSError:
+        pass  # no terminal (CI, a container build): the -v output has it
 
 
 setup(cmdclass={"build_py": build_with_node})

@@ -1,3 +1,3 @@
-from tailagent.cli import main
+from tailagent.cli import run
 
-raise SystemExit(main())
+run()

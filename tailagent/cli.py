@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import os
 import sys
 from pathlib import Path
@@ -308,6 +309,40 @@ class VersionAction(argparse.Action):
         parser.exit()
 
 
+def run() -> None:
+    """The command's entry point: `main()`, quiet when whoever reads its output stops
+    reading (`tailagent audit --json | head -1`): no traceback, the exit code a shell
+    gives a command ended by SIGPIPE."""
+    code: int | str | None
+    try:
+        code = main()
+    except SystemExit as stop:
+        code = stop.code
+    except BrokenPipeError:
+        code = _reader_gone()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _reader_gone()
+    raise SystemExit(code)
+
+
+def _reader_gone() -> int:
+    # Python would try to flush stdout again at exit, and print a traceback for it.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + 13
+
+
+def unknown_arguments(unknown: list[str], parser: argparse.ArgumentParser) -> str:
+    options = [o for action in parser._actions for o in action.option_strings]
+    message = "unrecognized arguments: " + " ".join(unknown)
+    for word in (w for w in unknown if w.startswith("-")):
+        near = difflib.get_close_matches(word.split("=")[0], options, n=1)
+        if near:
+            return f"{message} (did you mean {near[0]}?)"
+    return message
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="tailagent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -331,7 +366,12 @@ def main(argv: list[str] | None = None) -> int:
     completion = sub.add_parser("completion", help="shell completion: eval or source its output")
     completion.add_argument("shell", choices=("bash", "zsh", "fish"))
     argcomplete.autocomplete(parser)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # Said by the command's own parser (its usage, not the top level's), with the
+        # option that was probably meant.
+        command = sub.choices.get(args.command, parser)
+        command.error(unknown_arguments(unknown, command))
     if args.command == "completion":
         print(argcomplete.shellcode(["tailagent"], shell=args.shell))
         return 0

@@ -529,7 +529,25 @@ def read_config_file(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(str(path), "(file)", f"cannot read: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(path), "(file)", f"not valid TOML: {exc}") from None
+        raise ConfigError(str(path), "(file)", _toml_problem(path, exc)) from None
+
+
+def _toml_problem(path: Path, error: tomllib.TOMLDecodeError) -> str:
+    """The parser's complaint, and for the one people make here, what to write."""
+    said = f"not valid TOML: {error}"
+    if "Cannot overwrite a value" in str(error):
+        text = path.read_text(errors="replace")
+        for section in SECTION_TYPES:
+            value = re.search(rf"(?m)^\s*{section}\s*=\s*(.+?)\s*$", text)
+            if value and re.search(rf"(?m)^\s*\[{section}\]", text):
+                hint = f"`name = {value.group(1)}` inside it" if section == "agent" else (
+                    f"the `{section}` settings inside it"
+                )  # fmt: skip
+                return (
+                    f"{said}. `{section}` is both a value and the table [{section}]: TOML "
+                    f"allows one; keep the table and write {hint}"
+                )
+    return said
 
 
 def load_settings(

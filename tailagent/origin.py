@@ -9,6 +9,7 @@ systemd unit runs, and what a bug report should name.
 from __future__ import annotations
 
 import platform
+import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -37,6 +38,19 @@ def command() -> str:
         return str(binary_path())
     script = Path(sys.executable).with_name("tailagent")
     return str(script) if script.is_file() else f"{sys.executable} -I -m tailagent"
+
+
+def invoked_as() -> list[str]:
+    """The command as the person typed it, for the follow-up commands tailagent prints:
+    `tailagent` when that name on PATH is this very program, else its path as run
+    (`./dist/tailagent`), or `python -m tailagent` for the module."""
+    run = sys.argv[0] if sys.argv and sys.argv[0] else "tailagent"
+    if run.endswith("__main__.py"):
+        return ["python", "-m", "tailagent"]
+    on_path = shutil.which(Path(run).name)
+    if on_path is not None and Path(on_path).resolve() == Path(run).resolve():
+        return [Path(run).name]
+    return [run]
 
 
 def _version(distribution: str) -> str:

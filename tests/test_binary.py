@@ -120,10 +120,10 @@ def test_a_permission_prompt_is_answered_with_the_binary(
     env = user_env(plain_env, server)
     asked = run([str(binary)], "call", "ask", env=env)
     assert asked.returncode == 3, asked.stdout + asked.stderr
-    allow = next(
+    allow = next(  # the follow-up names the binary as it was run, not `tailagent`
         line.strip()
         for line in asked.stdout.splitlines()
-        if line.strip().startswith("tailagent call allow")
+        if line.strip().startswith(f"{binary} call allow")
     )
     answered = run([str(binary)], *shlex.split(allow)[1:], env=env)
     assert answered.returncode == 0, answered.stdout + answered.stderr

@@ -30,9 +30,16 @@ def call(
     )
 
 
+# The command as these tests run it: the printed follow-ups name it so.
+RUN_AS = "python -m tailagent "
+
+
 def reply_lines(output: str) -> list[str]:
+    """The follow-up commands printed, each as `tailagent call …`."""
     return [
-        line.strip() for line in output.splitlines() if line.strip().startswith("tailagent call")
+        "tailagent " + line.strip().removeprefix(RUN_AS)
+        for line in output.splitlines()
+        if line.strip().startswith(RUN_AS + "call")
     ]
 
 
@@ -248,11 +255,9 @@ def test_ctrl_c_cancels_the_task_and_tasks_watch_cancel_follow_it(server: Runnin
     assert task_states(server)[waiting] == "TASK_STATE_INPUT_REQUIRED"
     canceled = cli(server, "cancel", waiting)
     assert canceled.returncode == 0 and canceled.stdout.strip() == f"task {waiting}: canceled"
-    unknown = cli(server, "cancel", "no-such-task")
-    assert unknown.returncode == 1
-    assert unknown.stderr.startswith("tailagent: task no-such-task was not canceled:"), (
-        unknown.stderr
-    )
+    unknown = cli(server, "cancel", "no-such-task")  # as for watch (tests/test_cli_edges.py)
+    assert unknown.returncode == 2
+    assert unknown.stderr.endswith("refused the request: Task not found\n"), unknown.stderr
 
 
 def test_the_server_says_what_to_do_next(server: RunningServer, tmp_path: Path) -> None:

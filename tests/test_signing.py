@@ -184,14 +184,17 @@ def test_pinning_first_contact_same_key_changed_key_and_re_trust(tmp_path: Path)
         changed = tailagent("card", server.url, env=env)
         assert changed.returncode == 1
         assert "INVALID: the card is not signed by the key pinned" in changed.stdout
-        call = tailagent(
-            "call",
-            "hi",
-            "--url",
-            server.url,
-            env={**env, "TAILAGENT_STATE_DIR": str(server.state_dir)},
-        )
+        # A client that cannot read the server's state dir is stopped; this box's own
+        # CLI, which can, follows the rotation its state dir made (and says so).
+        elsewhere = {**env, "TAILAGENT_STATE_DIR": str(tmp_path / "another")}
+        call = tailagent("call", "hi", "--url", server.url, "--token", "x", env=elsewhere)
         assert call.returncode == 2 and "INVALID" in call.stderr
+        own = {**env, "TAILAGENT_STATE_DIR": str(server.state_dir)}
+        call = tailagent("call", "hi", "--url", server.url, env=own)
+        assert call.returncode == 0, call.stderr
+        assert "signs with a new key (`keys rotate` in" in call.stderr
+        assert "valid (pinned)" in tailagent("card", server.url, env=env).stdout
+        tailagent("keys", "rotate", "--state-dir", str(server.state_dir))
         again = tailagent("card", server.url, "--trust", env=env)
         assert again.returncode == 0 and "valid (pinned)" in again.stdout
         call = tailagent(

@@ -99,7 +99,7 @@ async def test_a_denial_and_a_second_restart_while_still_waiting(tmp_path: Path)
         assert done.final_state == "completed", texts(done.last_message)
         said = "".join(texts(a.artifact) for a in done.artifacts("response"))
         assert 'denied it. Their words: "no, not on a Friday"' in said
-        with pytest.raises(UnsupportedOperationError, match="terminal state"):
+        with pytest.raises(UnsupportedOperationError, match="has already completed"):
             await a2a.turn(user_message("yes", task_id=asked.task_id))  # answered once
     finally:
         server.stop()

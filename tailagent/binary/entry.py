@@ -1,5 +1,5 @@
 """The one-file binary's entry point: the `tailagent` command itself."""
 
-from tailagent.cli import main
+from tailagent.cli import run
 
-raise SystemExit(main())
+run()

@@ -88,6 +88,20 @@ def runs_elsewhere(task_id: str, url: str, advice: str) -> UnsupportedOperationE
     )
 
 
+ENDED_STATES = (
+    TaskState.TASK_STATE_COMPLETED,
+    TaskState.TASK_STATE_FAILED,
+    TaskState.TASK_STATE_CANCELED,
+    TaskState.TASK_STATE_REJECTED,
+)
+
+
+def ended(task: Task) -> str:
+    """How a task ended, as people say it: `completed`, `been canceled`."""
+    word = TaskState.Name(task.status.state).removeprefix("TASK_STATE_").lower()
+    return "been " + word if word in ("canceled", "rejected") else word
+
+
 class GuardedRequestHandler(DefaultRequestHandler):
     def __init__(
         self,
@@ -161,6 +175,14 @@ class GuardedRequestHandler(DefaultRequestHandler):
                     "send follow-ups for it there. Any of the servers can read or cancel it.",
                 )
             self._refuse_second_answer(message)  # before "still working": it says more
+            if stored.status.state in ENDED_STATES:
+                raise UnsupportedOperationError(
+                    message=(
+                        f"Task {message.task_id} has already {ended(stored)}: send a new "
+                        "message without taskId (with its contextId to go on in the same "
+                        "conversation)."
+                    )
+                )
             if stored.status.state in BUSY_STATES:
                 raise UnsupportedOperationError(
                     message=(
@@ -200,6 +222,10 @@ class GuardedRequestHandler(DefaultRequestHandler):
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
         stored = await self._store.get(params.id, context)
+        if stored is not None and stored.status.state in ENDED_STATES:
+            raise TaskNotCancelableError(
+                message=f"Task {params.id} has already {ended(stored)}: nothing to cancel."
+            )
         elsewhere = self._store.runs_elsewhere(stored) if stored is not None else None
         if elsewhere is None:
             return await super().on_cancel_task(params, context)

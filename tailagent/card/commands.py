@@ -36,7 +36,13 @@ def keys_command(args: argparse.Namespace, state_dir: Path) -> int:
         return 1
     print(f"{key.alg} key {key.kid} in {store.path}")
     if args.action == "rotate":
-        print("the previous key stays in the JWKS for 7 days", file=sys.stderr)
+        print(
+            "The previous key stays in the JWKS for 7 days. Clients elsewhere that pinned it "
+            "(`tailagent card URL --trust`) now see the card as INVALID: not signed by the "
+            f"key pinned; once you have told them the new kid ({key.kid}), they run "
+            "`tailagent card URL --trust` again. This box's own CLI follows by itself.",
+            file=sys.stderr,
+        )
     return 0
 
 

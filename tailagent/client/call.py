@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,6 +30,7 @@ from google.protobuf.struct_pb2 import Value
 from rich.console import Console
 from rich.prompt import Prompt as AskPrompt
 
+from tailagent.card.keys import KeyStore
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
 from tailagent.client.connect import (
     Target,
@@ -93,13 +95,30 @@ def build_message(
     return message
 
 
-async def check_card(url: str, http: httpx.AsyncClient, require_signed: bool) -> None:
+async def check_card(
+    url: str, http: httpx.AsyncClient, require_signed: bool, own_state: Path | None = None
+) -> None:
     """A pinned key that no longer verifies stops the call; so, with --require-signed,
-    does an unsigned or unpinned card."""
-    pinned = KnownAgents().get(url)
+    does an unsigned or unpinned card. `own_state`: the state dir of the server at `url`,
+    readable here (this box's own server): its current key is trusted as it is, so the
+    pin follows a `tailagent keys rotate` made there."""
+    known = KnownAgents()
+    pinned = known.get(url)
     if pinned is None and not require_signed:
         return
-    verdict = await verify_card(await fetch_card(url, http), url, http, pinned)
+    card = await fetch_card(url, http)
+    verdict = await verify_card(card, url, http, pinned)
+    keys = KeyStore(own_state) if own_state is not None else None
+    if not verdict.valid and pinned is not None and keys is not None and keys.exists():
+        own = await verify_card(card, url, http, {"jwk": keys.current().jwk})
+        if own.valid and own.jwk is not None:
+            known.pin(url, own.jwk)
+            print(
+                f"tailagent: {url} signs with a new key (`keys rotate` in {own_state}); "
+                f"pinned it: {own.jwk.get('kid')}",
+                file=sys.stderr,
+            )
+            verdict = own
     if not verdict.valid:
         raise Refused(f"{url}'s card is {verdict.status}")
     if require_signed and not verdict.pinned:
@@ -120,7 +139,7 @@ async def run_call(args: argparse.Namespace, target: Target, console: Console) -
     )
     renderer = Renderer(console, target.reply_options())
     async with open_http(target, args.token) as http:
-        await check_card(target.base, http, args.require_signed)
+        await check_card(target.base, http, args.require_signed, target.credentials)
         async with a2a_client(target, http) as client:
             if answers and args.task:
                 await _check_answers(client, args.task, answers)

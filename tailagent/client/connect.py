@@ -5,6 +5,8 @@ no tailscaled) and an a2a-sdk client on top. Shared by call, tasks, watch, cance
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -15,11 +17,14 @@ import httpx
 from a2a.client import A2ACardResolver, Client, ClientConfig, create_client
 
 from tailagent.access.tokens import read_local_token
-from tailagent.config import DEFAULT_URL, cli_state_dir, is_loopback_url
+from tailagent.config import DEFAULT_URL, cli_state_dir, default_state_dir, is_loopback_url
 from tailagent.statelock import running_server
 from tailagent.tsnet.client import proxy_for
 
 UNIX_BASE = "http://localhost"  # the Host a server on a unix socket answers to
+
+
+SERVICE_STATE_DIRS = Path("/var/lib")  # systemd's StateDirectory=tailagent[-NAME]
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,9 @@ class Target:
     socket: Path | None  # a unix socket on this box
     state_dir: str | None  # --state-dir, as given
     found_url: str  # what a command without --url reaches
+    # The state dir of the server at `url` on this box, whose local token it accepts
+    # (None: no server found there, or not on this box).
+    credentials: Path | None = None
 
     @property
     def base(self) -> str:
@@ -47,29 +55,77 @@ class Target:
         return needed
 
     def token(self, given: str | None) -> str | None:
-        """The token to send: the one given, else, for a server on this box only, the
-        local token it made in its state dir. The local token never leaves the box."""
+        """The token to send: the one given, else the local token of the server found
+        at the URL on this box (never another server's, and never off the box)."""
         if given:
             return given
-        return read_local_token(cli_state_dir(self.state_dir)) if self.local else None
+        return read_local_token(self.credentials) if self.credentials and self.local else None
+
+    def missing_credentials(self) -> str | None:
+        """Why no token went with a call to a server on this box, for its refusal."""
+        if not self.local or self.credentials is not None:
+            return None
+        return (
+            f"no tailagent server on this box that this user can read listens at {self.url} "
+            "(its state dir holds the local token): pass its --state-dir, or a --token "
+            "made there with `tailagent token add NAME`"
+        )
 
 
 def parse_target(url: str | None, state_dir: str | None) -> Target:
     """The agent to talk to; without --url, the server running on this box's state dir
-    (wherever it listens, a unix socket included), else the default port."""
-    running = running_server(cli_state_dir(state_dir)) or {}
+    (wherever it listens, a unix socket included), else the default port. A state dir
+    named on purpose (--state-dir, $TAILAGENT_STATE_DIR) must have a server running."""
+    chosen = cli_state_dir(state_dir)
+    running = running_server(chosen) or {}
     listener = running.get("listener", "")
     found = listener if listener.startswith(("http://", "unix:")) else DEFAULT_URL
+    if url is None and not running and (state_dir or os.environ.get("TAILAGENT_STATE_DIR")):
+        others = [f"{u} (state dir {d})" for d, u in _servers() if d != chosen]
+        where = f"; running here: {', '.join(others)}" if others else ""
+        raise ValueError(
+            f"no tailagent server runs on the state dir {chosen}{where}. Start one with "
+            f"`tailagent serve --state-dir {chosen}`, or name the server with --url"
+        )
     url = found if url is None else url
+    credentials = next((d for d, u in _servers(chosen) if _same_server(u, url)), None)
     if url.startswith("unix:"):
         path = Path(url.removeprefix("unix:"))
         if not path.is_absolute():
             raise ValueError(f"a unix socket URL wants an absolute path: unix:/run/…, not {url}")
-        return Target(url, path, state_dir, found)
+        return Target(url, path, state_dir, found, credentials)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"{url!r} is not an http(s):// URL or unix:/path")
-    return Target(url, None, state_dir, found)
+    return Target(url, None, state_dir, found, credentials)
+
+
+def _servers(first: Path | None = None) -> list[tuple[Path, str]]:
+    """The servers running on this box that this user can see, as (state dir, listener):
+    `first`, the user's own state dir, then the system services'."""
+    dirs = [first, cli_state_dir(), default_state_dir()]
+    with contextlib.suppress(OSError):
+        dirs += sorted(SERVICE_STATE_DIRS.glob("tailagent*"))
+    servers: list[tuple[Path, str]] = []
+    for directory in dict.fromkeys(d for d in dirs if d is not None):
+        running = running_server(directory)
+        listener = (running or {}).get("listener", "")
+        if listener.startswith(("http://", "unix:")):
+            servers.append((directory, listener))
+    return servers
+
+
+def _same_server(listener: str, url: str) -> bool:
+    """Whether `url` reaches the server listening at `listener` (any loopback name)."""
+    if listener.startswith("unix:") or url.startswith("unix:"):
+        return listener == url
+    ours, theirs = urlsplit(listener), urlsplit(url.rstrip("/"))
+    return (
+        theirs.scheme == "http"
+        and theirs.port == ours.port
+        and is_loopback_url(url)
+        and theirs.path in ("", "/")
+    )
 
 
 def open_http(target: Target, token: str | None) -> httpx.AsyncClient:

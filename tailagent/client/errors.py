@@ -1,9 +1,10 @@
 """What the CLI's A2A commands share at their edge: exit codes, and one line for
 every way a call can go wrong (the server's own reason when it refused).
 
-Exit codes a script can rely on: 0 completed, 1 failed / canceled / rejected,
-2 usage or connection error, 3 input-required (the reply command is printed),
-130 interrupted (Ctrl-C).
+Exit codes a script can rely on: 0 completed, 1 failed / canceled / rejected (or
+a cancel of a task that had already ended), 2 usage or connection error or a task
+that does not exist, 3 input-required (the reply command is printed), 130
+interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -59,21 +60,19 @@ def run_command(
         return asyncio.run(command(target))
     except (UsageError, Refused) as exc:
         print(f"tailagent: {exc}", file=sys.stderr)
-    except httpx.HTTPError as exc:
-        print(f"tailagent: cannot reach {target.url}: {reason(exc)}", file=sys.stderr)
-    except A2AClientError as exc:
+    except (httpx.HTTPError, A2AClientError) as exc:
         if _refused_connection(exc):
             print(
                 f"tailagent: nothing answers at {target.url}: start `tailagent serve`, "
                 "or say where the agent is with --url",
                 file=sys.stderr,
             )
+        elif isinstance(exc, httpx.HTTPError) and not _status(exc):
+            print(f"tailagent: cannot reach {target.url}: {reason(exc)}", file=sys.stderr)
         else:
-            print(f"tailagent: {target.url}: {reason(exc)}", file=sys.stderr)
+            print(f"tailagent: {target.url}: {reason(exc)}{_hint(target, exc)}", file=sys.stderr)
     except A2AError as exc:
         print(f"tailagent: {target.url} refused the request: {reason(exc)}", file=sys.stderr)
-    except BrokenPipeError:
-        return EXIT_FAILED
     except KeyboardInterrupt:
         print("tailagent: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -86,6 +85,17 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
     while cause is not None:
         yield cause
         cause = cause.__cause__ or cause.__context__
+
+
+def _status(exc: BaseException) -> int | None:
+    found = next((c for c in _causes(exc) if isinstance(c, httpx.HTTPStatusError)), None)
+    return found.response.status_code if found is not None else None
+
+
+def _hint(target: Target, exc: BaseException) -> str:
+    """What to do about a refusal for want of a token, when none could be sent."""
+    missing = target.missing_credentials() if _status(exc) == 401 else None
+    return f"\n  {missing}" if missing else ""
 
 
 def _refused_connection(exc: BaseException) -> bool:

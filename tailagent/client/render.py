@@ -24,6 +24,8 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.text import Text
 
+from tailagent.origin import invoked_as
+
 FINAL_STATES = {
     TaskState.TASK_STATE_COMPLETED,
     TaskState.TASK_STATE_FAILED,
@@ -123,8 +125,8 @@ def reply_command(target_args: list[str], outcome: Outcome, prompt: Prompt) -> l
         question = (prompt.data.get("questions") or [{}])[0]
         label = ((question.get("options") or [{}])[0]).get("label", "ANSWER")
         answer = f"{question.get('question', 'QUESTION')}={label}"
-        return [shlex.join(["tailagent", "call", "--answer", answer, *base])]
-    return [shlex.join(["tailagent", "call", word, *base]) for word in ("allow", "deny")]
+        return [shlex.join([*invoked_as(), "call", "--answer", answer, *base])]
+    return [shlex.join([*invoked_as(), "call", word, *base]) for word in ("allow", "deny")]
 
 
 def question_options(prompt: Prompt) -> dict[str, list[str]]:

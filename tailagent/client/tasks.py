@@ -17,7 +17,7 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskState,
 )
-from a2a.utils.errors import A2AError
+from a2a.utils.errors import A2AError, TaskNotFoundError
 from google.protobuf.json_format import MessageToDict
 from rich.console import Console
 from rich.table import Table
@@ -101,6 +101,8 @@ async def _cancel(args: argparse.Namespace, target: Target) -> int:
     async with open_http(target, args.token) as http, a2a_client(target, http) as client:
         try:
             task = await client.cancel_task(CancelTaskRequest(id=args.task))
+        except TaskNotFoundError:
+            raise  # no such task: exit 2, as for watch and call --task
         except A2AError as exc:
             print(f"tailagent: task {args.task} was not canceled: {exc}", file=sys.stderr)
             return EXIT_FAILED
