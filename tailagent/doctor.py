@@ -162,9 +162,19 @@ async def _store(settings: Settings) -> Check:
 
 
 async def _listener(settings: Settings, server: dict[str, str]) -> Check:
-    """The configured listener; a server running on the state dir elsewhere is the
-    one that matters (its lock names where it listens)."""
+    """The listener of the server running on the state dir (its lock names where it
+    listens); with none running there, whatever answers on the configured listener is
+    another state dir's server, not this one."""
     target, whose = listener_target(settings), ""
+    fix = f"start it: tailagent serve --state-dir {settings.state_dir} (or its systemd unit)"
+    if not server:
+        if await healthy(target):
+            detail = (
+                f"no server runs on the state dir {settings.state_dir}; the tailagent "
+                f"answering on {target} is another state dir's"
+            )
+            return Check("listener", False, detail, fix)
+        return Check("listener", False, f"nothing answers on {target}", fix)
     running = server.get("listener")
     if running and running != target:
         target, whose = running, " (the running server's)"
@@ -173,7 +183,7 @@ async def _listener(settings: Settings, server: dict[str, str]) -> Check:
         "listener",
         ok,
         f"tailagent answers on {target}{whose}" if ok else f"nothing answers on {target}{whose}",
-        "" if ok else "start it: tailagent serve (or systemctl start tailagent)",
+        "" if ok else fix,
     )
 
 
@@ -234,11 +244,12 @@ def _as_running(settings: Settings, server: dict[str, str]) -> tuple[Settings, s
 
 
 async def diagnose(settings: Settings) -> list[Check]:
-    if settings.tsnet.enabled:
+    server = running_server(settings.state_dir) or {}  # the server on this state dir
+    # A running server's way onto the tailnet is the one to check, however doctor ran.
+    if settings.tsnet.enabled or server.get("tsnet") == "True":
         checks = await _embedded_node(settings)
     else:
         checks = await _tailscale(settings)
-    server = running_server(settings.state_dir) or {}  # the server on this state dir
     running, whose = _as_running(settings, server)
     agent = _agent(running)
     agent = replace(agent, detail=agent.detail + whose)
@@ -248,10 +259,7 @@ async def diagnose(settings: Settings) -> list[Check]:
 
 def doctor_command(settings: Settings, as_json: bool) -> int:
     checks = asyncio.run(diagnose(settings))
-    try:
-        _print(checks, as_json)
-    except BrokenPipeError:  # `doctor | head`: the reader had enough
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    _print(checks, as_json)
     return 0 if all(c.ok for c in checks) else 1
 
 
@@ -262,4 +270,4 @@ def _print(checks: list[Check], as_json: bool) -> None:
         for c in checks:
             mark = "✓" if c.ok else "✗"
             print(f"{mark} {c.name}: {c.detail}" + (f" — fix: {c.fix}" if c.fix else ""))
-    sys.stdout.flush()  # a closed pipe shows here, inside the try
+    sys.stdout.flush()  # a closed pipe shows here, where `cli.run` ends quietly

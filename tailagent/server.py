@@ -209,8 +209,11 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     denials = settings.max_permission_denials
     if settings.agent == "claude" and settings.claude.max_permission_denials:
         denials = settings.claude.max_permission_denials
+    pruned = []
     if isinstance(conversations, Isolated):
         pruned = await conversations.worktrees.prune(await context_ids(database_store))
+    await backend.start()  # after the pruning: a spare agent may start in a worktree
+    if isinstance(conversations, Isolated):
         conversations.start()
         log.info(
             "isolation: each conversation in a git worktree and branch of its own, from %s "
@@ -221,7 +224,6 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     else:
         log.info("isolation: shared, every conversation works in %s (%s)", settings.cwd,
                  conversations.why)  # fmt: skip
-    await backend.start()  # after the worktrees: a spare agent may start in one
     executor = BridgeExecutor(
         backend,
         pool,
@@ -430,7 +432,7 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
     except OSError as exc:
         raise StartError(f"cannot listen on {settings.listen.bind()}: {exc.strerror}") from None
     where = listener_url(sock, settings.listen)
-    lock.describe(where, settings.agent_command or settings.agent)
+    lock.describe(where, settings.agent_command or settings.agent, settings.tsnet.enabled)
     presence = make_presence(settings)
     try:
         public_url = await presence.start(where)
@@ -460,8 +462,10 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
     async def shutdown() -> None:
         notifier.stopping(f"stopping: ending {service.executor.running} running turn(s)")
         try:
+            waiting = service.executor.waiting
             ended = await service.stop_turns()
-            log.info("stopping: %d unfinished task(s) ended", ended)
+            kept = f"; {waiting} waiting for an answer wait on for the next start"
+            log.info("stopping: %d unfinished task(s) ended%s", ended, kept if waiting else "")
         finally:
             stop.set()
 

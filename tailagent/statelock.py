@@ -37,11 +37,14 @@ class StateLock:
         self._fd = fd
         self.describe("starting", "")
 
-    def describe(self, listener: str, agent: str) -> None:
-        """Says, in the lock file, which process holds it, where it listens and which
-        agent it runs (what `doctor` and `call` want to know of the running server)."""
+    def describe(self, listener: str, agent: str, tsnet: bool = False) -> None:
+        """Says, in the lock file, which process holds it, where it listens, which agent
+        it runs and whether it is a tailnet node of its own (what `doctor` and `call`
+        want to know of the running server)."""
         assert self._fd is not None
-        record = json.dumps({"pid": os.getpid(), "listener": listener, "agent": agent}).encode()
+        record = json.dumps(
+            {"pid": os.getpid(), "listener": listener, "agent": agent, "tsnet": tsnet}
+        ).encode()
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, record + b"\n", 0)
 

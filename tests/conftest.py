@@ -23,6 +23,11 @@ from tests.browser import CHROMIUM, FLAGS
 
 SERVING = re.compile(r"serving on (\S+)")
 START_TIMEOUT = 20.0
+# What no server may leave in its log: an asyncio task dropped before it was done, an
+# event queue cancelled without being closed (each a thing opened and not closed).
+UNCLOSED = re.compile(
+    r".*(Task was destroyed but it is pending|without calling EventQueue.close).*"
+)
 
 
 @dataclass
@@ -31,6 +36,7 @@ class RunningServer:
     process: subprocess.Popen[str]
     state_dir: Path
     log_path: Path
+    unclosed_reported: bool = False
 
     @property
     def token(self) -> str:
@@ -56,6 +62,10 @@ class RunningServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        left = UNCLOSED.search(self.log())
+        if left is not None and not self.unclosed_reported:
+            self.unclosed_reported = True
+            raise AssertionError(f"the server's log ({self.log_path}) says: {left.group(0)}")
         return self.process.returncode
 
 

@@ -60,6 +60,7 @@ class FakeTailscaled:
     serve: dict[str, Any] = field(default_factory=dict)
     operator: bool = True
     conflict_once: bool = False
+    tun: bool = False  # tailscaled on the kernel's TUN device, not userspace networking
 
     @property
     def socket(self) -> Path:
@@ -72,7 +73,7 @@ class FakeTailscaled:
     def write(self) -> None:
         state = {
             "whois": self.peers,
-            "status": {**status(), "Peer": self.nodes},
+            "status": {**status(), "Peer": self.nodes, "TUN": self.tun},
             "down": self.down,
             "serve": self.serve,
             "operator": self.operator,

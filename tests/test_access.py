@@ -124,6 +124,52 @@ def test_netstack_connection_is_the_peer_whatever_headers_it_sends(
     assert "user:alice@example.com (tailnet connection)" in line
 
 
+def test_a_raw_tcp_serve_entry_to_this_listener_voids_forwarded_identities(
+    tmp_path: Path,
+) -> None:
+    """`tailscale serve --tcp` hands a peer's own bytes to the listener from tailscaled's
+    socket and registers nothing for whois: the peer could write X-Forwarded-For."""
+    fake = FakeTailscaled(tmp_path / "ts")
+    fake.peers["100.64.0.9"] = whois(OWNER, ip="100.64.0.9")
+    port = free_port()
+    fake.serve = {"TCP": {"443": {"TCPForward": f"127.0.0.1:{port}"}}}
+    fake.start()
+    server = start_server(tmp_path, "--listen", f"127.0.0.1:{port}",
+                          "--tailscale-socket", str(fake.socket))  # fmt: skip
+    try:
+        status, body = request("127.0.0.1", port, body=send_message("forged"),
+                               headers={"X-Forwarded-For": "100.64.0.9"})  # fmt: skip
+        assert status == 401, body
+        line = server.last_access_line()
+        assert "X-Forwarded-For ignored: serve forwards raw TCP here" in line
+        assert "TCP entry forwards peers' raw bytes (127.0.0.1:" in server.log()
+    finally:
+        server.stop()
+        fake.stop()
+
+
+def test_on_a_tun_device_serves_connections_skip_the_futile_port_whois(tmp_path: Path) -> None:
+    """Only userspace networking forwards peers' raw TCP to loopback (and registers it):
+    on a TUN device tailscaled's loopback connections are serve's, whose ip:port whois
+    could only miss, at ~180 ms each inside tailscaled. So it is not asked."""
+    fake = FakeTailscaled(tmp_path / "ts", tun=True)
+    source = free_port()
+    # Were it asked, this registration would name alice; it is not asked.
+    fake.peers[f"127.0.0.1:{source}"] = whois("alice@example.com", name="alice-laptop")
+    fake.peers["100.64.0.9"] = whois(OWNER, ip="100.64.0.9")
+    fake.start()
+    server = start_server(tmp_path, "--tailscale-socket", str(fake.socket))
+    try:
+        forwarded = {"X-Forwarded-For": "100.64.0.9"}
+        status, _ = request("127.0.0.1", port_of(server), body=send_message("tun"),
+                            source_port=source, headers=forwarded)  # fmt: skip
+        assert status == 200
+        assert "user:owner@example.com (tailscale serve)" in server.last_access_line()
+    finally:
+        server.stop()
+        fake.stop()
+
+
 @needs_runuser
 def test_local_non_root_process_forging_headers_is_refused(
     tcp_server: RunningServer, fake: FakeTailscaled
@@ -213,7 +259,8 @@ def test_no_credentials_while_tailscaled_is_down_is_a_401_that_says_what_works(
     assert rpc.status_code == 401 and rpc.headers["WWW-Authenticate"] == "Bearer"
     error = rpc.json()["error"]
     assert rpc.json()["jsonrpc"] == "2.0" and error["code"] == -32600
-    assert "bearer token" in error["message"] and "start it for tailnet callers" in error["message"]
+    assert "bearer token" in error["message"] and "for tailnet callers" in error["message"]
+    assert "start tailscaled at " in error["message"]
     assert rest.status_code == 401 and rest.json()["error"]["status"] == "UNAUTHENTICATED"
     result = subprocess.run(
         [sys.executable, "-m", "tailagent", "call", "hi", "--url", f"http://127.0.0.1:{port}",

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import tailagent
+from tailagent.statelock import StateLock
 from tests.conftest import start_server
 from tests.tailnet import FakeTailscaled, whois
 
@@ -87,3 +88,33 @@ def test_doctor_checks_the_running_servers_agent_and_survives_a_closed_pipe(
         assert piped.stderr == "", piped.stderr
     finally:
         server.stop()
+
+
+def test_another_state_dirs_server_is_not_taken_for_this_ones(tmp_path: Path) -> None:
+    server = start_server(tmp_path)
+    try:
+        empty = tmp_path / "empty"
+        result = doctor("--listen", server.url.removeprefix("http://"), "--state-dir", str(empty))
+        line = next(x for x in result.stdout.splitlines() if "listener:" in x)
+        assert line.startswith(
+            f"✗ listener: no server runs on the state dir {empty}; the "
+            f"tailagent answering on {server.url} is another state dir's"
+        )
+        assert f"tailagent serve --state-dir {empty}" in line
+    finally:
+        server.stop()
+
+
+def test_a_running_tsnet_servers_node_is_checked_without_repeating_tsnet(tmp_path: Path) -> None:
+    """What the lock of a `serve --tsnet` says of it (held here as the server would)."""
+    state = tmp_path / "state"
+    lock = StateLock(state)
+    lock.acquire()
+    try:
+        lock.describe("http://127.0.0.1:9", "echo", tsnet=True)
+        result = doctor("--state-dir", str(state), "--tailscale-socket", str(tmp_path / "no"))
+        names = [line.split(":")[0] for line in result.stdout.splitlines()]
+        assert "✓ tsnet library" in names or "✗ tsnet library" in names, result.stdout
+        assert not any("tailscaled" in name or "whois" in name for name in names)
+    finally:
+        lock.release()

@@ -79,15 +79,19 @@ async def test_sigterm_ends_running_and_waiting_turns_and_stops_the_agents(tmp_p
         assert len(agents) >= 2
         server.process.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(server.process.wait, 20) == 0
-    assert "stopping: 2 unfinished task(s) ended" in server.log()
+    assert (
+        "stopping: 1 unfinished task(s) ended; 1 waiting for an answer wait on for the next start"
+        in server.log()
+    )
     assert not [pid for pid in agents if alive(pid)]
     again = start_server(tmp_path, state_dir=server.state_dir)
     try:
         reader = A2A(again.url, again.token)
-        for task_id in (parked.task_id, working_id):
-            task = await reader.get(task_id)
-            assert state_name(task.status.state) == "failed"
-            assert texts(task.status.message) == STOP_MESSAGE, server.log()
+        task = await reader.get(working_id)
+        assert state_name(task.status.state) == "failed"
+        assert texts(task.status.message) == STOP_MESSAGE, server.log()
+        waiting = await reader.get(parked.task_id)  # tests/test_waiting_restart.py
+        assert state_name(waiting.status.state) == "input_required"
     finally:
         again.stop()
 

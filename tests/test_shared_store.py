@@ -5,6 +5,7 @@ across both, and a restart closes only the restarted server's own tasks."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import subprocess
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from a2a.types.a2a_pb2 import TaskPushNotificationConfig
+from a2a.types.a2a_pb2 import SendMessageRequest, TaskPushNotificationConfig
 from a2a.utils.errors import A2AError
 
 from tailagent.bridge.remote import POLL_INTERVAL
@@ -140,11 +141,19 @@ async def test_a_restart_closes_only_the_restarted_servers_tasks(pair: Pair) -> 
     alice_a = pair.as_user("alice", pair.a)
     on_a = await alice_a.turn("ask")
     on_b = await pair.as_user("alice", pair.b).turn("ask")
-    assert pair.b.stop() == 0
+    async with pair.as_user("alice", pair.b).client() as client:
+        stream = client.send_message(SendMessageRequest(message=user_message("slow 30")))
+        working_id = (await anext(stream)).task.id
+        await anext(stream)
+        assert pair.b.stop() == 0
+        with contextlib.suppress(Exception):  # the stream ends with B
+            async for _ in stream:
+                pass
     pair.b = pair.start("b")
     alice_b = pair.as_user("alice", pair.b)
-    ended = await alice_b.get(on_b.task_id)
+    ended = await alice_b.get(working_id)
     assert ended.status.state == 4  # TASK_STATE_FAILED: its turn stopped with B
+    assert (await alice_b.get(on_b.task_id)).status.state == 6  # waits on across B's restart
     assert (await alice_b.get(on_a.task_id)).status.state == 6  # A's, still waiting
     assert (await alice_b.cancel(on_a.task_id)).status.state == 5
 

@@ -681,7 +681,8 @@ async def test_the_next_conversation_takes_the_worktree_made_ahead(
 ) -> None:
     ahead = await wts.prepare()
     assert wts.ready() == [ahead] and ahead.name.startswith("+ready-")
-    assert sh(ahead, "branch", "--show-current").strip() == f"tailagent/{ahead.name}"
+    assert sh(ahead, "branch", "--show-current").strip() == ""  # detached: no branch yet
+    assert sh(repo, "branch", "--list", "tailagent/*") == ""
     write(repo / "b.txt", "b moved on\n")
     tip = commit_all(repo, "main moved on after the worktree was made")
 
@@ -723,7 +724,7 @@ async def test_prune_keeps_whole_worktrees_made_ahead_and_finishes_cut_adoptions
     assert await wts.prune({"ctx-adopted"}) == []
     assert wts.ready() == [kept]
     assert (await wts.get("ctx-adopted")) is not None and adopted.is_dir()
-    assert f"tailagent/{cut.name}" not in sh(repo, "branch")
+    assert str(cut) not in registered(repo)
 
 
 async def test_a_merged_worktree_goes_at_once_and_its_files_in_the_background(

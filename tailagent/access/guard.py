@@ -263,8 +263,9 @@ class AccessGuard:
                 return Refusal(
                     503, f"tailscaled cannot confirm the tailnet identity claimed now: {exc}"
                 )
-            seen = Seen(None, f"{self._resolver.localapi.where} unreachable; start it for "
-                              "tailnet callers")  # fmt: skip
+            # Said once in the log as it changes, not in every access line.
+            where = self._resolver.localapi.where
+            seen = Seen(None, "LocalAPI unreachable", f"; start {where} for tailnet callers")
         return self._policy.decide(seen, token)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:

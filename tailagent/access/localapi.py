@@ -115,6 +115,9 @@ class LocalAPI:
         self._cache: dict[tuple[str, str], tuple[float, WhoIs | None]] = {}
         self._unreachable_until = 0.0
         self._unreachable_reason = ""
+        # Whether it answered last time (None: not asked yet), so a change is logged once,
+        # not on every request.
+        self.reachable: bool | None = None
 
     @classmethod
     def tailscaled(cls, socket_path: Path | None = None, timeout: float = 3.0) -> LocalAPI:
@@ -147,6 +150,14 @@ class LocalAPI:
     def _unreachable(self, why: str) -> NoReturn:
         self._unreachable_reason = f"{self.where} is not reachable: {why}"
         self._unreachable_until = time.monotonic() + RETRY_AFTER
+        if self.reachable is not False:
+            if self.reachable:  # at start the server says it itself
+                log.warning(
+                    "%s: tailnet callers cannot be identified until it is back; local "
+                    "callers with a token still get in",
+                    self._unreachable_reason,
+                )
+            self.reachable = False
         raise LocalAPIUnavailable(self._unreachable_reason) from None
 
     async def _get(self, path: str, params: dict[str, str] | None = None) -> httpx.Response:
@@ -161,6 +172,9 @@ class LocalAPI:
             response = await self._client.get(path, params=params)
         except httpx.HTTPError as exc:
             self._unreachable(str(exc) or type(exc).__name__)
+        if self.reachable is False:
+            log.info("%s answers again: tailnet callers are identified again", self.where)
+        self.reachable = True
         if response.status_code >= 500:
             raise LocalAPIUnavailable(
                 f"tailscaled answered {response.status_code}: {response.text.strip()[:200]}"

@@ -32,7 +32,8 @@ class Seen:
     """What the network established about a request, before the policy decides."""
 
     peer: WhoIs | None
-    established_by: str
+    established_by: str  # kept with the caller: in every access line and audit row
+    advice: str = ""  # for a refusal only: what would let a tailnet caller in
 
 
 def grant_roles(capabilities: dict[str, list[Any]], capability: str | None) -> set[str]:
@@ -121,7 +122,7 @@ class Policy:
             )
         return Refusal(
             401,
-            f"no tailnet identity ({seen.established_by}): local callers need a "
+            f"no tailnet identity ({seen.established_by}{seen.advice}): local callers need a "
             "bearer token; `tailagent call` on this box uses the local token "
             "by itself, others use `tailagent token add`",
         )

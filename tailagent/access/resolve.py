@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -26,9 +27,12 @@ from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_na
 from tailagent.access.peercred import connection_owner
 from tailagent.access.policy import Seen
 
+log = logging.getLogger(__name__)
+
 CONNECTION_TTL = 600.0
 SELF_TTL = 60.0
 SELF_RETRY = 5.0
+SERVE_TTL = 5.0  # seconds a look at tailscaled's serve config counts for
 
 
 class BadForwarding(ValueError):
@@ -69,6 +73,42 @@ class TailnetSelf:
     owner_login: str | None = None
     dns_name: str | None = None
     addresses: tuple[str, ...] = ()
+    # tailscaled uses the kernel's TUN device: then it forwards no peer's raw TCP to
+    # loopback (only userspace networking does), so a loopback connection of its own
+    # is `tailscale serve`'s and whois on its ip:port could only miss.
+    tun: bool = False
+
+
+def raw_forwards(config: Any) -> list[str]:
+    """Every backend a `tailscale serve` TCP entry (--tcp, --tls-terminated-tcp) hands
+    a peer's raw bytes to, in every part of the config (background, foreground
+    sessions, services)."""
+    found: list[str] = []
+    if isinstance(config, dict):
+        for key, value in config.items():
+            if key == "TCPForward" and isinstance(value, str) and value:
+                found.append(value)
+            else:
+                found += raw_forwards(value)
+    elif isinstance(config, list):
+        for value in config:
+            found += raw_forwards(value)
+    return found
+
+
+def forwards_to(target: str, server: Any) -> bool:
+    """Whether a serve TCPForward target is this listener (`server`: the ASGI scope's
+    `(host, port)`, or `(path, None)` on a unix socket)."""
+    host, port = server[0], server[1]
+    if port is None:
+        return target.removeprefix("unix:") == str(host)
+    name, _, number = target.rpartition(":")
+    name = name.strip("[]") or "localhost"
+    try:
+        loopback = name == "localhost" or ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        loopback = False
+    return loopback and number == str(port)
 
 
 class Resolver:
@@ -93,6 +133,7 @@ class Resolver:
         self._forwarder_uids = self._trusted_uids if trusts_forwarding else {os.getuid()}
         self.me = TailnetSelf()
         self._me_expires = 0.0
+        self._raw: tuple[float, list[str]] = (0.0, [])
 
     async def current_self(self) -> TailnetSelf:
         """This node's owner and names, re-read at most once a minute (every few
@@ -109,6 +150,7 @@ class Resolver:
                 owner_login=self_login(status),
                 dns_name=self_dns_name(status),
                 addresses=tuple(me.get("TailscaleIPs") or ()),
+                tun=bool(status.get("TUN")),
             )
             self._me_expires = now + SELF_TTL
         return self.me
@@ -120,14 +162,42 @@ class Resolver:
             return Seen(None, f"{how}, but tailscaled knows no peer {ip}")
         return Seen(peer, how)
 
+    async def _raw_forward_here(self, server: Any) -> str | None:
+        """The `tailscale serve` TCP entry that forwards a peer's raw bytes to this
+        listener, if any. Those connections come from tailscaled too, but every header
+        on them is the peer's own, and tailscaled does not register them for whois
+        (ipn/ipnlocal/serve.go): with one in place, X-Forwarded-For proves nothing."""
+        now = time.monotonic()
+        expires, targets = self._raw
+        if now >= expires:
+            config, _ = await self.localapi.serve_config()
+            fresh = raw_forwards(config)
+            if fresh and fresh != targets:  # said once, as it appears
+                log.warning(
+                    "a `tailscale serve` TCP entry forwards peers' raw bytes (%s): if it "
+                    "reaches this listener, X-Forwarded-For is ignored, since a peer could "
+                    "write any header; serve HTTP instead (tailscale serve status)",
+                    ", ".join(fresh),
+                )
+            targets = fresh
+            self._raw = (now + SERVE_TTL, targets)
+        return next((t for t in targets if forwards_to(t, server)), None)
+
+    async def _trusted_forwarding(self, header: str, how: str, server: Any) -> Seen:
+        if server and await self._raw_forward_here(server) is not None:
+            return Seen(None, "X-Forwarded-For ignored: serve forwards raw TCP here")
+        return await self._forwarded(header, how)
+
     async def seen(self, scope: dict[str, Any], forwarded_for: str) -> Seen:
         """Raises LocalAPIUnavailable when tailscaled cannot say (callers fail closed)."""
+        server = scope.get("server")
         if self._unix:
             if forwarded_for:
-                return await self._forwarded(forwarded_for, "tailscale serve (unix socket)")
+                return await self._trusted_forwarding(
+                    forwarded_for, "tailscale serve (unix socket)", server
+                )
             return Seen(None, "local process on the unix socket")
         client = scope.get("client")
-        server = scope.get("server")
         if not client or not server:
             return Seen(None, "connection without addresses")
         connection = await self._connection(client, server)
@@ -138,7 +208,7 @@ class Resolver:
             return Seen(peer, "tailnet connection")
         uid = connection.uid
         if forwarded_for and uid in self._trusted_uids:
-            return await self._forwarded(forwarded_for, "tailscale serve")
+            return await self._trusted_forwarding(forwarded_for, "tailscale serve", server)
         ignored = ", X-Forwarded-For ignored" if forwarded_for else ""
         return Seen(None, f"local process (uid {uid}){ignored}")
 
@@ -154,7 +224,7 @@ class Resolver:
         # connection can be a tailnet peer, so only it is worth a whois.
         uid = connection_owner((client[0], client[1]), (server[0], server[1]))
         peer = None
-        if uid is None or uid in self._forwarder_uids:
+        if (uid is None or uid in self._forwarder_uids) and not (await self.current_self()).tun:
             peer = await self.localapi.whois(_addr_port(client[0], client[1]), "tcp")
         if peer is not None and peer.node.addresses:
             peer_ip = peer.node.addresses[0].split("/", 1)[0]

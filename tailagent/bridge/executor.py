@@ -649,6 +649,12 @@ class BridgeExecutor(AgentExecutor):
     def running(self) -> int:
         return len(self._runtimes)
 
+    @property
+    def waiting(self) -> int:
+        """Tasks waiting for an answer: they outlast a stop (see `parked`)."""
+        parked = sum(1 for r in self._runtimes.values() if r.pending and r.pump is None)
+        return parked + len(self._waiting)
+
     async def stop_all(self, reason: str, grace: float = 5.0) -> list[str]:
         """At server stop: every turn is told to stop. A turn a request is streaming
         ends its stream with `reason` (their ids are returned); the store records why

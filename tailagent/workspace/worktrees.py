@@ -536,7 +536,7 @@ class Worktrees:
             worktree, record = await self._record_new("", BRANCH_PREFIX + slug, base_branch, slug)
             made = self._making[worktree.path] = asyncio.get_running_loop().create_future()
         try:
-            await self._check_out(worktree, record)
+            await self._check_out(worktree, record, detach=True)
         finally:
             del self._making[worktree.path]
             made.set_result(None)
@@ -586,7 +586,10 @@ class Worktrees:
                 log.warning("a worktree made ahead (%s) is not usable: %s", path, error)
                 continue
             branch = await self._free_branch(context_id)
-            await git(self.repo, "branch", "-m", ready.branch, branch)
+            # Made detached (no branch for `git branch` to show before it is anyone's):
+            # the conversation's branch starts here, and the worktree moves onto it.
+            await git(self.repo, "branch", branch, base_commit)
+            await self._in(path, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
             adopted = Worktree(
                 context_id=context_id,
                 path=path,
@@ -644,13 +647,13 @@ class Worktrees:
         self._save(worktree, await self._common_dir(), record)
         return worktree, record
 
-    async def _check_out(self, worktree: Worktree, record: Path) -> None:
+    async def _check_out(self, worktree: Worktree, record: Path, detach: bool = False) -> None:
+        """`git worktree add`: on the worktree's new branch, or `detach`ed (one made ahead,
+        whose branch is made when a conversation takes it)."""
         path = worktree.path
+        on = ["--detach"] if detach else ["-b", worktree.branch]
         try:
-            await git(
-                self.repo, "worktree", "add", "-q", "-b", worktree.branch, str(path),
-                worktree.base_commit,
-            )  # fmt: skip
+            await git(self.repo, "worktree", "add", "-q", *on, str(path), worktree.base_commit)
         except BaseException:
             # Git undoes a failed `worktree add`, but not one where only the person's
             # post-checkout hook failed: then the worktree is there, and the record stays
@@ -850,7 +853,7 @@ class Worktrees:
                     continue
                 if str(path) in claimed:
                     record.unlink()
-                elif not path.is_dir() or not await self._ref_exists(f"refs/heads/{ready.branch}"):
+                elif not path.is_dir():
                     await self._remove(ready, record)
             except GitError as error:
                 log.warning("worktree made ahead %s left alone: %s", path, error)
