@@ -53,7 +53,7 @@ class BoxTailscaled:
     tailnet_proxy: str | None = None
 
     def __init__(self, settings: Settings) -> None:
-        self.localapi = LocalAPI.tailscaled(settings.tailscale.socket)
+        self.localapi = LocalAPI.tailscaled(settings.tailscale.socket, patient=True)
 
     async def start(self, listener: str) -> str | None:
         return None

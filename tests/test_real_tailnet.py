@@ -7,6 +7,7 @@ same against the real one. One control server and three nodes serve the whole mo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -232,3 +233,62 @@ def test_peers_from_the_callers_box_and_doctor_on_the_agents(
     )  # fmt: skip
     assert doctor.returncode == 0, doctor.stdout
     assert all(line.startswith("✓") for line in doctor.stdout.splitlines())
+
+
+BURST = 100
+
+
+async def burst(node: Node, url: str, size: int = BURST) -> list[int]:
+    """`size` requests at once from `node`, each on a new connection, as a browser
+    opening the desk or a few agents calling together make; their status codes."""
+    limits = httpx.Limits(max_connections=size, max_keepalive_connections=0)
+    async with httpx.AsyncClient(proxy=node.proxy, timeout=120, limits=limits) as http:
+
+        async def one(n: int) -> int:
+            body = {"jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": {"message": {
+                "messageId": f"burst-{n}-{time.monotonic_ns()}", "role": "ROLE_USER",
+                "parts": [{"text": f"burst {n}"}]}}}  # fmt: skip
+            response = await http.post(url, json=body, headers={"A2A-Version": "1.0"})
+            return response.status_code
+
+        return list(await asyncio.gather(*(one(n) for n in range(size))))
+
+
+def identified(server: RunningServer, how: str) -> int:
+    """Access lines of SendMessage requests that whois named the caller on."""
+    return sum(
+        1
+        for line in server.log().splitlines()
+        if f"user:{CALLER_LOGIN} ({how}) POST / SendMessage -> 200" in line
+    )
+
+
+async def test_a_burst_through_serve_to_the_tcp_listener_all_get_in(
+    tailnet: Tailnet, agent: RunningServer
+) -> None:
+    """Each new connection from `tailscale serve` costs a whois of its loopback ip:port
+    that tailscaled answers one at a time (~180 ms a miss): the burst waits its turn."""
+    caller, box = tailnet.nodes["callerbox"], tailnet.nodes["agentbox"]
+    before = identified(agent, "tailscale serve")
+    codes = await burst(caller, f"http://{box.dns_name}/")
+    assert codes == [200] * BURST, sorted(set(codes))
+    assert identified(agent, "tailscale serve") - before == BURST
+
+
+async def test_a_burst_through_serve_to_the_unix_socket_all_get_in(
+    tailnet: Tailnet, tmp_path: Path
+) -> None:
+    caller, box = tailnet.nodes["callerbox"], tailnet.nodes["agentbox"]
+    socket_path = Path(f"/tmp/ta-{os.getpid()}-{time.monotonic_ns()}.sock")
+    config = tmp_path / "c.toml"
+    config.write_text(f'[access]\nallowed_logins = ["{CALLER_LOGIN}"]\n')
+    server = start_server(tmp_path, "--config", str(config), "--tailscale-socket",
+                          str(box.socket), listen=f"unix:{socket_path}")  # fmt: skip
+    try:
+        box.tailscale("serve", "--bg", "--http=83", f"unix:{socket_path}")
+        codes = await burst(caller, f"http://{box.dns_name}:83/")
+        assert codes == [200] * BURST, sorted(set(codes))
+        assert identified(server, "tailscale serve (unix socket)") == BURST
+    finally:
+        box.tailscale("serve", "--http=83", "off", check=False)
+        server.stop()

@@ -8,6 +8,7 @@ it has no whois, ignores the socket path it is given, and pins an old requests.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -30,6 +31,13 @@ TAGGED_DEVICES = "tagged-devices"
 MISS_TTL = 5.0
 HIT_TTL = 2.0  # short: a revoked grant or a re-tagged node counts within seconds
 RETRY_AFTER = 1.0
+# tailscaled answers an ip:port it does not know after ~180 ms, and one at a time: it
+# waits out a registration race holding its backend's lock (tailscale.com/proxymap),
+# and every other request that takes that lock (whois, status, the serve config) waits
+# behind it. A burst of new connections from `tailscale serve` queues there, so a read
+# may wait far longer than a connection should: waiting its turn is right, refusing
+# the caller is not. A tailscaled that is gone still fails at once, at connect.
+PATIENCE = 60.0
 
 
 class LocalAPIUnavailable(Exception):
@@ -113,6 +121,8 @@ class LocalAPI:
         self.socket_path = socket_path
         self._miss_ttl = miss_ttl
         self._cache: dict[tuple[str, str], tuple[float, WhoIs | None]] = {}
+        # Lookups under way: a burst asking the same address waits for one answer.
+        self._asking: dict[tuple[str, str], asyncio.Future[WhoIs | None]] = {}
         self._unreachable_until = 0.0
         self._unreachable_reason = ""
         # Whether it answered last time (None: not asked yet), so a change is logged once,
@@ -120,12 +130,16 @@ class LocalAPI:
         self.reachable: bool | None = None
 
     @classmethod
-    def tailscaled(cls, socket_path: Path | None = None, timeout: float = 3.0) -> LocalAPI:
+    def tailscaled(
+        cls, socket_path: Path | None = None, timeout: float = 3.0, patient: bool = False
+    ) -> LocalAPI:
+        """`patient`: a server's, whose reads wait their turn in a burst (see PATIENCE);
+        a command's give up after `timeout`."""
         path = find_socket(socket_path)
         client = httpx.AsyncClient(
             transport=httpx.AsyncHTTPTransport(uds=str(path)),
             base_url=LOCALAPI_BASE,
-            timeout=timeout,
+            timeout=httpx.Timeout(timeout, read=PATIENCE if patient else timeout),
         )
         return cls(client, f"tailscaled at {path}", socket_path=path)
 
@@ -170,6 +184,12 @@ class LocalAPI:
             self._unreachable("there is no such socket")
         try:
             response = await self._client.get(path, params=params)
+        except httpx.TimeoutException as exc:
+            # Connected but slow (busy, not gone): this request fails closed, and the
+            # next ones still ask.
+            raise LocalAPIUnavailable(
+                f"{self.where} did not answer in time ({type(exc).__name__})"
+            ) from None
         except httpx.HTTPError as exc:
             self._unreachable(str(exc) or type(exc).__name__)
         if self.reachable is False:
@@ -189,10 +209,30 @@ class LocalAPI:
         process may get the same port (the resolver keeps the answer per connection)."""
         key = (addr, proto)
         cached = self._cache.get(key)
-        now = time.monotonic()
-        if cached is not None and cached[0] > now:
+        if cached is not None and cached[0] > time.monotonic():
             WHOIS.labels("cache_hit").inc()
             return cached[1]
+        asking = self._asking.get(key)
+        if asking is not None:
+            WHOIS.labels("cache_hit").inc()
+            return await asyncio.shield(asking)
+        future: asyncio.Future[WhoIs | None] = asyncio.get_running_loop().create_future()
+        self._asking[key] = future
+        try:
+            result = await self._ask_whois(addr, proto)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: nobody else may be waiting
+            raise
+        else:
+            future.set_result(result)
+            return result
+        finally:
+            del self._asking[key]
+
+    async def _ask_whois(self, addr: str, proto: str) -> WhoIs | None:
+        key = (addr, proto)
+        now = time.monotonic()
         params = {"addr": addr}
         if proto:
             params["proto"] = proto

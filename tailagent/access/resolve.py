@@ -15,6 +15,7 @@ sent it:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -134,6 +135,7 @@ class Resolver:
         self.me = TailnetSelf()
         self._me_expires = 0.0
         self._raw: tuple[float, list[str]] = (0.0, [])
+        self._raw_lock = asyncio.Lock()
 
     async def current_self(self) -> TailnetSelf:
         """This node's owner and names, re-read at most once a minute (every few
@@ -167,6 +169,10 @@ class Resolver:
         listener, if any. Those connections come from tailscaled too, but every header
         on them is the peer's own, and tailscaled does not register them for whois
         (ipn/ipnlocal/serve.go): with one in place, X-Forwarded-For proves nothing."""
+        async with self._raw_lock:  # a burst asks tailscaled once
+            return await self._raw_forward_checked(server)
+
+    async def _raw_forward_checked(self, server: Any) -> str | None:
         now = time.monotonic()
         expires, targets = self._raw
         if now >= expires:
