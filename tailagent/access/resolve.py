@@ -189,10 +189,12 @@ class Resolver:
             self._raw = (now + SERVE_TTL, targets)
         return next((t for t in targets if forwards_to(t, server)), None)
 
-    async def _trusted_forwarding(self, header: str, how: str, server: Any) -> Seen:
+    async def _trusted_forwarding(
+        self, header: str, how: str, server: Any, asked: asyncio.Future[Seen] | None = None
+    ) -> Seen:
         if server and await self._raw_forward_here(server) is not None:
             return Seen(None, "X-Forwarded-For ignored: serve forwards raw TCP here")
-        return await self._forwarded(header, how)
+        return await (asked if asked is not None else self._forwarded(header, how))
 
     async def seen(self, scope: dict[str, Any], forwarded_for: str) -> Seen:
         """Raises LocalAPIUnavailable when tailscaled cannot say (callers fail closed)."""
@@ -206,17 +208,31 @@ class Resolver:
         client = scope.get("client")
         if not client or not server:
             return Seen(None, "connection without addresses")
-        connection = await self._connection(client, server)
-        if connection.peer_ip is not None:
-            peer = await self.localapi.whois(connection.peer_ip)
-            if peer is None:
-                return Seen(None, f"tailnet connection from {connection.peer_ip}, gone since")
-            return Seen(peer, "tailnet connection")
-        uid = connection.uid
-        if forwarded_for and uid in self._trusted_uids:
-            return await self._trusted_forwarding(forwarded_for, "tailscale serve", server)
-        ignored = ", X-Forwarded-For ignored" if forwarded_for else ""
-        return Seen(None, f"local process (uid {uid}){ignored}")
+        # Who X-Forwarded-For names is asked at once, beside the connection's own whois:
+        # in a burst, tailscaled answers the ip:port misses one at a time, and an answer
+        # asked for only after its own miss would queue behind all the others.
+        asked = None
+        if forwarded_for:
+            asked = asyncio.ensure_future(self._forwarded(forwarded_for, "tailscale serve"))
+        try:
+            connection = await self._connection(client, server)
+            if connection.peer_ip is not None:
+                peer = await self.localapi.whois(connection.peer_ip)
+                if peer is None:
+                    return Seen(None, f"tailnet connection from {connection.peer_ip}, gone since")
+                return Seen(peer, "tailnet connection")
+            uid = connection.uid
+            if forwarded_for and uid in self._trusted_uids:
+                return await self._trusted_forwarding(
+                    forwarded_for, "tailscale serve", server, asked
+                )
+            ignored = ", X-Forwarded-For ignored" if forwarded_for else ""
+            return Seen(None, f"local process (uid {uid}){ignored}")
+        finally:
+            if asked is not None and not asked.done():
+                asked.cancel()
+            elif asked is not None and not asked.cancelled():
+                asked.exception()  # a bad header is an error only where it is believed
 
     async def _connection(self, client: Any, server: Any) -> _Connection:
         key = (client[0], client[1])
