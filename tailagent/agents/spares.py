@@ -87,7 +87,9 @@ class Spares(Generic[T]):
             elif self._where is None or where == directory:
                 self._ready.remove(entry)
                 self.top_up()
+                log.debug("took a spare %s (in %s)", self._what, where or "the workspace")
                 return spare
+        log.debug("no spare %s for %s: starting one", self._what, directory or "the workspace")
         if self._where is not None and directory is not None:
             self._taken.add(directory)
         started = await self._start(directory)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -133,7 +134,10 @@ class Isolated:
             return path
 
     async def directory(self, context_id: str) -> Path | None:
+        started = time.monotonic()
         path = (await self.worktrees.ensure(context_id)).path
+        log.debug("conversation %s works in %s (%.0f ms)", context_id, path,
+                  (time.monotonic() - started) * 1000)  # fmt: skip
         self.start()
         return path
 
