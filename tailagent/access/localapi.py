@@ -38,7 +38,6 @@ RETRY_AFTER = 1.0
 # may wait far longer than a connection should: waiting its turn is right, refusing
 # the caller is not. A tailscaled that is gone still fails at once, at connect.
 PATIENCE = 60.0
-PING_WAIT = 10.0
 
 
 class LocalAPIUnavailable(Exception):
@@ -283,18 +282,6 @@ class LocalAPI:
                 f"tailscaled refused the serve config ({response.status_code}): "
                 f"{response.text[:200]}"
             )
-
-    async def ping(self, ip: str, kind: str = "TSMP") -> None:
-        """Pings a peer through the node (`TSMP`: inside WireGuard, so it opens a
-        session with the peer when there is none)."""
-        try:
-            response = await self._client.post(
-                "/localapi/v0/ping", params={"ip": ip, "type": kind}, timeout=PING_WAIT
-            )
-        except httpx.HTTPError as exc:
-            raise LocalAPIUnavailable(f"{self.where}: ping {ip}: {exc}") from None
-        if response.status_code != 200:
-            raise LocalAPIUnavailable(f"{self.where}: ping {ip}: {response.text.strip()[:200]}")
 
     async def status(self) -> dict[str, Any]:
         response = await self._get("/localapi/v0/status")

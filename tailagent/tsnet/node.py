@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable
+from tailagent.access.localapi import LocalAPI
 from tailagent.access.tokens import write_private
 from tailagent.config import Settings, TsnetSettings
 from tailagent.metrics import TSNET_CONNECTIONS, TSNET_KEY_EXPIRY, TSNET_NODE
@@ -34,8 +34,6 @@ log = logging.getLogger("tailagent.tsnet")
 START_TIMEOUT = 60.0
 POLL_SECONDS = 0.1
 WATCH_SECONDS = 5.0
-# At most this many online peers are greeted after a start (see _greet_peers).
-GREETED_PEERS = 64
 KEYS_PAGE = "https://login.tailscale.com/admin/settings/keys"
 
 
@@ -100,7 +98,6 @@ class EmbeddedNode:
         self._localapi: LocalAPI | None = None
         self._proxy: str | None = None
         self._watch: asyncio.Task[None] | None = None
-        self._greeting: asyncio.Task[None] | None = None
         self.status: dict[str, Any] = {}
 
     @property
@@ -167,31 +164,8 @@ class EmbeddedNode:
             status.get("tailnet") or "?", status["dns_name"], ips, status["url"],
         )  # fmt: skip
         self._watch = asyncio.create_task(self._watch_node(), name="tsnet-watch")
-        self._greeting = asyncio.create_task(self._greet_peers(), name="tsnet-greet")
         url: str = status["url"]
         return url
-
-    async def _greet_peers(self) -> None:
-        """Opens a WireGuard session with each online peer, from this side, at start.
-
-        A restarted node keeps its key but not its sessions, while its peers still hold
-        theirs: a caller's next packets are dropped, and WireGuard has it try a new
-        handshake only after 5 s (REKEY_TIMEOUT). A ping inside WireGuard (TSMP) from
-        here starts that handshake at once, so the caller's first request after a
-        restart goes through."""
-        assert self._localapi is not None
-        try:
-            status = await self._localapi.status()
-        except LocalAPIUnavailable as exc:
-            log.debug("not greeting the node's peers: %s", exc)
-            return
-        peers = [p for p in (status.get("Peer") or {}).values() if p.get("Online")]
-        ips = [p["TailscaleIPs"][0] for p in peers if p.get("TailscaleIPs")][:GREETED_PEERS]
-        results = await asyncio.gather(
-            *(self._localapi.ping(ip) for ip in ips), return_exceptions=True
-        )
-        greeted = sum(1 for result in results if not isinstance(result, BaseException))
-        log.debug("greeted %d of %d online peers", greeted, len(ips))
 
     async def _await_running(self) -> dict[str, Any]:
         assert self._library is not None and self._handle is not None
@@ -255,11 +229,10 @@ class EmbeddedNode:
         return f"on the tailnet: {self.status.get('url')}   (callers known by their node)"
 
     async def stop(self) -> None:
-        for task in (self._watch, self._greeting):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
         if self._localapi is not None:
             client_file(self._state_dir).unlink(missing_ok=True)
             await self._localapi.aclose()
