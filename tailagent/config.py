@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tailagent.agents.mcp import McpServer, parse_mcp_servers
-from tailagent.bridge.rules import Rule, parse_rules
+from tailagent.mcp_servers import McpServer, parse_mcp_servers
+from tailagent.tool_rules import Rule, parse_rules
 
 AGENTS = ("echo", "claude", "claude-acp", "codex", "gemini")
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto")

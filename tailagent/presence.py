@@ -5,6 +5,9 @@
   removed by tailagent itself.
 - `EmbeddedNode` (`--tsnet`, in `tailagent.tsnet`): a tailnet node inside this process.
 
+`server.make_presence` picks one; this module knows none but the tailscaled ones, so
+the embedded node can build on its interface without an import running back up.
+
 The server asks each the same things: where the LocalAPI is (whois, status), which
 URL to advertise, whether a local root socket's X-Forwarded-For may name a peer
 (only tailscaled's `serve` sends one), and how to reach the tailnet.
@@ -92,13 +95,3 @@ class ServeEntryPresence(BoxTailscaled):
 
     def callers_line(self) -> str | None:
         return f"on the tailnet: {self._entry.public_url}" if self._entry else None
-
-
-def make_presence(settings: Settings) -> Presence:
-    if settings.tsnet.enabled:
-        from tailagent.tsnet.node import EmbeddedNode
-
-        return EmbeddedNode(settings)
-    if settings.tailnet:
-        return ServeEntryPresence(settings)
-    return BoxTailscaled(settings)

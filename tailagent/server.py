@@ -67,7 +67,7 @@ from tailagent.config import Listen, Settings, default_state_dir
 from tailagent.memory import trim_when_quiet
 from tailagent.metrics import AGENT_PROCESSES, exposition
 from tailagent.notify import Notifier
-from tailagent.presence import Presence, PresenceError, make_presence
+from tailagent.presence import BoxTailscaled, Presence, PresenceError, ServeEntryPresence
 from tailagent.probe import healthy
 from tailagent.push.delivery import PushDispatcher, PushSigner
 from tailagent.push.targets import PushTargets
@@ -165,6 +165,17 @@ def _card_app(publisher: CardPublisher) -> Quart:
         return {"status": "ok"}
 
     return app
+
+
+def make_presence(settings: Settings) -> Presence:
+    """The way onto the tailnet the settings ask for."""
+    if settings.tsnet.enabled:
+        from tailagent.tsnet.node import EmbeddedNode  # Go's runtime, only when asked for
+
+        return EmbeddedNode(settings)
+    if settings.tailnet:
+        return ServeEntryPresence(settings)
+    return BoxTailscaled(settings)
 
 
 async def build_service(settings: Settings, presence: Presence) -> Service:

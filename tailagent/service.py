@@ -19,10 +19,10 @@ from pathlib import Path
 
 from tailagent import origin
 from tailagent.config import Listen
+from tailagent.tsnet import CREDENTIAL_NAME
 
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 UNIT_NAME = "tailagent.service"
-CREDENTIAL_NAME = "tailscale-authkey"  # the auth key's systemd credential (LoadCredential=)
 
 # What both units run and how systemd keeps it: the socket lives in the runtime
 # directory ({runtime} is /run for the system unit, %t for a user manager).

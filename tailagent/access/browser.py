@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from tailagent.access.identity import Caller
-from tailagent.access.tokens import LOCAL_TOKEN_NAME, TokenInfo, TokenStore, write_private
+from tailagent.access.tokens import LOCAL_TOKEN_NAME, TokenInfo, TokenStore
+from tailagent.files import write_private
 
 DESK_PREFIX = "/desk"
 COOKIE_NAME = "tailagent_desk"

@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import secrets
-import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
+from tailagent.files import write_private
 
 TOKENS_FILE = "tokens.json"
 LOCAL_TOKEN_FILE = "local-token"
@@ -34,22 +34,6 @@ class TokenInfo:
 
 def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def write_private(path: Path, text: str) -> None:
-    """Writes a file readable only by its owner, atomically (a reader sees old or new)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, 0o600)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 class TokenStore:

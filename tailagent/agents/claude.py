@@ -64,9 +64,9 @@ from tailagent.agents.events import (
     TurnOptions,
     camel_keys,
 )
-from tailagent.agents.mcp import McpServer
 from tailagent.agents.spares import Spares
 from tailagent.config import ClaudeSettings
+from tailagent.mcp_servers import McpServer
 from tailagent.origin import frozen
 
 log = logging.getLogger("tailagent.agent")

@@ -74,10 +74,11 @@ from tailagent.bridge.conversations import (
 )
 from tailagent.bridge.parked import Waiting, resume_text, waiting_of
 from tailagent.bridge.publish import Publisher, open_task, text_part
-from tailagent.bridge.rules import Rule, first_match
+from tailagent.bridge.rules import first_match
 from tailagent.bridge.sessions import SessionPool
 from tailagent.config import AttachmentSettings
 from tailagent.metrics import DECISIONS, PROMPTS, TURN_SECONDS
+from tailagent.tool_rules import Rule
 from tailagent.workspace.git import GitError
 
 log = logging.getLogger(__name__)

@@ -66,7 +66,6 @@ from tailagent.bridge.conversations import (
 from tailagent.bridge.executor import BridgeExecutor, reply_of
 from tailagent.bridge.publish import data_part, text_part
 from tailagent.bridge.remote import CANCEL, CONFIRM_TIMEOUT, POLL_INTERVAL, PUSH, TaskSignals
-from tailagent.bridge.rules import Rule
 from tailagent.bridge.sessions import ContextBusy, SessionPool
 from tailagent.bridge.state import UNSEEN_UNTIL_SETTLED
 from tailagent.bridge.store import CoalescingTaskStore
@@ -74,6 +73,8 @@ from tailagent.bridge.turns import TurnGate
 from tailagent.card.builder import for_caller
 from tailagent.config import AgentSettings, AttachmentSettings
 from tailagent.push.targets import PushRefused, PushTargets
+from tailagent.task_states import ENDED_STATES
+from tailagent.tool_rules import Rule
 
 BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
@@ -86,14 +87,6 @@ def runs_elsewhere(task_id: str, url: str, advice: str) -> UnsupportedOperationE
             f"({url}); {advice}"
         )
     )
-
-
-ENDED_STATES = (
-    TaskState.TASK_STATE_COMPLETED,
-    TaskState.TASK_STATE_FAILED,
-    TaskState.TASK_STATE_CANCELED,
-    TaskState.TASK_STATE_REJECTED,
-)
 
 
 def ended(task: Task) -> str:

@@ -27,17 +27,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from tailagent.access.identity import OwnerUser
-from tailagent.access.tokens import write_private
 from tailagent.bridge.sqlite_writer import SqliteWriter
+from tailagent.files import write_private
+from tailagent.task_states import UNFINISHED_STATES
 
 log = logging.getLogger(__name__)
 
-UNFINISHED_STATES = (
-    TaskState.TASK_STATE_SUBMITTED,
-    TaskState.TASK_STATE_WORKING,
-    TaskState.TASK_STATE_INPUT_REQUIRED,
-    TaskState.TASK_STATE_AUTH_REQUIRED,
-)
 MAX_MINTED = 10_000
 MAX_CACHED_SESSIONS = 10_000
 WRITE_DELAY = 0.05

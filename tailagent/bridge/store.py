@@ -32,13 +32,13 @@ from tailagent.bridge.sqlite_writer import SqliteWriter
 from tailagent.bridge.state import (
     SERVER_ID_KEY,
     SERVER_URL_KEY,
-    UNFINISHED_STATES,
     UNSEEN_UNTIL_SETTLED,
     WRITE_DELAY,
     MintedIds,
     mark_failed,
 )
 from tailagent.metrics import TASK_STATES
+from tailagent.task_states import UNFINISHED_STATES
 
 log = logging.getLogger(__name__)
 

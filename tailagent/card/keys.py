@@ -18,7 +18,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from tailagent.access.tokens import write_private
+from tailagent.files import write_private
 
 KEYS_FILE = "signing-keys.json"
 ALGORITHMS = ("ES256", "EdDSA")

@@ -42,12 +42,12 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf.json_format import MessageToDict
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tailagent.bridge.state import UNFINISHED_STATES
 from tailagent.card.keys import KeyStore
 from tailagent.card.publish import JWKS_PATH
 from tailagent.config import PushSettings
 from tailagent.metrics import PUSH_DELIVERIES
 from tailagent.push.targets import PushRefused, PushTargets, Target
+from tailagent.task_states import UNFINISHED_STATES
 
 log = logging.getLogger(__name__)
 

@@ -5,3 +5,7 @@
 and `client.py` lets the CLI on the same box reach the tailnet through the
 running server's node.
 """
+
+# The systemd credential a unit hands the node's auth key in (`LoadCredential=`): the
+# node reads it, `tailagent service install --tsnet` writes the unit that names it.
+CREDENTIAL_NAME = "tailscale-authkey"

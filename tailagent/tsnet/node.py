@@ -21,11 +21,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tailagent.access.localapi import LocalAPI
-from tailagent.access.tokens import write_private
 from tailagent.config import Settings, TsnetSettings
+from tailagent.files import write_private
 from tailagent.metrics import TSNET_CONNECTIONS, TSNET_KEY_EXPIRY, TSNET_NODE
 from tailagent.presence import PresenceError
-from tailagent.service import CREDENTIAL_NAME
+from tailagent.tsnet import CREDENTIAL_NAME
 from tailagent.tsnet.client import NodeAccess, client_file, node_dir
 from tailagent.tsnet.library import LibraryMissing, NodeLibrary
 

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from tailagent.access.tokens import write_private
+from tailagent.files import write_private
 from tailagent.workspace.git import GitError, GitResult, git, one_line
 
 log = logging.getLogger(__name__)

@@ -22,9 +22,9 @@ from tailagent.agents.acp.process import AgentProcess
 from tailagent.agents.acp.session import AUTH_REQUIRED, AcpSession, AgentNeedsLogin, HostClient
 from tailagent.agents.acp.terminals import Terminals
 from tailagent.agents.events import Notice, Skill
-from tailagent.agents.mcp import McpServer
 from tailagent.agents.spares import Spares
 from tailagent.config import AgentSettings
+from tailagent.mcp_servers import McpServer
 
 log = logging.getLogger("tailagent.agent")
 

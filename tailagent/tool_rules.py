@@ -1,0 +1,64 @@
+"""Tool-use rules as the configuration states them (`[[rules]]`): each a tool name
+pattern, optionally a command or path glob, a decision (allow, deny, ask) and the
+roles it applies to.
+
+Read with the settings, below the bridge that applies them (`bridge/rules.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Decision = Literal["allow", "deny", "ask"]
+RULE_KEYS = {"tool", "command", "path", "decision", "roles"}
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    number: int
+    tool: str
+    decision: Decision
+    command: str | None = None
+    path: str | None = None
+    roles: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        parts = [f"rule {self.number}: {self.decision} {self.tool}"]
+        if self.command:
+            parts.append(f"command {self.command!r}")
+        if self.path:
+            parts.append(f"path {self.path!r}")
+        if self.roles:
+            parts.append(f"for {', '.join(self.roles)}")
+        return " ".join(parts)
+
+
+def parse_rules(value: Any) -> tuple[Rule, ...]:
+    """The `[[rules]]` tables; raises ValueError naming the rule and what is wrong."""
+    if not isinstance(value, list):
+        raise ValueError("rules are [[rules]] tables in the config file")
+    rules = []
+    for number, table in enumerate(value, 1):
+        if not isinstance(table, dict):
+            raise ValueError(f"rule {number} is not a table")
+        unknown = set(table) - RULE_KEYS
+        if unknown:
+            raise ValueError(f"rule {number}: unknown key {sorted(unknown)[0]!r}")
+        tool, decision = table.get("tool"), table.get("decision")
+        if not isinstance(tool, str) or not tool:
+            raise ValueError(f"rule {number}: `tool` (a name or a pattern) is required")
+        if decision not in ("allow", "deny", "ask"):
+            raise ValueError(f"rule {number}: `decision` must be allow, deny or ask")
+        roles = table.get("roles", [])
+        if not isinstance(roles, list) or not all(
+            r in ("caller", "approver", "admin") for r in roles
+        ):
+            raise ValueError(f"rule {number}: `roles` are caller, approver, admin")
+        for key in ("command", "path"):
+            if key in table and not isinstance(table[key], str):
+                raise ValueError(f"rule {number}: `{key}` must be a glob string")
+        rules.append(
+            Rule(number, tool, decision, table.get("command"), table.get("path"), tuple(roles))
+        )
+    return tuple(rules)

@@ -1,0 +1,81 @@
+"""The house's arrows, read from the code's own imports: no circle, and none of the
+imports that must never exist (README, "Layout")."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "tailagent"
+
+# (importer prefix, imported prefix, why the arrow must not exist)
+FORBIDDEN = [
+    ("tailagent.agents", "a2a", "agents know nothing of A2A"),
+    ("tailagent.agents", "tailagent.bridge", "agents know nothing of the bridge"),
+    ("tailagent.access", "tailagent.bridge", "access knows nothing of tasks"),
+    ("tailagent.access", "a2a.types", "access knows nothing of tasks"),
+    ("tailagent.config", "tailagent.bridge", "the settings know nothing of the bridge"),
+    ("tailagent.config", "tailagent.agents", "the settings know nothing of the agents"),
+    ("tailagent.workspace", "tailagent.bridge", "the worktrees know nothing of tasks"),
+    ("tailagent.workspace", "a2a", "the worktrees know nothing of A2A"),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports() -> dict[str, set[str]]:
+    """Each tailagent module -> the modules it imports (a lazy import inside a function
+    too). `from package import module` is an arrow to that module, not the package."""
+    paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                inner = {f"{node.module}.{alias.name}" for alias in node.names}
+                found |= (inner & set(paths)) or {node.module}
+        graph[name] = found
+    return graph
+
+
+def test_no_module_imports_what_it_must_not() -> None:
+    graph = imports()
+    wrong = [
+        f"{importer} imports {imported}: {why}"
+        for importer, imported_set in graph.items()
+        for imported in imported_set
+        for prefix, banned, why in FORBIDDEN
+        if (importer == prefix or importer.startswith(prefix + "."))
+        and (imported == banned or imported.startswith(banned + "."))
+    ]
+    assert wrong == []
+
+
+def test_no_circle() -> None:
+    graph = imports()
+    modules = set(graph)
+    edges = {m: {i for i in graph[m] if i in modules and i != m} for m in modules}
+    seen: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        seen[module] = 1
+        path.append(module)
+        for target in sorted(edges[module]):
+            if seen.get(target) == 1:
+                pytest.fail("a circle: " + " -> ".join([*path[path.index(target) :], target]))
+            if target not in seen:
+                visit(target)
+        path.pop()
+        seen[module] = 2
+
+    for module in sorted(modules):
+        if module not in seen:
+            visit(module)
