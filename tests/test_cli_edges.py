@@ -96,7 +96,7 @@ def test_a_state_dir_with_no_server_is_said_so(
     done = tailagent("call", "hi", "--state-dir", str(empty), env=as_user(mine.state_dir, home))
     assert done.returncode == 2
     line = done.stderr.strip()
-    assert line.startswith(f"tailagent: --url: no tailagent server runs on the state dir {empty}")
+    assert line.startswith(f"tailagent: no tailagent server runs on the state dir {empty}")
     assert f"{mine.url} (state dir {mine.state_dir})" in line  # where one does run
     assert f"`tailagent serve --state-dir {empty}`" in line
 

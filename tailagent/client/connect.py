@@ -92,11 +92,13 @@ def parse_target(url: str | None, state_dir: str | None) -> Target:
     if url.startswith("unix:"):
         path = Path(url.removeprefix("unix:"))
         if not path.is_absolute():
-            raise ValueError(f"a unix socket URL wants an absolute path: unix:/run/…, not {url}")
+            raise ValueError(
+                f"--url: a unix socket URL wants an absolute path: unix:/run/…, not {url}"
+            )
         return Target(url, path, state_dir, found, credentials)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"{url!r} is not an http(s):// URL or unix:/path")
+        raise ValueError(f"--url: {url!r} is not an http(s):// URL or unix:/path")
     return Target(url, None, state_dir, found, credentials)
 
 

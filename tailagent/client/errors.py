@@ -54,7 +54,7 @@ def run_command(
     try:
         target = parse_target(url, state_dir)
     except ValueError as exc:
-        print(f"tailagent: --url: {exc}", file=sys.stderr)
+        print(f"tailagent: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         return asyncio.run(command(target))
