@@ -212,7 +212,8 @@ async def test_a_follow_up_resumes_the_claude_session_after_a_restart(tmp_path: 
             user_message("again", context_id=turn.context_id)
         )
         assert again.final_state == "completed"
-        assert f"--resume={session_id}" in log.argvs()[-1]
+        # A warm spare may start before or after the resumed CLI: look at every start.
+        assert any(f"--resume={session_id}" in argv for argv in log.argvs()[1:])
         notices = [texts(s.status.message) for s in again.statuses if kind_of(s) == "notice"]
         assert "Resumed the agent session of this context." in notices
     finally:
