@@ -205,7 +205,7 @@ async def test_a_follow_up_resumes_the_claude_session_after_a_restart(tmp_path: 
         turn = await A2A(first.url, first.token).turn("hello")
     finally:
         first.stop()
-    session_id = next(a for a in log.argvs()[0] if a.startswith("--session-id=")).split("=", 1)[1]
+    session_id = MessageToDict(turn.statuses[-1].metadata)["agentSessionId"]
     second = start_claude(tmp_path, env=env, state_dir=first.state_dir)
     try:
         again = await A2A(second.url, second.token).turn(
