@@ -179,13 +179,19 @@ def audit_rows(server: RunningServer) -> list[dict[str, str]]:
     return [json.loads(line) for line in audit.stdout.splitlines()]
 
 
-def test_the_unix_socket_listener_behind_serve(tailnet: Tailnet, tmp_path: Path) -> None:
-    caller, box = tailnet.nodes["callerbox"], tailnet.nodes["agentbox"]
+def unix_server(tmp_path: Path, box: Node) -> tuple[RunningServer, Path]:
+    """tailagent on the box on a unix socket (in /tmp: a socket path must be short)."""
     socket_path = Path(f"/tmp/ta-{os.getpid()}-{time.monotonic_ns()}.sock")
     config = tmp_path / "c.toml"
     config.write_text(f'[access]\nallowed_logins = ["{CALLER_LOGIN}"]\n')
     server = start_server(tmp_path, "--config", str(config), "--tailscale-socket",
                           str(box.socket), listen=f"unix:{socket_path}")  # fmt: skip
+    return server, socket_path
+
+
+def test_the_unix_socket_listener_behind_serve(tailnet: Tailnet, tmp_path: Path) -> None:
+    caller, box = tailnet.nodes["callerbox"], tailnet.nodes["agentbox"]
+    server, socket_path = unix_server(tmp_path, box)
     try:
         box.tailscale("serve", "--bg", "--http=81", f"unix:{socket_path}")
         response = send(caller, f"http://{box.dns_name}:81/", "over a unix socket")
@@ -279,11 +285,7 @@ async def test_a_burst_through_serve_to_the_unix_socket_all_get_in(
     tailnet: Tailnet, tmp_path: Path
 ) -> None:
     caller, box = tailnet.nodes["callerbox"], tailnet.nodes["agentbox"]
-    socket_path = Path(f"/tmp/ta-{os.getpid()}-{time.monotonic_ns()}.sock")
-    config = tmp_path / "c.toml"
-    config.write_text(f'[access]\nallowed_logins = ["{CALLER_LOGIN}"]\n')
-    server = start_server(tmp_path, "--config", str(config), "--tailscale-socket",
-                          str(box.socket), listen=f"unix:{socket_path}")  # fmt: skip
+    server, socket_path = unix_server(tmp_path, box)
     try:
         box.tailscale("serve", "--bg", "--http=83", f"unix:{socket_path}")
         codes = await burst(caller, f"http://{box.dns_name}:83/")

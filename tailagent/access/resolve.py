@@ -169,6 +169,8 @@ class Resolver:
         listener, if any. Those connections come from tailscaled too, but every header
         on them is the peer's own, and tailscaled does not register them for whois
         (ipn/ipnlocal/serve.go): with one in place, X-Forwarded-For proves nothing."""
+        if time.monotonic() < self._raw[0]:  # the usual case: no lock, no await
+            return next((t for t in self._raw[1] if forwards_to(t, server)), None)
         async with self._raw_lock:  # a burst asks tailscaled once
             return await self._raw_forward_checked(server)
 
@@ -212,7 +214,7 @@ class Resolver:
         # in a burst, tailscaled answers the ip:port misses one at a time, and an answer
         # asked for only after its own miss would queue behind all the others.
         asked = None
-        if forwarded_for:
+        if forwarded_for and not self._known(client):
             asked = asyncio.ensure_future(self._forwarded(forwarded_for, "tailscale serve"))
         try:
             connection = await self._connection(client, server)
@@ -234,14 +236,20 @@ class Resolver:
             elif asked is not None and not asked.cancelled():
                 asked.exception()  # a bad header is an error only where it is believed
 
+    def _known(self, client: Any) -> _Connection | None:
+        """This very connection, if an earlier request on it was seen. Ports are reused:
+        an entry counts only for the same connection, which Hypercorn marks by handing
+        every one of its requests the same tuple."""
+        cached = self._connections.get((client[0], client[1]))
+        if cached is not None and cached.client is client and cached.expires > time.monotonic():
+            return cached
+        return None
+
     async def _connection(self, client: Any, server: Any) -> _Connection:
+        if (cached := self._known(client)) is not None:
+            return cached
         key = (client[0], client[1])
         now = time.monotonic()
-        cached = self._connections.get(key)
-        # Ports are reused: an entry counts only for the same connection, which
-        # Hypercorn marks by handing every one of its requests the same tuple.
-        if cached is not None and cached.client is client and cached.expires > now:
-            return cached
         # The owner first (the kernel answers in microseconds): only a forwarder's
         # connection can be a tailnet peer, so only it is worth a whois.
         uid = connection_owner((client[0], client[1]), (server[0], server[1]))

@@ -221,6 +221,14 @@ def _listing(paths: list[str], limit: int = 10) -> str:
     return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
 
 
+def _fresh(
+    context_id: str, path: Path, branch: str, base_branch: str, base_commit: str
+) -> Worktree:
+    """A worktree's record as of now."""
+    created = datetime.now(UTC).isoformat(timespec="seconds")
+    return Worktree(context_id, path, branch, base_branch, base_commit, created)
+
+
 def turn_subject(text: str) -> str:
     """A commit subject from a prompt: its first non-blank line, blanks folded, at most
     72 characters (cut with an ellipsis), never empty."""
@@ -590,14 +598,7 @@ class Worktrees:
             # the conversation's branch starts here, and the worktree moves onto it.
             await git(self.repo, "branch", branch, base_commit)
             await self._in(path, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
-            adopted = Worktree(
-                context_id=context_id,
-                path=path,
-                branch=branch,
-                base_branch=base_branch,
-                base_commit=base_commit,
-                created=datetime.now(UTC).isoformat(timespec="seconds"),
-            )
+            adopted = _fresh(context_id, path, branch, base_branch, base_commit)
             self._save(adopted, await self._common_dir())
             record.unlink()
             return adopted
@@ -635,14 +636,7 @@ class Worktrees:
                 f"{path} exists but tailagent has no record of it: move it away to let "
                 f"conversation {context_id} have a worktree"
             )
-        worktree = Worktree(
-            context_id=context_id,
-            path=path,
-            branch=branch,
-            base_branch=base_branch,
-            base_commit=base_commit,
-            created=datetime.now(UTC).isoformat(timespec="seconds"),
-        )
+        worktree = _fresh(context_id, path, branch, base_branch, base_commit)
         record = self._ready_record(path) if slug else self._record_path(context_id)
         self._save(worktree, await self._common_dir(), record)
         return worktree, record
