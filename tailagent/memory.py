@@ -17,6 +17,7 @@ from collections.abc import Callable
 log = logging.getLogger("tailagent.memory")
 
 QUIET_SECONDS = 2.0
+POLL_SECONDS = 0.25
 
 
 def _trimmer() -> Callable[[], None] | None:
@@ -32,16 +33,23 @@ def _trimmer() -> Callable[[], None] | None:
 
 async def trim_when_quiet(activity: Callable[[], tuple[int, int]]) -> None:
     """Runs for the server's life; `activity` says (requests so far, requests not yet
-    answered). Quiet: none in flight, and none new for QUIET_SECONDS."""
+    answered). Quiet: none in flight and none new for QUIET_SECONDS, counted from when
+    the last one ended (what a burst holds is let go as its last responses end, not
+    as its last requests come in)."""
     trim = _trimmer()
-    last = trimmed_at = activity()[0]
+    last, _ = activity()
+    trimmed = True
+    quiet_for = 0.0
     while True:
-        await asyncio.sleep(QUIET_SECONDS)
+        await asyncio.sleep(POLL_SECONDS)
         count, in_flight = activity()
-        if count == last and in_flight == 0 and count != trimmed_at:
+        if count != last or in_flight:
+            last, trimmed, quiet_for = count, False, 0.0
+            continue
+        quiet_for += POLL_SECONDS
+        if not trimmed and quiet_for >= QUIET_SECONDS:
             gc.collect()
             if trim is not None:
                 trim()
-            log.debug("quiet after %d requests: memory trimmed", count - trimmed_at)
-            trimmed_at = count
-        last = count
+            trimmed = True
+            log.debug("quiet for %.1f s: memory trimmed", quiet_for)

@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 from a2a.server.routes import create_rest_routes
 from a2a.server.tasks import DatabaseTaskStore
 from hypercorn.asyncio import serve
-from hypercorn.config import Config
 from hypercorn.typing import LifespanScope
 from prometheus_client import CONTENT_TYPE_LATEST
 from quart import Quart, Response, request
@@ -71,6 +70,7 @@ from tailagent.presence import BoxTailscaled, Presence, PresenceError, ServeEntr
 from tailagent.probe import healthy
 from tailagent.push.delivery import PushDispatcher, PushSigner
 from tailagent.push.targets import PushTargets
+from tailagent.serving import LISTEN_BACKLOG, hypercorn_config
 from tailagent.statelock import StateDirBusy, StateLock
 from tailagent.web import DeskParts, mount
 from tailagent.web.live import Desk
@@ -79,7 +79,6 @@ log = logging.getLogger("tailagent")
 
 CARD_PATH = "/.well-known/agent-card.json"
 CARD_MAX_AGE = 300
-LISTEN_BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
 
 
 @dataclass
@@ -457,15 +456,7 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
         sock.close()
         await _leave(presence)
         raise StartError(str(exc)) from None
-    config = Config()
-    # Hypercorn closes the socket it serves on; give it its own descriptor.
-    config.bind = [f"fd://{os.dup(sock.fileno())}"]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("hypercorn.error")
-    config.graceful_timeout = 5.0
-    # Hypercorn calls listen() again on the socket it is given, with its own backlog
-    # (100 by default): a burst of new connections beyond it was dropped.
-    config.backlog = LISTEN_BACKLOG
+    config = hypercorn_config(sock)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     stopping: list[asyncio.Task[None]] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -45,3 +46,12 @@ def tree_rss_kib(pid: int) -> int:
         except OSError:
             continue
     return total
+
+
+def open_sockets(pid: int) -> int:
+    """How many sockets the process holds open (listeners and connections)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed while we looked
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+    return count

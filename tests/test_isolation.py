@@ -13,7 +13,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from google.protobuf.json_format import MessageToDict
@@ -77,11 +76,13 @@ def cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def worktree_of(task: Any) -> dict[str, Any]:
-    found: dict[str, Any] = MessageToDict(task.status.message.metadata).get("worktree", {})
-    if not found:
-        found = MessageToDict(task.metadata).get("worktree", {})
-    return found
+def worktree_path(repo: Path, branch: str) -> Path:
+    """Where the branch is checked out, as `git worktree list` says."""
+    listed = git(repo, "worktree", "list", "--porcelain").split("\n\n")
+    for entry in listed:
+        if f"branch refs/heads/{branch}" in entry.splitlines():
+            return Path(entry.splitlines()[0].removeprefix("worktree "))
+    raise AssertionError(f"no worktree has {branch}: {listed}")
 
 
 async def test_two_conversations_do_not_see_each_others_changes(
@@ -173,8 +174,10 @@ async def test_a_conflict_leaves_the_base_as_it_was_and_says_what_to_do(
     assert conflict.returncode != 0
     assert "notes.txt" in conflict.stderr and "rebase" in conflict.stderr
     assert snapshot(repo) == before
-    # What the agent would do when asked to rebase and resolve (echo has no shell).
-    worktree = server.state_dir / "worktrees" / second.context_id
+    # What the agent would do when asked to rebase and resolve (echo has no shell), in
+    # the conversation's worktree (one made ahead keeps the name it was made under).
+    task = await a2a.get(second.task_id)
+    worktree = worktree_path(repo, MessageToDict(task.metadata)["worktree"]["branch"])
     attempt(worktree, "merge", "-q", "main")  # conflicts, as the agent would find
     (worktree / "notes.txt").write_text("both, resolved\n")
     git(worktree, "add", "notes.txt")
