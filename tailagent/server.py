@@ -1,84 +1,55 @@
-"""Builds the ASGI app and serves it with Hypercorn.
-
-The Quart app serves tailagent's own routes (the card, health); a2a-sdk's
-Starlette routes serve A2A. A small path switch composes them, and the access
-guard stands in front of both, so no route is reachable around it.
-"""
+"""Starts one server: takes the state dir, binds the listener, joins the tailnet,
+wires the rooms together (build_service), serves until a signal, and closes
+everything in order. Each room lives in its own module: the app (app.py), the
+store (bridge/storage.py), the listener (listener.py), Hypercorn (serving.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
-import socket
 from dataclasses import dataclass, replace
 from typing import Any, cast
-from urllib.parse import urlsplit
 
-from a2a.server.routes import create_rest_routes
-from a2a.server.tasks import DatabaseTaskStore
 from hypercorn.asyncio import serve
-from hypercorn.typing import LifespanScope
-from prometheus_client import CONTENT_TYPE_LATEST
-from quart import Quart, Response, request
-from sqlalchemy.ext.asyncio import AsyncEngine
-from starlette.routing import Mount, Router
-from starlette.types import ASGIApp
 
-from tailagent.access.browser import BrowserSessions, load_secret
 from tailagent.access.guard import AccessGuard
-from tailagent.access.identity import SCOPE_KEY, Caller, CallerContextBuilder
 from tailagent.access.localapi import LocalAPIUnavailable, self_dns_name
-from tailagent.access.policy import Policy
-from tailagent.access.resolve import Resolver
-from tailagent.access.tokens import TokenStore
 from tailagent.agents.events import AgentBackend, AgentStartError
 from tailagent.agents.registry import make_backend
-from tailagent.bridge.audit import AuditLog
+from tailagent.app import build_app
 from tailagent.bridge.conversations import Conversations, Isolated, choose
 from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.handler import GuardedRequestHandler
-from tailagent.bridge.jsonrpc import jsonrpc_routes
-from tailagent.bridge.parked import waiting_of
-from tailagent.bridge.remote import CANCEL, PUSH, TaskSignals
+from tailagent.bridge.remote import CANCEL, PUSH
 from tailagent.bridge.sessions import SessionPool
-from tailagent.bridge.sqlite_writer import SqliteWriter, direct_writer
 from tailagent.bridge.state import (
     STOP_MESSAGE,
-    SessionMap,
     StoreUnavailable,
     check_store,
-    close_unfinished_tasks,
-    context_ids,
-    index_contexts,
     open_engine,
     redacted,
-    server_id,
 )
-from tailagent.bridge.store import CoalescingTaskStore
+from tailagent.bridge.storage import Storage, open_storage
 from tailagent.card.builder import build_card
 from tailagent.card.keys import KeyStore
-from tailagent.card.publish import JWKS_PATH, CardPublisher
-from tailagent.config import Listen, Settings, default_state_dir
+from tailagent.card.publish import CardPublisher
+from tailagent.config import Settings, default_state_dir
+from tailagent.listener import listener_url, open_listener
 from tailagent.memory import trim_when_quiet
-from tailagent.metrics import AGENT_PROCESSES, exposition
+from tailagent.metrics import AGENT_PROCESSES
 from tailagent.notify import Notifier
 from tailagent.presence import BoxTailscaled, Presence, PresenceError, ServeEntryPresence
 from tailagent.probe import healthy
 from tailagent.push.delivery import PushDispatcher, PushSigner
 from tailagent.push.targets import PushTargets
-from tailagent.serving import LISTEN_BACKLOG, hypercorn_config
+from tailagent.serving import hypercorn_config
 from tailagent.statelock import StateDirBusy, StateLock
-from tailagent.web import DeskParts, mount
 from tailagent.web.live import Desk
 
 log = logging.getLogger("tailagent")
-
-CARD_PATH = "/.well-known/agent-card.json"
-CARD_MAX_AGE = 300
 
 
 @dataclass
@@ -88,14 +59,11 @@ class Service:
     app: AccessGuard
     executor: BridgeExecutor
     handler: GuardedRequestHandler
-    store: CoalescingTaskStore
-    session_map: SessionMap
+    storage: Storage
     pool: SessionPool
     backend: AgentBackend
-    engine: AsyncEngine
     push: PushDispatcher
     signal_watch: asyncio.Task[None] | None
-    direct: SqliteWriter | None
     conversations: Conversations
 
     async def stop_turns(self) -> int:
@@ -103,9 +71,9 @@ class Service:
         streamed = await self.executor.stop_all(STOP_MESSAGE)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(2.0):
-                await self.store.settled(streamed)
+                await self.storage.tasks.settled(streamed)
         await self.handler.aclose()
-        return len(streamed) + await self.store.close_held(STOP_MESSAGE)
+        return len(streamed) + await self.storage.tasks.close_held(STOP_MESSAGE)
 
     async def aclose(self) -> None:
         if self.signal_watch is not None:
@@ -113,57 +81,12 @@ class Service:
             with contextlib.suppress(asyncio.CancelledError):
                 await self.signal_watch
         await self.handler.aclose()
-        await self.store.flush(final=True)
+        await self.storage.flush()
         await self.push.aclose()
-        await self.session_map.flush()
-        if self.direct is not None:
-            self.direct.close()
         await self.pool.aclose()
         await self.backend.aclose()
         await self.conversations.aclose()
-        await self.engine.dispose()
-
-
-def _card_app(publisher: CardPublisher) -> Quart:
-    app = Quart("tailagent")
-
-    async def agent_card() -> Response:
-        publisher.refresh()
-        wants_strict = request.headers.get("A2A-Version", "").strip().startswith("1.")
-        variant = publisher.strict if wants_strict else publisher.legacy
-        headers = {
-            "Cache-Control": f"public, max-age={CARD_MAX_AGE}",
-            "Last-Modified": publisher.last_modified,
-            "ETag": variant.etag,
-            "Vary": "A2A-Version",
-        }
-        if variant.etag in request.headers.get("If-None-Match", ""):
-            return Response("", status=304, headers=headers)
-        return Response(variant.body, content_type="application/json", headers=headers)
-
-    # The 1.0 path, and the two older ones clients still ask for.
-    for path in (CARD_PATH, "/.well-known/agent-card", "/.well-known/agent.json"):
-        app.add_url_rule(path, view_func=agent_card, endpoint=path, methods=["GET"])
-
-    @app.get(JWKS_PATH)
-    async def jwks() -> Response:
-        publisher.refresh()
-        headers = {"Cache-Control": f"public, max-age={CARD_MAX_AGE}"}
-        return Response(publisher.jwks, content_type="application/jwk-set+json", headers=headers)
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        caller = request.scope.get(SCOPE_KEY)
-        if not isinstance(caller, Caller) or not caller.may("admin"):
-            body = {"error": "forbidden", "reason": "/metrics is for admins and the local token"}
-            return Response(json.dumps(body), status=403, content_type="application/json")
-        return Response(exposition(), content_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    return app
+        await self.storage.aclose()
 
 
 def make_presence(settings: Settings) -> Presence:
@@ -178,6 +101,7 @@ def make_presence(settings: Settings) -> Presence:
 
 
 async def build_service(settings: Settings, presence: Presence) -> Service:
+    """Wires the rooms together, in the order each needs the ones before it."""
     conversations = await choose(
         settings.workspace.isolation, settings.cwd, settings.state_dir, settings.workspace.base
     )
@@ -185,43 +109,27 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     backend = make_backend(settings, isolated.spare_directory if isolated else None)
     engine = open_engine(settings.store_url)
     await check_store(engine, settings.store_url)
-    server = (server_id(settings.state_dir), settings.advertised_url)
-    localapi = presence.localapi
     keys = KeyStore(settings.state_dir)
     keys.ensure()
-    push_targets = PushTargets(localapi, settings.push.allowed_hosts)
+    push_targets = PushTargets(presence.localapi, settings.push.allowed_hosts)
     signer = PushSigner(keys, settings.advertised_url)
     push = PushDispatcher(engine, push_targets, signer, settings.push, presence.tailnet_proxy)
     await push.configs.initialize()
-    database_store = DatabaseTaskStore(engine)
-    if settings.store is not None:
-        await index_contexts(database_store)
-    closed, waiting = await close_unfinished_tasks(
-        database_store, server[0], keep=lambda task: waiting_of(task) is not None
-    )
-    for task in closed:
+    desk = Desk(lambda task_id: storage.tasks.with_owner(task_id))
+    storage = await open_storage(settings, engine, push.task_changed, desk.saved)
+    for task in storage.closed:
         push.watch(task.id)  # a push config may wait for this last state
         push.task_changed(task)
-    direct = direct_writer(engine, database_store.task_model)
-    desk = Desk(lambda task_id: store.with_owner(task_id))
-    store = CoalescingTaskStore(
-        database_store, server, on_change=push.task_changed, shared=settings.store is not None,
-        direct=direct, on_save=desk.saved,
-    )  # fmt: skip
-    signals = TaskSignals(engine)
-    await signals.initialize()
-    session_map = SessionMap(engine, direct)
-    await session_map.initialize()
-    pool = SessionPool(backend, session_map, idle_timeout=settings.agent_process.idle_timeout)
+    pool = SessionPool(
+        backend, storage.session_map, idle_timeout=settings.agent_process.idle_timeout
+    )
     AGENT_PROCESSES.set_function(lambda: pool.live)
-    audit = AuditLog(engine)
-    await audit.initialize()
     denials = settings.max_permission_denials
     if settings.agent == "claude" and settings.claude.max_permission_denials:
         denials = settings.claude.max_permission_denials
     pruned = []
-    if isinstance(conversations, Isolated):
-        pruned = await conversations.worktrees.prune(await context_ids(database_store))
+    if isolated is not None:
+        pruned = await isolated.worktrees.prune(await storage.contexts())
     await backend.start()  # after the pruning: a spare agent may start in a worktree
     if isinstance(conversations, Isolated):
         conversations.start()
@@ -237,74 +145,31 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     executor = BridgeExecutor(
         backend,
         pool,
-        audit,
+        storage.audit,
         conversations=conversations,
         max_permission_denials=denials,
         rules=settings.rules,
         workspace=settings.cwd,
         attachment_settings=settings.attachments,
     )
-    executor.restore([task for task, _ in waiting])
-    for task, owner in waiting:
+    executor.restore([task for task, _ in storage.waiting])
+    for task, owner in storage.waiting:
         desk.saved(task, owner)  # the page's "waiting for you" knows them again
     card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
     # The extended card lists the 0.3 interfaces too: a 0.3 client's request for it
     # is answered through a conversion that needs one.
     extended = build_card(backend, settings.advertised_url, settings.name, legacy=True)
     handler = GuardedRequestHandler(
-        executor, store, card, extended, pool=pool, push_configs=push.configs,
-        push_targets=push_targets, signals=signals, rules=settings.rules,
+        executor, storage.tasks, card, extended, pool=pool, push_configs=push.configs,
+        push_targets=push_targets, signals=storage.signals, rules=settings.rules,
         attachment_limits=settings.attachments,
         max_concurrent_turns=settings.agent_process.max_concurrent_turns,
         conversations=conversations,
     )  # fmt: skip
-    context_builder = CallerContextBuilder()
-    routes = [
-        *jsonrpc_routes(handler, "/", context_builder),
-        # Tenants are not used here: leave out the SDK's catch-all `/{tenant}` mount,
-        # which would otherwise swallow every other path.
-        *(
-            r
-            for r in create_rest_routes(handler, context_builder, enable_v0_3_compat=True)
-            if not isinstance(r, Mount)
-        ),
-    ]
     publisher = CardPublisher(
-        backend,
-        settings.advertised_url,
-        settings.name,
-        keys,
-        settings.card_lists_0_3,
+        backend, settings.advertised_url, settings.name, keys, settings.card_lists_0_3
     )
-    quart_app = _card_app(publisher)
-    router = Router(routes=routes, default=cast("ASGIApp", quart_app))
-    tokens = TokenStore(settings.state_dir)
-    tokens.ensure_local()
-    secret = load_secret(settings.state_dir)
-    sessions = BrowserSessions(secret, tokens)
-    desk_parts = DeskParts(store, handler, desk, sessions, secret, str(settings.cwd))
-    served = mount(quart_app, desk_parts, router)
-
-    async def dispatch(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await quart_app(cast("LifespanScope", scope), receive, send)
-        else:
-            await served(scope, receive, send)
-
-    app = AccessGuard(
-        dispatch,
-        policy=Policy(settings.access),
-        resolver=Resolver(
-            localapi,
-            unix_listener=settings.listen.is_unix,
-            trusts_forwarding=presence.trusts_forwarding,
-        ),
-        tokens=tokens,
-        max_body_bytes=settings.max_body_bytes,
-        hosts=served_hosts(settings),
-        allowed_origins=settings.access.allowed_origins,
-        sessions=sessions,
-    )
+    app = build_app(settings, presence, handler, storage.tasks, desk, publisher)
 
     async def start_pushing(task_id: str, _owner: str) -> None:
         push.watch(task_id)
@@ -313,55 +178,14 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     signal_watch = None
     if settings.store is not None:
         signal_watch = asyncio.create_task(
-            signals.watch(store.held, {CANCEL: handler.cancel_for_peer, PUSH: start_pushing}),
+            storage.signals.watch(
+                storage.tasks.held, {CANCEL: handler.cancel_for_peer, PUSH: start_pushing}
+            ),
             name="task-signals",
         )
     return Service(
-        app, executor, handler, store, session_map, pool, backend, engine, push, signal_watch,
-        direct, conversations,
-    )  # fmt: skip
-
-
-def served_hosts(settings: Settings) -> set[str]:
-    """The names a request's Host may use; tailscaled adds the node's own at run time."""
-    hosts = {"localhost", "127.0.0.1", "::1"}
-    if not settings.listen.is_unix:
-        hosts.add(settings.listen.host)
-    public_host = urlsplit(settings.advertised_url).hostname
-    if public_host:
-        hosts.add(public_host)
-    return hosts
-
-
-def open_listener(listen: Listen) -> socket.socket:
-    """Binds the listening socket ourselves, so the real port is known before serving
-    and a unix socket is created owner-only, with no window where others can connect."""
-    if listen.path is not None:
-        listen.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with contextlib.suppress(FileNotFoundError):
-            if listen.path.is_socket():
-                listen.path.unlink()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o177)
-        try:
-            sock.bind(str(listen.path))
-        finally:
-            os.umask(old_umask)
-    else:
-        family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((listen.host, listen.port))
-    sock.listen(LISTEN_BACKLOG)
-    sock.set_inheritable(True)
-    return sock
-
-
-def listener_url(sock: socket.socket, listen: Listen) -> str:
-    if listen.path is not None:
-        return f"unix:{listen.path}"
-    host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        app, executor, handler, storage, pool, backend, push, signal_watch, conversations
+    )
 
 
 async def next_steps(settings: Settings, presence: Presence, where: str) -> list[str]:

@@ -21,8 +21,8 @@ import socket
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.config import Config
 
-# A listening socket's queue; the kernel caps it at net.core.somaxconn.
-LISTEN_BACKLOG = 4096
+from tailagent.listener import LISTEN_BACKLOG
+
 # Long enough for Hypercorn to finish the responses already under way at stop.
 GRACEFUL_TIMEOUT = 5.0
 

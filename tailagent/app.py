@@ -1,0 +1,79 @@
+"""The ASGI app one server serves: the access guard in front of everything, then
+a2a-sdk's JSON-RPC and REST routes, the approval desk, and the plain routes (the
+card, its keys, /metrics, /healthz). No route is reachable around the guard."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from a2a.server.routes import create_rest_routes
+from hypercorn.typing import LifespanScope
+from starlette.routing import Mount, Router
+from starlette.types import ASGIApp
+
+from tailagent.access.browser import BrowserSessions, load_secret
+from tailagent.access.guard import AccessGuard
+from tailagent.access.identity import CallerContextBuilder
+from tailagent.access.policy import Policy
+from tailagent.access.resolve import Resolver
+from tailagent.access.tokens import TokenStore
+from tailagent.bridge.handler import GuardedRequestHandler
+from tailagent.bridge.jsonrpc import jsonrpc_routes
+from tailagent.bridge.store import CoalescingTaskStore
+from tailagent.card.publish import CardPublisher
+from tailagent.config import Settings
+from tailagent.listener import served_hosts
+from tailagent.plain_routes import plain_app
+from tailagent.presence import Presence
+from tailagent.web import DeskParts, mount
+from tailagent.web.live import Desk
+
+
+def build_app(
+    settings: Settings,
+    presence: Presence,
+    handler: GuardedRequestHandler,
+    store: CoalescingTaskStore,
+    desk: Desk,
+    publisher: CardPublisher,
+) -> AccessGuard:
+    context_builder = CallerContextBuilder()
+    routes = [
+        *jsonrpc_routes(handler, "/", context_builder),
+        # Tenants are not used here: leave out the SDK's catch-all `/{tenant}` mount,
+        # which would otherwise swallow every other path.
+        *(
+            r
+            for r in create_rest_routes(handler, context_builder, enable_v0_3_compat=True)
+            if not isinstance(r, Mount)
+        ),
+    ]
+    plain = plain_app(publisher)
+    router = Router(routes=routes, default=cast("ASGIApp", plain))
+    tokens = TokenStore(settings.state_dir)
+    tokens.ensure_local()
+    secret = load_secret(settings.state_dir)
+    sessions = BrowserSessions(secret, tokens)
+    desk_parts = DeskParts(store, handler, desk, sessions, secret, str(settings.cwd))
+    served = mount(plain, desk_parts, router)
+
+    async def dispatch(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await plain(cast("LifespanScope", scope), receive, send)
+        else:
+            await served(scope, receive, send)
+
+    return AccessGuard(
+        dispatch,
+        policy=Policy(settings.access),
+        resolver=Resolver(
+            presence.localapi,
+            unix_listener=settings.listen.is_unix,
+            trusts_forwarding=presence.trusts_forwarding,
+        ),
+        tokens=tokens,
+        max_body_bytes=settings.max_body_bytes,
+        hosts=served_hosts(settings),
+        allowed_origins=settings.access.allowed_origins,
+        sessions=sessions,
+    )
