@@ -23,8 +23,8 @@ from tailagent.config import (
     ROLES,
     ConfigError,
     Settings,
-    load_settings,
 )
+from tailagent.config.sources import load_settings
 
 STATE_DIR_NODE_HELP = "without tailscaled: the state dir of this box's `serve --tsnet` server"
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tailagent.config import ConfigError, load_settings, parse_listen
+from tailagent.config import ConfigError, parse_listen
+from tailagent.config.sources import load_settings
 
 
 def serve(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

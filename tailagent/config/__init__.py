@@ -1,0 +1,243 @@
+"""The server's settings: what there is to set, and its defaults.
+
+One Settings object, read from a TOML file < the environment < command-line flags
+(config/sources.py), each value checked as it is read (config/values.py): a bad one
+stops the start with a single line naming where it came from, the key, and what is
+wrong. The settings know nothing of the bridge or the agents.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from tailagent.mcp_servers import McpServer
+from tailagent.tool_rules import Rule
+
+AGENTS = ("echo", "claude", "claude-acp", "codex", "gemini")
+PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto")
+SETTING_SOURCES = ("user", "project", "local")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+ENV_PREFIX = "TAILAGENT_"
+DEFAULT_URL = "http://127.0.0.1:3008"  # where `tailagent call` looks by default
+
+
+class ConfigError(Exception):
+    """A setting that stops the start; str() is the one line the user sees."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        super().__init__(f"{source}: {key}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class Listen:
+    """Where the server listens: a loopback TCP address or a unix socket path."""
+
+    host: str = "127.0.0.1"
+    port: int = 3008
+    path: Path | None = None
+
+    @property
+    def is_unix(self) -> bool:
+        return self.path is not None
+
+    def bind(self) -> str:
+        if self.path is not None:
+            return f"unix:{self.path}"
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def url(self) -> str:
+        return "http://localhost" if self.path is not None else f"http://{self.bind()}"
+
+
+def parse_listen(value: str) -> Listen:
+    """Parses `HOST:PORT`, `[::1]:PORT` or `unix:/path`, refusing any non-loopback host."""
+    if value.startswith("unix:"):
+        path = Path(value.removeprefix("unix:"))
+        if not path.is_absolute():
+            raise ValueError("a unix socket path must be absolute, e.g. unix:/run/tailagent/sock")
+        return Listen(path=path)
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT, [::1]:PORT or unix:/path")
+    host = host.removeprefix("[").removesuffix("]")
+    if not _loopback_host(host):
+        raise ValueError(
+            f"refusing to listen on {value}: tailagent listens only on loopback or a unix "
+            "socket; expose it on your tailnet with `tailscale serve`"
+        )
+    return Listen(host="127.0.0.1" if host == "localhost" else host, port=int(port_text))
+
+
+def default_state_dir() -> Path:
+    if os.environ.get("STATE_DIRECTORY"):
+        # systemd may list several, colon-separated; the first is ours.
+        return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "tailagent"
+
+
+def cli_state_dir(given: str | Path | None = None) -> Path:
+    """The state dir a CLI command means: --state-dir, else $TAILAGENT_STATE_DIR, else
+    the default (where a server run by this user keeps its state)."""
+    chosen = given or os.environ.get("TAILAGENT_STATE_DIR")
+    return Path(chosen) if chosen else default_state_dir()
+
+
+def _loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def is_loopback_url(url: str) -> bool:
+    """An http(s) URL of this box: localhost or a loopback address."""
+    return _loopback_host(urlsplit(url).hostname or "")
+
+
+ROLES = ("caller", "approver", "admin")
+
+
+@dataclass(frozen=True, slots=True)
+class AccessSettings:
+    """Who may call, and what they may do (the `[access]` table)."""
+
+    allowed_logins: tuple[str, ...] = ()
+    allowed_tags: tuple[str, ...] = ()
+    login_roles: tuple[str, ...] = ("caller", "approver")
+    tag_roles: tuple[str, ...] = ("caller",)
+    capability: str | None = None
+    require_token: bool = False
+    allowed_origins: tuple[str, ...] = ()
+    local_without_token: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """How agent processes are run (the `[agent]` table)."""
+
+    package_version: str | None = None
+    env_passthrough: tuple[str, ...] = ()
+    idle_timeout: float = 1800.0
+    max_processes: int = 8
+    max_concurrent_turns: int = 64
+    warm_spares: int = 1
+    start_timeout: float = 120.0
+    cancel_timeout: float = 5.0
+    terminal_output_limit: int = 256 * 1024
+    max_terminals_per_turn: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class ClaudeSettings:
+    """Claude Code through the Claude Agent SDK (the `[claude]` table)."""
+
+    cwd: Path | None = None
+    permission_mode: str = "acceptEdits"
+    model: str | None = None
+    allowed_tools: tuple[str, ...] = ()
+    setting_sources: tuple[str, ...] = SETTING_SOURCES
+    max_turns: int | None = None
+    max_permission_denials: int | None = None
+    permission_prompts: str = "input-required"
+    cli_path: Path | None = None
+    cancel_timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentSettings:
+    """Files callers attach (the `[attachments]` table)."""
+
+    max_part_bytes: int = 2 * 1024 * 1024
+    max_message_bytes: int = 3 * 1024 * 1024
+    url_hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PushSettings:
+    """Push notifications to callers (the `[push]` table)."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    attempts: int = 5
+    retry_delay: float = 1.0
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class TailscaleSettings:
+    """How to reach tailscaled (the `[tailscale]` table)."""
+
+    socket: Path | None = None
+
+
+HTTPS_MODES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class TsnetSettings:
+    """tailagent as a tailnet node of its own, with tsnet embedded (the `[tsnet]` table)."""
+
+    enabled: bool = False
+    hostname: str = "tailagent"
+    control_url: str | None = None
+    advertise_tags: tuple[str, ...] = ()
+    ephemeral: bool = False
+    auth_key_file: Path | None = None
+    https: str = "auto"
+
+
+ISOLATION_MODES = ("worktree", "shared")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceSettings:
+    """How conversations share the workspace: each in a git worktree and branch of its
+    own (`worktree`, when the workspace is a git repository), or all in it (`shared`)."""
+
+    isolation: str = "worktree"
+    base: str | None = None  # the branch conversations start from; None: the current one
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    agent: str = "claude"
+    agent_command: str | None = None
+    cwd: Path = field(default_factory=Path.cwd)
+    listen: Listen = field(default_factory=Listen)
+    public_url: str | None = None
+    state_dir: Path = field(default_factory=default_state_dir)
+    store: str | None = None
+    name: str = "tailagent"
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_permission_denials: int = 3
+    log_level: str = "info"
+    log_format: str = "text"
+    card_lists_0_3: bool = True
+    tailnet: bool = False
+    tailnet_port: int = 443
+    rules: tuple[Rule, ...] = ()
+    mcp_servers: tuple[McpServer, ...] = ()
+    access: AccessSettings = field(default_factory=AccessSettings)
+    agent_process: AgentSettings = field(default_factory=AgentSettings)
+    claude: ClaudeSettings = field(default_factory=ClaudeSettings)
+    attachments: AttachmentSettings = field(default_factory=AttachmentSettings)
+    push: PushSettings = field(default_factory=PushSettings)
+    tailscale: TailscaleSettings = field(default_factory=TailscaleSettings)
+    tsnet: TsnetSettings = field(default_factory=TsnetSettings)
+    workspace: WorkspaceSettings = field(default_factory=WorkspaceSettings)
+
+    @property
+    def store_url(self) -> str:
+        """Where tasks, sessions and the audit log live: SQLite in the state dir unless
+        `store` names a database several servers share."""
+        return self.store or f"sqlite+aiosqlite:///{self.state_dir / 'tailagent.db'}"
+
+    @property
+    def advertised_url(self) -> str:
+        return (self.public_url or self.listen.url()).rstrip("/")

@@ -1,0 +1,157 @@
+"""How each setting's value is read and checked, wherever it came from (a TOML
+value, or the text of an environment variable or a flag): each returns the value
+in its settled type, or raises ValueError saying what is wrong with it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from tailagent.config import ROLES, SETTING_SOURCES, Listen, parse_listen
+
+
+def one_of(options: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in options:
+            raise ValueError(f"must be one of {', '.join(options)}, not {value!r}")
+        return str(value)
+
+    return check
+
+
+def nonempty_text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"must be a non-empty string, not {value!r}")
+    return value
+
+
+def existing_directory(value: Any) -> Path:
+    path = Path(nonempty_text(value)).expanduser().resolve()
+    if not path.is_dir():
+        raise ValueError(f"{path} is not a directory")
+    return path
+
+
+def file_path(value: Any) -> Path:
+    return Path(nonempty_text(value)).expanduser().resolve()
+
+
+def positive_int(value: Any) -> int:
+    return int(_positive(value, int, "integer"))
+
+
+def boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    raise ValueError(f"must be true or false, not {value!r}")
+
+
+def store_url(value: Any) -> str:
+    """A SQLAlchemy async URL; a plain postgresql:// URL gets the asyncpg driver."""
+    url = nonempty_text(value)
+    for plain in ("postgresql://", "postgres://"):
+        if url.startswith(plain):
+            url = "postgresql+asyncpg://" + url.removeprefix(plain)
+    if not url.startswith(("postgresql+asyncpg://", "sqlite+aiosqlite://")):
+        raise ValueError(
+            "must be a postgresql:// (or postgresql+asyncpg://) or sqlite+aiosqlite:// URL"
+        )
+    return url
+
+
+def string_list(value: Any) -> tuple[str, ...]:
+    """A list of strings; from the environment, comma-separated."""
+    if isinstance(value, str):
+        value = [item.strip() for item in value.split(",") if item.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"must be a list of strings, not {value!r}")
+    return tuple(value)
+
+
+def tag_list(value: Any) -> tuple[str, ...]:
+    tags = string_list(value)
+    bad = [t for t in tags if not t.startswith("tag:")]
+    if bad:
+        raise ValueError(f"tags start with 'tag:', not {bad[0]!r}")
+    return tags
+
+
+def role_list(value: Any) -> tuple[str, ...]:
+    roles = string_list(value)
+    bad = [r for r in roles if r not in ROLES]
+    if bad:
+        raise ValueError(f"roles are {', '.join(ROLES)}, not {bad[0]!r}")
+    return roles
+
+
+def capability(value: Any) -> str:
+    text = nonempty_text(value)
+    if "/" not in text or " " in text:
+        raise ValueError(f"must look like example.com/cap/tailagent, not {text!r}")
+    return text
+
+
+def origin_list(value: Any) -> tuple[str, ...]:
+    origins = string_list(value)
+    bad = [o for o in origins if urlsplit(o).scheme not in ("http", "https") or o.endswith("/")]
+    if bad:
+        raise ValueError(f"an origin is scheme://host[:port], not {bad[0]!r}")
+    return origins
+
+
+def positive_number(value: Any) -> float:
+    return _positive(value, float, "number")
+
+
+def _positive(value: Any, kind: type[int] | type[float], noun: str) -> float:
+    """`kind(value)` if it is above zero; a boolean is refused, though Python counts it."""
+    problem = ValueError(f"must be a positive {noun}, not {value!r}")
+    if isinstance(value, bool):
+        raise problem
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise problem from None
+    if number <= 0:
+        raise problem
+    return number
+
+
+def count(value: Any) -> int:
+    if value in (0, "0"):
+        return 0
+    return positive_int(value)
+
+
+def setting_source_list(value: Any) -> tuple[str, ...]:
+    sources = string_list(value) if value != [] else ()
+    bad = [s for s in sources if s not in SETTING_SOURCES]
+    if bad:
+        raise ValueError(f"sources are {', '.join(SETTING_SOURCES)}, not {bad[0]!r}")
+    return sources
+
+
+def listen_address(value: Any) -> Listen:
+    return parse_listen(nonempty_text(value))
+
+
+def hostname(value: Any) -> str:
+    text = nonempty_text(value).lower()
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", text):
+        raise ValueError(
+            f"must be a DNS label (letters, digits and inner hyphens, at most 63), not {value!r}"
+        )
+    return text
+
+
+def http_url(value: Any) -> str:
+    text = nonempty_text(value)
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"must be an http(s) URL, not {text!r}")
+    return text.rstrip("/")

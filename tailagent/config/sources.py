@@ -1,0 +1,229 @@
+"""Where the settings come from: a TOML file < the environment < command-line flags,
+merged key by key, each value checked as it is read (checks.py), then the whole
+checked for settings that cannot go together."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from tailagent.config import (
+    AGENTS,
+    ENV_PREFIX,
+    HTTPS_MODES,
+    ISOLATION_MODES,
+    LOG_LEVELS,
+    PERMISSION_MODES,
+    AccessSettings,
+    AgentSettings,
+    AttachmentSettings,
+    ClaudeSettings,
+    ConfigError,
+    PushSettings,
+    Settings,
+    TailscaleSettings,
+    TsnetSettings,
+    WorkspaceSettings,
+    checks,
+)
+from tailagent.mcp_servers import parse_mcp_servers
+from tailagent.tool_rules import parse_rules
+
+PARSERS: dict[str, Callable[[Any], Any]] = {
+    "agent": checks.one_of(AGENTS),
+    "agent_command": checks.nonempty_text,
+    "cwd": checks.existing_directory,
+    "listen": checks.listen_address,
+    "public_url": checks.http_url,
+    "state_dir": checks.file_path,
+    "store": checks.store_url,
+    "name": checks.nonempty_text,
+    "max_body_bytes": checks.positive_int,
+    "max_permission_denials": checks.positive_int,
+    "log_level": checks.one_of(LOG_LEVELS),
+    "log_format": checks.one_of(("text", "json")),
+    "card_lists_0_3": checks.boolean,
+    "tailnet": checks.boolean,
+    "tailnet_port": checks.positive_int,
+    "rules": parse_rules,
+    "mcp_servers": parse_mcp_servers,
+    "access.allowed_logins": checks.string_list,
+    "access.allowed_tags": checks.tag_list,
+    "access.login_roles": checks.role_list,
+    "access.tag_roles": checks.role_list,
+    "access.capability": checks.capability,
+    "access.require_token": checks.boolean,
+    "access.allowed_origins": checks.origin_list,
+    "access.local_without_token": checks.boolean,
+    "tailscale.socket": checks.file_path,
+    "agent.package_version": checks.nonempty_text,
+    "agent.env_passthrough": checks.string_list,
+    "agent.idle_timeout": checks.positive_number,
+    "agent.max_processes": checks.positive_int,
+    "agent.max_concurrent_turns": checks.positive_int,
+    "agent.warm_spares": checks.count,
+    "agent.start_timeout": checks.positive_number,
+    "agent.cancel_timeout": checks.positive_number,
+    "agent.terminal_output_limit": checks.positive_int,
+    "agent.max_terminals_per_turn": checks.positive_int,
+    "claude.cwd": checks.existing_directory,
+    "claude.permission_mode": checks.one_of(PERMISSION_MODES),
+    "claude.model": checks.nonempty_text,
+    "claude.allowed_tools": checks.string_list,
+    "claude.setting_sources": checks.setting_source_list,
+    "claude.max_turns": checks.positive_int,
+    "claude.max_permission_denials": checks.positive_int,
+    "claude.permission_prompts": checks.one_of(("input-required", "deny")),
+    "claude.cli_path": checks.file_path,
+    "claude.cancel_timeout": checks.positive_number,
+    "attachments.max_part_bytes": checks.positive_int,
+    "attachments.max_message_bytes": checks.positive_int,
+    "attachments.url_hosts": checks.string_list,
+    "push.allowed_hosts": checks.string_list,
+    "push.attempts": checks.positive_int,
+    "push.retry_delay": checks.positive_number,
+    "push.timeout": checks.positive_number,
+    "tsnet.enabled": checks.boolean,
+    "tsnet.hostname": checks.hostname,
+    "tsnet.control_url": checks.http_url,
+    "tsnet.advertise_tags": checks.tag_list,
+    "tsnet.ephemeral": checks.boolean,
+    "tsnet.auth_key_file": checks.file_path,
+    "tsnet.https": checks.one_of(HTTPS_MODES),
+    "workspace.isolation": checks.one_of(ISOLATION_MODES),
+    "workspace.base": checks.nonempty_text,
+}
+# TOML table -> Settings field; `agent` is also a plain key (which agent), so its
+# table lands in `agent_process`.
+SECTIONS = {
+    "access": "access",
+    "tailscale": "tailscale",
+    "agent": "agent_process",
+    "claude": "claude",
+    "attachments": "attachments",
+    "push": "push",
+    "tsnet": "tsnet",
+    "workspace": "workspace",
+}
+SECTION_TYPES = {
+    "access": AccessSettings,
+    "tailscale": TailscaleSettings,
+    "agent": AgentSettings,
+    "claude": ClaudeSettings,
+    "attachments": AttachmentSettings,
+    "push": PushSettings,
+    "tsnet": TsnetSettings,
+    "workspace": WorkspaceSettings,
+}
+
+
+def _flatten(values: Mapping[str, Any]) -> dict[str, Any]:
+    """TOML tables become dotted keys: `[access] require_token` -> `access.require_token`."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in SECTION_TYPES and isinstance(value, dict):
+            value = dict(value)
+            if key == "agent" and "name" in value:
+                # TOML cannot hold both `agent = "echo"` and an [agent] table: there,
+                # the chosen agent is the table's `name`.
+                flat["agent"] = value.pop("name")
+            flat.update({f"{key}.{inner}": v for inner, v in value.items()})
+        else:
+            flat[key] = value
+    return flat
+
+
+def _build(merged: Mapping[str, Any]) -> Settings:
+    top = {k: v for k, v in merged.items() if "." not in k}
+    for section, cls in SECTION_TYPES.items():
+        values = {k.split(".", 1)[1]: v for k, v in merged.items() if k.startswith(section + ".")}
+        top[SECTIONS[section]] = cls(**values)
+    return Settings(**top)
+
+
+def _apply(
+    values: Mapping[str, Any], source: str, into: dict[str, Any], origins: dict[str, str]
+) -> None:
+    for key, raw in values.items():
+        origins[key] = source
+        parser = PARSERS.get(key)
+        if parser is None:
+            near = difflib.get_close_matches(key, PARSERS, n=1)
+            hint = f"did you mean {near[0]!r}?" if near else "see the README's Configuration"
+            raise ConfigError(source, key, f"unknown key; {hint}")
+        try:
+            into[key] = parser(raw)
+        except ValueError as exc:
+            raise ConfigError(source, key, str(exc)) from None
+
+
+def _env_name(key: str) -> str:
+    return ENV_PREFIX + key.replace(".", "_").upper()
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(str(path), "(file)", f"cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), "(file)", _toml_problem(path, exc)) from None
+
+
+def _toml_problem(path: Path, error: tomllib.TOMLDecodeError) -> str:
+    """The parser's complaint, and for the one people make here, what to write."""
+    said = f"not valid TOML: {error}"
+    if "Cannot overwrite a value" in str(error):
+        text = path.read_text(errors="replace")
+        for section in SECTION_TYPES:
+            value = re.search(rf"(?m)^\s*{section}\s*=\s*(.+?)\s*$", text)
+            if value and re.search(rf"(?m)^\s*\[{section}\]", text):
+                hint = f"`name = {value.group(1)}` inside it" if section == "agent" else (
+                    f"the `{section}` settings inside it"
+                )  # fmt: skip
+                return (
+                    f"{said}. `{section}` is both a value and the table [{section}]: TOML "
+                    f"allows one; keep the table and write {hint}"
+                )
+    return said
+
+
+def load_settings(
+    flags: Mapping[str, Any],
+    config_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merges file, environment and flags (None flags are unset) into validated Settings."""
+    merged: dict[str, Any] = {}
+    origins: dict[str, str] = {}  # key -> where its value came from
+    if config_file is not None:
+        _apply(_flatten(read_config_file(config_file)), str(config_file), merged, origins)
+    environ = os.environ if environ is None else environ
+    from_env = {key: environ[_env_name(key)] for key in PARSERS if environ.get(_env_name(key))}
+    _apply(from_env, "environment", merged, origins)
+    _apply({k: v for k, v in flags.items() if v is not None}, "command line", merged, origins)
+    settings = _build(merged)
+    _check_together(settings, origins)
+    return settings
+
+
+def _check_together(settings: Settings, origins: Mapping[str, str]) -> None:
+    """Settings that are each valid but cannot be used together."""
+    if settings.tsnet.enabled and settings.tailnet:
+        raise ConfigError(
+            origins.get("tsnet.enabled", "settings"), "tsnet.enabled",
+            "--tsnet (its own tailnet node) and --tailnet (the box's tailscaled serves it) "
+            "are two ways onto the tailnet: pick one",
+        )  # fmt: skip
+    if settings.tsnet.enabled and settings.listen.is_unix:
+        raise ConfigError(
+            origins.get("listen", "settings"), "listen",
+            "--tsnet forwards to a loopback TCP listener (whois names callers by its "
+            "ip:port): use --listen 127.0.0.1:PORT",
+        )  # fmt: skip
