@@ -2,6 +2,8 @@
 
 import sys
 
+from tailagent.sdk_sql import defer_sql_modules
+
 __version__ = "0.1.0"
 
 # httpx imports its own command-line tool when rich is installed (as it is here, for
@@ -9,3 +11,5 @@ __version__ = "0.1.0"
 # ~70 modules and ~3 MiB in every process, used by none. Blocking that one module
 # leaves httpx its fallback, which only says to install its CLI extra.
 sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+defer_sql_modules()

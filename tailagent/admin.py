@@ -13,12 +13,11 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
 
 from tailagent.access.tokens import TokenStore
 from tailagent.bridge.audit import AuditEntry, AuditLog
-from tailagent.bridge.state import open_engine, redacted
+from tailagent.bridge.database import StoreUnavailable, redacted, sqlite_path
+from tailagent.bridge.databases import open_database
 
 _AGE = re.compile(r"(\d+)([smhd])")
 PIPED_WIDTH = 240
@@ -84,16 +83,18 @@ def parse_since(text: str) -> datetime:
 
 def _no_database_yet(store_url: str) -> bool:
     """A SQLite store no server has made yet: nothing to read, and nothing to create."""
-    url = make_url(store_url)
-    return url.drivername.startswith("sqlite") and not Path(url.database or "").exists()
+    path = sqlite_path(store_url)
+    return path is not None and not path.exists()
 
 
 async def _read_audit(store_url: str, since: datetime | None) -> list[AuditEntry]:
-    engine = open_engine(store_url)
+    database = open_database(store_url)
     try:
-        return await AuditLog(engine).read(since)
+        return await AuditLog(database).read(since)
+    except database.errors as exc:
+        raise StoreUnavailable(str(exc)) from None
     finally:
-        await engine.dispose()
+        await database.aclose()
 
 
 def audit_command(args: argparse.Namespace, store_url: str) -> int:
@@ -104,7 +105,7 @@ def audit_command(args: argparse.Namespace, store_url: str) -> int:
         return 2
     try:
         entries = [] if _no_database_yet(store_url) else asyncio.run(_read_audit(store_url, since))
-    except (OSError, SQLAlchemyError) as exc:
+    except (OSError, StoreUnavailable) as exc:
         print(f"tailagent: cannot read the audit log from {redacted(store_url)}: {exc}")
         return 1
     if args.json:

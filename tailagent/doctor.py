@@ -14,7 +14,8 @@ from typing import Any
 
 from tailagent import origin
 from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
-from tailagent.bridge.state import StoreUnavailable, check_store, open_engine, redacted
+from tailagent.bridge.database import StoreUnavailable, redacted
+from tailagent.bridge.databases import open_database
 from tailagent.card.keys import KeyStore
 from tailagent.config import AGENTS, Settings
 from tailagent.probe import healthy
@@ -151,13 +152,16 @@ def _key(settings: Settings) -> Check:
 async def _store(settings: Settings) -> Check:
     if settings.store is None:
         return Check("store", True, "SQLite in the state dir")
-    engine = open_engine(settings.store_url)
     try:
-        await check_store(engine, settings.store_url)
+        database = open_database(settings.store_url)
+    except StoreUnavailable as exc:
+        return Check("store", False, str(exc), "name a file, or a PostgreSQL database")
+    try:
+        await database.check()
     except StoreUnavailable as exc:
         return Check("store", False, str(exc), "check the URL, and that the database is up")
     finally:
-        await engine.dispose()
+        await database.aclose()
     return Check("store", True, f"{redacted(settings.store_url)} answers")
 
 

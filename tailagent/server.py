@@ -21,17 +21,14 @@ from tailagent.agents.events import AgentBackend, AgentStartError
 from tailagent.agents.registry import make_backend
 from tailagent.app import build_app
 from tailagent.bridge.conversations import Conversations, Isolated, choose
+from tailagent.bridge.database import StoreUnavailable, redacted
+from tailagent.bridge.databases import open_database
 from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.remote import CANCEL, PUSH
+from tailagent.bridge.sdk_stores import SdkStores
 from tailagent.bridge.sessions import SessionPool
-from tailagent.bridge.state import (
-    STOP_MESSAGE,
-    StoreUnavailable,
-    check_store,
-    open_engine,
-    redacted,
-)
+from tailagent.bridge.state import STOP_MESSAGE
 from tailagent.bridge.storage import Storage, open_storage
 from tailagent.card.builder import build_card
 from tailagent.card.keys import KeyStore
@@ -107,16 +104,16 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     )
     isolated = conversations if isinstance(conversations, Isolated) else None
     backend = make_backend(settings, isolated.spare_directory if isolated else None)
-    engine = open_engine(settings.store_url)
-    await check_store(engine, settings.store_url)
+    database = open_database(settings.store_url)
+    await database.check()
+    sdk = SdkStores(database)
     keys = KeyStore(settings.state_dir)
     keys.ensure()
     push_targets = PushTargets(presence.localapi, settings.push.allowed_hosts)
     signer = PushSigner(keys, settings.advertised_url)
-    push = PushDispatcher(engine, push_targets, signer, settings.push, presence.tailnet_proxy)
-    await push.configs.initialize()
+    push = PushDispatcher(sdk, push_targets, signer, settings.push, presence.tailnet_proxy)
     desk = Desk(lambda task_id: storage.tasks.with_owner(task_id))
-    storage = await open_storage(settings, engine, push.task_changed, desk.saved)
+    storage = await open_storage(settings, database, sdk, push.task_changed, desk.saved)
     for task in storage.closed:
         push.watch(task.id)  # a push config may wait for this last state
         push.task_changed(task)

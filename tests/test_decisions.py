@@ -20,6 +20,7 @@ import pytest
 from a2a.client import Client
 from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import (
+    GetTaskRequest,
     SendMessageConfiguration,
     SendMessageRequest,
     Task,
@@ -180,34 +181,42 @@ async def test_a_second_allow_is_refused_naming_who_answered_first(
     assert len(audit_rows(server, asked.task_id)) == 1
 
 
-@pytest.mark.parametrize("named", [True, False], ids=["with-requestId", "without-requestId"])
+async def answer_twice_at_once(
+    a2a: A2A, turn: Any, metadata: dict[str, str] | None
+) -> tuple[str, BaseException]:
+    """Two answers to the turn's prompt, "yes" and "no, not now", sent together on two
+    open connections; returns the one accepted and the other's refusal."""
+    words = ("yes", "no, not now")
+    async with a2a.client(streaming=False) as one, a2a.client(streaming=False) as two:
+        # Both connections open first, so the two answers reach the server together
+        # (a new connection's set-up would let the first one's turn go on alone).
+        for client in (one, two):
+            await client.get_task(GetTaskRequest(id=turn.task_id))
+        results = await asyncio.gather(
+            *(
+                send_now(client, follow_up(turn, word, metadata=metadata))
+                for client, word in zip((one, two), words, strict=True)
+            ),
+            return_exceptions=True,
+        )
+    accepted = [w for w, r in zip(words, results, strict=True) if isinstance(r, Task)]
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert len(accepted) == 1 and len(refused) == 1, results
+    assert isinstance(refused[0], A2AError), refused
+    return accepted[0], refused[0]
+
+
 async def test_two_answers_at_once_one_applies_the_other_is_refused(
-    a2a: A2A, server: RunningServer, named: bool
+    a2a: A2A, server: RunningServer
 ) -> None:
     turn = await a2a.turn("ask:one ask:two ask:three")
     request_id = turn.pending["requestId"]
     decisions = []
     for _ in range(3):
-        metadata = {"requestId": request_id} if named else None
-        words = ("yes", "no, not now")
-        async with a2a.client(streaming=False) as one, a2a.client(streaming=False) as two:
-            results = await asyncio.gather(
-                *(
-                    send_now(client, follow_up(turn, word, metadata=metadata))
-                    for client, word in zip((one, two), words, strict=True)
-                ),
-                return_exceptions=True,
-            )
-        accepted = [w for w, r in zip(words, results, strict=True) if isinstance(r, Task)]
-        refused = [r for r in results if isinstance(r, BaseException)]
-        assert len(accepted) == 1 and len(refused) == 1, results
-        assert isinstance(refused[0], A2AError), refused
-        # Named, the prompt is the one answered; unnamed, the task may read as working.
-        allowed = "already answered" if named else "already answered|still working"
-        assert re.search(allowed, str(refused[0])), str(refused[0])
-        if "already answered" in str(refused[0]):
-            assert "token local" in str(refused[0])
-        decisions.append("allow" if accepted[0] == "yes" else "deny")
+        accepted, refused = await answer_twice_at_once(a2a, turn, {"requestId": request_id})
+        assert re.search("already answered", str(refused)), str(refused)
+        assert "token local" in str(refused)
+        decisions.append("allow" if accepted == "yes" else "deny")
         task = await settled(a2a, turn.task_id, request_id)
         assert state_name(task.status.state) != "failed", texts(task.status.message)
         if state_name(task.status.state) == "input_required":
@@ -215,6 +224,24 @@ async def test_two_answers_at_once_one_applies_the_other_is_refused(
     assert state_name(task.status.state) == "completed"
     rows = audit_rows(server, turn.task_id)
     assert [r["decision"] for r in rows] == decisions
+
+
+async def test_two_unnamed_answers_at_once_one_applies_the_other_is_refused(
+    a2a: A2A, server: RunningServer
+) -> None:
+    """Answers that name no prompt are for the one pending when each is taken. A task
+    with one prompt, so a second answer can meet no other: it is refused, whether the
+    prompt is being answered, the task works on, or it has already completed."""
+    for _ in range(3):
+        turn = await a2a.turn("ask:once")
+        accepted, refused = await answer_twice_at_once(a2a, turn, None)
+        assert re.search("already answered|still working|already completed", str(refused)), str(
+            refused
+        )
+        task = await settled(a2a, turn.task_id, turn.pending["requestId"])
+        assert state_name(task.status.state) == "completed", texts(task.status.message)
+        rows = audit_rows(server, turn.task_id)
+        assert [r["decision"] for r in rows] == ["allow" if accepted == "yes" else "deny"]
 
 
 async def test_an_unparseable_answer_restates_the_prompt_and_frees_it(a2a: A2A) -> None:

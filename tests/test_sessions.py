@@ -10,18 +10,19 @@ import pytest
 
 from tailagent.agents.echo import EchoBackend, EchoSession
 from tailagent.agents.events import AgentEvent, Notice, Text, Thought, with_ready
+from tailagent.bridge.databases import open_database
 from tailagent.bridge.sessions import ContextBusy, SessionPool
-from tailagent.bridge.state import SessionMap, open_engine
+from tailagent.bridge.state import SessionMap
 
 
 @pytest.fixture
 async def session_map(tmp_path: Path) -> AsyncIterator[SessionMap]:
-    engine = open_engine(f"sqlite+aiosqlite:///{tmp_path / 'tailagent.db'}")
-    sessions = SessionMap(engine)
+    database = open_database(f"sqlite+aiosqlite:///{tmp_path / 'tailagent.db'}")
+    sessions = SessionMap(database)
     await sessions.initialize()
     yield sessions
     await sessions.flush()
-    await engine.dispose()
+    await database.aclose()
 
 
 async def test_a_context_is_lent_to_one_task_at_a_time(session_map: SessionMap) -> None:

@@ -4,35 +4,53 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from a2a.server.context import ServerCallContext
-from a2a.server.tasks import DatabaseTaskStore
 from a2a.types.a2a_pb2 import ListTasksRequest, Task, TaskState, TaskStatus
 
 from tailagent.access.identity import OwnerUser
-from tailagent.bridge.sqlite_writer import direct_writer
-from tailagent.bridge.state import UNSEEN_UNTIL_SETTLED, close_unfinished_tasks, open_engine
+from tailagent.bridge.databases import open_database
+from tailagent.bridge.sdk_stores import SdkStores
+from tailagent.bridge.state import UNSEEN_UNTIL_SETTLED, close_unfinished_tasks
 from tailagent.bridge.store import CoalescingTaskStore
+from tailagent.bridge.task_table import TaskTable
 
-Stores = tuple[CoalescingTaskStore, DatabaseTaskStore]
+if TYPE_CHECKING:  # imported for real only through SdkStores (see tailagent/sdk_sql.py)
+    from a2a.server.tasks.database_task_store import DatabaseTaskStore
+
+Stores = tuple[CoalescingTaskStore, "DatabaseTaskStore"]
 ALICE = ServerCallContext(user=OwnerUser("user:alice"))
 BOB = ServerCallContext(user=OwnerUser("user:bob"))
 
 
-@pytest.fixture(params=["direct", "sdk"])
-async def stores(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
-    """The store as the server builds it for SQLite (writes through the direct
-    writer), and as for PostgreSQL (every write through a2a-sdk's store)."""
-    engine = open_engine(f"sqlite+aiosqlite:///{tmp_path / 'tailagent.db'}")
-    database = DatabaseTaskStore(engine)
-    await database.initialize()
-    direct = direct_writer(engine, database.task_model) if request.param == "direct" else None
-    yield CoalescingTaskStore(database, direct=direct), database
-    if direct is not None:
-        direct.close()
-    await engine.dispose()
+@dataclass
+class Opened:
+    store: CoalescingTaskStore
+    # a2a-sdk's own store on the same file: what it reads is what any reader sees.
+    reader: DatabaseTaskStore
+    table: TaskTable
+    sdk: SdkStores
+
+
+@pytest.fixture
+async def opened(tmp_path: Path) -> AsyncIterator[Opened]:
+    """The store as the server builds it for SQLite."""
+    database = open_database(f"sqlite+aiosqlite:///{tmp_path / 'tailagent.db'}")
+    sdk = SdkStores(database)
+    table = TaskTable(database, sdk)
+    await table.create()
+    yield Opened(CoalescingTaskStore(table, sdk), await sdk.tasks(), table, sdk)
+    await sdk.aclose()
+    await database.aclose()
+
+
+@pytest.fixture
+def stores(opened: Opened) -> Stores:
+    return opened.store, opened.reader
 
 
 def task(task_id: str, state: TaskState) -> Task:
@@ -88,35 +106,35 @@ async def test_minted_ids_need_no_read(stores: Stores) -> None:
     assert new_id not in store.minted
 
 
-async def test_restart_rule_fails_unfinished_tasks_of_every_owner(stores: Stores) -> None:
-    store, database = stores
+async def test_restart_rule_fails_unfinished_tasks_of_every_owner(opened: Opened) -> None:
+    store, database = opened.store, opened.reader
     await store.save(task("a", TaskState.TASK_STATE_WORKING), ALICE)
     await store.save(task("b", TaskState.TASK_STATE_INPUT_REQUIRED), BOB)
     await store.save(task("c", TaskState.TASK_STATE_COMPLETED), BOB)
-    closed, kept = await close_unfinished_tasks(database, "")
+    closed, kept = await close_unfinished_tasks(opened.table, "")
     assert len(closed) == 2 and kept == []
     assert (await database.get("a", ALICE)).status.state == TaskState.TASK_STATE_FAILED
     assert (await database.get("b", BOB)).status.state == TaskState.TASK_STATE_FAILED
     assert (await database.get("c", BOB)).status.state == TaskState.TASK_STATE_COMPLETED
 
 
-async def test_restart_rule_keeps_the_tasks_it_is_told_can_be_taken_back(stores: Stores) -> None:
-    store, database = stores
+async def test_restart_rule_keeps_the_tasks_it_is_told_can_be_taken_back(opened: Opened) -> None:
+    store, database = opened.store, opened.reader
     await store.save(task("a", TaskState.TASK_STATE_WORKING), ALICE)
     await store.save(task("b", TaskState.TASK_STATE_INPUT_REQUIRED), BOB)
     waiting = lambda t: t.status.state == TaskState.TASK_STATE_INPUT_REQUIRED  # noqa: E731
-    closed, kept = await close_unfinished_tasks(database, "", keep=waiting)
+    closed, kept = await close_unfinished_tasks(opened.table, "", keep=waiting)
     assert [t.id for t in closed] == ["a"] and [(t.id, o) for t, o in kept] == [("b", "user:bob")]
     assert (await database.get("b", BOB)).status.state == TaskState.TASK_STATE_INPUT_REQUIRED
 
 
-async def test_restart_rule_leaves_another_servers_tasks_alone(stores: Stores) -> None:
-    _, database = stores
-    mine = CoalescingTaskStore(database, ("server-a", "http://a.example"))
-    theirs = CoalescingTaskStore(database, ("server-b", "http://b.example"))
+async def test_restart_rule_leaves_another_servers_tasks_alone(opened: Opened) -> None:
+    database = opened.reader
+    mine = CoalescingTaskStore(opened.table, opened.sdk, ("server-a", "http://a.example"))
+    theirs = CoalescingTaskStore(opened.table, opened.sdk, ("server-b", "http://b.example"))
     await mine.save(task("a", TaskState.TASK_STATE_WORKING), ALICE)
     await theirs.save(task("b", TaskState.TASK_STATE_INPUT_REQUIRED), ALICE)
-    closed, _ = await close_unfinished_tasks(database, "server-a")
+    closed, _ = await close_unfinished_tasks(opened.table, "server-a")
     assert [t.id for t in closed] == ["a"]
     other = await database.get("b", ALICE)
     assert other.status.state == TaskState.TASK_STATE_INPUT_REQUIRED

@@ -12,20 +12,16 @@ from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Column, Integer, MetaData, Table, Text, inspect, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from tailagent.bridge.database import Database
 
 SUMMARY_LIMIT = 200
-# A table, not DDL text: its id column must autoincrement in SQLite and PostgreSQL alike.
-_METADATA = MetaData()
-AUDIT_TABLE = Table(
-    "audit_log", _METADATA,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("at", Text, nullable=False),
-    *(Column(name, Text, nullable=False) for name in (
-        "task_id", "context_id", "tool", "input", "decision", "reason", "answered_by"
-    )),
-)  # fmt: skip
+_TEXT_COLUMNS = ("task_id", "context_id", "tool", "input", "decision", "reason", "answered_by")
+# The id counts up in both databases: SQLite's INTEGER PRIMARY KEY is the row id.
+_CREATE = (
+    "CREATE TABLE IF NOT EXISTS audit_log (id {key}, at TEXT NOT NULL, "
+    + ", ".join(f"{name} TEXT NOT NULL" for name in _TEXT_COLUMNS)
+    + ")"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,26 +44,35 @@ def summarize(tool_input: dict[str, Any]) -> str:
 
 
 class AuditLog:
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, database: Database) -> None:
+        self._db = database
 
     async def initialize(self) -> None:
-        async with self._engine.begin() as conn:
-            await conn.run_sync(_METADATA.create_all)
+        key = "SERIAL PRIMARY KEY" if self._db.postgres else "INTEGER PRIMARY KEY"
+        await self._db.execute(_CREATE.format(key=key))
 
     async def record(self, entry: AuditEntry) -> None:
         row = asdict(entry)
         row["at"] = entry.at or datetime.now(UTC).isoformat(timespec="milliseconds")
-        async with self._engine.begin() as conn:
-            await conn.execute(AUDIT_TABLE.insert().values(**row))
+        columns, values = ", ".join(row), ", ".join(":" + name for name in row)
+        await self._db.execute(f"INSERT INTO audit_log ({columns}) VALUES ({values})", row)
 
     async def read(self, since: datetime | None = None) -> list[AuditEntry]:
         """The entries, oldest first (no server needed: `tailagent audit` reads the store)."""
-        columns = [AUDIT_TABLE.c[f.name] for f in fields(AuditEntry)]
+        columns = ", ".join(f.name for f in fields(AuditEntry))
         start = (since or datetime.min.replace(tzinfo=UTC)).isoformat()
-        query = select(*columns).where(AUDIT_TABLE.c.at >= start).order_by(AUDIT_TABLE.c.id)
-        async with self._engine.connect() as conn:
-            if not await conn.run_sync(lambda sync: inspect(sync).has_table("audit_log")):
-                return []  # no decision recorded yet
-            rows = (await conn.execute(query)).all()
+        if not await self._exists():
+            return []  # no decision recorded yet
+        rows = await self._db.fetch(
+            f"SELECT {columns} FROM audit_log WHERE at >= :start ORDER BY id", {"start": start}
+        )
         return [AuditEntry(*row) for row in rows]
+
+    async def _exists(self) -> bool:
+        if self._db.postgres:
+            rows = await self._db.fetch("SELECT to_regclass('audit_log') IS NOT NULL")
+            return bool(rows[0][0])
+        rows = await self._db.fetch(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_log'"
+        )
+        return bool(rows)

@@ -167,6 +167,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
                     elsewhere,
                     "send follow-ups for it there. Any of the servers can read or cancel it.",
                 )
+            self._bind_answer(message, stored)
             self._refuse_second_answer(message)  # before "still working": it says more
             if stored.status.state in ENDED_STATES:
                 raise UnsupportedOperationError(
@@ -270,6 +271,22 @@ class GuardedRequestHandler(DefaultRequestHandler):
         roles = sorted(caller.roles)
         applying = [r.describe() for r in self._rules if not r.roles or set(r.roles) & caller.roles]
         return for_caller(card, caller.owner, roles, applying)
+
+    @staticmethod
+    def _bind_answer(message: Message, stored: Task) -> None:
+        """An answer that names no prompt is for the one its sender could see: the one
+        the task shows. Named in the message, it is refused once another answer took
+        that prompt (the stored task may still show it a moment after the turn moved
+        on), rather than applied to what came next or taken for a new prompt."""
+        if stored.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
+            return
+        if reply_request_id(reply_of(message)):
+            return
+        for part in stored.status.message.parts:
+            asked = MessageToDict(part.data).get("requestId") if part.HasField("data") else None
+            if isinstance(asked, str):
+                message.metadata.update({"requestId": asked})
+                return
 
     def _refuse_second_answer(self, message: Message) -> None:
         """An answer naming a prompt this server saw answered is refused, naming who

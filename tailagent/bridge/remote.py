@@ -15,8 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from tailagent.bridge.database import Database
 
 log = logging.getLogger(__name__)
 
@@ -26,51 +25,39 @@ CONFIRM_TIMEOUT = 10.0
 CANCEL = "cancel"
 PUSH = "push"
 
+_DELETE = "DELETE FROM task_signals WHERE task_id = :t AND kind = :k"
 # (task id, its owner) -> done
 SignalHandler = Callable[[str, str], Awaitable[None]]
 
 
 class TaskSignals:
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, database: Database) -> None:
+        self._db = database
 
     async def initialize(self) -> None:
-        async with self._engine.begin() as conn:
-            await conn.execute(
-                text(
-                    "CREATE TABLE IF NOT EXISTS task_signals ("
-                    " task_id TEXT NOT NULL, kind TEXT NOT NULL, sent_at TEXT NOT NULL,"
-                    " PRIMARY KEY (task_id, kind))"
-                )
-            )
+        await self._db.execute(
+            "CREATE TABLE IF NOT EXISTS task_signals ("
+            " task_id TEXT NOT NULL, kind TEXT NOT NULL, sent_at TEXT NOT NULL,"
+            " PRIMARY KEY (task_id, kind))"
+        )
 
     async def send(self, task_id: str, kind: str) -> None:
-        async with self._engine.begin() as conn:
-            await conn.execute(
-                text(
-                    "INSERT INTO task_signals (task_id, kind, sent_at) VALUES (:t, :k, :at)"
-                    " ON CONFLICT (task_id, kind) DO NOTHING"
-                ),
-                {"t": task_id, "k": kind, "at": datetime.now(UTC).isoformat()},
-            )
+        await self._db.execute(
+            "INSERT INTO task_signals (task_id, kind, sent_at) VALUES (:t, :k, :at)"
+            " ON CONFLICT (task_id, kind) DO NOTHING",
+            {"t": task_id, "k": kind, "at": datetime.now(UTC).isoformat()},
+        )
 
     async def withdraw(self, task_id: str, kind: str) -> None:
-        async with self._engine.begin() as conn:
-            await conn.execute(
-                text("DELETE FROM task_signals WHERE task_id = :t AND kind = :k"),
-                {"t": task_id, "k": kind},
-            )
+        await self._db.execute(_DELETE, {"t": task_id, "k": kind})
 
     async def take(self, running: set[str]) -> list[tuple[str, str]]:
-        """The signals for tasks in `running`, as (task id, kind), removed as taken."""
-        async with self._engine.begin() as conn:
-            rows = await conn.execute(text("SELECT task_id, kind FROM task_signals"))
-            mine = [(task_id, kind) for task_id, kind in rows if task_id in running]
-            if mine:
-                await conn.execute(
-                    text("DELETE FROM task_signals WHERE task_id = :t AND kind = :k"),
-                    [{"t": task_id, "k": kind} for task_id, kind in mine],
-                )
+        """The signals for tasks in `running`, as (task id, kind), removed as taken.
+        Only the runner of a task takes its signals, so a read then a delete lose none."""
+        rows = await self._db.fetch("SELECT task_id, kind FROM task_signals")
+        mine = [(task_id, kind) for task_id, kind in rows if task_id in running]
+        if mine:
+            await self._db.execute(_DELETE, [{"t": task_id, "k": kind} for task_id, kind in mine])
         return mine
 
     async def watch(

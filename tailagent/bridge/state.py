@@ -1,7 +1,7 @@
 """Everything tailagent keeps across restarts: by default one SQLite file in the
 state dir, or a PostgreSQL database that several servers share (`store`).
 
-Tasks live in a2a-sdk's own DatabaseTaskStore; beside them, the context -> agent
+Tasks live in a2a-sdk's own table (task_table.py); beside them, the context -> agent
 session map. On start, tasks a previous run left working are closed as failed: their
 agent turn died with that process, and a task must never read as `working` forever.
 Tasks it left waiting for an answer are kept waiting, to be taken back (`parked`).
@@ -16,20 +16,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from a2a.server.context import ServerCallContext
 from a2a.server.id_generator import IDGenerator, IDGeneratorContext
-from a2a.server.models import TaskModel
-from a2a.server.tasks import DatabaseTaskStore
 from a2a.types.a2a_pb2 import Message, Part, Role, Task, TaskState
-from sqlalchemy import event, or_, select, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from tailagent.access.identity import OwnerUser
-from tailagent.bridge.sqlite_writer import SqliteWriter
+from tailagent.bridge.database import Database
+from tailagent.bridge.task_table import TaskTable
 from tailagent.files import write_private
-from tailagent.task_states import UNFINISHED_STATES
 
 log = logging.getLogger(__name__)
 
@@ -46,48 +38,6 @@ SERVER_URL_KEY = "tailagentServerUrl"
 # with no push config, in a store no other server reads.
 UNSEEN_UNTIL_SETTLED = "tailagent.unseenUntilSettled"
 RESTART_MESSAGE = "The server restarted while this task was running; its turn was lost."
-
-
-def open_engine(url: str) -> AsyncEngine:
-    """The store's engine: SQLite tuned for one local service, or a shared PostgreSQL."""
-    sql_url = make_url(url)
-    if not sql_url.drivername.startswith("sqlite"):
-        # pre_ping: a database restart costs one retried connection, not a failed request.
-        return create_async_engine(sql_url, pool_pre_ping=True)
-    if sql_url.database:
-        Path(sql_url.database).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    engine = create_async_engine(sql_url)
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _tune(dbapi_connection, _record):  # type: ignore[no-untyped-def]
-        # WAL keeps readers off the writer's back; NORMAL stays durable across a
-        # process crash, which is the failure that matters for a local service.
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=5000")
-        cursor.close()
-
-    return engine
-
-
-class StoreUnavailable(Exception):
-    """The store cannot be opened; str() is the one line that says why."""
-
-
-async def check_store(engine: AsyncEngine, url: str) -> None:
-    """Connects once, so a wrong URL or a database that is down stops the start with
-    one clear line rather than a traceback from the first request."""
-    try:
-        async with engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
-    except (OSError, SQLAlchemyError) as exc:
-        raise StoreUnavailable(f"cannot open the store {redacted(url)}: {exc}") from None
-
-
-def redacted(url: str) -> str:
-    """A store URL fit for logs and errors: the password hidden."""
-    return make_url(url).render_as_string(hide_password=True)
 
 
 def server_id(state_dir: Path) -> str:
@@ -142,40 +92,29 @@ class SessionMap:
     order: the map only matters to the next run, and `flush()` runs at stop.
     """
 
-    def __init__(self, engine: AsyncEngine, direct: SqliteWriter | None = None) -> None:
-        self._engine = engine
-        # The SQLite store's own writer: a write on the loop takes no lock across awaits,
-        # so it never keeps the task writes (sharing it) waiting.
-        self._direct = direct
+    def __init__(self, database: Database) -> None:
+        self._db = database
         self._known: dict[str, tuple[str, str]] = {}
         self.minted = MintedIds()
         self._pending: dict[str, tuple[str, str]] = {}
         self._writer: asyncio.Task[None] | None = None
 
     async def initialize(self) -> None:
-        async with self._engine.begin() as conn:
-            await conn.execute(
-                text(
-                    "CREATE TABLE IF NOT EXISTS agent_sessions ("
-                    " context_id TEXT PRIMARY KEY, backend TEXT NOT NULL,"
-                    " session_id TEXT NOT NULL, updated_at TEXT NOT NULL)"
-                )
-            )
+        await self._db.execute(
+            "CREATE TABLE IF NOT EXISTS agent_sessions ("
+            " context_id TEXT PRIMARY KEY, backend TEXT NOT NULL,"
+            " session_id TEXT NOT NULL, updated_at TEXT NOT NULL)"
+        )
 
     async def get(self, context_id: str, backend: str) -> str | None:
         known = self._known.get(context_id)
         if known is None and context_id not in self.minted:
-            async with self._engine.connect() as conn:
-                row = (
-                    await conn.execute(
-                        text(
-                            "SELECT backend, session_id FROM agent_sessions WHERE context_id = :c"
-                        ),
-                        {"c": context_id},
-                    )
-                ).first()
-            if row is not None:
-                known = (row[0], row[1])
+            rows = await self._db.fetch(
+                "SELECT backend, session_id FROM agent_sessions WHERE context_id = :c",
+                {"c": context_id},
+            )
+            if rows:
+                known = (rows[0][0], rows[0][1])
                 self._remember(context_id, known)
         if known is None or known[0] != backend:
             return None
@@ -202,10 +141,7 @@ class SessionMap:
             batch, self._pending = self._pending, {}
             rows = [{"c": c, "b": b, "s": sid, "t": _now()} for c, (b, sid) in batch.items()]
             try:
-                if self._direct is not None and await self._direct.write(_UPSERT_SESSION, rows):
-                    continue
-                async with self._engine.begin() as conn:
-                    await conn.execute(text(_UPSERT_SESSION), rows)
+                await self._db.execute(_UPSERT_SESSION, rows)
             except Exception:
                 log.exception("writing %d agent session(s)", len(batch))
 
@@ -237,53 +173,22 @@ def mark_failed(task: Task, text: str, kind: str) -> None:
     task.status.message.metadata.update({"kind": kind})
 
 
-async def index_contexts(store: DatabaseTaskStore) -> None:
-    """Tasks by context: a server sharing the store looks up a context's running task
-    on another server before it starts a turn there."""
-    await store.initialize()
-    table = store.task_model.__tablename__
-    async with store.engine.begin() as conn:
-        await conn.execute(
-            text(f"CREATE INDEX IF NOT EXISTS ix_{table}_context_id ON {table} (context_id)")
-        )
-
-
-async def context_ids(store: DatabaseTaskStore) -> set[str]:
-    """Every conversation the store knows (a worktree of any other is an orphan)."""
-    await store.initialize()
-    async with store.async_session_maker() as session:
-        rows = await session.execute(select(store.task_model.context_id).distinct())
-    return {row[0] for row in rows}
-
-
 async def close_unfinished_tasks(
-    store: DatabaseTaskStore, server: str, keep: Callable[[Task], bool] = lambda _: False
+    table: TaskTable, server: str, keep: Callable[[Task], bool] = lambda _: False
 ) -> tuple[list[Task], list[tuple[Task, str]]]:
     """Marks every task this server's previous run left unfinished as failed (and those
     no server claims, from before servers were named), but those `keep` says can be taken
     back (a task waiting for an answer); returns the failed ones and the kept ones, with
     their owners.
     Another server's tasks in a shared store are its own to close."""
-    await store.initialize()
-    names = [TaskState.Name(state) for state in UNFINISHED_STATES]
-    runner = TaskModel.task_metadata[SERVER_ID_KEY].as_string()
-    async with store.async_session_maker() as session:
-        rows = (
-            await session.execute(
-                select(TaskModel).where(
-                    TaskModel.status["state"].as_string().in_(names),
-                    or_(runner == server, runner.is_(None)),
-                )
-            )
-        ).scalars()
-        unfinished = [(row.owner or "", store._from_orm(row)) for row in rows]
-    kept = [(task, owner) for owner, task in unfinished if keep(task)]
-    stale = [(owner, task) for owner, task in unfinished if not keep(task)]
-    for owner, task in stale:
+    unfinished = await table.unfinished(SERVER_ID_KEY, server)
+    kept = [(task, owner) for task, owner in unfinished if keep(task)]
+    stale = [(task, owner) for task, owner in unfinished if not keep(task)]
+    for task, owner in stale:
         mark_failed(task, RESTART_MESSAGE, "server_restarted")
-        await store.save(task, ServerCallContext(user=OwnerUser(owner)))
+        await table.save(task, owner)
     if stale:
         log.info("closed %d task(s) left unfinished by the previous run", len(stale))
     if kept:
         log.info("%d task(s) still wait for an answer, as before the restart", len(kept))
-    return [task for _, task in stale], kept
+    return [task for task, _ in stale], kept

@@ -1,5 +1,5 @@
 """What the server keeps in its store, opened in order at start and closed in order
-at stop: the tasks (a2a-sdk's DatabaseTaskStore behind the coalescing store), the
+at stop: the tasks (a2a-sdk's table, behind the coalescing store), the
 context -> agent session map, the audit log, and the signals between servers that
 share a store.
 
@@ -13,43 +13,37 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from a2a.server.tasks import DatabaseTaskStore
 from a2a.types.a2a_pb2 import Task
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tailagent.bridge.audit import AuditLog
+from tailagent.bridge.database import Database
 from tailagent.bridge.parked import waiting_of
 from tailagent.bridge.remote import TaskSignals
-from tailagent.bridge.sqlite_writer import SqliteWriter, direct_writer
-from tailagent.bridge.state import (
-    SessionMap,
-    close_unfinished_tasks,
-    context_ids,
-    index_contexts,
-    server_id,
-)
+from tailagent.bridge.sdk_stores import SdkStores
+from tailagent.bridge.state import SessionMap, close_unfinished_tasks, server_id
 from tailagent.bridge.store import CoalescingTaskStore
+from tailagent.bridge.task_table import TaskTable
 from tailagent.config import Settings
 
 
 @dataclass
 class Storage:
-    engine: AsyncEngine
+    database: Database
+    # a2a-sdk's own stores, opened when a request needs one (ListTasks, push configs).
+    sdk: SdkStores
     tasks: CoalescingTaskStore
     session_map: SessionMap
     audit: AuditLog
     signals: TaskSignals
-    # The SQLite store's own writer (see sqlite_writer); None for PostgreSQL.
-    direct: SqliteWriter | None
     # Tasks the last run left working, closed as failed now.
     closed: list[Task]
     # Tasks the last run left waiting for an answer, with their owners.
     waiting: list[tuple[Task, str]]
-    _database: DatabaseTaskStore
+    _table: TaskTable
 
     async def contexts(self) -> set[str]:
         """Every context the store has a task in (a worktree of any other is a leftover)."""
-        return await context_ids(self._database)
+        return await self._table.context_ids()
 
     async def flush(self) -> None:
         """Writes what is still held in memory: the last task states, the session map."""
@@ -57,14 +51,14 @@ class Storage:
         await self.session_map.flush()
 
     async def aclose(self) -> None:
-        if self.direct is not None:
-            self.direct.close()
-        await self.engine.dispose()
+        await self.sdk.aclose()
+        await self.database.aclose()
 
 
 async def open_storage(
     settings: Settings,
-    engine: AsyncEngine,
+    database: Database,
+    sdk: SdkStores,
     on_change: Callable[[Task], None],
     on_save: Callable[[Task, str], None],
 ) -> Storage:
@@ -72,20 +66,20 @@ async def open_storage(
     change (push notifications), `on_save` of every save with its owner (the desk)."""
     shared = settings.store is not None
     server = (server_id(settings.state_dir), settings.advertised_url)
-    database = DatabaseTaskStore(engine)
+    table = TaskTable(database, sdk)
+    await table.create()
     if shared:
-        await index_contexts(database)
+        await table.index_contexts()
     closed, waiting = await close_unfinished_tasks(
-        database, server[0], keep=lambda task: waiting_of(task) is not None
+        table, server[0], keep=lambda task: waiting_of(task) is not None
     )
-    direct = direct_writer(engine, database.task_model)
     tasks = CoalescingTaskStore(
-        database, server, on_change=on_change, shared=shared, direct=direct, on_save=on_save
+        table, sdk, server, on_change=on_change, shared=shared, on_save=on_save
     )
-    signals = TaskSignals(engine)
+    signals = TaskSignals(database)
     await signals.initialize()
-    session_map = SessionMap(engine, direct)
+    session_map = SessionMap(database)
     await session_map.initialize()
-    audit = AuditLog(engine)
+    audit = AuditLog(database)
     await audit.initialize()
-    return Storage(engine, tasks, session_map, audit, signals, direct, closed, waiting, database)
+    return Storage(database, sdk, tasks, session_map, audit, signals, closed, waiting, table)

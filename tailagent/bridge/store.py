@@ -23,12 +23,11 @@ from collections.abc import Callable
 
 from a2a.server.context import ServerCallContext
 from a2a.server.owner_resolver import resolve_user_scope
-from a2a.server.tasks import DatabaseTaskStore, TaskStore
+from a2a.server.tasks import TaskStore
 from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task, TaskState
-from sqlalchemy import select
 
-from tailagent.access.identity import OwnerUser, caller_of
-from tailagent.bridge.sqlite_writer import SqliteWriter
+from tailagent.access.identity import caller_of
+from tailagent.bridge.sdk_stores import SdkStores
 from tailagent.bridge.state import (
     SERVER_ID_KEY,
     SERVER_URL_KEY,
@@ -37,6 +36,7 @@ from tailagent.bridge.state import (
     MintedIds,
     mark_failed,
 )
+from tailagent.bridge.task_table import TaskTable
 from tailagent.metrics import TASK_STATES
 from tailagent.task_states import UNFINISHED_STATES
 
@@ -51,16 +51,16 @@ _DEFERRABLE = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 class CoalescingTaskStore(TaskStore):
     def __init__(
         self,
-        inner: DatabaseTaskStore,
+        table: TaskTable,
+        sdk: SdkStores,
         server: tuple[str, str] = ("", ""),
         on_change: Callable[[Task], None] | None = None,
         shared: bool = False,
-        direct: SqliteWriter | None = None,
         on_save: Callable[[Task, str], None] | None = None,
     ) -> None:
-        self._inner = inner
-        # The default SQLite store's own writer (see sqlite_writer); None for PostgreSQL.
-        self._direct = direct
+        self._table = table
+        # a2a-sdk's own store, for the paged and filtered ListTasks.
+        self._sdk = sdk
         # Other servers may run tasks in this store (so contexts are checked across them).
         self._shared = shared
         # (id, URL) of this server, stamped on every task it runs (see state.SERVER_ID_KEY).
@@ -87,14 +87,8 @@ class CoalescingTaskStore(TaskStore):
         if caller is None or not caller.may("admin"):
             return mine if stored in (None, mine) else None
         if stored is None and task_id not in self.minted:
-            stored = await self._stored_owner(task_id)
+            stored = await self._table.owner_of(task_id)
         return stored or mine
-
-    async def _stored_owner(self, task_id: str) -> str | None:
-        model = self._inner.task_model
-        async with self._inner.async_session_maker() as session:
-            row = await session.execute(select(model.owner).where(model.id == task_id))
-            return row.scalar_one_or_none()
 
     async def _write(self, task: Task, owner: str, *, if_latest: bool = False) -> bool:
         """Writes a snapshot; with `if_latest`, only while it is still the latest one
@@ -105,8 +99,7 @@ class CoalescingTaskStore(TaskStore):
                 held = self._held.get(task.id)
                 if held is None or held[1] is not task:
                     return False
-            if self._direct is None or not await self._direct.save(task, owner):
-                await self._inner.save(task, ServerCallContext(user=OwnerUser(owner)))
+            await self._table.save(task, owner)
             return True
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
@@ -190,18 +183,10 @@ class CoalescingTaskStore(TaskStore):
         server runs in this context. Local contexts are the session pool's to know."""
         if not self._shared or context_id in self.minted:
             return None
-        model = self._inner.task_model
-        names = [TaskState.Name(state) for state in UNFINISHED_STATES]
-        runner = model.task_metadata[SERVER_ID_KEY].as_string()
-        query = select(model.id, model.task_metadata[SERVER_URL_KEY].as_string()).where(
-            model.context_id == context_id,
-            model.status["state"].as_string().in_(names),
-            runner.is_not(None),
-            runner != self._server_id,
+        found = await self._table.running_elsewhere(
+            context_id, SERVER_ID_KEY, SERVER_URL_KEY, self._server_id
         )
-        async with self._inner.async_session_maker() as session:
-            row = (await session.execute(query.limit(1))).first()
-        return (row[0], row[1] or "another server") if row is not None else None
+        return (found[0], found[1] or "another server") if found is not None else None
 
     def _changed(self, task: Task) -> None:
         # Stored snapshots are never changed in place, so the listener may keep this one.
@@ -249,7 +234,7 @@ class CoalescingTaskStore(TaskStore):
             copy = Task()
             copy.CopyFrom(held[1])
             return copy
-        return await self._inner.get(task_id, ServerCallContext(user=OwnerUser(owner)))
+        return await self._table.get(task_id, owner)
 
     async def flush(self, final: bool = False) -> None:
         """Writes the deferred saves. Before a read it waits at most FLUSH_WAIT (the
@@ -299,23 +284,17 @@ class CoalescingTaskStore(TaskStore):
         held = self._held.get(task_id)
         if held is not None:
             return held[1], held[0]
-        owner = None if task_id in self.minted else await self._stored_owner(task_id)
+        owner = None if task_id in self.minted else await self._table.owner_of(task_id)
         if owner is None:
             return None
-        task = await self._inner.get(task_id, ServerCallContext(user=OwnerUser(owner)))
+        task = await self._table.get(task_id, owner)
         return (task, owner) if task is not None else None
 
     async def recent(self, owner: str | None, limit: int) -> list[tuple[Task, str]]:
         """The latest tasks with their owners, newest first: one owner's, or everyone's
         (None, for an admin). Tasks this process runs are read from memory."""
-        model = self._inner.task_model
-        query = select(model).order_by(model.last_updated.desc(), model.id.desc()).limit(limit)
-        if owner is not None:
-            query = query.where(model.owner == owner)
         await self.flush()
-        async with self._inner.async_session_maker() as session:
-            rows = (await session.execute(query)).scalars().all()
-        found = {row.id: (self._inner._from_orm(row), row.owner or "") for row in rows}
+        found = {task.id: (task, stored) for task, stored in await self._table.recent(owner, limit)}
         for task_id, (held_owner, snapshot) in self._held.items():
             if owner in (None, held_owner):
                 found[task_id] = (snapshot, held_owner)
@@ -324,12 +303,12 @@ class CoalescingTaskStore(TaskStore):
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         await self.flush()
-        return await self._inner.list(params, context)
+        return await (await self._sdk.tasks()).list(params, context)
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         self._held.pop(task_id, None)
         self._dirty.discard(task_id)
-        await self._inner.delete(task_id, context)
+        await self._table.delete(task_id, resolve_user_scope(context))
 
 
 def _updated(task: Task) -> float:

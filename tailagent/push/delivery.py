@@ -31,7 +31,7 @@ from collections import deque
 import httpx
 import jwt
 from a2a.server.context import ServerCallContext
-from a2a.server.tasks import DatabasePushNotificationConfigStore
+from a2a.server.tasks import PushNotificationConfigStore
 from a2a.types.a2a_pb2 import (
     StreamResponse,
     Task,
@@ -40,8 +40,8 @@ from a2a.types.a2a_pb2 import (
     TaskStatusUpdateEvent,
 )
 from google.protobuf.json_format import MessageToDict
-from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tailagent.bridge.sdk_stores import SdkStores
 from tailagent.card.keys import KeyStore
 from tailagent.card.publish import JWKS_PATH
 from tailagent.config import PushSettings
@@ -101,11 +101,12 @@ class PushSigner:
         return jwt.encode(claims, key.key, algorithm=key.alg, headers=headers)  # type: ignore[arg-type]
 
 
-class PushConfigs(DatabasePushNotificationConfigStore):
-    """a2a-sdk's config store, telling the dispatcher when a task's configs change."""
+class PushConfigs(PushNotificationConfigStore):
+    """a2a-sdk's config store (opened on the first request about push configs), telling
+    the dispatcher when a task's configs change."""
 
-    def __init__(self, engine: AsyncEngine, dispatcher: PushDispatcher) -> None:
-        super().__init__(engine)
+    def __init__(self, sdk: SdkStores, dispatcher: PushDispatcher) -> None:
+        self._sdk = sdk
         self._dispatcher = dispatcher
 
     async def set_info(
@@ -113,22 +114,31 @@ class PushConfigs(DatabasePushNotificationConfigStore):
         task_id: str,
         notification_config: TaskPushNotificationConfig,
         context: ServerCallContext,
-    ) -> TaskPushNotificationConfig:
-        stored = await super().set_info(task_id, notification_config, context)
+    ) -> TaskPushNotificationConfig | None:
+        store = await self._sdk.push_configs()
+        stored = await store.set_info(task_id, notification_config, context)
         self._dispatcher.watch(task_id)
         return stored
+
+    async def get_info(
+        self, task_id: str, context: ServerCallContext
+    ) -> list[TaskPushNotificationConfig]:
+        return await (await self._sdk.push_configs()).get_info(task_id, context)
+
+    async def get_info_for_dispatch(self, task_id: str) -> list[TaskPushNotificationConfig]:
+        return await (await self._sdk.push_configs()).get_info_for_dispatch(task_id)
 
     async def delete_info(
         self, task_id: str, context: ServerCallContext, config_id: str | None = None
     ) -> None:
-        await super().delete_info(task_id, context, config_id)
+        await (await self._sdk.push_configs()).delete_info(task_id, context, config_id)
         self._dispatcher.forget_configs(task_id)
 
 
 class PushDispatcher:
     def __init__(
         self,
-        engine: AsyncEngine,
+        sdk: SdkStores,
         targets: PushTargets,
         signer: PushSigner,
         policy: PushSettings,
@@ -136,7 +146,7 @@ class PushDispatcher:
     ) -> None:
         """`tailnet_proxy`: the embedded node's SOCKS5 proxy, through which tailnet
         targets are reached (None: the host's network reaches the tailnet)."""
-        self.configs = PushConfigs(engine, self)
+        self.configs = PushConfigs(sdk, self)
         self._targets = targets
         self._signer = signer
         self._policy = policy

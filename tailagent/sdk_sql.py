@@ -1,0 +1,37 @@
+"""a2a-sdk's SQL stores, kept out of a process until one is used.
+
+a2a-sdk imports its database stores, and SQLAlchemy with them (~18 MiB), from the
+packages every server imports (`a2a.server.tasks`, `a2a.server.cluster`), whenever
+SQLAlchemy is installed. A server on the default SQLite store needs them only for a
+request tailagent leaves to the SDK (see bridge/sdk_stores.py). The SDK falls back
+to placeholders when their import fails, as it does without SQLAlchemy installed;
+`defer_sql_modules` makes it fail that way (a None in sys.modules), and
+`load_sql_module` imports one for real when it is needed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+
+DEFERRED = (
+    "a2a.server.tasks.database_task_store",
+    "a2a.server.tasks.database_push_notification_config_store",
+    "a2a.server.cluster.database_event_stream",
+    "a2a.server.cluster.database_task_store",
+)
+
+
+def defer_sql_modules() -> None:
+    """Before a2a-sdk's server packages are imported: leaves their SQL stores out."""
+    for name in DEFERRED:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+
+
+def load_sql_module(name: str) -> ModuleType:
+    """One of a2a-sdk's SQL store modules, imported now (import it only through here:
+    the package's own attribute for it is a placeholder once deferred)."""
+    if name in sys.modules and sys.modules[name] is None:
+        del sys.modules[name]
+    return importlib.import_module(name)
