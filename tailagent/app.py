@@ -4,12 +4,11 @@ card, its keys, /metrics, /healthz). No route is reachable around the guard."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+import contextlib
+from collections.abc import AsyncIterator
 
 from a2a.server.routes import create_rest_routes
-from hypercorn.typing import LifespanScope
 from starlette.routing import Mount, Router
-from starlette.types import ASGIApp
 
 from tailagent.access.browser import BrowserSessions, load_secret
 from tailagent.access.guard import AccessGuard
@@ -23,10 +22,11 @@ from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.card.publish import CardPublisher
 from tailagent.config import Settings
 from tailagent.listener import served_hosts
-from tailagent.plain_routes import plain_app
+from tailagent.plain_routes import plain_routes
 from tailagent.presence import Presence
-from tailagent.web import DeskParts, mount
+from tailagent.web import LazyDesk, mount
 from tailagent.web.live import Desk
+from tailagent.web.parts import DeskParts
 
 
 def build_app(
@@ -48,23 +48,22 @@ def build_app(
             if not isinstance(r, Mount)
         ),
     ]
-    plain = plain_app(publisher)
-    router = Router(routes=routes, default=cast("ASGIApp", plain))
     tokens = TokenStore(settings.state_dir)
     tokens.ensure_local()
     secret = load_secret(settings.state_dir)
     sessions = BrowserSessions(secret, tokens)
-    desk_parts = DeskParts(store, handler, desk, sessions, secret, str(settings.cwd))
-    served = mount(plain, desk_parts, router)
+    page = LazyDesk(DeskParts(store, handler, desk, sessions, secret, str(settings.cwd)))
 
-    async def dispatch(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await plain(cast("LifespanScope", scope), receive, send)
-        else:
-            await served(scope, receive, send)
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: object) -> AsyncIterator[None]:
+        yield
+        await page.aclose()
+
+    router = Router(routes=[*routes, *plain_routes(publisher)], lifespan=lifespan)
+    served = mount(page, router)
 
     return AccessGuard(
-        dispatch,
+        served,
         policy=Policy(settings.access),
         resolver=Resolver(
             presence.localapi,

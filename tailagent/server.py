@@ -31,8 +31,7 @@ from tailagent.bridge.sessions import SessionPool
 from tailagent.bridge.state import STOP_MESSAGE
 from tailagent.bridge.storage import Storage, open_storage
 from tailagent.card.builder import build_card
-from tailagent.card.keys import KeyStore
-from tailagent.card.publish import CardPublisher
+from tailagent.card.publish import CardPublisher, CardSigningFailed
 from tailagent.config import Settings, default_state_dir
 from tailagent.listener import listener_url, open_listener
 from tailagent.memory import trim_when_quiet
@@ -107,10 +106,14 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     database = open_database(settings.store_url)
     await database.check()
     sdk = SdkStores(database)
-    keys = KeyStore(settings.state_dir)
-    keys.ensure()
+    publisher = CardPublisher(
+        backend, settings.advertised_url, settings.name, settings.state_dir,
+        settings.card_lists_0_3,
+    )  # fmt: skip
+    # Signed in a child process, on the other core while the rest is set up.
+    signing = asyncio.create_task(publisher.refresh(), name="card-signing")
     push_targets = PushTargets(presence.localapi, settings.push.allowed_hosts)
-    signer = PushSigner(keys, settings.advertised_url)
+    signer = PushSigner(settings.state_dir, settings.advertised_url)
     push = PushDispatcher(sdk, push_targets, signer, settings.push, presence.tailnet_proxy)
     desk = Desk(lambda task_id: storage.tasks.with_owner(task_id))
     storage = await open_storage(settings, database, sdk, push.task_changed, desk.saved)
@@ -163,9 +166,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         max_concurrent_turns=settings.agent_process.max_concurrent_turns,
         conversations=conversations,
     )  # fmt: skip
-    publisher = CardPublisher(
-        backend, settings.advertised_url, settings.name, keys, settings.card_lists_0_3
-    )
+    await signing
     app = build_app(settings, presence, handler, storage.tasks, desk, publisher)
 
     async def start_pushing(task_id: str, _owner: str) -> None:
@@ -273,7 +274,13 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
             # Port 0 picks a free port: advertise the one we actually got.
             settings = replace(settings, public_url=where)
         service = await build_service(settings, presence)
-    except (AgentStartError, PresenceError, LocalAPIUnavailable, StoreUnavailable) as exc:
+    except (
+        AgentStartError,
+        PresenceError,
+        LocalAPIUnavailable,
+        StoreUnavailable,
+        CardSigningFailed,
+    ) as exc:
         sock.close()
         await _leave(presence)
         raise StartError(str(exc)) from None

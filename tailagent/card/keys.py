@@ -18,9 +18,10 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
+from tailagent.card.keyfile import KEYS_FILE
 from tailagent.files import write_private
 
-KEYS_FILE = "signing-keys.json"
+__all__ = ["KEYS_FILE", "KeyStore", "SigningKey", "public_jwk", "thumbprint"]
 ALGORITHMS = ("ES256", "EdDSA")
 GRACE = timedelta(days=7)
 
@@ -80,9 +81,6 @@ class KeyStore:
 
     def exists(self) -> bool:
         return self.path.exists()
-
-    def mtime(self) -> int:
-        return self.path.stat().st_mtime_ns if self.path.exists() else 0
 
     def init(self, alg: str = "ES256") -> SigningKey:
         """Makes the first key; refuses if one exists (rotate replaces it)."""

@@ -2,24 +2,34 @@
 
 Both variants are signed (A2A 1.0, section 8.4: a JWS over the RFC 8785 form of
 the card without `signatures`, through a2a-sdk's signer), once, and again only
-when the key changes: `tailagent keys rotate` takes effect without a restart.
+when the key changes: `tailagent keys rotate` takes effect without a restart. The
+signing itself runs in a child process (signer.py), which keeps the private key and
+the signing libraries out of the server.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import sys
 from email.utils import formatdate
+from pathlib import Path
 from typing import Any, NamedTuple
 
-from a2a.types.a2a_pb2 import AgentCard
-from a2a.utils.signing import create_agent_card_signer
+from google.protobuf.json_format import MessageToDict
 
 from tailagent.agents.events import AgentBackend
-from tailagent.card.builder import build_card, card_json
-from tailagent.card.keys import KeyStore, SigningKey
+from tailagent.card.builder import build_card
+from tailagent.card.keyfile import key_version
 
 JWKS_PATH = "/.well-known/jwks.json"
+# The one-file binary has no `-m`: its entry point takes this argument instead.
+SIGNER_ARGUMENT = "--sign-card"
+
+
+class CardSigningFailed(Exception):
+    """The card could not be signed; str() is the one line that says why."""
 
 
 class CardVariant(NamedTuple):
@@ -34,44 +44,64 @@ class CardVariant(NamedTuple):
         return cls(body, '"' + hashlib.sha256(body.encode()).hexdigest()[:32] + '"')
 
 
-def sign(card: AgentCard, key: SigningKey, jku: str) -> AgentCard:
-    signer = create_agent_card_signer(
-        key.key,  # type: ignore[arg-type]  # PyJWT takes cryptography keys as well
-        {"alg": key.alg, "kid": key.kid, "typ": "JOSE", "jku": jku},
+def signer_command() -> list[str]:
+    if getattr(sys, "frozen", False):
+        return [sys.executable, SIGNER_ARGUMENT]
+    return [sys.executable, "-m", "tailagent.card.signer"]
+
+
+async def sign_cards(
+    state_dir: Path, cards: list[dict[str, Any]], jku: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The cards signed with the state dir's key (made now if there is none), and the
+    JWKS that verifies them."""
+    request = json.dumps({"state_dir": str(state_dir), "jku": jku, "cards": cards})
+    child = await asyncio.create_subprocess_exec(
+        *signer_command(),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
-    return signer(card)
+    out, err = await child.communicate(request.encode())
+    if child.returncode != 0:
+        lines = err.decode(errors="replace").strip().splitlines() or [f"exit {child.returncode}"]
+        raise CardSigningFailed(f"cannot sign the agent card: {lines[-1]}")
+    reply = json.loads(out)
+    return reply["cards"], reply["jwks"]
 
 
 class CardPublisher:
     def __init__(
-        self, backend: AgentBackend, url: str, name: str, keys: KeyStore, lists_0_3: bool
+        self, backend: AgentBackend, url: str, name: str, state_dir: Path, lists_0_3: bool
     ) -> None:
         self._backend = backend
         self._url = url
         self._name = name
-        self._keys = keys
+        self._state_dir = state_dir
         self._lists_0_3 = lists_0_3
         self._signed_at = -1
+        self._signing = asyncio.Lock()
         self.strict = self.legacy = CardVariant("", "")
         self.jwks = ""
         self.last_modified = ""
-        keys.ensure()
-        self.refresh()
 
-    def refresh(self) -> None:
+    async def refresh(self) -> None:
         """Re-signs when the key file changed since the last signing (a stat a call)."""
-        mtime = self._keys.mtime()
-        if mtime == self._signed_at:
+        if key_version(self._state_dir) == self._signed_at:
             return
-        key = self._keys.current()
-        jku = self._url + JWKS_PATH
-
-        def variant(legacy: bool) -> CardVariant:
-            card = build_card(self._backend, self._url, self._name, legacy=legacy)
-            return CardVariant.of(card_json(sign(card, key, jku)))
-
-        self.strict = variant(legacy=False)
-        self.legacy = variant(legacy=True) if self._lists_0_3 else self.strict
-        self.jwks = json.dumps(self._keys.jwks())
-        self.last_modified = formatdate(usegmt=True)
-        self._signed_at = mtime
+        async with self._signing:
+            version = key_version(self._state_dir)
+            if version == self._signed_at:
+                return
+            variants = [False, True] if self._lists_0_3 else [False]
+            cards = [
+                MessageToDict(build_card(self._backend, self._url, self._name, legacy=legacy))
+                for legacy in variants
+            ]
+            signed, jwks = await sign_cards(self._state_dir, cards, self._url + JWKS_PATH)
+            self.strict = CardVariant.of(signed[0])
+            self.legacy = CardVariant.of(signed[-1])
+            self.jwks = json.dumps(jwks)
+            self.last_modified = formatdate(usegmt=True)
+            # A key made by the signer counts from its own file: read after it is there.
+            self._signed_at = version or key_version(self._state_dir)

@@ -27,9 +27,9 @@ import logging
 import time
 import uuid
 from collections import deque
+from pathlib import Path
 
 import httpx
-import jwt
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import PushNotificationConfigStore
 from a2a.types.a2a_pb2 import (
@@ -42,7 +42,6 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf.json_format import MessageToDict
 
 from tailagent.bridge.sdk_stores import SdkStores
-from tailagent.card.keys import KeyStore
 from tailagent.card.publish import JWKS_PATH
 from tailagent.config import PushSettings
 from tailagent.metrics import PUSH_DELIVERIES
@@ -81,12 +80,19 @@ def payload(task: Task) -> bytes:
 
 
 class PushSigner:
-    def __init__(self, keys: KeyStore, issuer: str) -> None:
-        self._keys = keys
+    """Signs each notification with the card's key. The key and the libraries that
+    use it are loaded at the first delivery: a server at rest holds neither."""
+
+    def __init__(self, state_dir: Path, issuer: str) -> None:
+        self._state_dir = state_dir
         self._issuer = issuer
 
     def sign(self, url: str, task_id: str, body: bytes) -> str:
-        key = self._keys.current()  # read per delivery: a rotation applies at once
+        import jwt
+
+        from tailagent.card.keys import KeyStore
+
+        key = KeyStore(self._state_dir).current()  # read per delivery: a rotation applies at once
         now = int(time.time())
         claims = {
             "iss": self._issuer,

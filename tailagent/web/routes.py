@@ -14,7 +14,6 @@ import contextlib
 import json
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -30,16 +29,15 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import A2AError, InvalidRequestError
 from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Value
-from quart import Blueprint, Response, redirect, request
+from quart import Blueprint, Quart, Response, redirect, request
 from quart.typing import ResponseReturnValue
 
-from tailagent.access.browser import BrowserSessions, session_cookie
+from tailagent.access.browser import session_cookie
 from tailagent.access.identity import SCOPE_KEY, Caller, OwnerUser
 from tailagent.bridge.executor import VIA_KEY
-from tailagent.bridge.handler import GuardedRequestHandler
-from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.web import forms, render
-from tailagent.web.live import Desk, Journal
+from tailagent.web.live import Journal
+from tailagent.web.parts import DeskParts
 from tailagent.web.transcript import SECTIONS, Entry, Row, row
 
 LIST_LIMIT = 50
@@ -53,18 +51,6 @@ CSP = (
     "frame-ancestors 'none'"
 )
 FORM_TYPE = "application/x-www-form-urlencoded"
-
-
-@dataclass(frozen=True)
-class DeskParts:
-    """What the desk uses of the running server."""
-
-    store: CoalescingTaskStore
-    handler: GuardedRequestHandler
-    desk: Desk
-    sessions: BrowserSessions
-    secret: bytes
-    workspace: str
 
 
 class Refused(Exception):
@@ -426,3 +412,10 @@ async def _wait_any(first: asyncio.Event, second: asyncio.Event, seconds: float)
     finally:
         for waiting in waits:
             waiting.cancel()
+
+
+def desk_app(parts: DeskParts) -> Quart:
+    """The desk as a Quart app of its own (mounted lazily, see `LazyDesk`)."""
+    app = Quart("tailagent")
+    app.register_blueprint(blueprint(parts))
+    return app

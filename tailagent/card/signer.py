@@ -1,0 +1,58 @@
+"""Signs the agent card in a process of its own.
+
+Signing needs the private key and the libraries that use it (`cryptography` and
+PyJWT, ~9 MiB of a server's memory). A server signs its card at start and after a
+key rotation, and nothing else at rest needs them, so the signing runs here, in a
+short-lived child the server starts (`sign_cards`): the server holds neither the
+libraries nor the private key (push deliveries, which sign each notification, load
+them in the server when the first one is sent).
+
+The child reads one JSON request on stdin, `{"state_dir", "jku", "cards": [card as
+protobuf JSON]}`, makes the first key if there is none, and writes `{"cards": [the
+signed cards, as served], "jwks": {...}}` on stdout; on failure, one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from a2a.types.a2a_pb2 import AgentCard
+from a2a.utils.signing import create_agent_card_signer
+from google.protobuf.json_format import ParseDict
+
+from tailagent.card.builder import card_json
+from tailagent.card.keys import KeyStore, SigningKey
+
+
+def sign(card: AgentCard, key: SigningKey, jku: str) -> AgentCard:
+    signer = create_agent_card_signer(
+        key.key,  # type: ignore[arg-type]  # PyJWT takes cryptography keys as well
+        {"alg": key.alg, "kid": key.kid, "typ": "JOSE", "jku": jku},
+    )
+    return signer(card)
+
+
+def answer(request: dict[str, Any]) -> dict[str, Any]:
+    keys = KeyStore(Path(request["state_dir"]))
+    key = keys.ensure()
+    cards = [ParseDict(card, AgentCard()) for card in request["cards"]]
+    return {
+        "cards": [card_json(sign(card, key, request["jku"])) for card in cards],
+        "jwks": keys.jwks(),
+    }
+
+
+def main() -> None:
+    try:
+        reply = answer(json.load(sys.stdin))
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    json.dump(reply, sys.stdout, ensure_ascii=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+"""What the desk uses of the running server, handed over when the page is mounted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tailagent.access.browser import BrowserSessions
+from tailagent.bridge.handler import GuardedRequestHandler
+from tailagent.bridge.store import CoalescingTaskStore
+from tailagent.web.live import Desk
+
+
+@dataclass(frozen=True)
+class DeskParts:
+    store: CoalescingTaskStore
+    handler: GuardedRequestHandler
+    desk: Desk
+    sessions: BrowserSessions
+    secret: bytes
+    workspace: str
