@@ -18,7 +18,6 @@ import contextlib
 import json
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,18 +52,17 @@ from tailagent.agents.events import (
 from tailagent.bridge import attachments, tck
 from tailagent.bridge.answers import (
     DEFAULT_VIA,
-    AlreadyAnswered,
     Answerer,
     AnswerError,
     AnswerRecord,
     Reply,
     decision_text,
     deny_message,
-    first_answer_text,
     parse_answer,
     record_of,
 )
 from tailagent.bridge.audit import AuditEntry, AuditLog, summarize
+from tailagent.bridge.claims import Claims, claim_of
 from tailagent.bridge.conversations import (
     Conversations,
     Shared,
@@ -87,10 +85,6 @@ DRAIN_TIMEOUT = 10.0
 # The call-context state key naming the channel a request came through ("web" from
 # the web page); absent means A2A.
 VIA_KEY = "via"
-CLAIM_KEY = "tailagent.claim"
-# Answered prompts remembered to refuse late answers: enough for every prompt a
-# person could still be looking at, bounded so a long-running server stays small.
-ANSWERED_LIMIT = 4096
 
 
 @dataclass
@@ -123,28 +117,9 @@ async def _no_events() -> AsyncIterator[AgentEvent]:
     yield
 
 
-@dataclass(eq=False)
-class Claim:
-    """One answer's hold on a task's pending prompt, from its admission until it is
-    applied (`record` set) or given back; while it holds, other answers are refused."""
-
-    task_id: str
-    request_id: str
-    answerer: Answerer
-    record: AnswerRecord | None = None
-
-    def refusal(self) -> str:
-        return first_answer_text(self.task_id, self.request_id, self.record or self.answerer)
-
-
 def via_of(context: ServerCallContext | None) -> str:
     via = context.state.get(VIA_KEY) if context is not None else None
     return via if isinstance(via, str) and via else DEFAULT_VIA
-
-
-def claim_of(context: ServerCallContext | None) -> Claim | None:
-    claim = context.state.get(CLAIM_KEY) if context is not None else None
-    return claim if isinstance(claim, Claim) else None
 
 
 def answerer_of(context: ServerCallContext | None) -> Answerer:
@@ -236,10 +211,7 @@ class BridgeExecutor(AgentExecutor):
         self._audit = audit
         self._max_denials = max_permission_denials
         self._runtimes: dict[str, TaskRuntime] = {}
-        self._answered: OrderedDict[tuple[str, str], AnswerRecord] = OrderedDict()
-        # task id -> the latest claim on its prompt; kept once applied, until the task
-        # parks on another prompt or its turn ends (see `claim`).
-        self._claims: dict[str, Claim] = {}
+        self._claims = Claims()
         # Tasks a previous run left waiting for an answer, taken back at start.
         self._waiting: dict[str, Waiting] = {}
 
@@ -260,7 +232,7 @@ class BridgeExecutor(AgentExecutor):
 
     def answered(self, task_id: str, request_id: str) -> AnswerRecord | None:
         """Who answered this prompt on this server, what, when and through which channel."""
-        return self._answered.get((task_id, request_id))
+        return self._claims.answered(task_id, request_id)
 
     def claim(self, task_id: str, context: ServerCallContext) -> None:
         """Holds the task's pending prompt for the answer this request carries.
@@ -274,33 +246,13 @@ class BridgeExecutor(AgentExecutor):
         if task_id not in self._runtimes and task_id not in self._waiting:
             return
         prompt = self.pending(task_id)
-        held = self._claims.get(task_id)
-        if held is not None and (held.record is None or prompt is None):
-            raise AlreadyAnswered(held.refusal())
-        if prompt is not None:
-            claim = Claim(task_id, prompt.request_id, answerer_of(context))
-            self._claims[task_id] = claim
-            context.state[CLAIM_KEY] = claim
+        request_id = prompt.request_id if prompt is not None else None
+        self._claims.take(task_id, request_id, answerer_of(context), context)
 
     def release(self, context: ServerCallContext) -> None:
         """Gives back the prompt this request claimed, if its answer was not applied
         (the request failed first): the prompt is answerable again."""
-        claim = claim_of(context)
-        if claim is not None and claim.record is None and self._holds(claim):
-            del self._claims[claim.task_id]
-
-    def _holds(self, claim: Claim) -> bool:
-        return self._claims.get(claim.task_id) is claim
-
-    def _settle(self, task_id: str, claim: Claim | None, record: AnswerRecord) -> None:
-        """Remembers an applied answer: the task's claim now names it, and so does the
-        bounded record that refuses late answers naming the prompt."""
-        held = claim or Claim(task_id, record.request_id, record.answerer)
-        held.record = record
-        self._claims[task_id] = held
-        self._answered[(task_id, record.request_id)] = record
-        while len(self._answered) > ANSWERED_LIMIT:
-            self._answered.popitem(last=False)
+        self._claims.give_back(context)
 
     async def _record(
         self,
@@ -342,7 +294,7 @@ class BridgeExecutor(AgentExecutor):
         updater = TaskUpdater(event_queue, task_id, context_id)
         runtime = self._runtimes.get(task_id)
         claim = claim_of(context.call_context)
-        if claim is not None and not self._holds(claim):
+        if claim is not None and not self._claims.holds(claim):
             # Given back (its request failed before this ran) or its turn ended: the
             # prompt is gone or another answer's by now, so this one applies nowhere.
             return
@@ -432,7 +384,7 @@ class BridgeExecutor(AgentExecutor):
                 await self._pool.release(context_id, task_id)
                 why = f"{self._backend.name} cannot load its earlier session"
         if why:
-            self._claims.pop(task_id, None)
+            self._claims.drop(task_id)
             await publisher.fail(
                 updater,
                 "The server restarted while this task waited for an answer, and the agent's "
@@ -482,7 +434,7 @@ class BridgeExecutor(AgentExecutor):
             await runtime.publisher.ask(updater, pending, note=str(exc))
             return False
         record = record_of(pending, parsed, claim.answerer if claim else answerer_of(call))
-        self._settle(runtime.task_id, claim, record)
+        self._claims.settle(runtime.task_id, claim, record)
         runtime.pending = None
         await runtime.publisher.status(
             updater,
@@ -641,7 +593,7 @@ class BridgeExecutor(AgentExecutor):
         return True
 
     async def _end(self, runtime: TaskRuntime) -> None:
-        self._claims.pop(runtime.task_id, None)
+        self._claims.drop(runtime.task_id)
         if self._runtimes.pop(runtime.task_id, None) is not None:
             TURN_SECONDS.observe(time.monotonic() - runtime.started)
         await self._pool.release(runtime.context_id, runtime.task_id)
