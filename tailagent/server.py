@@ -112,78 +112,86 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     )  # fmt: skip
     # Signed in a child process, on the other core while the rest is set up.
     signing = asyncio.create_task(publisher.refresh(), name="card-signing")
-    push_targets = PushTargets(presence.localapi, settings.push.allowed_hosts)
-    signer = PushSigner(settings.state_dir, settings.advertised_url)
-    push = PushDispatcher(sdk, push_targets, signer, settings.push, presence.tailnet_proxy)
-    desk = Desk(lambda task_id: storage.tasks.with_owner(task_id))
-    storage = await open_storage(settings, database, sdk, push.task_changed, desk.saved)
-    for task in storage.closed:
-        push.watch(task.id)  # a push config may wait for this last state
-        push.task_changed(task)
-    pool = SessionPool(
-        backend, storage.session_map, idle_timeout=settings.agent_process.idle_timeout
-    )
-    AGENT_PROCESSES.set_function(lambda: pool.live)
-    denials = settings.max_permission_denials
-    if settings.agent == "claude" and settings.claude.max_permission_denials:
-        denials = settings.claude.max_permission_denials
-    pruned = []
-    if isolated is not None:
-        pruned = await isolated.worktrees.prune(await storage.contexts())
-    await backend.start()  # after the pruning: a spare agent may start in a worktree
-    if isinstance(conversations, Isolated):
-        conversations.start()
-        log.info(
-            "isolation: each conversation in a git worktree and branch of its own, from %s "
-            "(merged back only on request: tailagent merge CONTEXT)%s",
-            settings.cwd,
-            f"; pruned {len(pruned)} left by conversations that no longer exist" if pruned else "",
+    try:
+        push_targets = PushTargets(presence.localapi, settings.push.allowed_hosts)
+        signer = PushSigner(settings.state_dir, settings.advertised_url)
+        push = PushDispatcher(sdk, push_targets, signer, settings.push, presence.tailnet_proxy)
+        desk = Desk(lambda task_id: storage.tasks.with_owner(task_id))
+        storage = await open_storage(settings, database, sdk, push.task_changed, desk.saved)
+        for task in storage.closed:
+            push.watch(task.id)  # a push config may wait for this last state
+            push.task_changed(task)
+        pool = SessionPool(
+            backend, storage.session_map, idle_timeout=settings.agent_process.idle_timeout
         )
-    else:
-        log.info("isolation: shared, every conversation works in %s (%s)", settings.cwd,
-                 conversations.why)  # fmt: skip
-    executor = BridgeExecutor(
-        backend,
-        pool,
-        storage.audit,
-        conversations=conversations,
-        max_permission_denials=denials,
-        rules=settings.rules,
-        workspace=settings.cwd,
-        attachment_settings=settings.attachments,
-    )
-    executor.restore([task for task, _ in storage.waiting])
-    for task, owner in storage.waiting:
-        desk.saved(task, owner)  # the page's "waiting for you" knows them again
-    card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
-    # The extended card lists the 0.3 interfaces too: a 0.3 client's request for it
-    # is answered through a conversion that needs one.
-    extended = build_card(backend, settings.advertised_url, settings.name, legacy=True)
-    handler = GuardedRequestHandler(
-        executor, storage.tasks, card, extended, pool=pool, push_configs=push.configs,
-        push_targets=push_targets, signals=storage.signals, rules=settings.rules,
-        attachment_limits=settings.attachments,
-        max_concurrent_turns=settings.agent_process.max_concurrent_turns,
-        conversations=conversations,
-    )  # fmt: skip
-    await signing
-    app = build_app(settings, presence, handler, storage.tasks, desk, publisher)
-
-    async def start_pushing(task_id: str, _owner: str) -> None:
-        push.watch(task_id)
-
-    # Only another server sharing the store sends signals: alone, nothing to poll for.
-    signal_watch = None
-    if settings.store is not None:
-        signal_watch = asyncio.create_task(
-            storage.signals.watch(
-                storage.tasks.held, {CANCEL: handler.cancel_for_peer, PUSH: start_pushing}
-            ),
-            name="task-signals",
+        AGENT_PROCESSES.set_function(lambda: pool.live)
+        denials = settings.max_permission_denials
+        if settings.agent == "claude" and settings.claude.max_permission_denials:
+            denials = settings.claude.max_permission_denials
+        pruned = []
+        if isolated is not None:
+            pruned = await isolated.worktrees.prune(await storage.contexts())
+        await backend.start()  # after the pruning: a spare agent may start in a worktree
+        if isinstance(conversations, Isolated):
+            conversations.start()
+            log.info(
+                "isolation: each conversation in a git worktree and branch of its own, from %s "
+                "(merged back only on request: tailagent merge CONTEXT)%s",
+                settings.cwd,
+                f"; pruned {len(pruned)} left by conversations that no longer exist"
+                if pruned
+                else "",
+            )
+        else:
+            log.info("isolation: shared, every conversation works in %s (%s)", settings.cwd,
+                     conversations.why)  # fmt: skip
+        executor = BridgeExecutor(
+            backend,
+            pool,
+            storage.audit,
+            conversations=conversations,
+            max_permission_denials=denials,
+            rules=settings.rules,
+            workspace=settings.cwd,
+            attachment_settings=settings.attachments,
         )
-    return Service(
-        app, executor, handler, storage, pool, backend, push, signal_watch, conversations
-    )
+        executor.restore([task for task, _ in storage.waiting])
+        for task, owner in storage.waiting:
+            desk.saved(task, owner)  # the page's "waiting for you" knows them again
+        card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
+        # The extended card lists the 0.3 interfaces too: a 0.3 client's request for it
+        # is answered through a conversion that needs one.
+        extended = build_card(backend, settings.advertised_url, settings.name, legacy=True)
+        handler = GuardedRequestHandler(
+            executor, storage.tasks, card, extended, pool=pool, push_configs=push.configs,
+            push_targets=push_targets, signals=storage.signals, rules=settings.rules,
+            attachment_limits=settings.attachments,
+            max_concurrent_turns=settings.agent_process.max_concurrent_turns,
+            conversations=conversations,
+        )  # fmt: skip
+        await signing
+        app = build_app(settings, presence, handler, storage.tasks, desk, publisher)
+
+        async def start_pushing(task_id: str, _owner: str) -> None:
+            push.watch(task_id)
+
+        # Only another server sharing the store sends signals: alone, nothing to poll for.
+        signal_watch = None
+        if settings.store is not None:
+            signal_watch = asyncio.create_task(
+                storage.signals.watch(
+                    storage.tasks.held, {CANCEL: handler.cancel_for_peer, PUSH: start_pushing}
+                ),
+                name="task-signals",
+            )
+        return Service(
+            app, executor, handler, storage, pool, backend, push, signal_watch, conversations
+        )
+    except BaseException:
+        # A start that fails leaves no signer behind (it would wait on its stdin).
+        signing.cancel()
+        await asyncio.gather(signing, return_exceptions=True)
+        raise
 
 
 async def next_steps(settings: Settings, presence: Presence, where: str) -> list[str]:

@@ -10,6 +10,7 @@ the signing libraries out of the server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import sys
@@ -62,7 +63,13 @@ async def sign_cards(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await child.communicate(request.encode())
+    try:
+        out, err = await child.communicate(request.encode())
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            child.kill()
+        await child.wait()
+        raise
     if child.returncode != 0:
         lines = err.decode(errors="replace").strip().splitlines() or [f"exit {child.returncode}"]
         raise CardSigningFailed(f"cannot sign the agent card: {lines[-1]}")
