@@ -3,7 +3,8 @@
 Both servers run the offline echo agent on loopback, one after the other, on this machine.
 For each server it measures:
   - the server process's resident memory (VmRSS) when idle after start;
-  - N sequential SendMessage calls over one keep-alive connection (median), and the ratio;
+  - N sequential SendMessage calls over one keep-alive connection (median), and the ratio,
+    with both servers up and called in alternating blocks (see side_by_side);
   - for each concurrency C: C SendStreamingMessage streams started together, each on its own
     connection and read to its end: errors (count and the first distinct texts), per-stream
     timeouts, wall time, time to first and to last event (p50, p95), and VmRSS before the
@@ -208,19 +209,40 @@ def start_tailagent(tmp: Path, agent: list[str] | None = None) -> Server:
 # --- load ------------------------------------------------------------------------------
 
 
-async def sequential(server: Server, n: int) -> float:
+async def sequential(server: Server, n: int, warm_up: int = 20) -> list[float]:
+    """The times of n SendMessage calls one after another, after `warm_up` untimed."""
     times = []
     async with httpx.AsyncClient(headers=server.headers, timeout=30) as http:
-        for i in range(20 + n):
+        for i in range(warm_up + n):
             start = time.perf_counter()
             response = await http.post(server.url, json=rpc("SendMessage", "hello"))
             elapsed = time.perf_counter() - start
             state = response.json()["result"]["task"]["status"]["state"]
             if state != "TASK_STATE_COMPLETED":
                 raise StreamFailed(f"SendMessage ended in {state}")
-            if i >= 20:  # the first 20 warm up
+            if i >= warm_up:
                 times.append(elapsed)
-    return statistics.median(times)
+    return times
+
+
+async def side_by_side(requests: int, blocks: int) -> tuple[list[float], list[float]]:
+    """SendMessage times of a2acode and tailagent, both serving at once and called in
+    turns, a block each, the first of a pair alternating: this machine's speed drifts
+    by tens of percent within a minute, and servers measured one after the other
+    would carry that drift into their ratio."""
+    per_block = max(1, requests // blocks)
+    with tempfile.TemporaryDirectory() as tmp:
+        servers = [start_a2acode(Path(tmp)), start_tailagent(Path(tmp))]
+        try:
+            await asyncio.sleep(1.0)
+            times: list[list[float]] = [[], []]
+            for block in range(blocks):
+                for i in (0, 1) if block % 2 == 0 else (1, 0):
+                    times[i] += await sequential(servers[i], per_block, warm_up=5)
+        finally:
+            for server in servers:
+                server.stop()
+    return times[0], times[1]
 
 
 @dataclass
@@ -376,10 +398,6 @@ async def measure(name: str, start: Callable[[Path], Server], args: argparse.Nam
         try:
             await asyncio.sleep(1.0)
             result.rss_start = rss_mib(server.pid)
-            try:
-                result.send_median = await sequential(server, args.requests)
-            except (httpx.HTTPError, StreamFailed, KeyError, ValueError) as exc:
-                result.send_error = f"{type(exc).__name__}: {exc}"
             for c in args.streams:
                 print(f"  {name}: {c} streams ...", file=sys.stderr, flush=True)
                 result.bursts.append(await burst(server, c))
@@ -407,7 +425,7 @@ def table(results: list[Result], streams: list[int], requests: int) -> list[str]
     rows: list[tuple[str, list[str]]] = [
         ("idle RSS after start", [mib(r.rss_start) for r in results]),
         (
-            f"SendMessage median (x{requests} seq)",
+            f"SendMessage median (x{requests} seq, side by side)",
             [
                 f"{r.send_median * 1000:.2f} ms" if r.send_median else f"failed: {r.send_error}"
                 for r in results
@@ -474,6 +492,9 @@ async def main() -> int:
     parser.add_argument("--streams", type=parse_streams, default=[100, 1000])
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument(
+        "--blocks", type=int, default=6, help="turns each server takes of the sequential calls"
+    )
+    parser.add_argument(
         "--chunks", type=int, default=2000, help="text chunks in one streamed turn (0: skip)"
     )
     parser.add_argument("--chunk-turns", type=int, default=5)
@@ -483,6 +504,13 @@ async def main() -> int:
         await measure("a2acode", start_a2acode, args),
         await measure("tailagent", start_tailagent, args),
     ]
+    print("  both: SendMessage side by side ...", file=sys.stderr, flush=True)
+    try:
+        sent = await side_by_side(args.requests, args.blocks)
+        for result, times in zip(results, sent, strict=True):
+            result.send_median = statistics.median(times)
+    except (httpx.HTTPError, StreamFailed, KeyError, ValueError) as exc:
+        results[1].send_error = f"{type(exc).__name__}: {exc}"
     chunked = []
     if args.chunks:
         for name, start in (("a2acode", start_a2acode), ("tailagent", start_tailagent)):
