@@ -62,9 +62,13 @@ class Database(ABC):
     def json_text(self, column: str, key: str) -> str:
         """SQL for the text at `key` of a JSON column (None where it is missing)."""
 
-    @abstractmethod
     async def check(self) -> None:
-        """Raises StoreUnavailable with one line if the store cannot be reached."""
+        """Raises StoreUnavailable with one line if the store cannot be reached, so a
+        wrong URL or a database that is down stops the start rather than a request."""
+        try:
+            await self.fetch("SELECT 1")
+        except self.errors as exc:
+            raise StoreUnavailable(f"cannot open the store {redacted(self.url)}: {exc}") from None
 
     @abstractmethod
     async def aclose(self) -> None: ...
@@ -98,12 +102,6 @@ class SqliteDatabase(Database):
 
     def json_text(self, column: str, key: str) -> str:
         return f"json_extract({column}, '$.{key}')"
-
-    async def check(self) -> None:
-        try:
-            await self.fetch("SELECT 1")
-        except self.errors as exc:
-            raise StoreUnavailable(f"cannot open the store {self.path}: {exc}") from None
 
     async def aclose(self) -> None:
         self._db.close()

@@ -13,7 +13,7 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from tailagent.bridge.database import Database, Params, StoreUnavailable, redacted, sqlite_path
+from tailagent.bridge.database import Database, Params, sqlite_path
 
 
 def open_engine(url: str) -> AsyncEngine:
@@ -53,12 +53,6 @@ class EngineDatabase(Database):
 
     def json_text(self, column: str, key: str) -> str:
         return f"({column} ->> '{key}')"
-
-    async def check(self) -> None:
-        try:
-            await self.fetch("SELECT 1")
-        except self.errors as exc:
-            raise StoreUnavailable(f"cannot open the store {redacted(self.url)}: {exc}") from None
 
     async def aclose(self) -> None:
         await self.engine.dispose()
