@@ -250,3 +250,19 @@ def test_peers_lists_the_signed_agents_of_the_tailnet(
         assert "127.0.0.1" in table.stdout and "valid (key from jku" in table.stdout
     finally:
         fake.stop()
+
+
+def test_a_damaged_key_file_stops_the_start_saying_what_to_do(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / KEYS_FILE).write_text("not json")
+    done = subprocess.run(
+        [sys.executable, "-m", "tailagent", "serve", "--state-dir", str(state),
+         "--listen", "127.0.0.1:0", "--agent", "echo"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"tailagent: cannot sign the agent card: {state / KEYS_FILE} is not")
+    assert "remove it to have a new key made" in last
+    assert (state / KEYS_FILE).read_text() == "not json"  # nothing of it is lost

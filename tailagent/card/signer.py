@@ -37,7 +37,14 @@ def sign(card: AgentCard, key: SigningKey, jku: str) -> AgentCard:
 
 def answer(request: dict[str, Any]) -> dict[str, Any]:
     keys = KeyStore(Path(request["state_dir"]))
-    key = keys.ensure()
+    try:
+        key = keys.ensure()
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{keys.path} is not a signing key file ({type(exc).__name__}: {exc}); restore "
+            "it, or remove it to have a new key made (clients that pinned the old one "
+            "must pin again)"
+        ) from None
     cards = [ParseDict(card, AgentCard()) for card in request["cards"]]
     return {
         "cards": [card_json(sign(card, key, request["jku"])) for card in cards],
@@ -48,7 +55,10 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     try:
         reply = answer(json.load(sys.stdin))
-    except (OSError, ValueError, KeyError) as exc:
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(1) from None
+    except (OSError, KeyError) as exc:
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
     json.dump(reply, sys.stdout, ensure_ascii=False)
