@@ -64,6 +64,7 @@ from tailagent.bridge.conversations import (
     requested_operation,
 )
 from tailagent.bridge.executor import BridgeExecutor, reply_of
+from tailagent.bridge.parked import waiting_of
 from tailagent.bridge.publish import data_part, text_part
 from tailagent.bridge.remote import CANCEL, CONFIRM_TIMEOUT, POLL_INTERVAL, PUSH, TaskSignals
 from tailagent.bridge.sessions import ContextBusy, SessionPool
@@ -278,15 +279,9 @@ class GuardedRequestHandler(DefaultRequestHandler):
         the task shows. Named in the message, it is refused once another answer took
         that prompt (the stored task may still show it a moment after the turn moved
         on), rather than applied to what came next or taken for a new prompt."""
-        if stored.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
-            return
-        if reply_request_id(reply_of(message)):
-            return
-        for part in stored.status.message.parts:
-            asked = MessageToDict(part.data).get("requestId") if part.HasField("data") else None
-            if isinstance(asked, str):
-                message.metadata.update({"requestId": asked})
-                return
+        waiting = waiting_of(stored)
+        if waiting is not None and not reply_request_id(reply_of(message)):
+            message.metadata.update({"requestId": waiting.prompt.request_id})
 
     def _refuse_second_answer(self, message: Message) -> None:
         """An answer naming a prompt this server saw answered is refused, naming who
