@@ -2,6 +2,7 @@
 
 import sys
 
+from tailagent.sdk_queues import use_asyncio_queues
 from tailagent.sdk_sql import defer_sql_modules
 
 __version__ = "0.1.0"
@@ -13,3 +14,4 @@ __version__ = "0.1.0"
 sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 defer_sql_modules()
+use_asyncio_queues()

@@ -48,6 +48,8 @@ def test_what_loads_is_what_a_request_needs(tmp_path: Path) -> None:
     server = start_server(tmp_path)
     try:
         pid = server.process.pid
+        # uvloop is imported only to run the server's loop (cli._serve).
+        assert "/site-packages/uvloop/" in Path(f"/proc/{pid}/maps").read_text()
         headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {server.token}"}
         with httpx.Client(base_url=server.url, headers=headers, timeout=30) as http:
             card = http.get("/.well-known/agent-card.json").json()

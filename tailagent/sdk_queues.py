@@ -1,0 +1,36 @@
+"""a2a-sdk's event queues on asyncio's Queue, before Python 3.13 too.
+
+a2a-sdk moves every event of a task through queues it makes in one place
+(`a2a.utils._async_queue_compat`): on Python 3.13 and later they are asyncio's
+`Queue`, whose `shutdown` they need; before 3.13 they are culsans queues, which are
+also safe across threads and built on aiologic's primitives. The SDK uses them from
+the event loop only, so that safety buys nothing here, and on the quick SendMessage
+path culsans and aiologic were ~16 % of the server's busy samples (py-spy,
+docs/measured.md). `use_asyncio_queues`, called before a2a-sdk is imported, puts in
+that module's place one that makes the queues 3.13 makes, from the backport of its
+`Queue` (`backports.asyncio.queues`), so culsans and aiologic are never imported.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+
+COMPAT_MODULE = "a2a.utils._async_queue_compat"
+
+
+def use_asyncio_queues() -> None:
+    """Before a2a-sdk is imported: its queues become asyncio's, as on Python 3.13."""
+    if sys.version_info >= (3, 13) or COMPAT_MODULE in sys.modules:
+        return  # 3.13's own, or too late: the SDK's modules hold the old names
+    from backports.asyncio.queues import Queue, QueueShutDown
+
+    def create_async_queue(maxsize: int = 0) -> Queue[object]:
+        return Queue(maxsize=maxsize)
+
+    compat = ModuleType(COMPAT_MODULE, __doc__)
+    compat.AsyncQueue = Queue  # type: ignore[attr-defined]
+    compat.QueueShutDown = QueueShutDown  # type: ignore[attr-defined]
+    compat.create_async_queue = create_async_queue  # type: ignore[attr-defined]
+    compat.__all__ = ["AsyncQueue", "QueueShutDown", "create_async_queue"]  # type: ignore[attr-defined]
+    sys.modules[COMPAT_MODULE] = compat
