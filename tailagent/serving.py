@@ -27,9 +27,9 @@ import socket
 
 import h11
 from hypercorn.asyncio.tcp_server import TCPServer
+from hypercorn.config import Config
 from hypercorn.events import RawData
 from hypercorn.protocol.h11 import H11Protocol, H11SendableEvent
-from hypercorn.config import Config
 
 from tailagent.listener import LISTEN_BACKLOG
 

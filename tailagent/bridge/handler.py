@@ -25,6 +25,7 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from a2a.helpers import new_task_from_user_message
 from a2a.server.agent_execution import SimpleRequestContextBuilder
 from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
@@ -389,12 +390,34 @@ class GuardedRequestHandler(DefaultRequestHandler):
             yield await self._operate(operation, params, context)
             return
         stored = await self._admit(params, context)
+        # A waiting task whose caller leaves still runs, as any task does; a stop leaves
+        # it submitted, and the next start closes it as any unfinished task.
+        waiting: Task | None = None
         try:
+            if stored is None and not params.message.task_id and self._gate.full():
+                waiting = stored = await self._submit(params.message, context)
             if stored is not None:
                 yield stored
             async with self._gate.turn():
+                if waiting is not None:
+                    now = await self._store.get(waiting.id, context)
+                    if now is not None and now.status.state in ENDED_STATES:
+                        yield now  # canceled while it waited
+                        return
                 async for event in super().on_message_send_stream(params, context):
                     yield event
         except BaseException:
             self._executor.release(context)  # an answer that did not apply frees its prompt
             raise
+
+    async def _submit(self, message: Message, context: ServerCallContext) -> Task:
+        """The task of a stream that must wait for its place, made and stored now so
+        the caller sees it at once, submitted, instead of nothing until a place frees.
+        The message then names it, and the SDK takes it up as it would a follow-up
+        (the message is in its history already, so the SDK does not add it again)."""
+        task = new_task_from_user_message(message)
+        task.id = self._store.minted.generate()
+        task.context_id = message.context_id or self._pool.minted_contexts.generate()
+        message.task_id, message.context_id = task.id, task.context_id
+        await self._store.save(task, context)
+        return task

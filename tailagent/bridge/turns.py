@@ -5,7 +5,8 @@ snapshots, the response being written), whatever its agent: 1,000 echo turns
 started together peaked at ~160 MiB above idle, and glibc kept most of it after.
 Letting `agent.max_concurrent_turns` run and the rest wait their turn (nothing is refused, nothing
 times out here) bounded that to ~30 MiB, and every stream ended sooner, since the
-CPU no longer shares itself among all of them. A streamed turn holds its place
+CPU no longer shares itself among all of them. A stream that has to wait is shown
+its task, submitted, before it waits (the handler makes it). A streamed turn holds its place
 until it ends or pauses for an answer; real agents are fewer anyway
 (`agent.max_processes`).
 """
@@ -22,6 +23,10 @@ from tailagent.metrics import TURNS_WAITING
 class TurnGate:
     def __init__(self, limit: int) -> None:
         self._slots = asyncio.Semaphore(limit)
+
+    def full(self) -> bool:
+        """Whether a send now would wait for its place."""
+        return self._slots.locked()
 
     @contextlib.asynccontextmanager
     async def turn(self) -> AsyncIterator[None]:
