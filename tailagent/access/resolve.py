@@ -119,6 +119,7 @@ class Resolver:
         self.localapi = localapi
         self._unix = unix_listener
         self._connections: dict[tuple[str, int], _Connection] = {}
+        self._owners: dict[tuple[str, int], tuple[Any, int | None]] = {}
         # Whose sockets may carry tailscale serve's X-Forwarded-For: root's and
         # tailscaled's; nobody's when no tailscaled serves this box (an embedded node).
         self._trusted_uids: set[int] = set()
@@ -245,6 +246,20 @@ class Resolver:
             return cached
         return None
 
+    def _owner(self, client: Any, server: Any) -> int | None:
+        """Whose this very connection is, asked of the kernel once per connection: a
+        connection whose whois failed (no tailscaled) is not kept, and its next request
+        asks whois again, but its owner cannot have changed."""
+        key = (client[0], client[1])
+        kept = self._owners.get(key)
+        if kept is not None and kept[0] is client:
+            return kept[1]
+        uid = connection_owner(key, (server[0], server[1]))
+        self._owners[key] = (client, uid)
+        if len(self._owners) > 4096:
+            self._owners = dict(list(self._owners.items())[2048:])
+        return uid
+
     async def _connection(self, client: Any, server: Any) -> _Connection:
         if (cached := self._known(client)) is not None:
             return cached
@@ -252,7 +267,7 @@ class Resolver:
         now = time.monotonic()
         # The owner first (the kernel answers in microseconds): only a forwarder's
         # connection can be a tailnet peer, so only it is worth a whois.
-        uid = connection_owner((client[0], client[1]), (server[0], server[1]))
+        uid = self._owner(client, server)
         peer = None
         if (uid is None or uid in self._forwarder_uids) and not (await self.current_self()).tun:
             peer = await self.localapi.whois(_addr_port(client[0], client[1]), "tcp")
