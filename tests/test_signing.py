@@ -258,7 +258,7 @@ def test_a_damaged_key_file_stops_the_start_saying_what_to_do(tmp_path: Path) ->
     (state / KEYS_FILE).write_text("not json")
     done = subprocess.run(
         [sys.executable, "-m", "tailagent", "serve", "--state-dir", str(state),
-         "--listen", "127.0.0.1:0", "--agent", "echo"],
+         "--listen", "127.0.0.1:0", "--agent", "echo", "--cwd", str(tmp_path)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode != 0
