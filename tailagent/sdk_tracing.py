@@ -42,6 +42,8 @@ def untraced_unless_enabled() -> bool:
 
     if telemetry.otel_installed and telemetry.otel_enabled:
         return False
+    if telemetry.trace_function is _unchanged_function:
+        return True  # done before
     already = sorted(
         name for name, module in sys.modules.items() if module and name.startswith(DECORATING)
     )
