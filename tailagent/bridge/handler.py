@@ -50,6 +50,8 @@ from a2a.utils.errors import (
     TaskNotCancelableError,
     UnsupportedOperationError,
 )
+from a2a.utils.proto_utils import validate_proto_required_fields
+from a2a.utils.task import apply_history_length, validate_history_length
 from google.protobuf.json_format import MessageToDict
 
 from tailagent.access.identity import OwnerUser, caller_of
@@ -67,6 +69,7 @@ from tailagent.bridge.conversations import (
 from tailagent.bridge.executor import BridgeExecutor, reply_of
 from tailagent.bridge.parked import waiting_of
 from tailagent.bridge.publish import data_part, text_part
+from tailagent.bridge.quick import QuickTurns
 from tailagent.bridge.remote import CANCEL, CONFIRM_TIMEOUT, POLL_INTERVAL, PUSH, TaskSignals
 from tailagent.bridge.sessions import ContextBusy, SessionPool
 from tailagent.bridge.state import UNSEEN_UNTIL_SETTLED
@@ -136,6 +139,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
         self._store = store
         self._pool = pool
         self._executor = executor
+        self._quick = QuickTurns(executor, store)
         self._rules = rules
 
     async def _admit(self, params: SendMessageRequest, context: ServerCallContext) -> Task | None:
@@ -222,6 +226,8 @@ class GuardedRequestHandler(DefaultRequestHandler):
             raise TaskNotCancelableError(
                 message=f"Task {params.id} has already {ended(stored)}: nothing to cancel."
             )
+        if stored is not None and (quick := await self._quick.cancel(params.id, context)):
+            return quick
         elsewhere = self._store.runs_elsewhere(stored) if stored is not None else None
         if elsewhere is None:
             return await super().on_cancel_task(params, context)
@@ -357,18 +363,37 @@ class GuardedRequestHandler(DefaultRequestHandler):
             return await self._operate(operation, params, context)
         await self._admit(params, context)
         config = params.configuration
-        if not (
+        unseen = not (
             self._store.shared
             or config.return_immediately
             or config.HasField("task_push_notification_config")
-        ):
+        )
+        if unseen:
             context.state[UNSEEN_UNTIL_SETTLED] = True
         try:
+            if unseen and not params.message.task_id and self._executor.turns_into_task(params):
+                return await self._quick_send(params, context)
             async with self._gate.turn():
                 return await super().on_message_send(params, context)
         except BaseException:
             self._executor.release(context)  # an answer that did not apply frees its prompt
             raise
+
+    async def _quick_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task:
+        """A new task nobody sees before it ends or waits, run by bridge/quick.py after
+        the checks the SDK's path makes."""
+        validate_proto_required_fields(params)
+        validate_history_length(params.configuration)
+        request = await self._request_context_builder.build(
+            params=params,
+            task_id=None,
+            context_id=params.message.context_id or None,
+            task=None,
+            context=context,
+        )
+        async with self._gate.turn():
+            task = await self._quick.send(request, context)
+        return apply_history_length(task, params.configuration)
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
