@@ -21,9 +21,9 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
 from a2a.server.events import Event, EventQueue
 from a2a.server.tasks import TaskManager, TaskStore
-from a2a.types.a2a_pb2 import Message, Role, Task, TaskState
+from a2a.types.a2a_pb2 import Task
 
-from tailagent.bridge.publish import text_part
+from tailagent.bridge.state import mark_failed
 from tailagent.task_states import ENDED_STATES
 
 log = logging.getLogger(__name__)
@@ -95,14 +95,5 @@ class QuickTurns:
         task = await manager.get_task()
         if task is None or task.status.state in ENDED_STATES:
             return
-        task.status.state = TaskState.TASK_STATE_FAILED
-        task.status.message.CopyFrom(
-            Message(
-                message_id=f"failed-{task.id}",
-                role=Role.ROLE_AGENT,
-                task_id=task.id,
-                context_id=task.context_id,
-                parts=[text_part(f"The turn failed: {type(exc).__name__}: {exc}")],
-            )
-        )
+        mark_failed(task, f"The turn failed: {type(exc).__name__}: {exc}", "turn_failed")
         await manager.process(task)
