@@ -1,35 +1,55 @@
-"""Running git, and saying in one line what went wrong.
+"""Running git so that no file it finds steers it into running a program, and saying in
+one line what went wrong.
 
-Every call is `git -C <repo> ...` as a subprocess (never through a shell: paths and
-branch names come from callers and conversations), with a fixed environment so the
-output is parseable (`LC_ALL=C`) and git never waits for a person who is not there
-(no terminal prompt, no pager, no editor). The caller's own git environment is
-scrubbed of what would point git at another repository (`GIT_DIR` and friends, as a
-hook sets them), and optional locks are off so that merely looking at a person's
-checkout (`git status`) never rewrites their index.
+An agent may write any file of its worktree without asking, `.git` included, and git
+takes its repository, and with it a config, from whatever `.git` names: a config whose
+`core.fsmonitor` or `core.hooksPath` is a command has git run it at the next `git status`.
+So git is never left to find the repository of a conversation: a `Repository` names its
+git dir and work tree outright (`GIT_DIR`, `GIT_WORK_TREE`), paths taken from git's own
+records (see worktrees.py). Only the person's own checkout is ever found from a directory
+(`git(path, ...)`: `probe`, and the first look at the workspace).
+
+Every call also carries settings (as `GIT_CONFIG_KEY_n`, which outrank every config file)
+under which git starts none of the programs a config may name: no fsmonitor, no
+transport (so no ssh command, remote helper or `ext::` command: tailagent's git never
+fetches), no git run inside a submodule (found from a `.git` the agent can write), and,
+unless the person lets them (`workspace.git_programs`), no hooks and none of the filter
+and merge drivers that a `.gitattributes` the agent writes could send its files through
+(`without_drivers`). Diffs are asked for with `--no-ext-diff --no-textconv` by callers.
+
+Every call is a subprocess (never a shell: paths and branch names come from callers),
+with a fixed environment so the output is parseable (`LC_ALL=C`) and git never waits for
+a person who is not there (no terminal prompt, no pager, no editor). Of the caller's
+`GIT_*` variables only those saying who the person is and where their config lives are
+kept (a hook that started tailagent leaves `GIT_DIR`, `GIT_INDEX_FILE` and `-c` settings
+behind), and optional locks are off so that merely looking at a person's checkout
+(`git status`) never rewrites their index.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 GIT_MISSING = "git is not installed (tailagent needs it for worktree isolation)"
 
-# What would make `git -C repo` act on some other repository or index than `repo`'s own
-# (git sets these for its hooks, so a tailagent started from a hook would inherit them).
-_REPO_LOCATING = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR",
-    "GIT_PREFIX",
-    "GIT_IMPLICIT_WORK_TREE",
-    "GIT_NAMESPACE",
+# The caller's GIT_* variables that are the person's own settings, not a parent git's
+# state: who commits, where their config is, where discovery of their checkout stops.
+_KEPT = frozenset(
+    {
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_CONFIG_SYSTEM",
+        "GIT_CONFIG_NOSYSTEM",
+        "GIT_CEILING_DIRECTORIES",
+        "GIT_EXEC_PATH",
+    }
 )
 
 _FIXED = {
@@ -48,6 +68,20 @@ _FIXED = {
     "SSH_ASKPASS": "",
 }
 
+Setting = tuple[str, str]
+
+# What no config may switch on for tailagent's git.
+NO_PROGRAMS: tuple[Setting, ...] = (
+    ("core.fsmonitor", "false"),  # a command (or a daemon) at every status: only speed
+    ("protocol.allow", "never"),  # every transport, and so every ssh or helper command
+    ("submodule.recurse", "false"),  # git in a submodule finds its own repository
+)
+# The hooks, unless the person lets them run: a directory that cannot hold any.
+NO_HOOKS: tuple[Setting, ...] = (("core.hooksPath", os.devnull),)
+
+# Configured filter and merge drivers: `<filter|merge>.<driver>.<key>`.
+_DRIVER_KEYS = r"^(filter|merge)\..+\.(clean|smudge|process|driver)$"
+
 
 @dataclass(frozen=True)
 class GitResult:
@@ -56,6 +90,21 @@ class GitResult:
     code: int
     out: str
     err: str
+
+
+@dataclass(frozen=True)
+class Repository:
+    """A repository named outright, as every call in a conversation's worktree names it:
+    the git dir and the work tree git is to use (it looks for neither), and the settings
+    each call carries."""
+
+    git_dir: Path
+    work_tree: Path
+    settings: tuple[Setting, ...] = NO_PROGRAMS + NO_HOOKS
+
+    def linked(self, git_dir: Path, work_tree: Path) -> Repository:
+        """Another worktree of this repository, under the same settings."""
+        return replace(self, git_dir=git_dir, work_tree=work_tree)
 
 
 class GitError(Exception):
@@ -71,9 +120,13 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _environment(extra: dict[str, str] | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCATING}
+def _environment(settings: tuple[Setting, ...], extra: dict[str, str] | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _KEPT}
     env.update(_FIXED)
+    env["GIT_CONFIG_COUNT"] = str(len(settings))
+    for n, (key, value) in enumerate(settings):
+        env[f"GIT_CONFIG_KEY_{n}"] = key
+        env[f"GIT_CONFIG_VALUE_{n}"] = value
     if extra:
         env.update(extra)
     return env
@@ -91,13 +144,14 @@ def _reason(err: str, out: str) -> str:
 
 
 async def git(
-    repo: Path,
+    at: Repository | Path,
     *args: str,
     env: dict[str, str] | None = None,
     ok: tuple[int, ...] = (0,),
     input: str | None = None,
 ) -> GitResult:
-    """Runs `git -C repo *args` and returns its result.
+    """Runs `git *args` in the repository `at` names (a directory: the one git finds from
+    there) and returns its result.
 
     An exit code outside `ok` raises GitError naming the subcommand and git's reason.
     `env` adds to (and overrides) the fixed environment; `input` is written to stdin
@@ -106,17 +160,23 @@ async def git(
     If the awaiting task is cancelled, git is still allowed to finish: a git killed
     half-way can leave a lock file or half an operation in a person's repository.
     """
+    if isinstance(at, Repository):
+        where = at.work_tree
+        settings = at.settings
+        env = {"GIT_DIR": str(at.git_dir), "GIT_WORK_TREE": str(at.work_tree)} | (env or {})
+    else:
+        where, settings = at, NO_PROGRAMS + NO_HOOKS
     try:
         process = await asyncio.create_subprocess_exec(
             "git",
             "--no-pager",
             "-C",
-            str(repo),
+            str(where),
             *args,
             stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env=_environment(env),
+            env=_environment(settings, env),
         )
     except FileNotFoundError:
         raise GitError(GIT_MISSING) from None
@@ -138,5 +198,27 @@ async def git(
     )
     if code not in ok:
         command = next((a for a in args if not a.startswith("-") and "=" not in a), "")
-        raise GitError(f"git {command} failed in {repo}: {_reason(result.err, result.out)}")
+        raise GitError(f"git {command} failed in {where}: {_reason(result.err, result.out)}")
     return result
+
+
+async def without_drivers(repo: Repository) -> Repository:
+    """`repo`, with every filter and merge driver its config defines switched off.
+
+    Which driver a file goes through is said by `.gitattributes`, a file the agent can
+    write: with the drivers on, it could send any file through any program the person's
+    config names (a clean filter at `git add` or `status`, a smudge filter at a checkout,
+    a merge driver in a rebase). A filter becomes none (the file is taken as it is); a
+    merge driver becomes `false`, a conflict left for a person. Read again for each
+    operation, so a driver the person adds meanwhile is off too.
+    """
+    found = await git(repo, "config", "--name-only", "--get-regexp", _DRIVER_KEYS, ok=(0, 1))
+    off: list[Setting] = []
+    for name in dict.fromkeys(found.out.splitlines()):
+        section, driver = re.sub(r"\.[a-z]+$", "", name).split(".", 1)
+        if section == "merge":
+            off.append((f"merge.{driver}.driver", "false"))
+        else:
+            off += [(f"filter.{driver}.{key}", "") for key in ("clean", "smudge", "process")]
+            off.append((f"filter.{driver}.required", "false"))
+    return replace(repo, settings=repo.settings + tuple(dict.fromkeys(off)))

@@ -11,6 +11,12 @@ never touched, whatever its name. Merging back never touches a person's work: th
 result is built in git's object store first (`git merge-tree`, `git commit-tree`), a
 checkout is only fast-forwarded when it is clean, and every refusal or conflict leaves
 the base branch, its working tree and its index as they were.
+
+The agent may write any file of its worktree, `.git` included. So git is always told
+which git dir a worktree has: the one git made for it, found from git's own record in the
+repository (`<common dir>/worktrees/<name>/gitdir` names the worktree), never from the
+worktree's `.git`. A `.git` that no longer names that git dir is reported
+(WorktreeTampered) and not followed; the turn's changes are not committed.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
@@ -33,7 +40,15 @@ from pathlib import Path
 from typing import Literal
 
 from tailagent.files import write_private
-from tailagent.workspace.git import GitError, GitResult, git, one_line
+from tailagent.workspace.git import (
+    NO_HOOKS,
+    NO_PROGRAMS,
+    GitError,
+    Repository,
+    git,
+    one_line,
+    without_drivers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +90,20 @@ class NoWorktree(GitError):
 class WorktreeDeleted(GitError):
     """The conversation's worktree directory was deleted by hand; its branch may still hold
     its commits. It is not recreated silently: the person decides (`tailagent discard`)."""
+
+
+class WorktreeTampered(GitError):
+    """The worktree's `.git` no longer names the git dir git made for it (the agent may
+    write it): git is not let follow it, and nothing is committed until it is put back or
+    the conversation discarded."""
+
+    def __init__(self, path: Path, git_dir: Path) -> None:
+        super().__init__(
+            f"the .git of the worktree {path} was changed: it no longer names {git_dir}, "
+            "the git dir git made for it, and tailagent's git does not follow it, so nothing "
+            f"there is committed or merged until a .git reading `gitdir: {git_dir}` is put "
+            "back (or the conversation is discarded)"
+        )
 
 
 class MergeRefused(GitError):
@@ -158,6 +187,46 @@ def _rebasing(common: Path, ref: str) -> Path | None:
     return None
 
 
+def _git_dir_of(common: Path, path: Path) -> Path | None:
+    """The git dir git made for the worktree at `path`: the entry of the repository's
+    `worktrees/` whose `gitdir` file names `path/.git` (usually the one named after it)."""
+    link = str(path.resolve() / ".git")
+    entries = common / "worktrees"
+    for entry in [entries / path.name, *sorted(entries.glob("*"))]:
+        try:
+            if (entry / "gitdir").read_text().strip() == link:
+                return entry
+        except OSError:
+            continue
+    return None
+
+
+def _links_to(path: Path, git_dir: Path) -> bool:
+    """Whether the worktree's `.git` is still the file git wrote: `gitdir: <git_dir>`."""
+    dot_git = path / ".git"
+    try:
+        if not stat.S_ISREG(os.lstat(dot_git).st_mode):
+            return False
+        text = dot_git.read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if not text.startswith("gitdir: "):
+        return False
+    named = path / text.removeprefix("gitdir: ").strip()
+    return os.path.normpath(named) == os.path.normpath(git_dir)
+
+
+def _relink(path: Path, git_dir: Path) -> None:
+    """Writes the worktree's `.git` as git wrote it, so git will move and remove the
+    worktree (it refuses one whose `.git` names another git dir): only on its way out."""
+    dot_git = path / ".git"
+    if dot_git.is_dir() and not dot_git.is_symlink():
+        shutil.rmtree(dot_git)
+    else:
+        dot_git.unlink(missing_ok=True)
+    dot_git.write_text(f"gitdir: {git_dir}\n")
+
+
 def _make_root(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
 
@@ -227,6 +296,21 @@ def _fresh(
     """A worktree's record as of now."""
     created = datetime.now(UTC).isoformat(timespec="seconds")
     return Worktree(context_id, path, branch, base_branch, base_commit, created)
+
+
+def _commit_message(subject: str, trailers: list[tuple[str, str]]) -> str:
+    """A turn commit's message: its subject, then its trailers (a trailer just like the one
+    before it only once, as git writes them). Written here rather than by `git commit
+    --trailer`, which would also run any `trailer.<key>.cmd` a config names."""
+    lines: list[str] = []
+    for key, value in trailers:
+        key = key.strip()
+        if not _TRAILER_KEY.fullmatch(key):
+            raise GitError(f"{key!r} cannot be a commit trailer's name")
+        line = f"{key}: {one_line(value)}"
+        if not lines or lines[-1] != line:
+            lines.append(line)
+    return "\n\n".join([turn_subject(subject), *(["\n".join(lines)] if lines else [])]) + "\n"
 
 
 def turn_subject(text: str) -> str:
@@ -301,14 +385,19 @@ class Worktrees:
     `root` is `<state dir>/worktrees`. `base` is the branch conversations start from and
     merge back into; None means the repository's current branch when each starts.
     Operations that change anything are serialized (one merge at a time, and no turn
-    commit in the middle of one).
+    commit in the middle of one). `git_programs` lets tailagent's git run the hooks and
+    filter and merge drivers the repository's config names (see git.py); off, none runs.
     """
 
-    def __init__(self, repo: Path, root: Path, base: str | None = None) -> None:
+    def __init__(
+        self, repo: Path, root: Path, base: str | None = None, git_programs: bool = False
+    ) -> None:
         self.repo = repo
         self.root = root
         self.base = base
+        self.git_programs = git_programs
         self._lock = asyncio.Lock()
+        self._main_repository: Repository | None = None
         self._common: str | None = None
         self._sweeper: asyncio.Task[None] | None = None
         # Worktrees made ahead and still being checked out: each future is done when it is.
@@ -325,12 +414,59 @@ class Worktrees:
     def _record_path(self, context_id: str) -> Path:
         return self.root / f"{self._slug(context_id)}.json"
 
+    async def _main(self) -> Repository:
+        """The workspace's own checkout, by the git dir and top level git found for it at
+        the first look (the person's checkout: no agent writes there)."""
+        if self._main_repository is None:
+            found = await git(
+                self.repo,
+                "rev-parse",
+                "--path-format=absolute",
+                "--absolute-git-dir",
+                "--git-common-dir",
+                "--show-toplevel",
+            )
+            git_dir, common, top = found.out.splitlines()
+            settings = NO_PROGRAMS + (() if self.git_programs else NO_HOOKS)
+            self._common = str(_resolved(Path(common)))
+            self._main_repository = Repository(Path(git_dir), Path(top), settings)
+        return self._main_repository
+
     async def _common_dir(self) -> str:
         """The repository's shared git dir: what a record says it belongs to."""
-        if self._common is None:
-            result = await git(self.repo, "rev-parse", "--path-format=absolute", "--git-common-dir")
-            self._common = str(_resolved(Path(result.out.strip())))
+        await self._main()
+        assert self._common is not None
         return self._common
+
+    async def _content(self, repository: Repository) -> Repository:
+        """`repository` for commands that read or write files (a checkout, `add`, a
+        merge): with its filter and merge drivers off, unless the person lets them run."""
+        return repository if self.git_programs else await without_drivers(repository)
+
+    async def _git_dir(self, path: Path) -> Path:
+        """The git dir git made for the worktree at `path` (GitError if it made none)."""
+        git_dir = _git_dir_of(Path(await self._common_dir()), path)
+        if git_dir is None:
+            raise GitError(
+                f"{path} is not a git worktree of {self.repo}: git has no record of it; "
+                "tailagent leaves it alone"
+            )
+        return git_dir
+
+    async def _linked(self, path: Path, check: bool = True) -> Repository:
+        """git for the worktree at `path` (see `_content`), by the git dir git made for it.
+        Its `.git` must still name that git dir (unless not `check`ed: what a discard
+        would lose is read from the right git dir anyway): a rewritten one raises
+        WorktreeTampered, rather than git following it to another repository's config."""
+        git_dir = await self._git_dir(path)
+        if check and not _links_to(path, git_dir):
+            raise WorktreeTampered(path, git_dir)
+        return await self._content((await self._main()).linked(git_dir, path))
+
+    async def _intact(self, path: Path) -> bool:
+        """Whether the worktree at `path` is one of git's whose `.git` is as git wrote it."""
+        git_dir = _git_dir_of(Path(await self._common_dir()), path)
+        return git_dir is not None and _links_to(path, git_dir)
 
     async def _load(self, context_id: str) -> Worktree | None:
         return await self._read(self._record_path(context_id), context_id)
@@ -391,19 +527,6 @@ class Worktrees:
 
     # ---- git helpers -------------------------------------------------------------
 
-    async def _in(
-        self,
-        path: Path,
-        *args: str,
-        env: dict[str, str] | None = None,
-        ok: tuple[int, ...] = (0,),
-    ) -> GitResult:
-        """git in a conversation's worktree, unable to wander up out of it: were its `.git`
-        file lost, git would otherwise find whatever repository holds the state dir (a
-        home directory kept in git, say) and commit or reset there."""
-        ceiling = {"GIT_CEILING_DIRECTORIES": str(_resolved(self.root))}
-        return await git(path, *args, env=ceiling | (env or {}), ok=ok)
-
     @contextlib.asynccontextmanager
     async def _exclusive(self) -> AsyncIterator[None]:
         """One change at a time to this repository's conversations: within this process
@@ -426,12 +549,19 @@ class Worktrees:
                 os.close(fd)  # closing drops the lock
 
     async def _ref_exists(self, ref: str) -> bool:
-        result = await git(self.repo, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}", ok=(0, 1))
+        result = await git(
+            await self._main(), "rev-parse", "--verify", "-q", f"{ref}^{{commit}}", ok=(0, 1)
+        )
         return result.code == 0
 
     async def _tip(self, branch: str) -> str:
         result = await git(
-            self.repo, "rev-parse", "--verify", "-q", f"refs/heads/{branch}^{{commit}}", ok=(0, 1)
+            await self._main(),
+            "rev-parse",
+            "--verify",
+            "-q",
+            f"refs/heads/{branch}^{{commit}}",
+            ok=(0, 1),
         )
         if result.code != 0:
             raise GitError(f"the branch {branch} no longer exists in {self.repo}")
@@ -440,25 +570,36 @@ class Worktrees:
     async def _identity(self) -> list[str]:
         """`-c` options naming tailagent as author and committer where the repository
         (or the person's git config) names nobody: a commit must never fail for that."""
+        found = await git(
+            await self._main(), "config", "--get-regexp", r"^user\.(name|email)$", ok=(0, 1)
+        )
+        named = {k: v for k, _, v in (line.partition(" ") for line in found.out.splitlines())}
         options: list[str] = []
         for key, fallback in (("user.name", FALLBACK_NAME), ("user.email", FALLBACK_EMAIL)):
-            found = await git(self.repo, "config", "--get", key, ok=(0, 1))
-            if found.code != 0 or not found.out.strip():
+            if not named.get(key, "").strip():
                 options += ["-c", f"{key}={fallback}"]
         return options
 
-    async def _uncommitted(self, path: Path, refresh: bool = False) -> list[str]:
+    async def _uncommitted(self, linked: Repository, refresh: bool = False) -> list[str]:
         """The files changed and not committed in a worktree. `refresh` lets git write the
         index's refreshed file times back (a status after a checkout is ~6x slower until
-        then): only between turns, when the agent cannot be holding the index's lock."""
+        then): only between turns, when the agent cannot be holding the index's lock.
+        A submodule counts by the commit it is on: git is not run inside it (it would find
+        its repository from a `.git` there, which the agent may have written)."""
         env = {"GIT_OPTIONAL_LOCKS": "1"} if refresh else None
-        result = await self._in(
-            path, "status", "--porcelain", "-z", "--untracked-files=all", env=env
+        result = await git(
+            linked,
+            "status",
+            "--porcelain",
+            "-z",
+            "--untracked-files=all",
+            "--ignore-submodules=dirty",
+            env=env,
         )
         return _unique(_status_paths(result.out))
 
     async def _checkouts(self) -> list[_Checkout]:
-        result = await git(self.repo, "worktree", "list", "--porcelain", "-z")
+        result = await git(await self._main(), "worktree", "list", "--porcelain", "-z")
         checkouts: list[_Checkout] = []
         path: Path | None = None
         branch: str | None = None
@@ -474,17 +615,16 @@ class Worktrees:
             checkouts.append(_Checkout(path, branch))
         return checkouts
 
-    async def _check_worktree(self, worktree: Worktree) -> None:
+    async def _check_worktree(self, worktree: Worktree, linked: Repository) -> None:
         """Refuses to commit or merge from a worktree that is not on its branch or is in
         the middle of the agent's own rebase or merge."""
-        gitdir = await self._in(worktree.path, "rev-parse", "--absolute-git-dir")
-        doing = _in_progress(Path(gitdir.out.strip()))
+        doing = _in_progress(linked.git_dir)
         if doing:
             raise GitError(
                 f"{doing} is in progress in conversation {worktree.context_id}'s worktree "
                 f"({worktree.path}): ask the agent to finish or abort it"
             )
-        head = await self._in(worktree.path, "symbolic-ref", "-q", "HEAD", ok=(0, 1))
+        head = await git(linked, "symbolic-ref", "-q", "HEAD", ok=(0, 1))
         if head.out.strip() != f"refs/heads/{worktree.branch}":
             where = head.out.strip().removeprefix("refs/heads/") or "a detached HEAD"
             raise GitError(
@@ -559,7 +699,12 @@ class Worktrees:
         await asyncio.sleep(RACY_SECONDS)
         async with self._exclusive():
             if _is_file(record) and _is_dir(path):  # not taken away meanwhile
-                await self._in(path, "update-index", "-q", "--refresh", ok=(0, 1))
+                try:
+                    linked = await self._linked(path)
+                except GitError as error:  # it is not given to anyone then (`_adopt`)
+                    log.warning("the worktree made ahead %s: %s", path, error)
+                    return
+                await git(linked, "update-index", "-q", "--refresh", ok=(0, 1))
 
     def ready(self) -> list[Path]:
         """The worktrees made ahead and not yet taken, oldest (next to be taken) first."""
@@ -585,19 +730,21 @@ class Worktrees:
                 ready = await self._read(record, "")
                 if ready is None:
                     continue
-                if not path.is_dir() or await self._uncommitted(path):
+                whole = path.is_dir() and await self._intact(path)
+                linked = await self._linked(path) if whole else None
+                if linked is None or await self._uncommitted(linked):
                     await self._remove(ready, record)
                     continue
-                if (await self._in(path, "rev-parse", "HEAD")).out.strip() != base_commit:
-                    await self._in(path, "reset", "-q", "--hard", base_commit)
+                if (await git(linked, "rev-parse", "HEAD")).out.strip() != base_commit:
+                    await git(linked, "reset", "-q", "--hard", base_commit)
             except GitError as error:
                 log.warning("a worktree made ahead (%s) is not usable: %s", path, error)
                 continue
             branch = await self._free_branch(context_id)
             # Made detached (no branch for `git branch` to show before it is anyone's):
             # the conversation's branch starts here, and the worktree moves onto it.
-            await git(self.repo, "branch", branch, base_commit)
-            await self._in(path, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+            await git(await self._main(), "branch", branch, base_commit)
+            await git(linked, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
             adopted = _fresh(context_id, path, branch, base_branch, base_commit)
             self._save(adopted, await self._common_dir())
             record.unlink()
@@ -610,7 +757,7 @@ class Worktrees:
             reason = await probe(self.repo)
             if reason is not None:
                 raise GitError(f"cannot give {purpose} a worktree: {reason}")
-            head = await git(self.repo, "symbolic-ref", "-q", "--short", "HEAD")
+            head = await git(await self._main(), "symbolic-ref", "-q", "--short", "HEAD")
             return head.out.strip()
         if not await self._ref_exists(f"refs/heads/{self.base}"):
             raise GitError(
@@ -647,7 +794,8 @@ class Worktrees:
         path = worktree.path
         on = ["--detach"] if detach else ["-b", worktree.branch]
         try:
-            await git(self.repo, "worktree", "add", "-q", *on, str(path), worktree.base_commit)
+            main = await self._content(await self._main())
+            await git(main, "worktree", "add", "-q", *on, str(path), worktree.base_commit)
         except BaseException:
             # Git undoes a failed `worktree add`, but not one where only the person's
             # post-checkout hook failed: then the worktree is there, and the record stays
@@ -674,50 +822,52 @@ class Worktrees:
         not, .gitignore respected) with `subject` and `trailers` (who asked, who allowed
         what, the task and context), so `git log` says who is behind every change.
 
-        Returns the commit's sha, or None when nothing changed. The agent's own commits
-        stay as they are. Hooks are skipped (`--no-verify`) and the commit is not signed:
-        this is a checkpoint on tailagent's own branch, not the person's commit (a failing
-        linter hook must not stop the record of who asked for what); what lands on the
-        person's branch is decided when they merge it.
+        Returns the commit's sha, or None when nothing changed; WorktreeTampered (nothing
+        committed) when the worktree's `.git` was changed. The agent's own commits stay as
+        they are. No hooks run (unless `git_programs`), pre-commit and commit-msg never
+        (`--no-verify`), and the commit is not signed: this is a checkpoint on tailagent's
+        own branch, not the person's commit (a failing linter hook must not stop the
+        record of who asked for what); what lands on the person's branch is decided when
+        they merge it.
         """
         async with self._exclusive():
             worktree = await self._require(context_id)
-            if not await self._uncommitted(worktree.path, refresh=True):
+            linked = await self._linked(worktree.path)
+            if not await self._uncommitted(linked, refresh=True):
                 return None
-            await self._check_worktree(worktree)
-            arguments = ["-m", turn_subject(subject)]
-            for key, value in trailers:
-                key = key.strip()
-                if not _TRAILER_KEY.fullmatch(key):
-                    raise GitError(f"{key!r} cannot be a commit trailer's name")
-                arguments += ["--trailer", f"{key}: {one_line(value)}"]
-            await self._in(worktree.path, "add", "-A")
-            await self._in(
-                worktree.path,
+            await self._check_worktree(worktree, linked)
+            message = _commit_message(subject, trailers)
+            await git(linked, "add", "-A")
+            await git(
+                linked,
                 *await self._identity(),
                 "commit",
                 "-q",
                 "--no-verify",
                 "--no-gpg-sign",
                 "--cleanup=whitespace",
-                *arguments,
+                "-F",
+                "-",
+                input=message,
             )
-            head = await self._in(worktree.path, "rev-parse", "HEAD")
+            head = await git(linked, "rev-parse", "HEAD")
             return head.out.strip()
 
     async def status(self, context_id: str) -> WorktreeStatus:
         """Commits ahead of and behind the base branch's current tip, and the files changed
         on the branch since it left the base plus those changed but not yet committed."""
         worktree = await self._require(context_id)
+        linked = await self._linked(worktree.path)
+        main = await self._main()
         base_tip = await self._tip(worktree.base_branch)
         tip = await self._tip(worktree.branch)
-        counts = await git(self.repo, "rev-list", "--left-right", "--count", f"{tip}...{base_tip}")
+        counts = await git(main, "rev-list", "--left-right", "--count", f"{tip}...{base_tip}")
         ahead, behind = (int(n) for n in counts.out.split())
-        merge_base = await git(self.repo, "merge-base", base_tip, tip)
+        merge_base = await git(main, "merge-base", base_tip, tip)
         changed = await git(
-            self.repo, "diff", "--name-only", "-z", "--no-renames", merge_base.out.strip(), tip
+            main, "diff", "--name-only", "-z", "--no-renames", merge_base.out.strip(), tip
         )
-        files = _split_z(changed.out) + await self._uncommitted(worktree.path)
+        files = _split_z(changed.out) + await self._uncommitted(linked)
         return WorktreeStatus(
             branch=worktree.branch,
             base_branch=worktree.base_branch,
@@ -731,27 +881,25 @@ class Worktrees:
         under a line of its own, by what is changed in the worktree but not committed.
 
         The uncommitted part is built in a throwaway index, so the worktree's own index
-        (which the agent may be using) is left as it is.
+        (which the agent may be using) is left as it is. No diff driver of a config runs
+        (`--no-ext-diff`, `--no-textconv`): the agent's `.gitattributes` could pick one.
         """
         worktree = await self._require(context_id)
+        linked = await self._linked(worktree.path)
+        main = await self._main()
         tip = await self._tip(worktree.branch)
         base_tip = await self._tip(worktree.base_branch)
-        merge_base = (await git(self.repo, "merge-base", base_tip, tip)).out.strip()
-        options = ("--no-color", "--no-ext-diff", "--binary")
-        committed = await git(self.repo, "diff", *options, merge_base, tip)
+        merge_base = (await git(main, "merge-base", base_tip, tip)).out.strip()
+        options = ("--no-color", "--no-ext-diff", "--no-textconv", "--binary")
+        committed = await git(main, "diff", *options, merge_base, tip)
         text = committed.out
-        if await self._uncommitted(worktree.path):
-            gitdir = Path(
-                (await self._in(worktree.path, "rev-parse", "--absolute-git-dir")).out.strip()
-            )
-            index = gitdir / f"tailagent-diff-index-{secrets.token_hex(4)}"
+        if await self._uncommitted(linked):
+            index = linked.git_dir / f"tailagent-diff-index-{secrets.token_hex(4)}"
             env = {"GIT_INDEX_FILE": str(index)}
             try:
-                await self._in(worktree.path, "read-tree", "HEAD", env=env)
-                await self._in(worktree.path, "add", "-A", env=env)
-                pending = await self._in(
-                    worktree.path, "diff", *options, "--cached", "HEAD", env=env
-                )
+                await git(linked, "read-tree", "HEAD", env=env)
+                await git(linked, "add", "-A", env=env)
+                pending = await git(linked, "diff", *options, "--cached", "HEAD", env=env)
             finally:
                 index.unlink(missing_ok=True)
             text += (
@@ -769,7 +917,7 @@ class Worktrees:
         commits: list[str] = []
         if await self._ref_exists(f"refs/heads/{worktree.branch}"):
             result = await git(
-                self.repo,
+                await self._main(),
                 "log",
                 "--format=%h %s",
                 f"refs/heads/{worktree.branch}",
@@ -781,7 +929,9 @@ class Worktrees:
                 "--",
             )
             commits = result.out.splitlines()
-        files = await self._uncommitted(worktree.path) if worktree.path.is_dir() else []
+        files = []
+        if worktree.path.is_dir():
+            files = await self._uncommitted(await self._linked(worktree.path, check=False))
         return DiscardResult(commits_lost=commits, files_uncommitted=files)
 
     async def discard(self, context_id: str) -> DiscardResult:
@@ -864,7 +1014,7 @@ class Worktrees:
                 "it by hand if it is not needed"
             )
         if await self._ref_exists(f"refs/heads/{worktree.branch}"):
-            await git(self.repo, "branch", "-D", worktree.branch)
+            await git(await self._main(), "branch", "-D", worktree.branch)
         (record or self._record_path(worktree.context_id)).unlink(missing_ok=True)
 
     async def _retire(self, path: Path) -> None:
@@ -876,12 +1026,17 @@ class Worktrees:
         trash = self.root / TRASH
         trash.mkdir(exist_ok=True, mode=0o700)
         target = trash / f"{path.name}-{secrets.token_hex(3)}"
-        moved = await git(self.repo, "worktree", "move", str(path), str(target), ok=(0, 128))
+        git_dir = await self._git_dir(path)
+        if _is_dir(path) and not _links_to(path, git_dir):
+            _relink(path, git_dir)
+        main = await self._main()
+        moved = await git(main, "worktree", "move", str(path), str(target), ok=(0, 128))
         if moved.code != 0:  # git does not move a worktree holding submodules
-            await git(self.repo, "worktree", "remove", "--force", str(path))
+            await git(main, "worktree", "remove", "--force", str(path))
             return
-        head = await self._in(target, "rev-parse", "HEAD")
-        await self._in(target, "update-ref", "--no-deref", "HEAD", head.out.strip())
+        retired = main.linked(git_dir, target)
+        head = await git(retired, "rev-parse", "HEAD")
+        await git(retired, "update-ref", "--no-deref", "HEAD", head.out.strip())
         self.sweep()
 
     def sweep(self) -> None:
@@ -896,7 +1051,8 @@ class Worktrees:
             for item in waiting:
                 tried.add(item)
                 try:
-                    await git(self.repo, "worktree", "remove", "--force", str(item), ok=(0, 128))
+                    main = await self._main()
+                    await git(main, "worktree", "remove", "--force", str(item), ok=(0, 128))
                 except GitError as error:
                     log.warning("could not remove the retired worktree %s: %s", item, error)
                 if item.exists():  # no longer (or never) registered with git
@@ -929,8 +1085,9 @@ class Worktrees:
             raise GitError(f"unknown merge strategy {strategy!r}: use squash, merge or rebase")
         async with self._exclusive():
             worktree = await self._require(context_id)
-            await self._check_worktree(worktree)
-            pending = await self._uncommitted(worktree.path)
+            linked = await self._linked(worktree.path)
+            await self._check_worktree(worktree, linked)
+            pending = await self._uncommitted(linked)
             if pending:
                 raise MergeRefused(
                     f"conversation {context_id}'s worktree has changes not committed yet "
@@ -940,26 +1097,27 @@ class Worktrees:
             base = worktree.base_branch
             base_tip = await self._tip(base)
             tip = await self._tip(worktree.branch)
-            ahead = await git(self.repo, "rev-list", "--count", f"{base_tip}..{tip}")
+            main = await self._main()
+            ahead = await git(main, "rev-list", "--count", f"{base_tip}..{tip}")
             if int(ahead.out) == 0:
                 raise MergeRefused(
                     f"nothing to merge: {worktree.branch} has no commits that {base} lacks"
                 )
             checkout = await self._base_checkout(base)
-            tree = await self._merged_tree(worktree, base_tip, tip)
-            base_tree = await git(self.repo, "rev-parse", f"{base_tip}^{{tree}}")
-            if strategy == "squash" and tree == base_tree.out.strip():
+            merged = await self._merged_tree(worktree, base_tip, tip)
+            base_tree = await git(main, "rev-parse", f"{base_tip}^{{tree}}")
+            if strategy == "squash" and merged == base_tree.out.strip():
                 raise MergeRefused(
                     f"nothing to merge: {base} already has every change on {worktree.branch}"
                 )
             identity = await self._identity()
             if strategy == "rebase":
-                new = await self._rebase(worktree, base_tip, tip, identity)
+                new = await self._rebase(worktree, linked, base_tip, tip, identity)
             else:
                 message = await self._message(worktree, strategy, base_tip, tip)
                 parents = ["-p", base_tip] + (["-p", tip] if strategy == "merge" else [])
                 made = await git(
-                    self.repo, *identity, "commit-tree", tree, *parents, "-F", "-", input=message
+                    main, *identity, "commit-tree", merged, *parents, "-F", "-", input=message
                 )
                 new = made.out.strip()
             try:
@@ -968,7 +1126,7 @@ class Worktrees:
                 if strategy == "rebase":
                     # Put the conversation's branch back where it was (its worktree was
                     # clean, so nothing else is there to lose).
-                    await self._in(worktree.path, "reset", "-q", "--hard", tip)
+                    await git(linked, "reset", "-q", "--hard", tip)
                 raise
             removed = False
             if not keep:
@@ -985,7 +1143,8 @@ class Worktrees:
         """Where the base branch is checked out: the workspace's own checkout (then it must
         be clean), or nowhere (None). Anywhere else is refused: that worktree's files would
         silently fall behind its branch. So is a base someone is rebasing."""
-        top = (await _toplevel(self.repo)).resolve()
+        main = await self._main()
+        top = main.work_tree.resolve()
         ref = f"refs/heads/{base}"
         found: Path | None = None
         for checkout in await self._checkouts():
@@ -1004,13 +1163,14 @@ class Worktrees:
                 "then merge again"
             )
         if found is not None:
-            own = await git(self.repo, "rev-parse", "--absolute-git-dir")
-            doing = _in_progress(Path(own.out.strip()))
+            doing = _in_progress(main.git_dir)
             if doing:
                 raise MergeRefused(
                     f"{doing} is in progress in {found}: finish or abort it, then merge again"
                 )
-            dirty = await git(self.repo, "status", "--porcelain", "-z", "--untracked-files=no")
+            dirty = await git(
+                await self._content(main), "status", "--porcelain", "-z", "--untracked-files=no"
+            )
             files = _unique(_status_paths(dirty.out))
             if files:
                 raise MergeRefused(
@@ -1023,7 +1183,7 @@ class Worktrees:
         """The tree of base + branch, written to the object store only (no checkout or
         index is touched); MergeConflict when they conflict."""
         result = await git(
-            self.repo,
+            await self._content(await self._main()),
             "merge-tree",
             "--write-tree",
             "--name-only",
@@ -1054,7 +1214,7 @@ class Worktrees:
         self, worktree: Worktree, strategy: Strategy, base_tip: str, tip: str
     ) -> str:
         log_lines = await git(
-            self.repo,
+            await self._main(),
             "log",
             "--reverse",
             "--no-merges",
@@ -1085,12 +1245,17 @@ class Worktrees:
         return "\n\n".join(parts) + "\n"
 
     async def _rebase(
-        self, worktree: Worktree, base_tip: str, tip: str, identity: list[str]
+        self,
+        worktree: Worktree,
+        linked: Repository,
+        base_tip: str,
+        tip: str,
+        identity: list[str],
     ) -> str:
         """Replays the branch onto the base tip in the conversation's own worktree; on a
         conflict aborts (the worktree is as it was) and raises MergeConflict."""
-        result = await self._in(
-            worktree.path,
+        result = await git(
+            linked,
             *identity,
             "-c",
             "rebase.autoStash=false",
@@ -1103,10 +1268,8 @@ class Worktrees:
             ok=(0, 1),
         )
         if result.code != 0:
-            conflicted = await self._in(
-                worktree.path, "diff", "--name-only", "-z", "--diff-filter=U"
-            )
-            await self._in(worktree.path, "rebase", "--abort")
+            conflicted = await git(linked, "diff", "--name-only", "-z", "--diff-filter=U")
+            await git(linked, "rebase", "--abort")
             paths = _unique(_split_z(conflicted.out))
             if not paths:
                 raise MergeRefused(
@@ -1114,9 +1277,9 @@ class Worktrees:
                     f"undone: {one_line(result.err or result.out)}"
                 )
             raise self._conflict(worktree, paths)
-        new = (await self._in(worktree.path, "rev-parse", "HEAD")).out.strip()
+        new = (await git(linked, "rev-parse", "HEAD")).out.strip()
         if new == base_tip:
-            await self._in(worktree.path, "reset", "-q", "--hard", tip)
+            await git(linked, "reset", "-q", "--hard", tip)
             raise MergeRefused(
                 f"nothing to merge: {worktree.base_branch} already has every change on "
                 f"{worktree.branch}"
@@ -1138,9 +1301,16 @@ class Worktrees:
         moved = MergeRefused(
             f"{base} moved while merging {worktree.branch}; nothing was changed: merge again"
         )
+        main = await self._main()
         if checkout is not None:
             result = await git(
-                checkout, "merge", "-q", "--ff-only", "--no-autostash", new, ok=(0, 1, 128)
+                await self._content(main),
+                "merge",
+                "-q",
+                "--ff-only",
+                "--no-autostash",
+                new,
+                ok=(0, 1, 128),
             )
             if result.code != 0:
                 files = [line.strip() for line in result.err.splitlines() if line.startswith("\t")]
@@ -1158,7 +1328,7 @@ class Worktrees:
                 )
             return
         result = await git(
-            self.repo,
+            main,
             "update-ref",
             "-m",
             f"tailagent: {strategy} {worktree.branch}",
