@@ -98,8 +98,13 @@ def make_presence(settings: Settings) -> Presence:
 
 async def build_service(settings: Settings, presence: Presence) -> Service:
     """Wires the rooms together, in the order each needs the ones before it."""
+    workspace = settings.workspace
     conversations = await choose(
-        settings.workspace.isolation, settings.cwd, settings.state_dir, settings.workspace.base
+        workspace.isolation,
+        settings.cwd,
+        settings.state_dir,
+        workspace.base,
+        workspace.git_programs,
     )
     isolated = conversations if isinstance(conversations, Isolated) else None
     backend = make_backend(settings, isolated.spare_directory if isolated else None)
@@ -167,7 +172,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
             push_targets=push_targets, signals=storage.signals, rules=settings.rules,
             attachment_limits=settings.attachments,
             max_concurrent_turns=settings.agent_process.max_concurrent_turns,
-            conversations=conversations,
+            conversations=conversations, owners=storage.owners,
         )  # fmt: skip
         await signing
         app = build_app(settings, presence, handler, storage.tasks, desk, publisher)

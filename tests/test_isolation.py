@@ -216,15 +216,15 @@ async def test_bad_requests_get_one_line_and_change_nothing(
     context_id = next(records.glob("[!+]*.json")).stem  # not one made ahead
     before = snapshot(repo)
     for args, words in (
-        (("merge", "no-such-conversation"), "no worktree for conversation"),
+        (("merge", "no-such-conversation"), "Conversation no-such-conversation not found"),
         (("merge", context_id), "is running task"),
-        (("diff", "no-such-conversation"), "no worktree for conversation"),
+        (("diff", "no-such-conversation"), "Conversation no-such-conversation not found"),
     ):
         done = await asyncio.to_thread(cli, server, *args)
         assert done.returncode == 2, done
         assert len(done.stderr.strip().splitlines()) == 1 and words in done.stderr, done.stderr
     # Another caller: a conversation that is not theirs, and a merge without the role.
-    for roles, words in ((("caller", "approver"), "no conversation"), (("caller",), "approver")):
+    for roles, words in ((("caller", "approver"), "not found"), (("caller",), "not found")):
         name = f"other-{len(roles)}"
         token = cli(server, "token", "add", name, *(f"--role={r}" for r in roles)).stdout
         theirs = await asyncio.to_thread(

@@ -15,7 +15,9 @@ Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it
   that server and a push config added for it reaches that server (bridge/remote.py);
   a follow-up to it is refused with its URL;
 - a prompt is answered once: a second answer is refused saying who answered first,
-  also when two arrive together (the first claims the prompt as it is admitted).
+  also when two arrive together (the first claims the prompt as it is admitted);
+- a conversation is its owner's (bridge/owners.py): a message, diff, merge or
+  discard naming another person's context is "not found", as another's task is.
 """
 
 from __future__ import annotations
@@ -29,12 +31,12 @@ from a2a.helpers import new_task_from_user_message
 from a2a.server.agent_execution import SimpleRequestContextBuilder
 from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
+from a2a.server.owner_resolver import resolve_user_scope
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.tasks import PushNotificationConfigStore
 from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
-    ListTasksRequest,
     Message,
     Role,
     SendMessageRequest,
@@ -48,6 +50,7 @@ from a2a.utils.errors import (
     InvalidParamsError,
     InvalidRequestError,
     TaskNotCancelableError,
+    TaskNotFoundError,
     UnsupportedOperationError,
 )
 from a2a.utils.proto_utils import validate_proto_required_fields
@@ -67,6 +70,7 @@ from tailagent.bridge.conversations import (
     requested_operation,
 )
 from tailagent.bridge.executor import BridgeExecutor, reply_of
+from tailagent.bridge.owners import ConversationOwners
 from tailagent.bridge.parked import waiting_of
 from tailagent.bridge.publish import data_part, text_part
 from tailagent.bridge.quick import QuickTurns
@@ -94,6 +98,12 @@ def runs_elsewhere(task_id: str, url: str, advice: str) -> UnsupportedOperationE
     )
 
 
+def not_found(context_id: str) -> TaskNotFoundError:
+    """The refusal of a conversation that is not the caller's: the words an unknown one
+    gets, so whether it exists does not leak."""
+    return TaskNotFoundError(message=f"Conversation {context_id} not found")
+
+
 def ended(task: Task) -> str:
     """How a task ended, as people say it: `completed`, `been canceled`."""
     word = TaskState.Name(task.status.state).removeprefix("TASK_STATE_").lower()
@@ -116,8 +126,10 @@ class GuardedRequestHandler(DefaultRequestHandler):
         attachment_limits: AttachmentSettings | None = None,
         max_concurrent_turns: int = AgentSettings().max_concurrent_turns,
         conversations: Isolated | Shared | None = None,
+        owners: ConversationOwners,
     ) -> None:
         self._conversations = conversations or Shared("not configured")
+        self._owners = owners
         self._gate = TurnGate(max_concurrent_turns)
         self._attachment_limits = attachment_limits or AttachmentSettings()
         self._push_targets = push_targets
@@ -173,6 +185,14 @@ class GuardedRequestHandler(DefaultRequestHandler):
                     elsewhere,
                     "send follow-ups for it there. Any of the servers can read or cancel it.",
                 )
+            if message.context_id and message.context_id != stored.context_id:
+                raise InvalidParamsError(
+                    message=(
+                        f"Task {message.task_id} is in conversation {stored.context_id}, not "
+                        f"{message.context_id}: leave contextId out of a follow-up"
+                    )
+                )
+            message.context_id = stored.context_id
             self._bind_answer(message, stored)
             self._refuse_second_answer(message)  # before "still working": it says more
             if stored.status.state in ENDED_STATES:
@@ -191,24 +211,22 @@ class GuardedRequestHandler(DefaultRequestHandler):
                     )
                 )
             self._check_approver(message.task_id, context)
-            if not message.context_id:
-                message.context_id = stored.context_id
             if any(m.message_id == message.message_id for m in stored.history):
                 message.metadata.update({"originalMessageId": message.message_id})
                 message.message_id = f"{message.message_id}~{uuid.uuid4().hex[:8]}"
-        if message.context_id:
-            holder = self._pool.holder(message.context_id)
-            if holder is not None and holder != message.task_id:
+        await self._enter_conversation(message, context)
+        holder = self._pool.holder(message.context_id)
+        if holder is not None and holder != message.task_id:
+            raise UnsupportedOperationError(
+                message=str(await self._busy(message.context_id, holder, context))
+            )
+        if holder is None and not message.task_id:
+            running = await self._store.context_busy_elsewhere(message.context_id)
+            if running is not None:
+                busy = await self._busy(message.context_id, running[0], context)
                 raise UnsupportedOperationError(
-                    message=str(ContextBusy(message.context_id, holder))
+                    message=f"{busy} (It runs on another tailagent server: {running[1]}.)"
                 )
-            if holder is None and not message.task_id:
-                running = await self._store.context_busy_elsewhere(message.context_id)
-                if running is not None:
-                    busy = ContextBusy(message.context_id, running[0])
-                    raise UnsupportedOperationError(
-                        message=f"{busy} (It runs on another tailagent server: {running[1]}.)"
-                    )
         if message.task_id:
             # Last, and with no await since the task was read: the check and the
             # claim are one step on the event loop.
@@ -217,6 +235,36 @@ class GuardedRequestHandler(DefaultRequestHandler):
             except AlreadyAnswered as exc:
                 raise InvalidRequestError(message=str(exc)) from None
         return stored
+
+    async def _enter_conversation(self, message: Message, context: ServerCallContext) -> None:
+        """Makes sure the message's conversation is its sender's: a new message starts
+        one of the sender's (a `contextId` nobody has yet becomes theirs); another
+        person's is refused as not found, but to an admin."""
+        me = resolve_user_scope(context)
+        if not message.context_id:
+            message.context_id = self._pool.minted_contexts.generate()
+            await self._owners.start(message.context_id, me)
+            return
+        await self._require_own(message.context_id, context, claim=True)
+
+    async def _require_own(
+        self, context_id: str, context: ServerCallContext, *, claim: bool = False
+    ) -> None:
+        """Refuses a conversation that is not the caller's (an admin's may be anyone's).
+        With `claim`, one that nobody has started becomes the caller's."""
+        me = resolve_user_scope(context)
+        owner = await (
+            self._owners.claim(context_id, me) if claim else self._owners.owner(context_id)
+        )
+        caller = caller_of(context)
+        if owner != me and not (owner is not None and caller is not None and caller.may("admin")):
+            raise not_found(context_id)
+
+    async def _busy(self, context_id: str, task_id: str, context: ServerCallContext) -> ContextBusy:
+        """The refusal of a busy conversation, naming its task only to a caller who may
+        read that task (an admin's turn in someone's conversation stays the admin's)."""
+        readable = await self._store.get(task_id, context) is not None
+        return ContextBusy(context_id, task_id if readable else None)
 
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
@@ -324,24 +372,18 @@ class GuardedRequestHandler(DefaultRequestHandler):
         kind = operation["kind"]
         if not context_id:
             raise InvalidParamsError(message=f"a {kind} names its conversation: set contextId")
+        await self._require_own(context_id, context)
         caller = caller_of(context)
         who = caller.owner if caller else "this caller"
         if kind != "diff" and not (caller and caller.may("approver")):
             raise InvalidRequestError(
                 message=f"{who} may not {kind} conversations (it lacks the approver role)"
             )
-        if not (caller and caller.may("admin")):
-            mine = await self._store.list(
-                ListTasksRequest(context_id=context_id, page_size=1), context
-            )
-            if not mine.tasks:
-                raise InvalidParamsError(message=f"no conversation {context_id} of {who}")
         holder = self._pool.holder(context_id)
         if holder is not None and kind != "diff":
-            raise UnsupportedOperationError(
-                message=f"conversation {context_id} is running task {holder}: let it finish, "
-                f"or cancel it, before a {kind}"
-            )
+            busy = await self._busy(context_id, holder, context)
+            raise UnsupportedOperationError(message=f"{busy.running}: let it finish, or "
+                                            f"cancel it, before a {kind}")  # fmt: skip
         try:
             text, data = await operate(self._conversations, context_id, operation)
         except Refused as exc:

@@ -26,9 +26,14 @@ MAX_IDLE_SESSIONS = 64
 
 
 class ContextBusy(Exception):
-    def __init__(self, context_id: str, task_id: str) -> None:
+    """A context lent to another task. The task is named only to those who may read it
+    (None: an unnamed task), so a refusal never hands out another person's task id."""
+
+    def __init__(self, context_id: str, task_id: str | None) -> None:
+        task = f"task {task_id}" if task_id else "another task"
+        self.running = f"conversation {context_id} is running {task}"
         super().__init__(
-            f"Context {context_id} is busy with task {task_id}; answer or cancel that task, "
+            f"Context {context_id} is busy with {task}; answer or cancel that task, "
             "or start a new context."
         )
 

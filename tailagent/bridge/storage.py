@@ -1,7 +1,7 @@
 """What the server keeps in its store, opened in order at start and closed in order
 at stop: the tasks (a2a-sdk's table, behind the coalescing store), the
-context -> agent session map, the audit log, and the signals between servers that
-share a store.
+context -> agent session map, who owns each conversation, the audit log, and the
+signals between servers that share a store.
 
 Opening it is also where the last run's leftovers are settled: tasks it left working
 are closed as failed, and tasks it left waiting for an answer are handed back to be
@@ -17,6 +17,7 @@ from a2a.types.a2a_pb2 import Task
 
 from tailagent.bridge.audit import AuditLog
 from tailagent.bridge.database import Database
+from tailagent.bridge.owners import ConversationOwners
 from tailagent.bridge.parked import waiting_of
 from tailagent.bridge.remote import TaskSignals
 from tailagent.bridge.sdk_stores import SdkStores
@@ -33,6 +34,7 @@ class Storage:
     sdk: SdkStores
     tasks: CoalescingTaskStore
     session_map: SessionMap
+    owners: ConversationOwners
     audit: AuditLog
     signals: TaskSignals
     # Tasks the last run left working, closed as failed now.
@@ -80,6 +82,10 @@ async def open_storage(
     await signals.initialize()
     session_map = SessionMap(database)
     await session_map.initialize()
+    owners = ConversationOwners(database)
+    await owners.initialize()
     audit = AuditLog(database)
     await audit.initialize()
-    return Storage(database, sdk, tasks, session_map, audit, signals, closed, waiting, table)
+    return Storage(
+        database, sdk, tasks, session_map, owners, audit, signals, closed, waiting, table
+    )

@@ -26,7 +26,7 @@ from a2a.types.a2a_pb2 import (
     SendMessageRequest,
     Task,
 )
-from a2a.utils.errors import A2AError, InvalidRequestError
+from a2a.utils.errors import A2AError, InvalidRequestError, TaskNotFoundError
 from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Value
 from quart import Blueprint, Quart, Response, redirect, request
@@ -148,8 +148,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
         try:
             result = await parts.handler.on_message_send(request_, _context(caller))
         except A2AError as exc:
-            status = 403 if isinstance(exc, InvalidRequestError) else 409
-            raise Refused(status, exc.message or type(exc).__name__) from None
+            raise Refused(_status_of(exc), exc.message or type(exc).__name__) from None
         if not isinstance(result, Task):
             raise Refused(500, "the agent answered with a message, not a task")
         return result
@@ -282,7 +281,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
                 SendMessageRequest(message=request_), _context(caller)
             )
         except A2AError as exc:
-            raise Refused(409, exc.message or type(exc).__name__) from None
+            raise Refused(_status_of(exc), exc.message or type(exc).__name__) from None
         said = "".join(p.text for p in reply.parts) if isinstance(reply, Message) else ""
         page = render.outcome("Merged", said, f"/desk/tasks/{task_id}")
         return Response(page, content_type="text/html; charset=utf-8")
@@ -331,6 +330,14 @@ def _text_of(posted: dict[str, list[str]], hint: str) -> str:
     if not text:
         raise Refused(400, f"the message is empty: {hint}")
     return text
+
+
+def _status_of(error: A2AError) -> int:
+    """The page's status for a refusal of the handler: another person's conversation is
+    not found, a missing role forbidden, anything else a conflict with its state."""
+    if isinstance(error, TaskNotFoundError):
+        return 404
+    return 403 if isinstance(error, InvalidRequestError) else 409
 
 
 def _message(text: str, context_id: str = "") -> Message:
