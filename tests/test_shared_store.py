@@ -226,3 +226,16 @@ async def test_a_database_outage_fails_requests_clearly_and_loses_nothing(tmp_pa
                 assert (await reader.get(task_id)).status.state == 3  # TASK_STATE_COMPLETED
         finally:
             again.stop()
+
+
+async def test_a_conversation_is_its_owners_on_every_server(pair: Pair) -> None:
+    alice_a, bob_b = pair.as_user("alice", pair.a), pair.as_user("bob", pair.b)
+    started = await alice_a.turn("on server a")
+    assert started.final_state == "completed"
+    with pytest.raises(A2AError, match=f"Conversation {started.context_id} not found"):
+        await bob_b.turn(user_message("on server b", context_id=started.context_id))
+    # A name nobody had: the first server to hear it gives it to its caller, for both.
+    name = f"shared-{started.context_id[:8]}"
+    assert (await bob_b.turn(user_message("mine", context_id=name))).final_state == "completed"
+    with pytest.raises(A2AError, match=f"Conversation {name} not found"):
+        await alice_a.turn(user_message("mine too", context_id=name))
