@@ -169,9 +169,9 @@ class Isolated:
         }
 
 
-async def choose(isolation: str, workspace: Path, state_dir: Path, base: str | None) -> (
-    Isolated | Shared
-):  # fmt: skip
+async def choose(
+    isolation: str, workspace: Path, state_dir: Path, base: str | None, git_programs: bool = False
+) -> Isolated | Shared:
     """The isolation in force: a worktree per conversation when asked for and the
     workspace is a git repository that can have them; else shared, saying why."""
     if isolation == "shared":
@@ -179,7 +179,7 @@ async def choose(isolation: str, workspace: Path, state_dir: Path, base: str | N
     reason = await probe(workspace)
     if reason is not None:
         return Shared(reason)
-    return Isolated(Worktrees(workspace, state_dir / "worktrees", base))
+    return Isolated(Worktrees(workspace, state_dir / "worktrees", base, git_programs))
 
 
 OPERATIONS = ("merge", "discard", "diff")

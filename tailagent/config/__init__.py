@@ -202,6 +202,9 @@ class WorkspaceSettings:
 
     isolation: str = "worktree"
     base: str | None = None  # the branch conversations start from; None: the current one
+    # Let tailagent's git run the repository's hooks and filter/merge drivers (Git LFS):
+    # off, none of them runs on the files an agent wrote (workspace/git.py says why).
+    git_programs: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,6 +97,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "tsnet.https": checks.one_of(HTTPS_MODES),
     "workspace.isolation": checks.one_of(ISOLATION_MODES),
     "workspace.base": checks.nonempty_text,
+    "workspace.git_programs": checks.boolean,
 }
 # TOML table -> Settings field; `agent` is also a plain key (which agent), so its
 # table lands in `agent_process`.
