@@ -64,6 +64,7 @@ from tailagent.agents.events import (
     TurnOptions,
     camel_keys,
 )
+from tailagent.agents.mcp import CLAUDE_CODE
 from tailagent.agents.spares import Spares
 from tailagent.config import ClaudeSettings
 from tailagent.mcp_servers import McpServer
@@ -450,6 +451,7 @@ def _title(tool: str, tool_input: dict[str, Any]) -> str:
 
 class ClaudeBackend:
     name = "claude"
+    caller_modes: tuple[str, ...] = CLAUDE_CODE
 
     def __init__(
         self,

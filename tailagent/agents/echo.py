@@ -50,6 +50,7 @@ from tailagent.agents.events import (
     TurnFailed,
     TurnOptions,
 )
+from tailagent.agents.mcp import CLAUDE_CODE
 
 _WORD = re.compile(r"[a-z]+(?::[\w.-]+)?|\d+")
 KEYWORDS = ("think", "plan", "tool", "edit", "ask", "question", "slow", "boom")
@@ -279,6 +280,9 @@ class EchoBackend:
     )
 
     max_sessions: int | None = None
+    # Echo has no modes of its own: it takes Claude Code's names (and ignores them), so
+    # a demo or a test meets the same rule as the default agent.
+    caller_modes: tuple[str, ...] = CLAUDE_CODE
 
     def __init__(self, workspace: Path | None = None) -> None:
         self.workspace = workspace or Path.cwd()

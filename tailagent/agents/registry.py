@@ -20,6 +20,16 @@ def make_backend(
     """`spare_directory`, when conversations get directories of their own, says where
     an agent started ahead should start (only Claude Code's needs it: an ACP session is
     given its directory when it opens, and echo starts nothing ahead)."""
+    backend = _backend(settings, spare_directory)
+    if settings.agent_process.caller_modes is not None:
+        # The operator's word, for an agent whose modes tailagent does not know.
+        backend.caller_modes = settings.agent_process.caller_modes
+    return backend
+
+
+def _backend(
+    settings: Settings, spare_directory: Callable[[], Awaitable[Path]] | None
+) -> AgentBackend:
     preset = PRESETS.get(settings.agent)
     if settings.agent_command is None and settings.agent == "claude":
         from tailagent.agents.claude import ClaudeBackend

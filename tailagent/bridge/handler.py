@@ -59,7 +59,7 @@ from google.protobuf.json_format import MessageToDict
 
 from tailagent.access.identity import OwnerUser, caller_of
 from tailagent.agents.events import PermissionAsked
-from tailagent.agents.mcp import is_unguarded_mode
+from tailagent.agents.mcp import mode_refusal
 from tailagent.bridge import attachments
 from tailagent.bridge.answers import AlreadyAnswered, first_answer_text, reply_request_id
 from tailagent.bridge.conversations import (
@@ -165,14 +165,10 @@ class GuardedRequestHandler(DefaultRequestHandler):
             raise InvalidParamsError(message=str(exc)) from None
         mode = MessageToDict(message.metadata).get("mode") if message.HasField("metadata") else None
         caller = caller_of(context)
-        if (
-            isinstance(mode, str)
-            and is_unguarded_mode(mode)
-            and not (caller and caller.may("admin"))
-        ):
-            raise InvalidParamsError(
-                message=f"mode {mode!r} skips permission prompts: only admins may choose it"
-            )
+        if isinstance(mode, str) and mode and not (caller and caller.may("admin")):
+            refusal = mode_refusal(mode, self._pool.caller_modes)
+            if refusal is not None:
+                raise InvalidParamsError(message=refusal)
         stored: Task | None = None
         if message.task_id:
             stored = await self._store.get(message.task_id, context)

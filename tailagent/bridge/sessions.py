@@ -73,6 +73,11 @@ class SessionPool:
     def live(self) -> int:
         return len(self._sessions)
 
+    @property
+    def caller_modes(self) -> tuple[str, ...]:
+        """The modes of this pool's agent that a caller who is not admin may choose."""
+        return self._backend.caller_modes
+
     def holder(self, context_id: str) -> str | None:
         """The task that holds this context's session, if any."""
         return self._holders.get(context_id)

@@ -55,6 +55,7 @@ class AcpBackend:
         self.argv = command_line(preset, settings.package_version, custom_command)
         self.env = agent_environment(dict(os.environ), preset, settings.env_passthrough)
         self.max_sessions: int | None = settings.max_processes
+        self.caller_modes = preset.caller_modes
         self.description = f"{preset.title}, working in {workspace.name}."
         self.skills: tuple[Skill, ...] = (
             Skill(

@@ -10,6 +10,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from tailagent.agents.mcp import CLAUDE_CODE, CODEX, GEMINI
+
 BASE_ENV = (
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "TZ",
     "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
@@ -27,6 +29,8 @@ class Preset:
     args: tuple[str, ...]
     credential_env: tuple[str, ...]
     login_hint: str
+    # The agent's modes a caller who is not admin may choose (agents/mcp.py).
+    caller_modes: tuple[str, ...] = ()
 
 
 PRESETS = {
@@ -39,6 +43,7 @@ PRESETS = {
          "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"),
         "log in with the Claude Code CLI once on the server as the service's user "
         "(`npx @anthropic-ai/claude-code`), or set ANTHROPIC_API_KEY in its environment",
+        CLAUDE_CODE,
     ),
     "codex": Preset(
         "codex",
@@ -47,6 +52,7 @@ PRESETS = {
         (),
         ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"),
         "run `codex login` on the server as the service's user, or set OPENAI_API_KEY",
+        CODEX,
     ),
     "gemini": Preset(
         "gemini",
@@ -57,6 +63,7 @@ PRESETS = {
          "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_GENAI_USE_VERTEXAI"),
         "run `gemini` once on the server to log in (organization Code Assist plans), or set "
         "GEMINI_API_KEY",
+        GEMINI,
     ),
 }  # fmt: skip
 

@@ -1,0 +1,86 @@
+"""A caller who is not admin chooses only modes that keep asking, through a real server:
+each agent's own list, an unknown agent's modes refused until the operator lists
+some, and admins free to choose any mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from a2a.utils.errors import A2AError
+
+from tests.a2a_helpers import A2A, user_message
+from tests.conftest import RunningServer, start_server
+from tests.test_acp import agent_command, answer_text
+from tests.test_tokens_and_owners import add_token
+
+
+def callers(server: RunningServer) -> tuple[A2A, A2A]:
+    """The admin (the local token) and a caller who may answer prompts but is not admin."""
+    token = add_token(server, "mode-picker", "caller", "approver")
+    return A2A(server.url, server.token), A2A(server.url, token)
+
+
+async def refused(a2a: A2A, mode: str, reason: str) -> None:
+    with pytest.raises(A2AError, match=reason):
+        await a2a.send(user_message("setup", metadata={"mode": mode}))
+
+
+async def mode_reached(a2a: A2A, mode: str) -> bool:
+    """Whether a turn asked for in `mode` ran in it (the fake ACP agent's `setup` says)."""
+    turn = await a2a.turn(user_message("setup", metadata={"mode": mode}))
+    return f"mode: {mode};" in answer_text(turn)
+
+
+async def test_echo_takes_claude_codes_modes_that_keep_asking(tmp_path: Path) -> None:
+    server = start_server(tmp_path)
+    admin, caller = callers(server)
+    try:
+        others = r"others may choose default, acceptEdits, plan"
+        for mode in ("auto", "bypassPermissions", "dontAsk", "Default"):
+            await refused(caller, mode, rf"mode '{mode}' is not one .* {others}")
+        for mode in ("default", "acceptEdits", "plan"):
+            turn = await caller.turn(user_message("hello", metadata={"mode": mode}))
+            assert turn.final_state == "completed"
+        turn = await admin.turn(user_message("hello", metadata={"mode": "auto"}))
+        assert turn.final_state == "completed"
+    finally:
+        server.stop()
+
+
+async def test_a_known_acp_agent_has_its_own_list(tmp_path: Path) -> None:
+    # The codex preset, run on the fake agent: Codex's names for its modes.
+    server = start_server(tmp_path, "--agent", "codex", "--agent-command", agent_command())
+    admin, caller = callers(server)
+    try:
+        await refused(caller, "full-access", "only admins may choose it; others may choose "
+                      "read-only, auto")  # fmt: skip
+        assert await mode_reached(caller, "auto")
+        assert await mode_reached(caller, "read-only")
+        assert await mode_reached(admin, "full-access")
+    finally:
+        server.stop()
+
+
+async def test_an_unknown_agents_modes_are_refused_until_the_operator_lists_some(
+    tmp_path: Path,
+) -> None:
+    server = start_server(tmp_path / "plain", "--agent-command", agent_command())
+    admin, caller = callers(server)
+    try:
+        for mode in ("plan", "default", "bypassPermissions"):
+            await refused(caller, mode, "no mode of this agent is known to keep asking")
+        assert await mode_reached(admin, "plan")
+    finally:
+        server.stop()
+    config = tmp_path / "listed.toml"
+    config.write_text('[agent]\ncaller_modes = ["plan"]\n')
+    server = start_server(
+        tmp_path / "listed", "--agent-command", agent_command(), "--config", str(config)
+    )
+    _, caller = callers(server)
+    try:
+        assert await mode_reached(caller, "plan")
+        await refused(caller, "default", "others may choose plan")
+    finally:
+        server.stop()
