@@ -478,5 +478,5 @@ def _serve(args: argparse.Namespace) -> int:
         uvloop.run(run(settings))
     except StartError as exc:
         print(f"tailagent: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     return 0

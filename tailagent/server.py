@@ -33,6 +33,7 @@ from tailagent.bridge.storage import Storage, open_storage
 from tailagent.card.builder import build_card
 from tailagent.card.publish import CardPublisher, CardSigningFailed
 from tailagent.config import Settings, default_state_dir
+from tailagent.files import NotPrivate, close_dir
 from tailagent.listener import listener_url, open_listener
 from tailagent.memory import trim_when_quiet
 from tailagent.metrics import AGENT_PROCESSES
@@ -238,7 +239,12 @@ async def _leave(presence: Presence) -> None:
 
 
 class StartError(Exception):
-    """The server cannot start; str() is the one line that says why."""
+    """The server cannot start; str() is the one line that says why, `exit_code` what
+    `tailagent serve` exits with (2, as for a config error, when a setting must change)."""
+
+    def __init__(self, line: str, exit_code: int = 1) -> None:
+        super().__init__(line)
+        self.exit_code = exit_code
 
 
 async def _announce_ready(notifier: Notifier, where: str, what: str) -> None:
@@ -257,7 +263,10 @@ async def run(settings: Settings) -> None:
     notifier.status("starting")
     lock = StateLock(settings.state_dir)
     try:
+        closed = close_dir(settings.state_dir)
         lock.acquire()
+    except NotPrivate as exc:
+        raise StartError(str(exc), exit_code=2) from None
     except StateDirBusy as exc:
         raise StartError(str(exc)) from None
     except OSError as exc:
@@ -265,6 +274,11 @@ async def run(settings: Settings) -> None:
             f"cannot use the state dir {settings.state_dir}: {exc.strerror} (give tailagent "
             "a directory its user can write: --state-dir)"
         ) from None
+    if closed:
+        log.warning(
+            "the state dir %s was open to other users; closed: %s",
+            settings.state_dir, ", ".join(closed),
+        )  # fmt: skip
     try:
         await _run_locked(settings, notifier, lock)
     finally:

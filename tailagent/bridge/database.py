@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from tailagent.files import create_private
+
 # A busy database (another process, or the SDK's own engine when a rare request loaded
 # it, holds the write lock) is tried again this many times, the wait doubling from this.
 TRIES = 12
@@ -82,6 +84,7 @@ class SqliteDatabase(Database):
         self.url = url
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        create_private(path)  # before SQLite makes it, and its WAL files, 0644
         # isolation_level=None: a statement commits on its own unless a transaction was
         # begun, so no transaction is ever left open to hold the write lock.
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
