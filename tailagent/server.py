@@ -174,6 +174,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
             attachment_limits=settings.attachments,
             max_concurrent_turns=settings.agent_process.max_concurrent_turns,
             conversations=conversations, owners=storage.owners,
+            max_worktrees_per_caller=workspace.max_worktrees_per_caller,
         )  # fmt: skip
         await signing
         app = build_app(settings, presence, handler, storage.tasks, desk, publisher)

@@ -291,3 +291,40 @@ def test_an_upgraded_store_gives_a_joined_conversation_to_whoever_started_it(
     not_found(team.say("carol", "and again", context_id), context_id)
     assert "+A SECRET" in result(team.operate("alice", context_id, {"kind": "diff"}))[
         "parts"][0]["text"]  # fmt: skip
+
+
+def test_a_person_may_hold_only_so_many_worktrees(tmp_path: Path) -> None:
+    fake = FakeTailscaled(tmp_path / "tailscaled").start()
+    for person in PEOPLE:
+        fake.peers[ip_of(person)] = PEOPLE[person]
+    fake.write()
+    repo = tmp_path / "workspace"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("a project\n")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=Dev", "-c", "user.email=dev@example.com", "commit", "-q",
+        "-m", "start")  # fmt: skip
+    config = tmp_path / "tailagent.toml"
+    config.write_text(CONFIG + "[workspace]\nmax_worktrees_per_caller = 2\n")
+    server = start_server(tmp_path, "--config", str(config), "--isolation", "worktree",
+                          "--tailscale-socket", str(fake.socket))  # fmt: skip
+    team = Team(tmp_path, fake, repo, config, server)
+    try:
+        held = [result(team.say("carol", f"edit:{n}.txt"))["contextId"] for n in range(2)]
+        refused = team.say("carol", "a third")
+        assert refused["error"]["code"] == -32004, refused
+        assert "has 2 conversations with a worktree" in refused["error"]["message"]
+        assert "workspace.max_worktrees_per_caller = 2" in refused["error"]["message"]
+        # Going on in one of them, and another person's new one, are not held back.
+        assert result(team.say("carol", "more", held[0]))["status"]["state"] == (
+            "TASK_STATE_COMPLETED"
+        )
+        assert result(team.say("alice", "mine"))["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert "discard" in str(result(team.operate("carol", held[1], {"kind": "discard"})))
+        assert result(team.say("carol", "room again"))["status"]["state"] == (
+            "TASK_STATE_COMPLETED"
+        )
+    finally:
+        team.server.stop()
+        fake.stop()

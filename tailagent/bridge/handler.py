@@ -80,7 +80,7 @@ from tailagent.bridge.state import UNSEEN_UNTIL_SETTLED
 from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.bridge.turns import TurnGate
 from tailagent.card.builder import for_caller
-from tailagent.config import AgentSettings, AttachmentSettings
+from tailagent.config import AgentSettings, AttachmentSettings, WorkspaceSettings
 from tailagent.push.targets import PushRefused, PushTargets
 from tailagent.task_states import ENDED_STATES
 from tailagent.tool_rules import Rule
@@ -127,9 +127,11 @@ class GuardedRequestHandler(DefaultRequestHandler):
         max_concurrent_turns: int = AgentSettings().max_concurrent_turns,
         conversations: Isolated | Shared | None = None,
         owners: ConversationOwners,
+        max_worktrees_per_caller: int = WorkspaceSettings().max_worktrees_per_caller,
     ) -> None:
         self._conversations = conversations or Shared("not configured")
         self._owners = owners
+        self._max_worktrees = max_worktrees_per_caller
         self._gate = TurnGate(max_concurrent_turns)
         self._attachment_limits = attachment_limits or AttachmentSettings()
         self._push_targets = push_targets
@@ -237,11 +239,33 @@ class GuardedRequestHandler(DefaultRequestHandler):
         one of the sender's (a `contextId` nobody has yet becomes theirs); another
         person's is refused as not found, but to an admin."""
         me = resolve_user_scope(context)
+        if message.context_id and await self._owners.owner(message.context_id) is not None:
+            await self._require_own(message.context_id, context)
+            return
+        await self._check_room(me)
         if not message.context_id:
             message.context_id = self._pool.minted_contexts.generate()
             await self._owners.start(message.context_id, me)
             return
         await self._require_own(message.context_id, context, claim=True)
+
+    async def _check_room(self, me: str) -> None:
+        """Refuses a new conversation to a person whose conversations hold as many
+        worktrees as they may (each costs a checkout, kept until merged or discarded)."""
+        if not isinstance(self._conversations, Isolated):
+            return
+        held = 0
+        for context_id in self._conversations.worktrees.conversations():
+            held += await self._owners.owner(context_id) == me
+        if held >= self._max_worktrees:
+            raise UnsupportedOperationError(
+                message=(
+                    f"{me} has {held} conversations with a worktree, as many as one person "
+                    f"may (workspace.max_worktrees_per_caller = {self._max_worktrees}): "
+                    "merge or discard one (tailagent merge|discard CONTEXT), or go on in "
+                    "one of them with its contextId"
+                )
+            )
 
     async def _require_own(
         self, context_id: str, context: ServerCallContext, *, claim: bool = False

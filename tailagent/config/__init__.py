@@ -208,6 +208,9 @@ class WorkspaceSettings:
     # Let tailagent's git run the repository's hooks and filter/merge drivers (Git LFS):
     # off, none of them runs on the files an agent wrote (workspace/git.py says why).
     git_programs: bool = False
+    # Worktrees one person's conversations may hold at once: each costs a checkout, and
+    # stays until it is merged or discarded.
+    max_worktrees_per_caller: int = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +224,12 @@ class Settings:
     store: str | None = None
     name: str = "tailagent"
     max_body_bytes: int = 4 * 1024 * 1024
+    # What a request may cost before a2a-sdk parses it (access/bodies.py): the seconds
+    # its whole body may take to arrive, and the shape of a JSON body.
+    body_timeout: float = 60.0
+    max_json_depth: int = 32
+    max_parts: int = 256
+    max_json_values: int = 10_000
     max_permission_denials: int = 3
     log_level: str = "info"
     log_format: str = "text"

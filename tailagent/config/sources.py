@@ -44,6 +44,10 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "store": checks.store_url,
     "name": checks.nonempty_text,
     "max_body_bytes": checks.positive_int,
+    "body_timeout": checks.positive_number,
+    "max_json_depth": checks.positive_int,
+    "max_parts": checks.positive_int,
+    "max_json_values": checks.positive_int,
     "max_permission_denials": checks.positive_int,
     "log_level": checks.one_of(LOG_LEVELS),
     "log_format": checks.one_of(("text", "json")),
@@ -99,6 +103,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "workspace.isolation": checks.one_of(ISOLATION_MODES),
     "workspace.base": checks.nonempty_text,
     "workspace.git_programs": checks.boolean,
+    "workspace.max_worktrees_per_caller": checks.positive_int,
 }
 # TOML table -> Settings field; `agent` is also a plain key (which agent), so its
 # table lands in `agent_process`.

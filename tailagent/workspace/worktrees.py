@@ -634,6 +634,21 @@ class Worktrees:
 
     # ---- public ------------------------------------------------------------------
 
+    def conversations(self) -> list[str]:
+        """The conversations that have a worktree now, by their records (a worktree made
+        ahead is nobody's yet). Records live in the state dir, where no agent writes."""
+        found: list[str] = []
+        for record in self.root.glob("*.json") if self.root.is_dir() else ():
+            if record.name.startswith(READY_PREFIX):
+                continue
+            try:
+                context_id = json.loads(record.read_text())["context_id"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if isinstance(context_id, str) and self._record_path(context_id) == record:
+                found.append(context_id)
+        return found
+
     async def get(self, context_id: str) -> Worktree | None:
         """The conversation's worktree, or None when it has none."""
         return await self._load(context_id)
