@@ -241,6 +241,9 @@ async def test_push_configs_can_be_created_read_listed_and_deleted(tmp_path: Pat
         ("http://8.8.8.8/hook", "a public address"),
         ("ftp://100.64.0.9/hook", "must be http or https"),
         ("http://100.64.0.9/hook", "cannot check push host"),  # no tailscaled to ask
+        # Quad100 is tailscaled itself on every node: refused without asking it.
+        ("http://100.100.100.100/hook", r"Tailscale's own service address \(Quad100"),
+        ("http://[fd7a:115c:a1e0::53]:80/hook", r"Tailscale's own service address \(Quad100"),
     ],
 )
 async def test_targets_outside_the_tailnet_are_refused(a2a: A2A, url: str, reason: str) -> None:
@@ -255,10 +258,13 @@ async def test_targets_outside_the_tailnet_are_refused(a2a: A2A, url: str, reaso
     await a2a.cancel(parked.task_id)
 
 
-async def test_tailnet_names_come_from_tailscaled(tmp_path: Path) -> None:
+async def test_only_the_tailnets_peers_are_targets(tmp_path: Path) -> None:
     fake = FakeTailscaled(tmp_path / "tailscaled")
     fake.nodes = {
-        "nodekey:1": {"DNSName": "ci-runner.tail1234.ts.net.", "TailscaleIPs": ["100.64.0.9"]}
+        "nodekey:1": {
+            "DNSName": "ci-runner.tail1234.ts.net.",
+            "TailscaleIPs": ["100.64.0.9", "fd7a:115c:a1e0::9"],
+        }
     }
     fake.start()
     server = push_server(tmp_path, "--tailscale-socket", str(fake.socket))
@@ -266,15 +272,26 @@ async def test_tailnet_names_come_from_tailscaled(tmp_path: Path) -> None:
     try:
         parked = await a2a.turn("ask")
         async with a2a.client() as client:
-            for url in ("http://ci-runner.tail1234.ts.net:9/hook", "http://ci-runner:9/hook"):
+            for url in (
+                "http://ci-runner.tail1234.ts.net:9/hook",
+                "http://ci-runner:9/hook",
+                "http://100.64.0.9:9/hook",
+                "http://[fd7a:115c:a1e0::9]:9/hook",
+            ):
                 made = await client.create_task_push_notification_config(
                     TaskPushNotificationConfig(task_id=parked.task_id, url=url)
                 )
                 assert made.url == url
             for url, reason in [
-                ("http://elsewhere.tail1234.ts.net/hook", "not a MagicDNS name of this tailnet"),
-                ("http://devbox.tail1234.ts.net/hook", "this node's own address"),
+                ("http://elsewhere.tail1234.ts.net/hook", "no peer's MagicDNS name"),
+                ("http://devbox.tail1234.ts.net/hook", "this node's own name"),
+                ("http://devbox/hook", "this node's own name"),
                 ("http://100.64.0.1/hook", "this node's own address"),
+                ("http://[fd7a:115c:a1e0::1]/hook", "this node's own address"),
+                ("http://100.100.100.100/hook", r"own service address \(Quad100"),
+                ("http://[fd7a:115c:a1e0::53]/hook", r"own service address \(Quad100"),
+                ("http://100.64.0.77/hook", "a tailnet address that no peer holds"),
+                ("http://[fd7a:115c:a1e0::77]/hook", "a tailnet address that no peer holds"),
             ]:
                 with pytest.raises(A2AError, match=reason):
                     await client.create_task_push_notification_config(

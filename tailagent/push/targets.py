@@ -1,11 +1,14 @@
-"""Where a push notification may go: into this tailnet, or to a host the operator named.
+"""Where a push notification may go: to a peer of this tailnet, or a host the operator named.
 
 The caller picks the URL and the server makes the request, so a URL must not aim
 the server at its own loopback, the box's private network or a cloud metadata
-address. Tailnet names are looked up in tailscaled's own peer list rather than in
-DNS, and a delivery connects to the address that was checked, so a name cannot be
-re-pointed between the check and the request. The node's own tailnet addresses
-count as loopback: they reach this box's services with this node's identity.
+address. A tailnet address is not enough either: the node's own addresses reach this
+box's services with this node's identity, as loopback does; Tailscale's service
+address on every node (Quad100: 100.100.100.100, fd7a:115c:a1e0::53) is tailscaled
+itself; and an address in the tailnet's range that no peer holds is nobody the
+operator knows. So a target is a peer in tailscaled's own peer list, by address or
+MagicDNS name (never DNS), and a delivery connects to the address that was checked,
+so a name cannot be re-pointed between the check and the request.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ TAILNET_RANGES = (
     ipaddress.ip_network("100.64.0.0/10"),
     ipaddress.ip_network("fd7a:115c:a1e0::/48"),
 )
+QUAD100 = (ipaddress.ip_address("100.100.100.100"), ipaddress.ip_address("fd7a:115c:a1e0::53"))
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 _WHERE_TO = (
-    "push URLs must point into the tailnet (100.64.0.0/10, fd7a:115c:a1e0::/48 or a "
-    "MagicDNS name of this tailnet) or to a host in push.allowed_hosts"
+    "push URLs must point to a peer of this tailnet (its tailnet address or MagicDNS "
+    "name) or to a host in push.allowed_hosts"
 )
 
 
@@ -90,13 +94,22 @@ class PushTargets:
             literal = ipaddress.ip_address(host)
         if literal is not None and not _in_tailnet(literal):
             raise PushRefused(f"{host} is {_kind(literal)}; {_WHERE_TO}")
+        if literal in QUAD100:
+            raise PushRefused(
+                f"{host} is Tailscale's own service address (Quad100, tailscaled on this "
+                f"node); {_WHERE_TO}"
+            )
         me, peers = _nodes(await self._status(host))
-        address = literal or self._peer_address(host, me, peers)
-        if address in _addresses(me):
+        if literal is None:
+            address = _peer_address(host.rstrip("."), me, peers)
+            if not _in_tailnet(address):  # a peer list that says otherwise is not believed
+                raise PushRefused(f"{host} resolves to {_kind(address)}; {_WHERE_TO}")
+            return Target(url, host, str(address))
+        if literal in _addresses(me):
             raise PushRefused(f"{host} is this node's own address (loopback); {_WHERE_TO}")
-        if not _in_tailnet(address):
-            raise PushRefused(f"{host} resolves to {_kind(address)}; {_WHERE_TO}")
-        return Target(url, host, str(address))
+        if not any(literal in _addresses(peer) for peer in peers):
+            raise PushRefused(f"{host} is a tailnet address that no peer holds; {_WHERE_TO}")
+        return Target(url, host, str(literal))
 
     async def _status(self, host: str) -> dict[str, Any]:
         try:
@@ -104,12 +117,19 @@ class PushTargets:
         except LocalAPIUnavailable as exc:
             raise PushRefused(f"cannot check push host {host}: {exc}") from None
 
-    @staticmethod
-    def _peer_address(host: str, me: dict[str, Any], peers: list[dict[str, Any]]) -> Address:
-        """A MagicDNS name's address, from tailscaled's peer list (full or short name)."""
-        for node in (me, *peers):
-            name = str(node.get("DNSName") or "").rstrip(".").lower()
-            addresses = _addresses(node)
-            if name and addresses and host in (name, name.split(".", 1)[0]):
-                return addresses[0]
-        raise PushRefused(f"{host} is not a MagicDNS name of this tailnet; {_WHERE_TO}")
+
+def _named(host: str, node: dict[str, Any]) -> bool:
+    """Whether `host` is the node's MagicDNS name, full or short."""
+    name = str(node.get("DNSName") or "").rstrip(".").lower()
+    return bool(name) and host in (name, name.split(".", 1)[0])
+
+
+def _peer_address(host: str, me: dict[str, Any], peers: list[dict[str, Any]]) -> Address:
+    """A peer's address for its MagicDNS name, from tailscaled's peer list."""
+    if _named(host, me):
+        raise PushRefused(f"{host} is this node's own name (loopback); {_WHERE_TO}")
+    for peer in peers:
+        addresses = _addresses(peer)
+        if addresses and _named(host, peer):
+            return addresses[0]
+    raise PushRefused(f"{host} is no peer's MagicDNS name in this tailnet; {_WHERE_TO}")
