@@ -26,6 +26,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
+from tailagent.bridge.handler import START_ANOTHER
 from tests.conftest import RunningServer, start_server
 from tests.serve_proxy import ServeProxy
 from tests.tailnet import FakeTailscaled, whois
@@ -127,9 +128,13 @@ def result(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def not_found(answer: dict[str, Any], context_id: str) -> None:
-    """The refusal another person's task gets: TaskNotFound, saying nothing more."""
+    """The refusal another person's task gets: TaskNotFound, saying nothing more (a
+    message is told how to start a conversation of its own)."""
     assert answer.get("error", {}).get("code") == -32001, answer
-    assert answer["error"]["message"] == f"Conversation {context_id} not found", answer
+    assert answer["error"]["message"] in (
+        f"Conversation {context_id} not found",
+        f"Conversation {context_id} not found{START_ANOTHER}",
+    ), answer
 
 
 def alices_secret(team: Team) -> tuple[str, str]:
@@ -189,7 +194,8 @@ def test_the_http_json_binding_refuses_the_same_way(team: Team) -> None:
         reply = httpx.post(team.server.url + "/message:send", json={"message": message},
                            headers=team.headers(person), timeout=30)  # fmt: skip
         assert reply.status_code == 404, reply.text
-        assert reply.json()["error"]["message"] == f"Conversation {context_id} not found"
+        said = reply.json()["error"]["message"]
+        assert said.startswith(f"Conversation {context_id} not found"), said
 
 
 def test_a_named_context_is_its_first_callers_and_nobody_can_join_it(team: Team) -> None:

@@ -98,10 +98,14 @@ def runs_elsewhere(task_id: str, url: str, advice: str) -> UnsupportedOperationE
     )
 
 
-def not_found(context_id: str) -> TaskNotFoundError:
+# What a message naming a conversation that is not the caller's may do instead.
+START_ANOTHER = "; to start a conversation, leave contextId out or name another"
+
+
+def not_found(context_id: str, hint: str = "") -> TaskNotFoundError:
     """The refusal of a conversation that is not the caller's: the words an unknown one
     gets, so whether it exists does not leak."""
-    return TaskNotFoundError(message=f"Conversation {context_id} not found")
+    return TaskNotFoundError(message=f"Conversation {context_id} not found{hint}")
 
 
 def ended(task: Task) -> str:
@@ -240,14 +244,14 @@ class GuardedRequestHandler(DefaultRequestHandler):
         person's is refused as not found, but to an admin."""
         me = resolve_user_scope(context)
         if message.context_id and await self._owners.owner(message.context_id) is not None:
-            await self._require_own(message.context_id, context)
+            await self._require_own(message.context_id, context, hint=START_ANOTHER)
             return
         await self._check_room(me)
         if not message.context_id:
             message.context_id = self._pool.minted_contexts.generate()
             await self._owners.start(message.context_id, me)
             return
-        await self._require_own(message.context_id, context, claim=True)
+        await self._require_own(message.context_id, context, claim=True, hint=START_ANOTHER)
 
     async def _check_room(self, me: str) -> None:
         """Refuses a new conversation to a person whose conversations hold as many
@@ -268,7 +272,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
             )
 
     async def _require_own(
-        self, context_id: str, context: ServerCallContext, *, claim: bool = False
+        self, context_id: str, context: ServerCallContext, *, claim: bool = False, hint: str = ""
     ) -> None:
         """Refuses a conversation that is not the caller's (an admin's may be anyone's).
         With `claim`, one that nobody has started becomes the caller's."""
@@ -278,7 +282,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
         )
         caller = caller_of(context)
         if owner != me and not (owner is not None and caller is not None and caller.may("admin")):
-            raise not_found(context_id)
+            raise not_found(context_id, hint)
 
     async def _busy(self, context_id: str, task_id: str, context: ServerCallContext) -> ContextBusy:
         """The refusal of a busy conversation, naming its task only to a caller who may
