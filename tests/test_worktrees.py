@@ -117,10 +117,12 @@ def snapshot(repo: Path) -> dict[str, str]:
     """Everything a person could notice: every file in the checkout, the index's bytes,
     every ref, HEAD, `git status` and the worktree list."""
     state: dict[str, str] = {}
-    for path in sorted(repo.rglob("*")):
-        if ".git" in path.relative_to(repo).parts or not path.is_file():
-            continue
-        state[str(path.relative_to(repo))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    for directory, folders, names in os.walk(repo):
+        # Not into .git: a retired worktree's git dir may be going away meanwhile.
+        folders[:] = [folder for folder in folders if folder != ".git"]
+        for name in set(names) - {".git"}:  # a linked worktree's .git is a file
+            path = Path(directory, name)
+            state[str(path.relative_to(repo))] = hashlib.sha256(path.read_bytes()).hexdigest()
     gitdir = Path(sh(repo, "rev-parse", "--absolute-git-dir").strip())
     state["<index>"] = hashlib.sha256((gitdir / "index").read_bytes()).hexdigest()
     state["<HEAD>"] = (gitdir / "HEAD").read_text()
