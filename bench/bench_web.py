@@ -53,7 +53,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_core import pct, rpc, sequential
 from bench.bench_load import IDLE_AFTER, NOTEWORTHY, Burst, Server, burst, start_tailagent
-from tailagent.access.browser import COOKIE_NAME
+from tailagent.access.browser import COOKIE_PREFIX
 from tests.processes import status_kib
 
 LONG_TASKS = 10
@@ -105,14 +105,15 @@ def base_url(server: Server) -> str:
     return str(httpx.URL(server.url).copy_with(path="/", query=None))
 
 
-async def sign_in(server: Server) -> str:
-    """The desk's session cookie, as `tailagent web` and a browser on the box get it."""
+async def sign_in(server: Server) -> tuple[str, str]:
+    """The desk's session cookie (its name is the server's own), as `tailagent web` and
+    a browser on the box get it."""
     token = {"Authorization": server.headers["Authorization"]}
     async with httpx.AsyncClient(base_url=base_url(server), timeout=10) as http:
         link = await http.post("/desk/signin-link", json={}, headers=token)
         link.raise_for_status()
         landed = await http.get(link.json()["path"])
-        cookie = landed.cookies.get(COOKIE_NAME)
+        cookie = next((c for c in landed.cookies.items() if c[0].startswith(COOKIE_PREFIX)), None)
     if landed.status_code != 303 or not cookie:
         raise RuntimeError(f"sign-in failed: HTTP {landed.status_code} {landed.text[:200]}")
     return cookie
@@ -139,17 +140,17 @@ async def follow(http: httpx.AsyncClient, page: Page) -> None:
         page.opened.set()
 
 
-def page_client(server: Server, cookie: str) -> httpx.AsyncClient:
+def page_client(server: Server, cookie: tuple[str, str]) -> httpx.AsyncClient:
     """A browser's worth of pages: each on its own connection, waiting as long as it is open."""
     return httpx.AsyncClient(
         base_url=base_url(server),
-        cookies={COOKIE_NAME: cookie},
+        cookies=dict([cookie]),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
         timeout=httpx.Timeout(30, read=None),
     )
 
 
-async def warm_up(server: Server, cookie: str) -> int:
+async def warm_up(server: Server, cookie: tuple[str, str]) -> int:
     """Opens and closes one task page (on a finished task: it changes no more) and one
     list page, so that what a first page costs once (templates compiled, code paths
     first run) is not counted per page. Returns the tasks it ran."""

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from a2a.server.routes import create_rest_routes
 from starlette.routing import Mount, Router
 
+from tailagent.access.bodies import BodyLimits
 from tailagent.access.browser import BrowserSessions, load_secret
 from tailagent.access.guard import AccessGuard
 from tailagent.access.identity import CallerContextBuilder
@@ -71,8 +72,15 @@ def build_app(
             trusts_forwarding=presence.trusts_forwarding,
         ),
         tokens=tokens,
-        max_body_bytes=settings.max_body_bytes,
+        limits=BodyLimits(
+            max_bytes=settings.max_body_bytes,
+            timeout=settings.body_timeout,
+            max_depth=settings.max_json_depth,
+            max_parts=settings.max_parts,
+            max_values=settings.max_json_values,
+        ),
         hosts=served_hosts(settings),
         allowed_origins=settings.access.allowed_origins,
+        advertised_url=settings.advertised_url,
         sessions=sessions,
     )

@@ -3,6 +3,11 @@
 It runs before any A2A code: a refused request gets its answer here, and nothing
 of it reaches a handler or the agent. The card, its JWKS and the health probe
 are public; everything else needs a caller the policy lets in.
+
+The order is what keeps a stranger cheap: the headers and the connection name the
+caller and the policy decides before a byte of the body is read, so a request
+without credentials is answered from its head alone, however large or slow its
+body; a body is then read within its limits (access/bodies.py).
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from urllib.parse import urlsplit
 
 from hypercorn.typing import ASGIReceiveEvent, ASGISendEvent
 
-from tailagent.access.browser import BrowserSessions, is_page_request
+from tailagent.access.bodies import BodyLimits, BodyRefused, answer_unread, parse_checked, read_body
+from tailagent.access.browser import UID_KEY, BrowserSessions, is_page_request, local_uid
 from tailagent.access.identity import SCOPE_KEY, Caller
 from tailagent.access.localapi import LocalAPIUnavailable
 from tailagent.access.policy import Policy, Refusal, Seen
@@ -38,8 +44,7 @@ PUBLIC_PATHS = frozenset(
         "/desk/signin",  # the link's one-use ticket is the credential (access/browser.py)
     }
 )
-DISCARD_LIMIT = 64 * 1024 * 1024
-LOG_BODY_LIMIT = 64 * 1024
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def _replay(body: bytes, receive: Any) -> Any:
@@ -69,8 +74,19 @@ def _headers(scope: dict[str, Any]) -> dict[bytes, str]:
 # Refusals by the access layer, in each binding's words: the JSON-RPC error code (an
 # Invalid Request: no method ran) and the AIP-193 status of the HTTP+JSON binding.
 ACCESS_RPC_CODE = -32600
-REST_STATUS = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 503: "UNAVAILABLE"}
-ERROR_WORDS = {401: "unauthorized", 403: "forbidden", 503: "identity unavailable"}
+REST_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    503: "UNAVAILABLE",
+}
+ERROR_WORDS = {
+    400: "invalid request",
+    401: "unauthorized",
+    403: "forbidden",
+    408: "request timeout",
+    503: "identity unavailable",
+}
 
 
 def jsonrpc_error(code: int, message: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -144,21 +160,50 @@ async def send_json(
     await _send(send, status, json.dumps(body).encode(), [content_type, *(headers or [])])
 
 
+async def _refusal(
+    send: Any, binding: str, status: int, reason: str, code: int, message: str
+) -> None:
+    """A refusal in the words of the binding it answers: a page for a person, else
+    JSON in the binding's shape (with `WWW-Authenticate` when credentials would help)."""
+    if binding == "page":
+        await send_page(send, status, ERROR_WORDS.get(status, "refused"), message)
+        return
+    extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
+    await send_json(send, status, refusal_body(status, reason, code, message, binding), extra)
+
+
 def _host_name(host_header: str) -> str:
     """The host part of a Host header, lower case, without port or brackets."""
     return (urlsplit(f"//{host_header}").hostname or "").lower()
 
 
-def _what(path: str, body: bytes) -> str:
-    """The A2A method and task id of a request, for the log line."""
-    if path != JSONRPC_PATH or not body or len(body) > LOG_BODY_LIMIT:
-        return ""
+def _origin(scheme: str, netloc: str) -> str | None:
+    """`scheme://host:port` with the port always written, so two ways of writing one
+    origin compare equal; None for what is not an http(s) origin."""
     try:
-        request = json.loads(body)
-        params = request.get("params") or {}
-        task_id = params.get("id") or (params.get("message") or {}).get("taskId")
-    except (ValueError, AttributeError, TypeError):
-        return "(unparsed body)"
+        parts = urlsplit(f"{scheme}://{netloc}")
+        port = parts.port or DEFAULT_PORTS.get(scheme)
+    except ValueError:
+        return None
+    if port is None or not parts.hostname or scheme not in DEFAULT_PORTS:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{scheme}://{host.lower()}:{port}"
+
+
+def _origin_of_url(url: str) -> str | None:
+    parts = urlsplit(url)
+    return _origin(parts.scheme, parts.netloc)
+
+
+def _what(path: str, request: Any) -> str:
+    """The A2A method and task id of a JSON-RPC request, for the log line."""
+    if path != JSONRPC_PATH or not isinstance(request, dict):
+        return ""
+    params = request.get("params")
+    params = params if isinstance(params, dict) else {}
+    message = params.get("message")
+    task_id = params.get("id") or (message.get("taskId") if isinstance(message, dict) else None)
     method = request.get("method", "?")
     return f"{method} task={task_id}" if task_id else str(method)
 
@@ -178,18 +223,22 @@ class AccessGuard:
         policy: Policy,
         resolver: Resolver,
         tokens: TokenStore,
-        max_body_bytes: int,
+        limits: BodyLimits,
         hosts: set[str],
         allowed_origins: tuple[str, ...],
+        advertised_url: str,
         sessions: BrowserSessions | None = None,
     ) -> None:
         self._app = app
         self._policy = policy
         self._resolver = resolver
         self._tokens = tokens
-        self._max_body = max_body_bytes
+        self._limits = limits
         self._hosts = {h.lower() for h in hosts}
         self._origins = set(allowed_origins)
+        # A page opened at the advertised URL is this server's whatever Host reaches the
+        # listener: the embedded node's TLS leaves no X-Forwarded-Proto to say https.
+        self._advertised_origin = _origin_of_url(advertised_url)
         self._sessions = sessions
         # How the server tells busy from quiet: requests so far, and those not yet done.
         self.requests = 0
@@ -202,9 +251,21 @@ class AccessGuard:
         # The full MagicDNS name, or the short one people type (http://agentbox/).
         return me.dns_name is not None and name in (me.dns_name, me.dns_name.split(".")[0])
 
-    def _cross_site(self, method: str, headers: dict[bytes, str], me: TailnetSelf) -> str | None:
+    def _page_origins(self, headers: dict[bytes, str]) -> set[str | None]:
+        """This server's origins for a page request: the one its browser addressed (the
+        Host already names this server; tailscale serve's X-Forwarded-Host and -Proto
+        say what the browser used, and no page can make a browser send those), and
+        the advertised one."""
+        scheme = headers.get(b"x-forwarded-proto", "http").strip().lower()
+        netloc = headers.get(b"x-forwarded-host") or headers.get(b"host", "")
+        return {_origin(scheme, netloc.strip()), self._advertised_origin}
+
+    def _cross_site(
+        self, method: str, headers: dict[bytes, str], token_verified: bool
+    ) -> str | None:
         """Why a change to the page must be refused as coming from another site, if it
-        must. GET changes nothing; a POST must come from the page's own origin."""
+        must. GET changes nothing; a POST must come from the page's own origin, scheme,
+        host and port alike: to a browser every port of a host is one site."""
         if method in ("GET", "HEAD"):
             return None
         fetch_site = headers.get(b"sec-fetch-site")
@@ -212,43 +273,28 @@ class AccessGuard:
             return None if fetch_site == "same-origin" else f"a {fetch_site} request"
         origin = headers.get(b"origin")
         if origin is None:
-            # Browsers send Origin on every POST; a program sends its token instead.
-            return None if b"authorization" in headers else "a request with no Origin"
-        origin_host = urlsplit(origin).netloc
-        if origin_host and self._host_allowed(origin_host, me):
+            # Browsers send Origin on every POST; a program sends a valid token instead.
+            return None if token_verified else "a request with no Origin"
+        parts = urlsplit(origin)
+        if _origin(parts.scheme, parts.netloc) in self._page_origins(headers) - {None}:
             return None
         return f"a request from {origin}"
 
-    async def _read_body(self, receive: Any, declared: str) -> bytes | None:
-        """The whole request body, or None when it is over the limit (with or without
-        a Content-Length). A refused body is drained, up to a bound, so a client still
-        sending reads the 413 instead of a reset connection."""
-        too_large = declared.isdigit() and int(declared) > self._max_body
-        if too_large and int(declared) > DISCARD_LIMIT:
-            return None
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return None
-            body += message.get("body", b"")
-            if len(body) > self._max_body:
-                too_large = True
-                if len(body) > DISCARD_LIMIT:
-                    return None
-            if not message.get("more_body"):
-                return None if too_large else bytes(body)
-
-    async def _identify(self, scope: dict[str, Any], headers: dict[bytes, str]) -> Caller | Refusal:
-        token: TokenInfo | None = None
+    def _bearer(self, headers: dict[bytes, str]) -> TokenInfo | Refusal | None:
         authorization = headers.get(b"authorization", "")
-        if authorization:
-            scheme, _, value = authorization.partition(" ")
-            if scheme.lower() != "bearer" or not value.strip():
-                return Refusal(401, "the Authorization header must be `Bearer <token>`")
-            token = self._tokens.verify(value.strip())
-            if token is None:
-                return Refusal(401, "the bearer token is not valid (unknown or revoked)")
+        if not authorization:
+            return None
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            return Refusal(401, "the Authorization header must be `Bearer <token>`")
+        token = self._tokens.verify(value.strip())
+        if token is None:
+            return Refusal(401, "the bearer token is not valid (unknown or revoked)")
+        return token
+
+    async def _identify(
+        self, scope: dict[str, Any], headers: dict[bytes, str], token: TokenInfo | None
+    ) -> Caller | Refusal:
         try:
             seen = await self._resolver.seen(scope, headers.get(b"x-forwarded-for", ""))
         except BadForwarding as exc:
@@ -267,6 +313,57 @@ class AccessGuard:
             where = self._resolver.localapi.where
             seen = Seen(None, "LocalAPI unreachable", f"; start {where} for tailnet callers")
         return self._policy.decide(seen, token)
+
+    async def _who(
+        self, scope: dict[str, Any], headers: dict[bytes, str], page: bool
+    ) -> tuple[Caller | Refusal, bool]:
+        """The caller, from the connection and the headers alone (no body is read for
+        one that is not let in), and whether a bearer token verified."""
+        token = self._bearer(headers)
+        if isinstance(token, Refusal):
+            identified: Caller | Refusal = token
+        else:
+            identified = await self._identify(scope, headers, token)
+        if page and isinstance(identified, Refusal) and identified.status == 401:
+            identified = self._signed_in(scope, headers, identified)
+        return identified, isinstance(token, TokenInfo)
+
+    def _signed_in(
+        self, scope: dict[str, Any], headers: dict[bytes, str], refusal: Refusal
+    ) -> Caller | Refusal:
+        """A sign-in on this box, for a page request with no other identity: only the
+        page's routes honour one; the A2A routes never do."""
+        if self._sessions is not None:
+            signed_in = self._sessions.caller(headers.get(b"cookie", ""), local_uid(scope))
+            if signed_in is not None:
+                return signed_in
+        return Refusal(
+            401,
+            f"{refusal.reason}. In a browser on this box, sign in with the link that "
+            "`tailagent web` prints",
+        )
+
+    async def _local_uid(self, scope: dict[str, Any], headers: dict[bytes, str]) -> int | None:
+        """The unix user of a connection that a process on this box opened; None for
+        what tailscale serve forwards (its socket is tailscaled's, its browser elsewhere)."""
+        if b"x-forwarded-for" in headers:
+            return None
+        return await self._resolver.local_owner(scope)
+
+    async def _take_body(
+        self, receive: Any, declared: str, is_a2a: bool, path: str
+    ) -> tuple[bytes, str] | BodyRefused:
+        """The body of a request that was let in, within its limits; an A2A body's JSON
+        shape checked too, and its method named for the log line."""
+        body = await read_body(receive, declared, self._limits)
+        if isinstance(body, BodyRefused):
+            return body
+        if not is_a2a:
+            return body, ""
+        parsed, refused = parse_checked(body, self._limits)
+        if refused is not None:
+            return refused
+        return body, _what(path, parsed)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -287,12 +384,8 @@ class AccessGuard:
         async def refuse(status: int, reason: str, code: int, message: str) -> None:
             outcome.decision, outcome.status = f"refused: {message}", status
             REFUSALS.labels(reason.lower().replace(" ", "_")).inc()
-            if binding == "page":
-                await send_page(send, status, ERROR_WORDS.get(status, "refused"), message)
-                return
-            extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
-            await send_json(
-                send, status, refusal_body(status, reason, code, message, binding), extra
+            await answer_unread(
+                receive, lambda: _refusal(send, binding, status, reason, code, message)
             )
 
         try:
@@ -305,17 +398,14 @@ class AccessGuard:
                 host = headers.get(b"host", "")
                 await refuse(403, "HOST", 0, f"Host {host!r} does not name this server")
                 return
+            if page:
+                scope[UID_KEY] = await self._local_uid(scope, headers)
             if path in PUBLIC_PATHS:
                 outcome.decision = "public"
                 await self._app(scope, receive, self._tracking(send, outcome, is_a2a))
                 return
             origin = headers.get(b"origin")
-            if page:
-                cross = self._cross_site(scope["method"], headers, me)
-                if cross is not None:
-                    await refuse(403, "ORIGIN", 0, f"{cross} may not change anything here")
-                    return
-            elif origin is not None and origin not in self._origins:
+            if not page and origin is not None and origin not in self._origins:
                 await refuse(403, "ORIGIN", 0, f"Origin {origin} is not in access.allowed_origins")
                 return
             length = headers.get(b"content-length", "")
@@ -330,31 +420,22 @@ class AccessGuard:
                         f"Content-Type must be application/json, not {shown}",
                     )
                     return
-            if scope["method"] in ("POST", "PUT", "PATCH"):
-                # Read the whole body here, within the limit, before any handler parses it.
-                body = await self._read_body(receive, length)
-                if body is None:
-                    limit = f"Request body too large (limit {self._max_body} bytes)"
-                    await refuse(413, "PAYLOAD_TOO_LARGE", -32600, limit)
-                    return
-                what = _what(path, body)
-                receive = _replay(body, receive)
-            identified = await self._identify(scope, headers)
-            if isinstance(identified, Refusal) and page and self._sessions is not None:
-                # Only the page's routes honour a sign-in; the A2A routes never do.
-                signed_in = self._sessions.caller(headers.get(b"cookie", ""))
-                if signed_in is not None and identified.status == 401:
-                    identified = signed_in
-                elif identified.status == 401:
-                    identified = Refusal(
-                        401,
-                        f"{identified.reason}. In a browser on this box, sign in with the "
-                        "link that `tailagent web` prints",
-                    )
+            identified, token_verified = await self._who(scope, headers, page)
             if isinstance(identified, Refusal):
                 await refuse(identified.status, identified.error.upper(), 0, identified.reason)
                 return
+            cross = self._cross_site(scope["method"], headers, token_verified) if page else None
+            if cross is not None:
+                await refuse(403, "ORIGIN", 0, f"{cross} may not change anything here")
+                return
             outcome.caller = identified.describe()
+            if scope["method"] in ("POST", "PUT", "PATCH"):
+                taken = await self._take_body(receive, length, is_a2a, path)
+                if isinstance(taken, BodyRefused):
+                    await refuse(taken.status, taken.reason, ACCESS_RPC_CODE, taken.message)
+                    return
+                body, what = taken
+                receive = _replay(body, receive)
             scope[SCOPE_KEY] = identified
             await self._app(scope, receive, self._tracking(send, outcome, is_a2a))
         except Exception:

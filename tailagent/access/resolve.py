@@ -246,6 +246,21 @@ class Resolver:
             return cached
         return None
 
+    async def local_owner(self, scope: dict[str, Any]) -> int | None:
+        """The unix user whose process opened this connection, when it is a process on
+        this box (loopback TCP, not a tailnet peer forwarded in): what a desk sign-in is
+        bound to. None where the kernel cannot be asked: on a unix socket, Hypercorn
+        hands the app no socket to read SO_PEERCRED from."""
+        client, server = scope.get("client"), scope.get("server")
+        if self._unix or not client or not server:
+            return None
+        try:
+            connection = await self._connection(client, server)
+        except LocalAPIUnavailable:
+            # No tailscaled, so no tailnet peer is forwarded in: the connection is local.
+            return self._owner(client, server)
+        return connection.uid if connection.peer_ip is None else None
+
     def _owner(self, client: Any, server: Any) -> int | None:
         """Whose this very connection is, asked of the kernel once per connection: a
         connection whose whois failed (no tailscaled) is not kept, and its next request

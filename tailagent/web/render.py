@@ -96,6 +96,8 @@ def refusal(message: str, back: str) -> str:
     return outcome("Refused", message, back)
 
 
-def outcome(title: str, message: str, back: str) -> str:
-    """What a form came to, said plainly, with the way back."""
-    return _ENV.get_template("refused.html").render(title=title, message=message, back=back)
+def outcome(title: str, message: str, back: str, *, go_on: bool = False) -> str:
+    """What a form came to, said plainly, with the way back (taken at once, `go_on`)."""
+    return _ENV.get_template("refused.html").render(
+        title=title, message=message, back=back, go_on=go_on
+    )

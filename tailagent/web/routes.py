@@ -32,7 +32,7 @@ from google.protobuf.struct_pb2 import Value
 from quart import Blueprint, Quart, Response, redirect, request
 from quart.typing import ResponseReturnValue
 
-from tailagent.access.browser import session_cookie
+from tailagent.access.browser import SignInRefused, local_uid
 from tailagent.access.identity import SCOPE_KEY, Caller, OwnerUser
 from tailagent.bridge.executor import VIA_KEY
 from tailagent.web import forms, render
@@ -305,21 +305,31 @@ def blueprint(parts: DeskParts) -> Blueprint:
             return {"error": "this endpoint takes application/json"}, 415
         if caller.kind != "token" or caller.login != "local":
             return {"error": "only the local token (tailagent web, on this box) may ask"}, 403
-        return {"path": f"/desk/signin?ticket={parts.sessions.new_ticket()}"}
+        uid = local_uid(request.scope)
+        if uid is None:  # the link would be bound to nobody: a link for anyone
+            return {
+                "error": "the server cannot tell which user of this box asks (it learns that "
+                "for a loopback TCP connection only): ask on its 127.0.0.1 port"
+            }, 403
+        return {"path": f"/desk/signin?ticket={parts.sessions.new_ticket(uid)}"}
 
     @desk_bp.get("/signin")
     async def signin() -> ResponseReturnValue:
-        cookie = parts.sessions.redeem(request.args.get("ticket", ""))
-        if cookie is None:
-            page = render.refusal(
-                "This sign-in link was used already or is too old (links last 5 minutes and "
-                "work once). Run `tailagent web` on this box for a new one.",
-                "/desk/",
-            )
+        ticket = request.args.get("ticket", "")
+        try:
+            cookie = parts.sessions.redeem(ticket, local_uid(request.scope))
+        except SignInRefused as exc:
+            page = render.refusal(str(exc), "/desk/")
             return Response(page, status=403, content_type="text/html; charset=utf-8")
         response = redirect("/desk/", 303)
+        if request.headers.get("Sec-Fetch-Site") in ("cross-site", "same-site"):
+            # Opened from another site (the private page of `tailagent web --open` is a
+            # file): a browser sends no SameSite=Strict cookie on where that navigation
+            # is redirected, so the desk is opened from here, a page of its own site.
+            page = render.outcome("Signed in", "Opening the approval desk.", "/desk/", go_on=True)
+            response = Response(page, content_type="text/html; charset=utf-8")
         secure = request.headers.get("X-Forwarded-Proto") == "https"
-        response.headers["Set-Cookie"] = session_cookie(cookie, secure=secure)
+        response.headers["Set-Cookie"] = parts.sessions.set_cookie(cookie, secure=secure)
         return response
 
     return desk_bp

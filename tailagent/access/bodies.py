@@ -1,0 +1,170 @@
+"""A request's body, as the access layer takes it: only from a caller it let in,
+within a size and a deadline, and with a shape a2a-sdk can parse without stalling.
+
+a2a-sdk turns a JSON body into protobuf messages in pure Python, on the one event
+loop every caller shares, in time proportional to the body's values: 200,000 parts
+(3 MB) held the loop for 17 s, `/healthz` included; a data part 40 levels deep broke
+its protobuf types (an internal error), and a body nested 20,000 deep raised a
+RecursionError. So the body is parsed once here, by the C decoder (milliseconds at
+the size limit), and its depth, parts and values are counted before the SDK sees it.
+
+Hypercorn bounds a request's head (a connection that has not sent a whole request
+within its keep-alive timeout, 5 s, is closed), but nothing bounds a body: a client
+sending a byte every 20 s kept its connection, and the handler waiting on it,
+forever. Hypercorn's own `read_timeout` would also cut every quiet stream a client
+is reading (server-sent events), so the deadline is kept here, for the body alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from hypercorn.typing import ASGIReceiveEvent
+
+# An over-limit body from a caller that was let in is read on and dropped up to this,
+# so its client reads the 413 rather than a reset; beyond it the connection is cut.
+DISCARD_LIMIT = 64 * 1024 * 1024
+# How long a refusal sent before the body was read waits for Hypercorn to let go of it.
+LET_GO_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class BodyLimits:
+    max_bytes: int
+    timeout: float  # seconds for the whole body to arrive
+    max_depth: int  # nesting of JSON arrays and objects
+    max_parts: int  # parts in all of a request's `parts` lists
+    max_values: int  # members of all its arrays and objects
+
+
+@dataclass(frozen=True, slots=True)
+class BodyRefused:
+    """Why a body was not taken; `message` is what the caller reads."""
+
+    status: int
+    reason: str  # the refusal's name: the metrics label, and AIP-193's ErrorInfo reason
+    message: str
+
+
+async def read_body(receive: Any, declared: str, limits: BodyLimits) -> bytes | BodyRefused:
+    """The whole body, or why not: over the size limit (413, with or without a
+    Content-Length), not all there within the deadline (408), or cut short."""
+    deadline = asyncio.get_running_loop().time() + limits.timeout
+    if declared.isdigit() and int(declared) > limits.max_bytes:
+        refused = _too_large(limits)
+    else:
+        try:
+            async with asyncio.timeout_at(deadline):
+                got = await _collect(receive, limits)
+        except TimeoutError:
+            return BodyRefused(
+                408, "REQUEST_TIMEOUT", "the request body did not arrive within "
+                f"{limits.timeout:g} s (body_timeout)",
+            )  # fmt: skip
+        if not isinstance(got, BodyRefused) or got.status != 413:
+            return got
+        refused = got
+    if not declared.isdigit() or int(declared) <= DISCARD_LIMIT:
+        try:
+            async with asyncio.timeout_at(deadline):
+                await _discard(receive, DISCARD_LIMIT)
+        except TimeoutError:
+            pass
+    return refused
+
+
+def _too_large(limits: BodyLimits) -> BodyRefused:
+    return BodyRefused(
+        413, "PAYLOAD_TOO_LARGE", f"Request body too large (limit {limits.max_bytes} bytes)"
+    )
+
+
+async def _collect(receive: Any, limits: BodyLimits) -> bytes | BodyRefused:
+    """The body; nothing more is kept once it is over the limit."""
+    body = bytearray()
+    while True:
+        message: ASGIReceiveEvent = await receive()
+        if message["type"] != "http.request":
+            return BodyRefused(400, "INCOMPLETE_BODY", "the client left before its body ended")
+        body += message.get("body", b"")
+        if len(body) > limits.max_bytes:
+            return _too_large(limits)
+        if not message.get("more_body"):
+            return bytes(body)
+
+
+async def _discard(receive: Any, limit: int) -> None:
+    """Reads what the client still sends and keeps none of it: until the request
+    ends, the connection is let go of, or `limit` bytes have passed."""
+    seen = 0
+    while seen <= limit:
+        message: ASGIReceiveEvent = await receive()
+        if message["type"] != "http.request" or not message.get("more_body"):
+            return
+        seen += len(message.get("body", b""))
+
+
+async def answer_unread(receive: Any, answer: Any) -> None:
+    """Sends `answer()` (a refusal) for a request whose body nobody read.
+
+    The body is not read, but what arrives meanwhile is taken and dropped: Hypercorn
+    queues a body for the app (ten chunks), and when the answer ends it queues its own
+    word that the request is over; with the queue full of a body nobody takes, that
+    word, and the answer with it, would wait forever. Once the answer is out Hypercorn
+    closes a connection whose body is still coming, so this never reads much."""
+    taking = asyncio.ensure_future(_discard(receive, DISCARD_LIMIT))
+    try:
+        await answer()
+        await asyncio.wait([taking], timeout=LET_GO_SECONDS)
+    finally:
+        taking.cancel()
+
+
+def parse_checked(body: bytes, limits: BodyLimits) -> tuple[Any, BodyRefused | None]:
+    """The body as JSON (None when it is not JSON: the binding's own parse error
+    answers that), and why its shape is refused, if it is."""
+    try:
+        value = json.loads(body)
+    except RecursionError:
+        return None, _too_deep(limits)
+    except ValueError:
+        return None, None
+    return value, shape_refusal(value, limits)
+
+
+def _too_deep(limits: BodyLimits) -> BodyRefused:
+    return BodyRefused(
+        400, "TOO_DEEP", f"the JSON body is nested deeper than {limits.max_depth} levels "
+        "(max_json_depth)",
+    )  # fmt: skip
+
+
+def shape_refusal(value: Any, limits: BodyLimits) -> BodyRefused | None:
+    """Why a parsed body is more than the SDK should parse, or None. Each container's
+    size is counted before its members are looked at, so a refused body costs no more
+    than its first too-large container."""
+    values = parts = 0
+    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limits.max_depth:
+            return _too_deep(limits)
+        members = list(item.values()) if isinstance(item, dict) else item
+        values += len(members)
+        if values > limits.max_values:
+            return BodyRefused(
+                400, "TOO_MANY_VALUES", f"the JSON body holds more than {limits.max_values} "
+                "values (max_json_values)",
+            )  # fmt: skip
+        found = item.get("parts") if isinstance(item, dict) else None
+        parts += len(found) if isinstance(found, list) else 0
+        if parts > limits.max_parts:
+            return BodyRefused(
+                400, "TOO_MANY_PARTS", f"the message has more than {limits.max_parts} parts "
+                "(max_parts)",
+            )  # fmt: skip
+        stack += [(m, depth + 1) for m in members if isinstance(m, (dict, list))]
+    return None
