@@ -84,3 +84,29 @@ async def test_an_unknown_agents_modes_are_refused_until_the_operator_lists_some
         await refused(caller, "default", "others may choose plan")
     finally:
         server.stop()
+
+
+async def test_a_mode_an_admin_chose_does_not_outlast_the_admins_turn(tmp_path: Path) -> None:
+    """A mode lasts as long as the agent's session: an admin's `full-access` turn in a
+    caller's conversation must not leave that caller's next turns unguarded."""
+    server = start_server(tmp_path, "--agent", "codex", "--agent-command", agent_command())
+    admin, caller = callers(server)
+    try:
+        started = await caller.turn(user_message("setup", metadata={"mode": "auto"}))
+        context_id = started.context_id
+        helped = await admin.turn(
+            user_message("setup", context_id=context_id, metadata={"mode": "full-access"})
+        )
+        assert "mode: full-access;" in answer_text(helped)
+        after = await caller.turn(user_message("setup", context_id=context_id))
+        assert after.context_id == context_id
+        said = answer_text(after)
+        assert "mode: " in said and "mode: full-access;" not in said, said
+        assert "reloading it" in server.log()
+        # An admin's own next turn there is the admin's to choose again.
+        again = await admin.turn(
+            user_message("setup", context_id=context_id, metadata={"mode": "full-access"})
+        )
+        assert "mode: full-access;" in answer_text(again)
+    finally:
+        server.stop()

@@ -330,8 +330,13 @@ class BridgeExecutor(AgentExecutor):
         except GitError as exc:
             await publisher.fail(updater, f"The conversation's worktree is not usable: {exc}")
             return None
+        owner = caller_of(context.call_context)
+        options = turn_options(message)
         try:
-            session, resumed = await self._pool.acquire(context_id, task_id, directory)
+            session, resumed = await self._pool.acquire(
+                context_id, task_id, directory, mode=options.mode,
+                any_mode=owner is not None and owner.may("admin"),
+            )  # fmt: skip
         except AgentStartError as exc:  # expected (a login, a missing tool): one line
             log.warning("the agent could not start for context %s: %s", context_id, exc)
             await publisher.fail(updater, f"The agent could not start: {exc}")
@@ -340,7 +345,6 @@ class BridgeExecutor(AgentExecutor):
             log.exception("opening an agent session for context %s", context_id)
             await publisher.fail(updater, f"The agent could not start: {exc}")
             return None
-        owner = caller_of(context.call_context)
         try:
             box = attachments.inbox(directory or self._workspace, task_id)
             parts = await prompt_parts(message, box, self._attachments)
@@ -352,7 +356,7 @@ class BridgeExecutor(AgentExecutor):
             task_id,
             context_id,
             session,
-            session.prompt(parts, turn_options(message)),
+            session.prompt(parts, options),
             publisher,
             roles=owner.roles if owner else frozenset(),
         )

@@ -64,6 +64,9 @@ class SessionPool:
         self._idle: dict[str, float] = {}
         self._lock = asyncio.Lock()
         self._sweeper: asyncio.Task[None] | None = None
+        # Contexts whose live session an admin switched to a mode callers may not choose:
+        # a mode lasts as long as its session, so such a session serves admins only.
+        self._unguarded: set[str] = set()
 
     @property
     def minted_contexts(self) -> MintedIds:
@@ -83,11 +86,20 @@ class SessionPool:
         return self._holders.get(context_id)
 
     async def acquire(
-        self, context_id: str, task_id: str, cwd: Path | None = None
+        self,
+        context_id: str,
+        task_id: str,
+        cwd: Path | None = None,
+        *,
+        mode: str | None = None,
+        any_mode: bool = True,
     ) -> tuple[AgentSession, bool]:
         """The context's session, lent to `task_id`; True when an earlier session of the
         context was reloaded into a new one. A new session works in `cwd` (the
-        context's worktree), or in the workspace."""
+        context's worktree), or in the workspace. The turn will ask for `mode`; a turn
+        whose caller may not choose every mode (`any_mode` False) never gets a session
+        left in one of the modes only admins may choose: it gets the conversation
+        reloaded into a new session, in the agent's configured mode."""
         async with self._lock:
             holder = self._holders.get(context_id)
             if holder is not None and holder != task_id:
@@ -97,6 +109,15 @@ class SessionPool:
             if session is not None and not session.alive:
                 await self._close(context_id)  # crashed or killed: the next turn gets a new one
                 session = None
+            if session is not None and context_id in self._unguarded and not any_mode:
+                log.info("context %s: its session's mode is an admin's; reloading it", context_id)
+                await self._close(context_id)
+                session = None
+            if mode is not None:
+                if mode in self.caller_modes:
+                    self._unguarded.discard(context_id)
+                else:
+                    self._unguarded.add(context_id)
             if session is not None:
                 self._holders[context_id] = task_id
                 return session, False
@@ -163,6 +184,7 @@ class SessionPool:
         await self._close(context_id)
 
     async def _close(self, context_id: str) -> None:
+        self._unguarded.discard(context_id)
         session = self._sessions.pop(context_id, None)
         if session is not None:
             try:
