@@ -229,7 +229,7 @@ class Settings:
     body_timeout: float = 60.0
     max_json_depth: int = 32
     max_parts: int = 256
-    max_json_values: int = 10_000
+    max_json_values: int = 2_000
     max_permission_denials: int = 3
     log_level: str = "info"
     log_format: str = "text"
