@@ -126,13 +126,17 @@ async def answer_unread(receive: Any, answer: Any) -> None:
 def parse_checked(body: bytes, limits: BodyLimits) -> tuple[Any, BodyRefused | None]:
     """The body as JSON (None when it is not JSON: the binding's own parse error
     answers that), and why its shape is refused, if it is."""
+    plain = plainly_within(body, limits)
+    refused = None if plain else skeleton_refusal(body, limits)
+    if refused is not None:
+        return None, refused
     try:
         value = json.loads(body)
     except RecursionError:
         return None, _too_deep(limits)
     except ValueError:
         return None, None
-    return value, None if plainly_within(body, limits) else shape_refusal(value, limits)
+    return value, None if plain else shape_refusal(value, limits)
 
 
 def plainly_within(body: bytes, limits: BodyLimits) -> bool:
@@ -143,6 +147,34 @@ def plainly_within(body: bytes, limits: BodyLimits) -> bool:
     containers = body.count(b"{") + body.count(b"[")
     members = containers + body.count(b",")
     return containers <= limits.max_depth and members <= min(limits.max_values, limits.max_parts)
+
+
+def skeleton_refusal(body: bytes, limits: BodyLimits) -> BodyRefused | None:
+    """Too deep or too many values, told from the bytes before the C decoder runs: its
+    time grows with what it builds (1.8 million nested lists, 3.6 MB, took it 1.2 s).
+    Without its escaped quotes the body's quotes delimit its strings, each a member, a
+    member's key or the whole body. Outside them each comma begins a member, and every
+    container but the outermost is one; and a body's containers lie on at most one
+    path per comma, and one more, from the outermost down, so many containers and few
+    commas are a deep body."""
+    unescaped = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    if unescaped.count(b'"') // 2 > 2 * limits.max_values + 1:
+        return _too_many_values(limits)
+    outside = b"".join(unescaped.split(b'"')[::2])
+    containers = outside.count(b"{") + outside.count(b"[")
+    commas = outside.count(b",")
+    if containers > limits.max_depth * (commas + 1):
+        return _too_deep(limits)
+    if max(commas, containers - 1) > limits.max_values:
+        return _too_many_values(limits)
+    return None
+
+
+def _too_many_values(limits: BodyLimits) -> BodyRefused:
+    return BodyRefused(
+        400, "TOO_MANY_VALUES", f"the JSON body holds more than {limits.max_values} values "
+        "(max_json_values)",
+    )  # fmt: skip
 
 
 def _too_deep(limits: BodyLimits) -> BodyRefused:
@@ -165,10 +197,7 @@ def shape_refusal(value: Any, limits: BodyLimits) -> BodyRefused | None:
         members = list(item.values()) if isinstance(item, dict) else item
         values += len(members)
         if values > limits.max_values:
-            return BodyRefused(
-                400, "TOO_MANY_VALUES", f"the JSON body holds more than {limits.max_values} "
-                "values (max_json_values)",
-            )  # fmt: skip
+            return _too_many_values(limits)
         found = item.get("parts") if isinstance(item, dict) else None
         parts += len(found) if isinstance(found, list) else 0
         if parts > limits.max_parts:
