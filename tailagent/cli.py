@@ -180,7 +180,11 @@ def _conversation_parsers(sub: argparse._SubParsersAction) -> None:  # type: ign
 def _web_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("web", help="the approval desk: a sign-in link for a browser on this box")
     _agent_options(p)
-    p.add_argument("--open", action="store_true", help="open the link in this box's browser")
+    p.add_argument(
+        "--open", action="store_true",
+        help="open the link in this box's browser (through a private page: no command line "
+        "shows the link)",
+    )  # fmt: skip
 
 
 def _state_options(p: argparse.ArgumentParser) -> None:
