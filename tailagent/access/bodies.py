@@ -5,8 +5,8 @@ a2a-sdk turns a JSON body into protobuf messages in pure Python, on the one even
 loop every caller shares, in time proportional to the body's values: 200,000 parts
 (3 MB) held the loop for 17 s, `/healthz` included; a data part 40 levels deep broke
 its protobuf types (an internal error), and a body nested 20,000 deep raised a
-RecursionError. So the body is parsed once here, by the C decoder (milliseconds at
-the size limit), and its depth, parts and values are counted before the SDK sees it.
+RecursionError. So its depth, parts and values are bounded here before the SDK sees
+it: told from its bytes where they suffice, else from one parse by the C decoder.
 
 Hypercorn bounds a request's head (a connection that has not sent a whole request
 within its keep-alive timeout, 5 s, is closed), but nothing bounds a body: a client
@@ -18,6 +18,7 @@ is reading (server-sent events), so the deadline is kept here, for the body alon
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -53,27 +54,26 @@ async def read_body(receive: Any, declared: str, limits: BodyLimits) -> bytes | 
     """The whole body, or why not: over the size limit (413, with or without a
     Content-Length), not all there within the deadline (408), or cut short."""
     deadline = asyncio.get_running_loop().time() + limits.timeout
-    if declared.isdigit() and int(declared) > limits.max_bytes:
-        refused = _too_large(limits)
-    else:
-        try:
-            async with asyncio.timeout_at(deadline):
-                got = await _collect(receive, limits)
-        except TimeoutError:
-            return BodyRefused(
-                408, "REQUEST_TIMEOUT", "the request body did not arrive within "
-                f"{limits.timeout:g} s (body_timeout)",
-            )  # fmt: skip
-        if not isinstance(got, BodyRefused) or got.status != 413:
-            return got
-        refused = got
-    if not declared.isdigit() or int(declared) <= DISCARD_LIMIT:
-        try:
+    length = int(declared) if declared.isdigit() else None
+    too_long = length is not None and length > limits.max_bytes
+    got = _too_large(limits) if too_long else await _collect_by(deadline, receive, limits)
+    if isinstance(got, BodyRefused) and got.status == 413 and (length or 0) <= DISCARD_LIMIT:
+        with contextlib.suppress(TimeoutError):
             async with asyncio.timeout_at(deadline):
                 await _discard(receive, DISCARD_LIMIT)
-        except TimeoutError:
-            pass
-    return refused
+    return got
+
+
+async def _collect_by(deadline: float, receive: Any, limits: BodyLimits) -> bytes | BodyRefused:
+    """The body, if it is all there by `deadline` (the loop's clock)."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await _collect(receive, limits)
+    except TimeoutError:
+        return BodyRefused(
+            408, "REQUEST_TIMEOUT", "the request body did not arrive within "
+            f"{limits.timeout:g} s (body_timeout)",
+        )  # fmt: skip
 
 
 def _too_large(limits: BodyLimits) -> BodyRefused:

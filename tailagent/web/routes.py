@@ -321,15 +321,16 @@ def blueprint(parts: DeskParts) -> Blueprint:
         except SignInRefused as exc:
             page = render.refusal(str(exc), "/desk/")
             return Response(page, status=403, content_type="text/html; charset=utf-8")
-        response = redirect("/desk/", 303)
+        secure = request.headers.get("X-Forwarded-Proto") == "https"
+        set_cookie = {"Set-Cookie": parts.sessions.set_cookie(cookie, secure=secure)}
         if request.headers.get("Sec-Fetch-Site") in ("cross-site", "same-site"):
             # Opened from another site (the private page of `tailagent web --open` is a
             # file): a browser sends no SameSite=Strict cookie on where that navigation
             # is redirected, so the desk is opened from here, a page of its own site.
             page = render.outcome("Signed in", "Opening the approval desk.", "/desk/", go_on=True)
-            response = Response(page, content_type="text/html; charset=utf-8")
-        secure = request.headers.get("X-Forwarded-Proto") == "https"
-        response.headers["Set-Cookie"] = parts.sessions.set_cookie(cookie, secure=secure)
+            return Response(page, content_type="text/html; charset=utf-8", headers=set_cookie)
+        response = redirect("/desk/", 303)
+        response.headers.update(set_cookie)
         return response
 
     return desk_bp
