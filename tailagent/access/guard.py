@@ -251,14 +251,15 @@ class AccessGuard:
         # The full MagicDNS name, or the short one people type (http://agentbox/).
         return me.dns_name is not None and name in (me.dns_name, me.dns_name.split(".")[0])
 
-    def _page_origins(self, headers: dict[bytes, str]) -> set[str | None]:
+    def _page_origins(self, headers: dict[bytes, str]) -> set[str]:
         """This server's origins for a page request: the one its browser addressed (the
         Host already names this server; tailscale serve's X-Forwarded-Host and -Proto
         say what the browser used, and no page can make a browser send those), and
         the advertised one."""
         scheme = headers.get(b"x-forwarded-proto", "http").strip().lower()
         netloc = headers.get(b"x-forwarded-host") or headers.get(b"host", "")
-        return {_origin(scheme, netloc.strip()), self._advertised_origin}
+        found = (_origin(scheme, netloc.strip()), self._advertised_origin)
+        return {origin for origin in found if origin is not None}
 
     def _cross_site(
         self, method: str, headers: dict[bytes, str], token_verified: bool
@@ -276,7 +277,7 @@ class AccessGuard:
             # Browsers send Origin on every POST; a program sends a valid token instead.
             return None if token_verified else "a request with no Origin"
         parts = urlsplit(origin)
-        if _origin(parts.scheme, parts.netloc) in self._page_origins(headers) - {None}:
+        if _origin(parts.scheme, parts.netloc) in self._page_origins(headers):
             return None
         return f"a request from {origin}"
 
