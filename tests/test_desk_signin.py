@@ -230,3 +230,18 @@ def test_only_the_pages_own_origin_may_post(local: RunningServer) -> None:
             assert refused.status_code in (401, 403), headers
         sent = client.post("/desk/tasks", data=form, headers={"Origin": local.url})
         assert sent.status_code == 303
+
+
+def test_where_the_kernel_cannot_name_the_user_no_link_is_made(tmp_path: Path) -> None:
+    # On a unix socket Hypercorn hands the app no socket to ask: a link would be anyone's.
+    server = start_server(tmp_path, listen=f"unix:{tmp_path / 'agent.sock'}")
+    try:
+        transport = httpx.HTTPTransport(uds=str(tmp_path / "agent.sock"))
+        with httpx.Client(transport=transport, base_url="http://localhost") as client:
+            asked = client.post(
+                "/desk/signin-link", json={}, headers={"Authorization": f"Bearer {server.token}"}
+            )
+    finally:
+        server.stop()
+    assert asked.status_code == 403
+    assert "cannot tell which user" in asked.json()["error"]
