@@ -189,15 +189,17 @@ def _rebasing(common: Path, ref: str) -> Path | None:
 
 def _git_dir_of(common: Path, path: Path) -> Path | None:
     """The git dir git made for the worktree at `path`: the entry of the repository's
-    `worktrees/` whose `gitdir` file names `path/.git` (usually the one named after it)."""
-    link = str(path.resolve() / ".git")
+    `worktrees/` whose `gitdir` file names `path/.git` (usually the one named after it;
+    the name may be relative to the entry, as with `worktree.useRelativePaths`)."""
+    link = os.path.normpath(path.resolve() / ".git")
     entries = common / "worktrees"
     for entry in [entries / path.name, *sorted(entries.glob("*"))]:
         try:
-            if (entry / "gitdir").read_text().strip() == link:
-                return entry
+            named = (entry / "gitdir").read_text().strip()
         except OSError:
             continue
+        if os.path.normpath(entry / named) == link:
+            return entry
     return None
 
 
