@@ -327,6 +327,11 @@ def test_a_person_may_hold_only_so_many_worktrees(tmp_path: Path) -> None:
             "TASK_STATE_COMPLETED"
         )
         assert result(team.say("alice", "mine"))["status"]["state"] == "TASK_STATE_COMPLETED"
+        # The admin, whose box it is, is not counted.
+        for n in range(3):
+            assert result(team.say("admin", f"edit:a{n}.txt"))["status"]["state"] == (
+                "TASK_STATE_COMPLETED"
+            )
         assert "discard" in str(result(team.operate("carol", held[1], {"kind": "discard"})))
         assert result(team.say("carol", "room again"))["status"]["state"] == (
             "TASK_STATE_COMPLETED"
