@@ -20,6 +20,8 @@ FORBIDDEN = [
     ("tailagent.config", "tailagent.agents", "the settings know nothing of the agents"),
     ("tailagent.workspace", "tailagent.bridge", "the worktrees know nothing of tasks"),
     ("tailagent.workspace", "a2a", "the worktrees know nothing of A2A"),
+    ("tailagent.bridge.owners", "a2a", "a conversation's owner is a name in the store"),
+    ("tailagent.bridge.owners", "tailagent.access", "owners are names, not callers"),
 ]
 
 
