@@ -96,9 +96,8 @@ class Team:
                                    state_dir=self.server.state_dir)  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
-    tmp = tmp_path_factory.mktemp("owners")
+def start_team(tmp: Path, config_text: str = CONFIG) -> Team:
+    """A git workspace with worktree isolation, served to the three people."""
     fake = FakeTailscaled(tmp / "tailscaled").start()
     for person in PEOPLE:
         fake.peers[ip_of(person)] = PEOPLE[person]
@@ -112,13 +111,18 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "start")
     config = tmp / "tailagent.toml"
-    config.write_text(CONFIG)
+    config.write_text(config_text)
     server = start_server(tmp, "--config", str(config), "--isolation", "worktree",
                           "--tailscale-socket", str(fake.socket))  # fmt: skip
-    made = Team(tmp, fake, repo, config, server)
+    return Team(tmp, fake, repo, config, server)
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
+    made = start_team(tmp_path_factory.mktemp("owners"))
     yield made
     made.server.stop()
-    fake.stop()
+    made.fake.stop()
 
 
 def result(answer: dict[str, Any]) -> dict[str, Any]:
@@ -300,22 +304,7 @@ def test_an_upgraded_store_gives_a_joined_conversation_to_whoever_started_it(
 
 
 def test_a_person_may_hold_only_so_many_worktrees(tmp_path: Path) -> None:
-    fake = FakeTailscaled(tmp_path / "tailscaled").start()
-    for person in PEOPLE:
-        fake.peers[ip_of(person)] = PEOPLE[person]
-    fake.write()
-    repo = tmp_path / "workspace"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("a project\n")
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=Dev", "-c", "user.email=dev@example.com", "commit", "-q",
-        "-m", "start")  # fmt: skip
-    config = tmp_path / "tailagent.toml"
-    config.write_text(CONFIG + "[workspace]\nmax_worktrees_per_caller = 2\n")
-    server = start_server(tmp_path, "--config", str(config), "--isolation", "worktree",
-                          "--tailscale-socket", str(fake.socket))  # fmt: skip
-    team = Team(tmp_path, fake, repo, config, server)
+    team = start_team(tmp_path, CONFIG + "[workspace]\nmax_worktrees_per_caller = 2\n")
     try:
         held = [result(team.say("carol", f"edit:{n}.txt"))["contextId"] for n in range(2)]
         refused = team.say("carol", "a third")
@@ -338,4 +327,4 @@ def test_a_person_may_hold_only_so_many_worktrees(tmp_path: Path) -> None:
         )
     finally:
         team.server.stop()
-        fake.stop()
+        team.fake.stop()
