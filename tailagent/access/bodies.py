@@ -123,20 +123,22 @@ async def answer_unread(receive: Any, answer: Any) -> None:
         taking.cancel()
 
 
-def parse_checked(body: bytes, limits: BodyLimits) -> tuple[Any, BodyRefused | None]:
-    """The body as JSON (None when it is not JSON: the binding's own parse error
-    answers that), and why its shape is refused, if it is."""
-    plain = plainly_within(body, limits)
-    refused = None if plain else skeleton_refusal(body, limits)
+def shape_refused(body: bytes, limits: BodyLimits) -> BodyRefused | None:
+    """Why the body's JSON shape is more than the SDK should parse, if it is. Parsed
+    here only when its bytes leave it in doubt (almost never); a body that is not JSON
+    passes, for the binding's own parse error to answer."""
+    if plainly_within(body, limits):
+        return None
+    refused = skeleton_refusal(body, limits)
     if refused is not None:
-        return None, refused
+        return refused
     try:
         value = json.loads(body)
     except RecursionError:
-        return None, _too_deep(limits)
+        return _too_deep(limits)
     except ValueError:
-        return None, None
-    return value, None if plain else shape_refusal(value, limits)
+        return None
+    return shape_refusal(value, limits)
 
 
 def plainly_within(body: bytes, limits: BodyLimits) -> bool:

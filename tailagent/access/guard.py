@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from hypercorn.typing import ASGIReceiveEvent, ASGISendEvent
 
-from tailagent.access.bodies import BodyLimits, BodyRefused, answer_unread, parse_checked, read_body
+from tailagent.access.bodies import BodyLimits, BodyRefused, answer_unread, read_body, shape_refused
 from tailagent.access.browser import UID_KEY, BrowserSessions, is_page_request, local_uid
 from tailagent.access.identity import SCOPE_KEY, Caller
 from tailagent.access.localapi import LocalAPIUnavailable
@@ -45,6 +45,9 @@ PUBLIC_PATHS = frozenset(
     }
 )
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# A body is parsed for the log line's method and task only up to this size: a large
+# one (an attachment) would be parsed twice, here and by the SDK, for a log line.
+LOG_BODY_LIMIT = 64 * 1024
 
 
 def _replay(body: bytes, receive: Any) -> Any:
@@ -196,9 +199,15 @@ def _origin_of_url(url: str) -> str | None:
     return _origin(parts.scheme, parts.netloc)
 
 
-def _what(path: str, request: Any) -> str:
+def _what(path: str, body: bytes) -> str:
     """The A2A method and task id of a JSON-RPC request, for the log line."""
-    if path != JSONRPC_PATH or not isinstance(request, dict):
+    if path != JSONRPC_PATH or not body or len(body) > LOG_BODY_LIMIT:
+        return ""
+    try:
+        request = json.loads(body)
+    except (ValueError, RecursionError):
+        return "(unparsed body)"
+    if not isinstance(request, dict):
         return ""
     params = request.get("params")
     params = params if isinstance(params, dict) else {}
@@ -361,10 +370,8 @@ class AccessGuard:
             return body
         if not is_a2a:
             return body, ""
-        parsed, refused = parse_checked(body, self._limits)
-        if refused is not None:
-            return refused
-        return body, _what(path, parsed)
+        refused = shape_refused(body, self._limits)
+        return refused if refused is not None else (body, _what(path, body))
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
