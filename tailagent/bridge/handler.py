@@ -108,6 +108,20 @@ def not_found(context_id: str, hint: str = "") -> TaskNotFoundError:
     return TaskNotFoundError(message=f"Conversation {context_id} not found{hint}")
 
 
+def _is_admin(context: ServerCallContext) -> bool:
+    caller = caller_of(context)
+    return caller is not None and caller.may("admin")
+
+
+def _refuse_unless_own(
+    owner: str | None, context_id: str, context: ServerCallContext, hint: str = ""
+) -> None:
+    """Refuses a conversation that is not the caller's: an admin may use anyone's, but
+    nobody one that nobody has started."""
+    if owner is None or (owner != resolve_user_scope(context) and not _is_admin(context)):
+        raise not_found(context_id, hint)
+
+
 def ended(task: Task) -> str:
     """How a task ended, as people say it: `completed`, `been canceled`."""
     word = TaskState.Name(task.status.state).removeprefix("TASK_STATE_").lower()
@@ -243,17 +257,16 @@ class GuardedRequestHandler(DefaultRequestHandler):
         one of the sender's (a `contextId` nobody has yet becomes theirs); another
         person's is refused as not found, but to an admin."""
         me = resolve_user_scope(context)
-        if message.context_id and await self._owners.owner(message.context_id) is not None:
-            await self._require_own(message.context_id, context, hint=START_ANOTHER)
-            return
-        caller = caller_of(context)
-        if not (caller is not None and caller.may("admin")):
-            await self._check_room(me)
-        if not message.context_id:
-            message.context_id = self._pool.minted_contexts.generate()
-            await self._owners.start(message.context_id, me)
-            return
-        await self._require_own(message.context_id, context, claim=True, hint=START_ANOTHER)
+        owner = await self._owners.owner(message.context_id) if message.context_id else None
+        if owner is None:
+            if not _is_admin(context):
+                await self._check_room(me)
+            if not message.context_id:
+                message.context_id = self._pool.minted_contexts.generate()
+                await self._owners.start(message.context_id, me)
+                return
+            owner = await self._owners.claim(message.context_id, me)
+        _refuse_unless_own(owner, message.context_id, context, START_ANOTHER)
 
     async def _check_room(self, me: str) -> None:
         """Refuses a new conversation to a person whose conversations hold as many
@@ -273,19 +286,6 @@ class GuardedRequestHandler(DefaultRequestHandler):
                     "one of them with its contextId"
                 )
             )
-
-    async def _require_own(
-        self, context_id: str, context: ServerCallContext, *, claim: bool = False, hint: str = ""
-    ) -> None:
-        """Refuses a conversation that is not the caller's (an admin's may be anyone's).
-        With `claim`, one that nobody has started becomes the caller's."""
-        me = resolve_user_scope(context)
-        owner = await (
-            self._owners.claim(context_id, me) if claim else self._owners.owner(context_id)
-        )
-        caller = caller_of(context)
-        if owner != me and not (owner is not None and caller is not None and caller.may("admin")):
-            raise not_found(context_id, hint)
 
     async def _busy(self, context_id: str, task_id: str, context: ServerCallContext) -> ContextBusy:
         """The refusal of a busy conversation, naming its task only to a caller who may
@@ -399,7 +399,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
         kind = operation["kind"]
         if not context_id:
             raise InvalidParamsError(message=f"a {kind} names its conversation: set contextId")
-        await self._require_own(context_id, context)
+        _refuse_unless_own(await self._owners.owner(context_id), context_id, context)
         caller = caller_of(context)
         who = caller.owner if caller else "this caller"
         if kind != "diff" and not (caller and caller.may("approver")):

@@ -113,13 +113,9 @@ class SessionPool:
                 log.info("context %s: its session's mode is an admin's; reloading it", context_id)
                 await self._close(context_id)
                 session = None
-            if mode is not None:
-                if mode in self.caller_modes:
-                    self._unguarded.discard(context_id)
-                else:
-                    self._unguarded.add(context_id)
             if session is not None:
                 self._holders[context_id] = task_id
+                self._note_mode(context_id, mode)
                 return session, False
             await self._make_room()
             self._holders[context_id] = task_id
@@ -130,10 +126,21 @@ class SessionPool:
                 del self._holders[context_id]
                 raise
             self._sessions[context_id] = session
+            self._note_mode(context_id, mode)
             if session.session_id != resume_id:
                 await self._map.put(context_id, self._backend.name, session.session_id)
             self._start_sweeper()
             return session, resume_id is not None and session.session_id == resume_id
+
+    def _note_mode(self, context_id: str, mode: str | None) -> None:
+        """Remembers whether the session's mode, once the turn asks for `mode`, is one
+        only admins may choose (no mode asked: it stays what it was)."""
+        if mode is None:
+            return
+        if mode in self.caller_modes:
+            self._unguarded.discard(context_id)
+        else:
+            self._unguarded.add(context_id)
 
     async def _make_room(self) -> None:
         if self._max is None or len(self._sessions) < self._max:
