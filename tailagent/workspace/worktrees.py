@@ -106,6 +106,10 @@ class WorktreeTampered(GitError):
         )
 
 
+class NoRecord(GitError):
+    """A directory git keeps no worktree record of: not one of this repository's."""
+
+
 class MergeRefused(GitError):
     """A merge was refused and nothing was changed; str() says why and what to do."""
 
@@ -449,7 +453,7 @@ class Worktrees:
         """The git dir git made for the worktree at `path` (GitError if it made none)."""
         git_dir = _git_dir_of(Path(await self._common_dir()), path)
         if git_dir is None:
-            raise GitError(
+            raise NoRecord(
                 f"{path} is not a git worktree of {self.repo}: git has no record of it; "
                 "tailagent leaves it alone"
             )
@@ -465,10 +469,13 @@ class Worktrees:
             raise WorktreeTampered(path, git_dir)
         return await self._content((await self._main()).linked(git_dir, path))
 
-    async def _intact(self, path: Path) -> bool:
-        """Whether the worktree at `path` is one of git's whose `.git` is as git wrote it."""
-        git_dir = _git_dir_of(Path(await self._common_dir()), path)
-        return git_dir is not None and _links_to(path, git_dir)
+    async def _intact(self, path: Path) -> Repository | None:
+        """git for the worktree at `path` if it is one of git's whose `.git` is as git
+        wrote it; None if it is not (no record of it, or a `.git` rewritten)."""
+        try:
+            return await self._linked(path)
+        except (WorktreeTampered, NoRecord):
+            return None
 
     async def _load(self, context_id: str) -> Worktree | None:
         return await self._read(self._record_path(context_id), context_id)
@@ -747,8 +754,7 @@ class Worktrees:
                 ready = await self._read(record, "")
                 if ready is None:
                     continue
-                whole = path.is_dir() and await self._intact(path)
-                linked = await self._linked(path) if whole else None
+                linked = await self._intact(path) if path.is_dir() else None
                 if linked is None or await self._uncommitted(linked):
                     await self._remove(ready, record)
                     continue
