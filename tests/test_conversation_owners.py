@@ -30,6 +30,7 @@ from tailagent.bridge.handler import START_ANOTHER
 from tests.conftest import RunningServer, start_server
 from tests.serve_proxy import ServeProxy
 from tests.tailnet import FakeTailscaled, whois
+from tests.test_isolation import git, make_project
 
 CAP = "example.com/cap/tailagent"
 CONFIG = f"""
@@ -50,12 +51,6 @@ V1 = {"A2A-Version": "1.0"}
 
 def ip_of(person: str) -> str:
     return str(PEOPLE[person]["Node"]["Addresses"][0].split("/")[0])
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
-    ).stdout
 
 
 @dataclass
@@ -103,13 +98,7 @@ def start_team(tmp: Path, config_text: str = CONFIG) -> Team:
         fake.peers[ip_of(person)] = PEOPLE[person]
     fake.write()
     repo = tmp / "workspace"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.name", "Dev")
-    git(repo, "config", "user.email", "dev@example.com")
-    (repo / "README.md").write_text("a project\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "start")
+    make_project(repo)
     config = tmp / "tailagent.toml"
     config.write_text(config_text)
     server = start_server(tmp, "--config", str(config), "--isolation", "worktree",

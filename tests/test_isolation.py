@@ -27,6 +27,19 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout
 
 
+def make_project(repo: Path, files: dict[str, str] | None = None) -> None:
+    """A person's project at `repo`: a git repository on `main`, one commit holding a
+    README (and `files`), committed as Dev."""
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.name", "Dev")
+    git(repo, "config", "user.email", "dev@example.com")
+    for name, text in {**(files or {}), "README.md": "a project\n"}.items():
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "start")
+
+
 def attempt(repo: Path, *args: str) -> int:
     """A git command that may fail (a merge that stops on conflicts)."""
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True).returncode
@@ -54,14 +67,7 @@ def snapshot(repo: Path) -> dict[str, str]:
 @pytest.fixture
 def repo_server(tmp_path: Path) -> Iterator[tuple[RunningServer, Path]]:
     repo = tmp_path / "workspace"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.name", "Dev")
-    git(repo, "config", "user.email", "dev@example.com")
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (repo / "README.md").write_text("a project\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "start")
+    make_project(repo, {"calc.py": "def add(a, b):\n    return a - b\n"})
     server = start_server(tmp_path, "--isolation", "worktree")
     yield server, repo
     server.stop()
