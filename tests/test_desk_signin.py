@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
 import subprocess
 import sys
@@ -25,13 +24,10 @@ import pytest
 from playwright.sync_api import Browser, expect
 
 from tests.conftest import RunningServer, start_server
+from tests.test_access import needs_runuser
 from tests.test_desk_access import signed_in, signin_link
 
 NOBODY_UID = 65534
-needs_runuser = pytest.mark.skipif(
-    shutil.which("runuser") is None or shutil.which("curl") is None or os.geteuid() != 0,
-    reason="needs root with runuser and curl, to send a request as another Unix user",
-)
 
 
 @pytest.fixture(scope="module")
