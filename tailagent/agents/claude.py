@@ -64,7 +64,7 @@ from tailagent.agents.events import (
     TurnOptions,
     camel_keys,
 )
-from tailagent.agents.mcp import CLAUDE_CODE
+from tailagent.agents.modes import CLAUDE_CODE
 from tailagent.agents.spares import Spares
 from tailagent.config import ClaudeSettings
 from tailagent.mcp_servers import McpServer

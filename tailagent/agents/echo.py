@@ -50,7 +50,7 @@ from tailagent.agents.events import (
     TurnFailed,
     TurnOptions,
 )
-from tailagent.agents.mcp import CLAUDE_CODE
+from tailagent.agents.modes import CLAUDE_CODE
 
 _WORD = re.compile(r"[a-z]+(?::[\w.-]+)?|\d+")
 KEYWORDS = ("think", "plan", "tool", "edit", "ask", "question", "slow", "boom")

@@ -59,7 +59,7 @@ from google.protobuf.json_format import MessageToDict
 
 from tailagent.access.identity import OwnerUser, caller_of
 from tailagent.agents.events import PermissionAsked
-from tailagent.agents.mcp import mode_refusal
+from tailagent.agents.modes import mode_refusal
 from tailagent.bridge import attachments
 from tailagent.bridge.answers import AlreadyAnswered, first_answer_text, reply_request_id
 from tailagent.bridge.conversations import (

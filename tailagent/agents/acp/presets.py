@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from tailagent.agents.mcp import CLAUDE_CODE, CODEX, GEMINI
+from tailagent.agents.modes import CLAUDE_CODE, CODEX, GEMINI
 
 BASE_ENV = (
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "TZ",
@@ -29,7 +29,7 @@ class Preset:
     args: tuple[str, ...]
     credential_env: tuple[str, ...]
     login_hint: str
-    # The agent's modes a caller who is not admin may choose (agents/mcp.py).
+    # The agent's modes a caller who is not admin may choose (agents/modes.py).
     caller_modes: tuple[str, ...] = ()
 
 
