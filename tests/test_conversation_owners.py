@@ -12,10 +12,10 @@ People are tailnet identities from the stand-in tailscaled, reached the way
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -80,6 +80,25 @@ class Team:
     def say(self, person: str, text: str, context_id: str = "") -> dict[str, Any]:
         extra = {"contextId": context_id} if context_id else {}
         return self.send(person, {"parts": [{"text": text}], **extra})
+
+    def start(self, person: str, text: str, context_id: str) -> str:
+        """Starts a turn without waiting for it; its task's id once the turn is running."""
+        message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "contextId": context_id,
+                   "parts": [{"text": text}]}  # fmt: skip
+        params = {"message": message, "configuration": {"returnImmediately": True}}
+        task_id = str(result(self.rpc(person, "SendMessage", params))["id"])
+        self.wait_until(task_id, "TASK_STATE_WORKING")
+        return task_id
+
+    def wait_until(self, task_id: str, state: str, seconds: float = 20) -> None:
+        """Waits for the task (read as the admin) to reach `state`."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            task = result(self.rpc("admin", "GetTask", {"id": task_id}))
+            if task["status"]["state"] == state:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"task {task_id} is {task['status']['state']}, not {state}")
 
     def operate(self, person: str, context_id: str, request: dict[str, Any]) -> dict[str, Any]:
         return self.send(person, {"contextId": context_id, "parts": [{"data": request}]})
@@ -206,23 +225,19 @@ def test_the_admin_may_act_on_any_conversation(team: Team) -> None:
     assert task["contextId"] == context_id
 
 
-async def test_a_busy_conversation_does_not_name_a_task_its_owner_cannot_read(
-    team: Team,
-) -> None:
+def test_a_busy_conversation_does_not_name_a_task_its_owner_cannot_read(team: Team) -> None:
     context_id, _ = alices_secret(team)
-    admins = asyncio.create_task(asyncio.to_thread(team.say, "admin", "slow 2", context_id))
-    await asyncio.sleep(0.7)  # its turn is running
-    busy = await asyncio.to_thread(team.say, "alice", "now?", context_id)
+    admins = team.start("admin", "slow 2", context_id)
+    busy = team.say("alice", "now?", context_id)
     message = busy["error"]["message"]
     assert f"Context {context_id} is busy with another task" in message, busy
-    theirs = result(await admins)
-    assert theirs["id"] not in message
+    assert admins not in message
+    team.wait_until(admins, "TASK_STATE_COMPLETED")
     # The admin, who may read every task, is told which one holds it.
-    slow = asyncio.create_task(asyncio.to_thread(team.say, "alice", "slow 2", context_id))
-    await asyncio.sleep(0.7)
-    told = await asyncio.to_thread(team.say, "admin", "now?", context_id)
-    assert "is busy with task " in told["error"]["message"], told
-    assert result(await slow)["status"]["state"] == "TASK_STATE_COMPLETED"
+    alices = team.start("alice", "slow 2", context_id)
+    told = team.say("admin", "now?", context_id)
+    assert f"is busy with task {alices}" in told["error"]["message"], told
+    team.wait_until(alices, "TASK_STATE_COMPLETED")
 
 
 def test_owners_outlive_a_restart(team: Team) -> None:
