@@ -170,6 +170,8 @@ class PushSettings:
     attempts: int = 5
     retry_delay: float = 1.0
     timeout: float = 10.0
+    # Configs one task may hold: each state change is one signed POST to each.
+    max_configs_per_task: int = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +232,9 @@ class Settings:
     max_json_depth: int = 32
     max_parts: int = 256
     max_json_values: int = 2_000
+    # Streams (SSE: A2A's streamed sends and subscriptions, the desk's live pages) one
+    # caller may hold open at once; each holds a connection, a descriptor, until it ends.
+    max_streams_per_caller: int = 32
     max_permission_denials: int = 3
     log_level: str = "info"
     log_format: str = "text"
