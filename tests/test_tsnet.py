@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import os
 import re
@@ -282,6 +283,40 @@ async def test_push_goes_through_the_node_to_a_webhook_on_the_callers_node(
             while b'"TASK_STATE_COMPLETED"' not in await received.get():
                 pass
     assert "push for task" not in agent.log()  # no refusal, no failed delivery
+
+
+def listening_addresses(pid: int) -> set[str]:
+    """The addresses the process's TCP sockets listen on, as the kernel lists them
+    (/proc/net/tcp and tcp6, state 0A, matched to the process's socket inodes)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = set()
+    for table, width in (("tcp", 4), ("tcp6", 16)):
+        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = row.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state != "0A" or inode not in inodes:
+                continue
+            raw, port = local.split(":")
+            # The kernel prints each 32-bit word of the address in host (little-endian) order.
+            words = [bytes.fromhex(raw[i : i + 8])[::-1] for i in range(0, 2 * width, 8)]
+            address = ipaddress.ip_address(b"".join(words))
+            found.add(f"{address}:{int(port, 16)}")
+    return found
+
+
+def test_the_node_listens_on_loopback_only(agent: RunningServer) -> None:
+    """The embedded node's traffic is userspace: nothing of it needs a port on the box's
+    own interfaces. Tailscale's peerAPI once took one on all of them (0.0.0.0)."""
+    addresses = listening_addresses(agent.process.pid)
+    assert addresses, "the server listens somewhere"
+    for address in addresses:
+        host = address.rsplit(":", 1)[0]
+        assert ipaddress.ip_address(host).is_loopback, f"listening on {address}"
 
 
 def test_peers_from_the_callers_box_find_the_embedded_node(

@@ -20,6 +20,14 @@ GO_HINT = (
 )
 
 
+# Tailscale's own build tags for features a node may go without (feature/featuretags).
+# The peerAPI server (Taildrop, exit-node DNS, Funnel ingress: nothing tailagent
+# serves) would listen on a port of every interface of the box, though under tsnet
+# its tailnet traffic reaches it inside the process anyway; left out, the embedded
+# node holds no port outside the process.
+FEATURES_LEFT_OUT = ("ts_omit_peerapiserver",)
+
+
 class BuildFailed(Exception):
     """The library could not be built; str() is one line that says why."""
 
@@ -35,7 +43,7 @@ def build(destination: Path = SOURCE) -> Path:
     target = destination / LIBRARY_NAME
     partial = target.with_suffix(".so.partial")
     argv = [go, "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w",
-            "-o", str(partial), "."]  # fmt: skip
+            f"-tags={','.join(FEATURES_LEFT_OUT)}", "-o", str(partial), "."]  # fmt: skip
     env = {**os.environ, "CGO_ENABLED": "1", "GOFLAGS": "-mod=mod"}
     result = subprocess.run(argv, cwd=SOURCE, env=env, capture_output=True, text=True)
     partial.with_suffix(".h").unlink(missing_ok=True)
