@@ -16,6 +16,7 @@ from tailagent.access.guard import AccessGuard
 from tailagent.access.identity import CallerContextBuilder
 from tailagent.access.policy import Policy
 from tailagent.access.resolve import Resolver
+from tailagent.access.streams import StreamCounts
 from tailagent.access.tokens import TokenStore
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.jsonrpc import jsonrpc_routes
@@ -83,4 +84,5 @@ def build_app(
         allowed_origins=settings.access.allowed_origins,
         advertised_url=settings.advertised_url,
         sessions=sessions,
+        streams=StreamCounts(settings.max_streams_per_caller),
     )

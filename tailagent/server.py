@@ -33,6 +33,7 @@ from tailagent.bridge.storage import Storage, open_storage
 from tailagent.card.builder import build_card
 from tailagent.card.publish import CardPublisher, CardSigningFailed
 from tailagent.config import Settings, default_state_dir
+from tailagent.descriptors import raise_open_files_limit
 from tailagent.files import NotPrivate, close_dir
 from tailagent.listener import listener_url, open_listener
 from tailagent.memory import trim_when_quiet
@@ -262,6 +263,7 @@ async def _announce_ready(notifier: Notifier, where: str, what: str) -> None:
 async def run(settings: Settings) -> None:
     notifier = Notifier()
     notifier.status("starting")
+    raise_open_files_limit()
     lock = StateLock(settings.state_dir)
     try:
         closed = close_dir(settings.state_dir)

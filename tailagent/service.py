@@ -42,6 +42,9 @@ WatchdogSec=30
 TimeoutStopSec=30
 UMask=0077
 NoNewPrivileges=yes
+# Each connection and stream holds a file descriptor: the soft limit stays systemd's
+# 1024 (for what waits with select()), and tailagent raises its own to this hard one.
+LimitNOFILE=1024:524288
 """
 
 _SYSTEM = """\

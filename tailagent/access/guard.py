@@ -27,6 +27,7 @@ from tailagent.access.identity import SCOPE_KEY, Caller
 from tailagent.access.localapi import LocalAPIUnavailable
 from tailagent.access.policy import Policy, Refusal, Seen
 from tailagent.access.resolve import BadForwarding, Resolver, TailnetSelf
+from tailagent.access.streams import StreamCounts, opens_stream
 from tailagent.access.tokens import TokenInfo, TokenStore
 from tailagent.metrics import REFUSALS, REQUESTS, route_of
 
@@ -45,9 +46,10 @@ PUBLIC_PATHS = frozenset(
     }
 )
 DEFAULT_PORTS = {"http": 80, "https": 443}
-# A body is parsed for the log line's method and task only up to this size: a large
-# one (an attachment) would be parsed twice, here and by the SDK, for a log line.
+# A body is parsed for the log line's method and task, and to tell a stream, only up
+# to this size: a large one (an attachment) would be parsed twice, here and by the SDK.
 LOG_BODY_LIMIT = 64 * 1024
+UNPARSED = object()  # a JSON-RPC body that is not JSON
 
 
 def _replay(body: bytes, receive: Any) -> Any:
@@ -81,6 +83,7 @@ REST_STATUS = {
     400: "INVALID_ARGUMENT",
     401: "UNAUTHENTICATED",
     403: "PERMISSION_DENIED",
+    429: "RESOURCE_EXHAUSTED",
     503: "UNAVAILABLE",
 }
 ERROR_WORDS = {
@@ -88,6 +91,7 @@ ERROR_WORDS = {
     401: "unauthorized",
     403: "forbidden",
     408: "request timeout",
+    429: "too many streams",
     503: "identity unavailable",
 }
 
@@ -199,15 +203,21 @@ def _origin_of_url(url: str) -> str | None:
     return _origin(parts.scheme, parts.netloc)
 
 
-def _what(path: str, body: bytes) -> str:
-    """The A2A method and task id of a JSON-RPC request, for the log line."""
-    if path != JSONRPC_PATH or not body or len(body) > LOG_BODY_LIMIT:
-        return ""
+def _parsed(body: bytes) -> Any:
+    """A JSON-RPC body as JSON; None when it is too large to parse here."""
+    if len(body) > LOG_BODY_LIMIT:
+        return None
     try:
-        request = json.loads(body)
+        return json.loads(body) if body else {}
     except (ValueError, RecursionError):
+        return UNPARSED
+
+
+def _what(request: Any) -> str:
+    """The A2A method and task id of a parsed JSON-RPC request, for the log line."""
+    if request is UNPARSED:
         return "(unparsed body)"
-    if not isinstance(request, dict):
+    if not isinstance(request, dict) or not request:
         return ""
     params = request.get("params")
     params = params if isinstance(params, dict) else {}
@@ -237,8 +247,10 @@ class AccessGuard:
         allowed_origins: tuple[str, ...],
         advertised_url: str,
         sessions: BrowserSessions | None = None,
+        streams: StreamCounts,
     ) -> None:
         self._app = app
+        self._streams = streams
         self._policy = policy
         self._resolver = resolver
         self._tokens = tokens
@@ -362,16 +374,18 @@ class AccessGuard:
 
     async def _take_body(
         self, receive: Any, declared: str, is_a2a: bool, path: str
-    ) -> tuple[bytes, str] | BodyRefused:
+    ) -> tuple[bytes, Any] | BodyRefused:
         """The body of a request that was let in, within its limits; an A2A body's JSON
-        shape checked too, and its method named for the log line."""
+        shape checked too, and a JSON-RPC body parsed (see `_parsed`)."""
         body = await read_body(receive, declared, self._limits)
         if isinstance(body, BodyRefused):
             return body
         if not is_a2a:
-            return body, ""
+            return body, {}
         refused = shape_refused(body, self._limits)
-        return refused if refused is not None else (body, _what(path, body))
+        if refused is not None:
+            return refused
+        return body, _parsed(body) if path == JSONRPC_PATH else {}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -437,15 +451,27 @@ class AccessGuard:
                 await refuse(403, "ORIGIN", 0, f"{cross} may not change anything here")
                 return
             outcome.caller = identified.describe()
+            rpc: Any = {}
             if scope["method"] in ("POST", "PUT", "PATCH"):
                 taken = await self._take_body(receive, length, is_a2a, path)
                 if isinstance(taken, BodyRefused):
                     await refuse(taken.status, taken.reason, ACCESS_RPC_CODE, taken.message)
                     return
-                body, what = taken
+                body, rpc = taken
+                what = _what(rpc)
                 receive = _replay(body, receive)
             scope[SCOPE_KEY] = identified
-            await self._app(scope, receive, self._tracking(send, outcome, is_a2a))
+            # A stream holds its place until the request ends, however it ends.
+            counted = opens_stream(path, rpc) and not identified.may("admin")
+            if counted and not self._streams.take(identified.owner):
+                message = self._streams.refusal(identified.owner)
+                await refuse(429, "TOO_MANY_STREAMS", 0, message)
+                return
+            try:
+                await self._app(scope, receive, self._tracking(send, outcome, is_a2a))
+            finally:
+                if counted:
+                    self._streams.give_back(identified.owner)
         except Exception:
             log.exception("unhandled error on %s %s", scope["method"], path)
             if not outcome.status:
