@@ -132,6 +132,9 @@ class AgentSettings:
     cancel_timeout: float = 5.0
     terminal_output_limit: int = 256 * 1024
     max_terminals_per_turn: int = 16
+    # The largest file an agent reads or writes through ACP, and the most a range of
+    # lines read from a larger one may come to.
+    max_file_bytes: int = 8 * 1024 * 1024
     # The modes a caller who is not admin may choose; None: the agent's own list of
     # modes that keep asking (none for an ACP agent tailagent does not know).
     caller_modes: tuple[str, ...] | None = None

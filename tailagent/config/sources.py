@@ -76,6 +76,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "agent.cancel_timeout": checks.positive_number,
     "agent.terminal_output_limit": checks.positive_int,
     "agent.max_terminals_per_turn": checks.positive_int,
+    "agent.max_file_bytes": checks.positive_int,
     "agent.caller_modes": checks.string_list,
     "claude.cwd": checks.existing_directory,
     "claude.permission_mode": checks.one_of(PERMISSION_MODES),
