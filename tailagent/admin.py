@@ -1,10 +1,13 @@
-"""`tailagent token` and `tailagent audit`: the owner's commands on this box's state."""
+"""`tailagent token` and `tailagent audit`: the owner's commands on this box's state.
+
+An audit row holds what callers and agents wrote (a tool's input, a reason, a device's
+name): each cell is text, never rich markup, with its control characters escaped.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import re
 import sys
 from dataclasses import asdict
@@ -13,11 +16,13 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tailagent.access.tokens import TokenStore
 from tailagent.bridge.audit import AuditEntry, AuditLog
 from tailagent.bridge.database import StoreUnavailable, redacted, sqlite_path
 from tailagent.bridge.databases import open_database
+from tailagent.visible import json_line, visible
 
 _AGE = re.compile(r"(\d+)([smhd])")
 PIPED_WIDTH = 240
@@ -51,9 +56,15 @@ def token_command(args: argparse.Namespace, state_dir: Path) -> int:
         return 0
     table = Table("name", "roles", "created")
     for info in store.list():
-        table.add_row(info.name, ", ".join(info.roles), info.created)
+        table.add_row(*_cells(info.name, ", ".join(info.roles), info.created))
     _console().print(table)
     return 0
+
+
+def _cells(*values: str) -> list[Text]:
+    """A table row's cells as text, escaped: none is read as markup or acts on the
+    terminal (a reason `no [/]` is shown as written, not refused by rich)."""
+    return [Text(visible(value)) for value in values]
 
 
 def _local_time(stamp: str) -> str:
@@ -110,19 +121,14 @@ def audit_command(args: argparse.Namespace, store_url: str) -> int:
         return 1
     if args.json:
         for entry in entries:
-            print(json.dumps(asdict(entry), ensure_ascii=False))
+            print(json_line(asdict(entry)))
         return 0
     table = Table("when", "decision", "tool", "input", "answered by", "reason", "task")
     for e in entries:
-        style = "green" if e.decision == "allow" else "red"
-        table.add_row(
-            _local_time(e.at),
-            f"[{style}]{e.decision}[/]",
-            e.tool,
-            e.input,
-            e.answered_by,
-            e.reason,
-            e.task_id[:8],
+        when, decision, *rest = _cells(
+            _local_time(e.at), e.decision, e.tool, e.input, e.answered_by, e.reason, e.task_id[:8]
         )
+        decision.stylize("green" if e.decision == "allow" else "red")
+        table.add_row(when, decision, *rest)
     _console().print(table)
     return 0

@@ -20,6 +20,7 @@ from tailagent.card.keys import KeyStore
 from tailagent.config import AGENTS, Settings
 from tailagent.probe import healthy
 from tailagent.statelock import running_server
+from tailagent.visible import visible
 
 
 @dataclass(frozen=True)
@@ -273,5 +274,6 @@ def _print(checks: list[Check], as_json: bool) -> None:
     else:
         for c in checks:
             mark = "✓" if c.ok else "✗"
-            print(f"{mark} {c.name}: {c.detail}" + (f" — fix: {c.fix}" if c.fix else ""))
+            # A detail may quote the agent, tailscaled or the store: shown escaped.
+            print(visible(f"{mark} {c.name}: {c.detail}" + (f" — fix: {c.fix}" if c.fix else "")))
     sys.stdout.flush()  # a closed pipe shows here, where `cli.run` ends quietly

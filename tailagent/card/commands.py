@@ -1,4 +1,8 @@
-"""`tailagent keys`, `tailagent card` and `tailagent peers`."""
+"""`tailagent keys`, `tailagent card` and `tailagent peers`.
+
+A card is what its agent says of itself, and a peer's name is the tailnet's: both are
+shown as text (rich.text.Text, never markup), with their control characters escaped.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,14 @@ from pathlib import Path
 import httpx
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, find_socket
 from tailagent.card.keys import KeyStore
 from tailagent.card.peers import discover
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
 from tailagent.tsnet.client import node_without_tailscaled, proxy_for
+from tailagent.visible import visible
 
 
 def keys_command(args: argparse.Namespace, state_dir: Path) -> int:
@@ -53,7 +59,8 @@ async def _card(args: argparse.Namespace) -> int:
         try:
             card = await fetch_card(args.url, http)
         except (httpx.HTTPError, ValueError) as exc:
-            print(f"tailagent: cannot fetch the card of {args.url}: {exc}", file=sys.stderr)
+            shown = visible(f"tailagent: cannot fetch the card of {args.url}: {exc}")
+            print(shown, file=sys.stderr)
             return 2
         # --trust (re-)pins what the card's own signing key, from its jku, verifies.
         pinned = None if args.trust else known.get(args.url)
@@ -66,14 +73,19 @@ async def _card(args: argparse.Namespace) -> int:
         f"{i.get('protocolBinding')} {i.get('protocolVersion')} {i.get('url')}"
         for i in card.get("supportedInterfaces") or []
     )
-    console.print(f"[bold]{card.get('name', '?')}[/] {card.get('version', '')}")
-    console.print(f"  {card.get('description', '')}")
-    console.print(f"  owner node: {(card.get('provider') or {}).get('url', '?')}")
-    console.print(f"  interfaces: {interfaces}")
-    for skill in card.get("skills") or []:
-        console.print(f"  skill: {skill.get('name')}: {skill.get('description', '')}")
+    name, version = str(card.get("name", "?")), str(card.get("version", ""))
+    console.print(Text.assemble((visible(name), "bold"), visible(f" {version}")))
+    skills = card.get("skills") or []
+    lines = [
+        f"  {card.get('description', '')}",
+        f"  owner node: {(card.get('provider') or {}).get('url', '?')}",
+        f"  interfaces: {interfaces}",
+        *(f"  skill: {s.get('name')}: {s.get('description', '')}" for s in skills),
+    ]
+    for line in lines:
+        console.print(Text(visible(line)))
     style = "green" if verdict.valid else "bold red"
-    console.print(f"  signature: [{style}]{verdict.status}[/]")
+    console.print(Text.assemble("  signature: ", (visible(verdict.status), style)))
     return 0 if verdict.valid else 1
 
 
@@ -101,10 +113,9 @@ async def _peers(args: argparse.Namespace) -> int:
         return 0
     table = Table("peer", "owner", "url", "agent", "skills", "signature")
     for p in peers:
+        cells = [Text(visible(v)) for v in (p.peer, p.owner, p.url, p.name, ", ".join(p.skills))]
         style = "green" if p.signature.startswith("valid") else "red"
-        table.add_row(
-            p.peer, p.owner, p.url, p.name, ", ".join(p.skills), f"[{style}]{p.signature}[/]"
-        )
+        table.add_row(*cells, Text(visible(p.signature), style))
     Console(width=None if sys.stdout.isatty() else 240).print(table)
     if not peers:
         print("no tailagent answered on the tailnet's online peers", file=sys.stderr)

@@ -29,6 +29,7 @@ from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Value
 from rich.console import Console
 from rich.prompt import Prompt as AskPrompt
+from rich.text import Text
 
 from tailagent.card.keys import KeyStore
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
@@ -41,6 +42,7 @@ from tailagent.client.errors import (
     EXIT_INTERRUPTED,
     Refused,
     UsageError,
+    complain,
     exit_code,
     run_command,
 )
@@ -53,6 +55,7 @@ from tailagent.client.render import (
     question_options,
     status_event,
 )
+from tailagent.visible import visible
 
 CONFIRM_SECONDS = 3.0
 
@@ -113,10 +116,9 @@ async def check_card(
         own = await verify_card(card, url, http, {"jwk": keys.current().jwk})
         if own.valid and own.jwk is not None:
             known.pin(url, own.jwk)
-            print(
+            complain(
                 f"tailagent: {url} signs with a new key (`keys rotate` in {own_state}); "
-                f"pinned it: {own.jwk.get('kid')}",
-                file=sys.stderr,
+                f"pinned it: {own.jwk.get('kid')}"
             )
             verdict = own
     if not verdict.valid:
@@ -190,16 +192,15 @@ async def _interrupted(
         return
     cancel_at_once = args.cancel_on_interrupt or not sys.stdin.isatty()
     if not cancel_at_once:
-        print(
+        complain(
             f"tailagent: Ctrl-C again within {CONFIRM_SECONDS:.0f} s cancels task {task_id}; "
-            f"otherwise it goes on (`tailagent watch {task_id}` follows it)",
-            file=sys.stderr,
+            f"otherwise it goes on (`tailagent watch {task_id}` follows it)"
         )
         if not await interrupts.again(CONFIRM_SECONDS):
-            print(f"tailagent: task {task_id} goes on without this terminal", file=sys.stderr)
+            complain(f"tailagent: task {task_id} goes on without this terminal")
             return
     show(status_event(await client.cancel_task(CancelTaskRequest(id=task_id))))
-    print(f"tailagent: canceled task {task_id}", file=sys.stderr)
+    complain(f"tailagent: canceled task {task_id}")
 
 
 async def _check_answers(client: Client, task_id: str, answers: dict[str, str]) -> None:
@@ -228,7 +229,7 @@ def _ask_in_terminal(
     renderer.prompt(outcome, replies=False)  # the details and the choices, once
     if prompt.kind == "ask_user_question":
         answers = {
-            question: AskPrompt.ask(question, choices=labels or None, console=console)
+            question: _choose(console, question, labels)
             for question, labels in question_options(prompt).items()
         }
         return build_message(
@@ -249,6 +250,14 @@ def _ask_in_terminal(
         request_id=prompt.request_id,
         answers={},
     )
+
+
+def _choose(console: Console, question: str, labels: list[str]) -> str:
+    """The label a person picks for the agent's question, each shown as text (escaped)
+    and typed as shown; what the agent gets is its own label."""
+    shown = {visible(label, one_line=True): label for label in labels}
+    typed = AskPrompt.ask(Text(visible(question)), choices=list(shown) or None, console=console)
+    return shown.get(typed, typed)
 
 
 def call_command(args: argparse.Namespace) -> int:

@@ -3,7 +3,8 @@ bringing it back into its base branch (or dropping it), on request only.
 
 Each is one A2A message to the conversation with a data part (`{"kind": "merge",
 "strategy": "squash"}`, `{"kind": "discard"}`, `{"kind": "diff"}`): the server
-checks the caller's right to the conversation and answers with one message.
+checks the caller's right to the conversation and answers with one message. Its
+text holds what the agent wrote (a diff of its files): it is printed escaped.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from google.protobuf.struct_pb2 import Value
 from tailagent.client.connect import Target, a2a_client, open_http
 from tailagent.client.errors import EXIT_COMPLETED, EXIT_USAGE, run_command
 from tailagent.client.render import message_text
+from tailagent.visible import visible
 
 
 async def _ask(target: Target, args: argparse.Namespace, request: dict[str, Any]) -> str:
@@ -29,7 +31,7 @@ async def _ask(target: Target, args: argparse.Namespace, request: dict[str, Any]
     async with open_http(target, args.token) as http, a2a_client(target, http) as client:
         async for event in client.send_message(SendMessageRequest(message=message)):
             if event.HasField("message"):
-                return message_text(event.message)
+                return visible(message_text(event.message))
     return ""
 
 

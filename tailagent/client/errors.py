@@ -22,6 +22,7 @@ from a2a.utils.errors import A2AError
 
 from tailagent.client.connect import Target, parse_target
 from tailagent.client.render import Outcome
+from tailagent.visible import visible
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT_REQUIRED = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130
@@ -44,6 +45,12 @@ def exit_code(outcome: Outcome) -> int:
     return EXIT_FAILED
 
 
+def complain(text: str) -> None:
+    """One line on stderr for the person. It may hold a server's (or an agent's) own
+    words, a reason or an id: shown escaped, like all text from outside."""
+    print(visible(text, one_line=True), file=sys.stderr)
+
+
 def run_command(
     url: str | None,
     state_dir: str | None,
@@ -54,25 +61,28 @@ def run_command(
     try:
         target = parse_target(url, state_dir)
     except ValueError as exc:
-        print(f"tailagent: {exc}", file=sys.stderr)
+        complain(f"tailagent: {exc}")
         return EXIT_USAGE
     try:
         return asyncio.run(command(target))
     except (UsageError, Refused) as exc:
-        print(f"tailagent: {exc}", file=sys.stderr)
+        complain(f"tailagent: {exc}")
     except (httpx.HTTPError, A2AClientError) as exc:
         if _refused_connection(exc):
-            print(
+            complain(
                 f"tailagent: nothing answers at {target.url}: start `tailagent serve`, "
-                "or say where the agent is with --url",
-                file=sys.stderr,
+                "or say where the agent is with --url"
             )
         elif isinstance(exc, httpx.HTTPError) and not _status(exc):
-            print(f"tailagent: cannot reach {target.url}: {reason(exc)}", file=sys.stderr)
+            complain(f"tailagent: cannot reach {target.url}: {reason(exc)}")
         else:
-            print(f"tailagent: {target.url}: {reason(exc)}{_hint(target, exc)}", file=sys.stderr)
+            print(
+                visible(f"tailagent: {target.url}: {reason(exc)}", one_line=True)
+                + _hint(target, exc),
+                file=sys.stderr,
+            )
     except A2AError as exc:
-        print(f"tailagent: {target.url} refused the request: {reason(exc)}", file=sys.stderr)
+        complain(f"tailagent: {target.url} refused the request: {reason(exc)}")
     except KeyboardInterrupt:
         print("tailagent: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -4,7 +4,6 @@ shared by `call` and `watch`."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 
 import httpx
@@ -13,7 +12,7 @@ from a2a.types.a2a_pb2 import GetTaskRequest, StreamResponse
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
-from tailagent.client.errors import reason
+from tailagent.client.errors import complain, reason
 from tailagent.client.render import Outcome, Renderer, status_event
 
 Show = Callable[[StreamResponse], None]
@@ -41,10 +40,9 @@ async def read_the_end(
         task = await client.get_task(GetTaskRequest(id=outcome.task_id))
     except (A2AClientError, A2AError, httpx.HTTPError) as exc:
         why = f" ({reason(cut)})" if cut is not None else ""
-        print(
+        complain(
             f"tailagent: the stream from {url} ended before task {outcome.task_id} did{why}, "
-            f"and its state cannot be read now: {reason(exc)}",
-            file=sys.stderr,
+            f"and its state cannot be read now: {reason(exc)}"
         )
         return
     show(status_event(task))

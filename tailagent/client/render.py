@@ -1,7 +1,9 @@
 """Live rendering of an A2A event stream for a person at a terminal.
 
 Reads only the A2A wire shapes (and tailagent's `metadata.kind` conventions), so
-it renders any A2A agent, not just tailagent.
+it renders any A2A agent, not just tailagent. Everything in a stream is the agent's
+(or a caller's) text: it is shown as text, never as rich markup, and with its
+control characters escaped (tailagent.visible), so it cannot act on the terminal.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from tailagent.origin import invoked_as
+from tailagent.visible import visible
 
 FINAL_STATES = {
     TaskState.TASK_STATE_COMPLETED,
@@ -144,7 +147,11 @@ class Renderer:
         self._mid_line = False
         self._headed: set[str] = set()  # tasks whose header is printed (once per call)
 
-    def _line(self, renderable: Any) -> None:
+    def _line(self, text: str, style: str = "") -> None:
+        """One line (or more) of text that holds the agent's words: shown escaped."""
+        self._show(Text(visible(text), style))
+
+    def _show(self, renderable: Text | Syntax) -> None:
         if self._mid_line:
             self.console.print()
             self._mid_line = False
@@ -154,7 +161,7 @@ class Renderer:
         if event.HasField("task"):
             if event.task.id not in self._headed:
                 self._headed.add(event.task.id)
-                self._line(Text(f"task {event.task.id}  context {event.task.context_id}", "dim"))
+                self._line(f"task {event.task.id}  context {event.task.context_id}", "dim")
         elif event.HasField("artifact_update"):
             self._artifact(event.artifact_update.artifact, event.artifact_update.append)
         elif event.HasField("status_update"):
@@ -165,43 +172,42 @@ class Renderer:
     def _artifact(self, artifact: Artifact, append: bool) -> None:
         texts = "".join(p.text for p in artifact.parts if p.HasField("text"))
         if artifact.artifact_id == "response":
-            self.console.print(texts, end="", markup=False, highlight=False)
+            self.console.print(visible(texts), end="", markup=False, highlight=False)
             self._mid_line = (bool(texts) and not texts.endswith("\n")) or self._mid_line
         elif artifact.artifact_id == "thinking":
-            self._line(Text(f"[thinking] {texts}", "dim italic"))
+            self._line(f"[thinking] {texts}", "dim italic")
         elif artifact.artifact_id == "plan":
-            self._line(Text("[plan]", "bold"))
+            self._line("[plan]", "bold")
             for line in texts.splitlines():
-                self._line(Text("  " + line, "cyan"))
+                self._line("  " + line, "cyan")
         elif artifact.artifact_id.startswith("diff:"):
-            self._line(Text(f"[{artifact.name}]", "bold"))
-            self._line(Syntax(texts, "diff", theme="ansi_dark", background_color="default"))
+            self._line(f"[{artifact.name}]", "bold")
+            shown = visible(texts)
+            self._show(Syntax(shown, "diff", theme="ansi_dark", background_color="default"))
         else:
-            self._line(Text(f"[{artifact.name or artifact.artifact_id}] {texts}"))
+            self._line(f"[{artifact.name or artifact.artifact_id}] {texts}")
 
     def _status(self, state: int, message: Message) -> None:
         kind = metadata_of(message).get("kind")
         text = message_text(message)
         if state == TaskState.TASK_STATE_WORKING:
             if kind == "tool_use":
-                self._line(Text(f"· {text}", "blue"))
+                self._line(f"· {text}", "blue")
             elif kind == "tool_result":
                 ok = metadata_of(message).get("status") != "failed"
-                self._line(Text(f"{'✓' if ok else '✗'} {text}", "green" if ok else "red"))
+                self._line(f"{'✓' if ok else '✗'} {text}", "green" if ok else "red")
                 for item in message_data(message):
                     if item.get("output"):
-                        self._line(Text("  " + str(item["output"]).rstrip(), "dim"))
+                        self._line("  " + str(item["output"]).rstrip(), "dim")
             elif kind == "notice":
-                self._line(Text(f"! {text}", "yellow"))
+                self._line(f"! {text}", "yellow")
             elif kind == "resumed" and text:  # who decided the prompt, from where
                 denied = metadata_of(message).get("decision") == "deny"
-                self._line(Text(f"» {text}", "red" if denied else "green"))
+                self._line(f"» {text}", "red" if denied else "green")
         elif state in FINAL_STATES:
             name = state_name(state)
             style = "green" if state == TaskState.TASK_STATE_COMPLETED else "red"
-            self._line(
-                Text(f"[{name}] {text}".rstrip() if kind != "result" else f"[{name}]", style)
-            )
+            self._line(f"[{name}] {text}".rstrip() if kind != "result" else f"[{name}]", style)
 
     def prompt(self, outcome: Outcome, *, replies: bool = True) -> None:
         """The pause, its details and choices once each; then, unless answering in the
@@ -209,22 +215,22 @@ class Renderer:
         prompt = outcome.prompt
         if prompt is None:
             return
-        self._line(Text(f"[input-required] {prompt.text}", "bold yellow"))
+        self._line(f"[input-required] {prompt.text}", "bold yellow")
         if prompt.kind == "permission_request":
             if prompt.data.get("input"):
-                self._line(Text(f"  input: {json.dumps(prompt.data['input'])}", "dim"))
+                self._line(f"  input: {json.dumps(prompt.data['input'])}", "dim")
             options = prompt.data.get("options") or []
             if options:
                 names = ", ".join(f"option:{o.get('optionId')} ({o.get('name')})" for o in options)
-                self._line(Text(f"  options: {names}", "dim"))
+                self._line(f"  options: {names}", "dim")
         questions = question_options(prompt)
         for question, labels in questions.items():
             if labels:
                 # One question is the prompt's own text: its options suffice.
                 lead = "options" if len(questions) == 1 else question
-                self._line(Text(f"  {lead}: {', '.join(labels)}", "dim"))
+                self._line(f"  {lead}: {', '.join(labels)}", "dim")
         if not replies:
             return
-        self._line(Text("reply with:", "bold"))
+        self._line("reply with:", "bold")
         for line in reply_command(self.target_args, outcome, prompt):
-            self._line(Text("  " + line))
+            self._line("  " + line)

@@ -24,9 +24,10 @@ from rich.table import Table
 from rich.text import Text
 
 from tailagent.client.connect import Target, a2a_client, open_http
-from tailagent.client.errors import EXIT_COMPLETED, EXIT_FAILED, exit_code, run_command
+from tailagent.client.errors import EXIT_COMPLETED, EXIT_FAILED, complain, exit_code, run_command
 from tailagent.client.follow import printer, read_the_end
 from tailagent.client.render import Outcome, Renderer, message_text, state_name, status_event
+from tailagent.visible import visible
 
 PAGE = 100
 
@@ -70,8 +71,10 @@ async def _list(args: argparse.Namespace, target: Target) -> int:
     table.add_column("says", overflow="ellipsis", no_wrap=True, ratio=1)
     for task in tasks:
         says = _branch(task) + message_text(task.status.message).replace("\n", " ")
-        # Text, not markup: a branch in brackets or an agent's words are shown as they are.
-        table.add_row(task.id, state_name(task.status.state), _when(task), Text(says[:60]))
+        # Text, not markup: a branch in brackets or an agent's words are shown as they
+        # are, and escaped, one row a task.
+        row = (task.id, state_name(task.status.state), _when(task), says[:60])
+        table.add_row(*(Text(visible(cell, one_line=True)) for cell in row))
     Console(highlight=False).print(table)
     if not tasks:
         print("no tasks of yours on this agent", file=sys.stderr)
@@ -104,9 +107,9 @@ async def _cancel(args: argparse.Namespace, target: Target) -> int:
         except TaskNotFoundError:
             raise  # no such task: exit 2, as for watch and call --task
         except A2AError as exc:
-            print(f"tailagent: task {args.task} was not canceled: {exc}", file=sys.stderr)
+            complain(f"tailagent: task {args.task} was not canceled: {exc}")
             return EXIT_FAILED
-    print(f"task {task.id}: {state_name(task.status.state)}")
+    print(visible(f"task {task.id}: {state_name(task.status.state)}", one_line=True))
     return EXIT_COMPLETED
 
 
