@@ -13,8 +13,15 @@ words acted on in order of appearance:
     fail          execute tool call "Run tests", then failed ("2 tests failed")
     ask           session/request_permission with the four option kinds
     shell         terminal/create + wait_for_exit + output + release
-    read:PATH     fs/read_text_file (PATH relative to the session's cwd)
+    read:PATH     fs/read_text_file (PATH relative to the session's cwd); read:PATH:LINE:LIMIT
+                  asks for LIMIT lines from LINE
     write:PATH    fs/write_text_file with "written by fake\\n"
+    fifo:PATH     makes a FIFO at PATH itself (no ACP)
+    sparse:PATH:N makes PATH a sparse file of N bytes itself
+    hardlink:LINK:TARGET  links TARGET (anywhere) to LINK itself
+    race:DIR:OUT N  swaps DIR (a directory with f in it) and a symlink to OUT, over and
+                  over, while it reads DIR/f N times through ACP; counts what it got
+    peek:PATH M   reads PATH itself (no ACP) and says whether it holds the word M
     slow N        N ticks, one a second, stopped by session/cancel
     hang          sleeps an hour, deaf to session/cancel
     crash         says "about to crash", then exits with status 3
@@ -34,12 +41,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import acp
@@ -148,6 +158,11 @@ class FakeAgent:
             "shell": self._shell,
             "read": self._read,
             "write": self._write,
+            "fifo": self._fifo,
+            "sparse": self._sparse,
+            "hardlink": self._hardlink,
+            "race": self._race,
+            "peek": self._peek,
             "slow": self._slow,
             "hang": self._hang,
             "crash": self._crash,
@@ -384,11 +399,13 @@ class FakeAgent:
             await self.conn.release_terminal(session_id=turn.session_id, terminal_id=terminal_id)
 
     async def _read(self, turn: Turn, arg: str, following: str | None) -> None:
-        if not arg:
+        path, *numbers = arg.split(":")
+        if not path:
             return
+        line, limit = ([int(n) for n in numbers] + [None, None])[:2]
         try:
             response = await self.conn.read_text_file(
-                session_id=turn.session_id, path=self._absolute(turn, arg)
+                session_id=turn.session_id, path=self._absolute(turn, path), line=line, limit=limit
             )
         except RequestError as exc:
             await self._say(turn, f"read refused: {exc}\n")
@@ -408,6 +425,58 @@ class FakeAgent:
             await self._say(turn, f"write refused: {exc}\n")
             return
         await self._say(turn, f"wrote {arg}\n")
+
+    async def _fifo(self, turn: Turn, arg: str, following: str | None) -> None:
+        os.mkfifo(self._absolute(turn, arg))
+        await self._say(turn, f"made fifo {arg}\n")
+
+    async def _sparse(self, turn: Turn, arg: str, following: str | None) -> None:
+        path, size = arg.rsplit(":", 1)
+        fd = os.open(self._absolute(turn, path), os.O_WRONLY | os.O_CREAT)
+        os.ftruncate(fd, int(size))
+        os.close(fd)
+        await self._say(turn, f"made sparse {path}\n")
+
+    async def _hardlink(self, turn: Turn, arg: str, following: str | None) -> None:
+        link, target = arg.split(":", 1)
+        os.link(target, self._absolute(turn, link))
+        await self._say(turn, f"linked {link}\n")
+
+    async def _race(self, turn: Turn, arg: str, following: str | None) -> None:
+        name, outside = arg.split(":", 1)
+        directory = self._absolute(turn, name)
+        os.makedirs(directory, exist_ok=True)
+        await asyncio.to_thread(Path(directory, "f").write_text, "inside\n")
+        link = directory + ".link"
+        os.symlink(outside, link)
+        stop = threading.Event()
+        swapper = threading.Thread(target=_swap_until, args=(directory, link, stop))
+        swapper.start()
+        counts = {"inside": 0, "outside": 0, "refused": 0, "missing": 0}
+        try:
+            for _ in range(_int_or(following, 100)):
+                try:
+                    response = await self.conn.read_text_file(
+                        session_id=turn.session_id, path=os.path.join(directory, "f")
+                    )
+                except RequestError as exc:
+                    counts["refused" if "outside" in str(exc.data) else "missing"] += 1
+                    continue
+                counts["inside" if response.content == "inside\n" else "outside"] += 1
+        finally:
+            stop.set()
+            swapper.join()
+        await self._say(turn, "race: " + " ".join(f"{k}={v}" for k, v in counts.items()) + "\n")
+
+    async def _peek(self, turn: Turn, arg: str, following: str | None) -> None:
+        said = f"peek {arg} parent={os.getppid()}"
+        try:
+            data = await asyncio.to_thread(Path(arg).read_bytes)
+        except OSError as exc:
+            await self._say(turn, f"{said} error={exc.strerror}\n")
+            return
+        seen = "yes" if following and following.encode() in data else "no"
+        await self._say(turn, f"{said} bytes={len(data)} marker={seen}\n")
 
     async def _slow(self, turn: Turn, arg: str, following: str | None) -> None:
         ticks = _int_or(following, DEFAULT_SLOW_TICKS)
@@ -450,6 +519,16 @@ class FakeAgent:
     async def _chunks(self, turn: Turn, arg: str, following: str | None) -> None:
         for i in range(1, _int_or(following, DEFAULT_CHUNKS) + 1):
             await self._say(turn, f"chunk {i} ")
+
+
+def _swap_until(directory: str, link: str, stop: threading.Event) -> None:
+    """Exchanges the names of a directory and a symlink (renameat2 RENAME_EXCHANGE), so
+    the name is always one or the other, until `stop` is set."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_cwd, exchange = -100, 2
+    while not stop.is_set():
+        if libc.renameat2(at_cwd, directory.encode(), at_cwd, link.encode(), exchange) != 0:
+            raise OSError(ctypes.get_errno(), "renameat2")
 
 
 def main(argv: list[str] | None = None) -> None:
