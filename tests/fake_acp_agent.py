@@ -15,7 +15,7 @@ words acted on in order of appearance:
     shell         terminal/create + wait_for_exit + output + release
     read:PATH     fs/read_text_file (PATH relative to the session's cwd); read:PATH:LINE:LIMIT
                   asks for LIMIT lines from LINE
-    write:PATH    fs/write_text_file with "written by fake\\n"
+    write:PATH    fs/write_text_file with "written by fake\\n"; write:PATH:N, N bytes of "x"
     fifo:PATH     makes a FIFO at PATH itself (no ACP)
     sparse:PATH:N makes PATH a sparse file of N bytes itself
     hardlink:LINK:TARGET  links TARGET (anywhere) to LINK itself
@@ -413,18 +413,19 @@ class FakeAgent:
         await self._say(turn, f"read: {response.content}\n")
 
     async def _write(self, turn: Turn, arg: str, following: str | None) -> None:
-        if not arg:
+        path, _, size = arg.partition(":")
+        if not path:
             return
         try:
             await self.conn.write_text_file(
                 session_id=turn.session_id,
-                path=self._absolute(turn, arg),
-                content="written by fake\n",
+                path=self._absolute(turn, path),
+                content="x" * int(size) if size else "written by fake\n",
             )
         except RequestError as exc:
             await self._say(turn, f"write refused: {exc}\n")
             return
-        await self._say(turn, f"wrote {arg}\n")
+        await self._say(turn, f"wrote {path}\n")
 
     async def _fifo(self, turn: Turn, arg: str, following: str | None) -> None:
         os.mkfifo(self._absolute(turn, arg))
