@@ -408,7 +408,7 @@ class FakeAgent:
                 session_id=turn.session_id, path=self._absolute(turn, path), line=line, limit=limit
             )
         except RequestError as exc:
-            await self._say(turn, f"read refused: {exc}\n")
+            await self._say(turn, f"read refused: {exc} {exc.data}\n")
             return
         await self._say(turn, f"read: {response.content}\n")
 
@@ -423,7 +423,7 @@ class FakeAgent:
                 content="x" * int(size) if size else "written by fake\n",
             )
         except RequestError as exc:
-            await self._say(turn, f"write refused: {exc}\n")
+            await self._say(turn, f"write refused: {exc} {exc.data}\n")
             return
         await self._say(turn, f"wrote {path}\n")
 
