@@ -29,6 +29,9 @@ words acted on in order of appearance:
     noise N       writes N lines to stderr
     chunks N      N agent_message_chunk updates, "chunk <i> " each (a long streamed answer)
     setup         says its mode and the MCP servers its session was given
+    hostile       HOSTILE (text that would act on a terminal) in a thought, a message, a
+                  tool's title, input and output, a file written (hostile.txt) and its
+                  edit's diff, and a permission request's title and input
 
 A turn ends with "turn <n> of session <sid> in process <pid>" (plus the URIs of
 embedded resources, if any) and stop reason end_turn.
@@ -97,6 +100,13 @@ AGENT_VERSION = "1.0.0"
 DEFAULT_SLOW_TICKS = 3
 DEFAULT_CHUNKS = 100
 DEFAULT_NOISE_LINES = 3
+# A clipboard write (OSC 52), a clear screen, a link (OSC 8), a window title, a C1 CSI,
+# DEL, a bidi override and rich markup: what no terminal of the owner's may act on.
+HOSTILE = (
+    "clip \x1b]52;c;aGk=\x1b\\ clear \x1b[2J link \x1b]8;;https://evil.example/\x1b\\here"
+    "\x1b]8;;\x1b\\ title \x1b]0;owned\x07 csi \x9b31m del \x7f bidi \u202etxt.exe\u202c "
+    "markup [bold red]loud[/]"
+)
 
 
 @dataclass
@@ -170,6 +180,7 @@ class FakeAgent:
             "setup": self._setup,
             "noise": self._noise,
             "chunks": self._chunks,
+            "hostile": self._hostile,
         }
 
     # -- connection and lifecycle ---------------------------------------------------------
@@ -348,11 +359,14 @@ class FakeAgent:
         )
 
     async def _ask(self, turn: Turn, arg: str, following: str | None) -> None:
+        await self._permission(turn, "rm -rf build", "rm -rf build")
+
+    async def _permission(self, turn: Turn, title: str, command: str) -> None:
         tool_call = ToolCallUpdate(
             tool_call_id=turn.session.next_tool_call_id(),
-            title="rm -rf build",
+            title=title,
             kind="execute",
-            raw_input={"command": "rm -rf build"},
+            raw_input={"command": command},
         )
         options = [
             PermissionOption(option_id="allow_once", name="Allow once", kind="allow_once"),
@@ -520,6 +534,39 @@ class FakeAgent:
     async def _chunks(self, turn: Turn, arg: str, following: str | None) -> None:
         for i in range(1, _int_or(following, DEFAULT_CHUNKS) + 1):
             await self._say(turn, f"chunk {i} ")
+
+    async def _hostile(self, turn: Turn, arg: str, following: str | None) -> None:
+        session_id = turn.session_id
+        thought = update_agent_thought_text(f"thought {HOSTILE}")
+        await self.conn.session_update(session_id=session_id, update=thought)
+        await self._say(turn, f"said {HOSTILE}\n")
+        read_id = turn.session.next_tool_call_id()
+        await self.conn.session_update(
+            session_id=session_id,
+            update=start_tool_call(
+                read_id, f"Read {HOSTILE}", kind="read", status="in_progress",
+                raw_input={"path": HOSTILE},
+            ),
+        )  # fmt: skip
+        output = [tool_content(text_block(f"output {HOSTILE}"))]
+        await self.conn.session_update(
+            session_id=session_id,
+            update=update_tool_call(read_id, status="completed", content=output),
+        )
+        path, content = os.path.join(turn.session.cwd, "hostile.txt"), f"file {HOSTILE}\n"
+        await self.conn.write_text_file(session_id=session_id, path=path, content=content)
+        edit_id = turn.session.next_tool_call_id()
+        diff = tool_diff_content(path, new_text=content, old_text="")
+        await self.conn.session_update(
+            session_id=session_id,
+            update=start_tool_call(
+                edit_id, f"Write {HOSTILE}", kind="edit", status="in_progress", content=[diff]
+            ),
+        )
+        await self.conn.session_update(
+            session_id=session_id, update=update_tool_call(edit_id, status="completed")
+        )
+        await self._permission(turn, f"Run {HOSTILE}", HOSTILE)
 
 
 def _swap_until(directory: str, link: str, stop: threading.Event) -> None:
