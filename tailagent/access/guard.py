@@ -25,6 +25,7 @@ from tailagent.access.bodies import BodyLimits, BodyRefused, answer_unread, read
 from tailagent.access.browser import UID_KEY, BrowserSessions, is_page_request, local_uid
 from tailagent.access.identity import SCOPE_KEY, Caller
 from tailagent.access.localapi import LocalAPIUnavailable
+from tailagent.access.logline import path_as_sent, word
 from tailagent.access.policy import Policy, Refusal, Seen
 from tailagent.access.resolve import BadForwarding, Resolver, TailnetSelf
 from tailagent.access.streams import StreamCounts, opens_stream
@@ -223,8 +224,8 @@ def _what(request: Any) -> str:
     params = params if isinstance(params, dict) else {}
     message = params.get("message")
     task_id = params.get("id") or (message.get("taskId") if isinstance(message, dict) else None)
-    method = request.get("method", "?")
-    return f"{method} task={task_id}" if task_id else str(method)
+    method = word(request.get("method", "?"))
+    return f"{method} task={word(task_id)}" if task_id else method
 
 
 @dataclass
@@ -484,7 +485,7 @@ class AccessGuard:
                 "%s %s %s%s -> %s %s",
                 outcome.caller,
                 scope["method"],
-                path,
+                path_as_sent(scope),
                 f" {what}" if what else "",
                 outcome.status or "-",
                 outcome.decision,
