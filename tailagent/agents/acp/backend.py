@@ -81,7 +81,10 @@ class AcpBackend:
 
     def _process(self) -> AgentProcess:
         return AgentProcess(
-            self.argv, self.env, self.workspace, lambda p: HostClient(p, self.workspace)
+            self.argv,
+            self.env,
+            self.workspace,
+            lambda p: HostClient(p, self.workspace, self.settings.max_file_bytes),
         )
 
     async def _spawn(self) -> AgentProcess:

@@ -51,6 +51,7 @@ from acp.schema import (
 
 from tailagent.agents.acp.process import AgentProcess
 from tailagent.agents.acp.terminals import TerminalLimit, Terminals
+from tailagent.agents.acp.textfiles import FileRefused, read_text, write_text
 from tailagent.agents.acp.workspace import OutsideWorkspace, confine
 from tailagent.agents.events import (
     AgentEvent,
@@ -292,9 +293,10 @@ class AcpSession:
 class HostClient:
     """The host side of ACP for one agent process: tailagent as the agent's editor."""
 
-    def __init__(self, process: AgentProcess, workspace: Path) -> None:
+    def __init__(self, process: AgentProcess, workspace: Path, max_file_bytes: int) -> None:
         self.process = process
         self.workspace = workspace
+        self.max_file_bytes = max_file_bytes  # agent.max_file_bytes: a read's or write's cap
         self.session: AcpSession | None = None
         # Updates an agent sends while session/new is still answering, before the
         # session exists on our side.
@@ -400,15 +402,13 @@ class HostClient:
     ) -> ReadTextFileResponse:
         self._session(session_id)
         try:
-            text = confine(self.workspace, path).read_text()
-        except OutsideWorkspace as exc:
+            text = await asyncio.to_thread(
+                read_text, self.workspace, path, line, limit, self.max_file_bytes
+            )
+        except (OutsideWorkspace, FileRefused) as exc:
             raise RequestError.invalid_params({"path": path, "reason": str(exc)}) from None
         except OSError as exc:
             raise RequestError.resource_not_found(path) from exc
-        if line is not None or limit is not None:
-            lines = text.splitlines(keepends=True)
-            start = max((line or 1) - 1, 0)
-            text = "".join(lines[start : start + limit if limit else None])
         return ReadTextFileResponse(content=text)
 
     async def write_text_file(
@@ -416,10 +416,8 @@ class HostClient:
     ) -> WriteTextFileResponse:
         self._session(session_id)
         try:
-            target = confine(self.workspace, path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
-        except OutsideWorkspace as exc:
+            await asyncio.to_thread(write_text, self.workspace, path, content, self.max_file_bytes)
+        except (OutsideWorkspace, FileRefused) as exc:
             raise RequestError.invalid_params({"path": path, "reason": str(exc)}) from None
         except OSError as exc:
             raise RequestError.internal_error({"path": path, "reason": str(exc)}) from None
