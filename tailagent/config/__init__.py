@@ -126,6 +126,8 @@ class AgentSettings:
     env_passthrough: tuple[str, ...] = ()
     idle_timeout: float = 1800.0
     max_processes: int = 8
+    # The most of them one caller's tasks may hold; None: half, rounded up.
+    max_processes_per_caller: int | None = None
     max_concurrent_turns: int = 64
     warm_spares: int = 1
     start_timeout: float = 120.0

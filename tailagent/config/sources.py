@@ -70,6 +70,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "agent.env_passthrough": checks.string_list,
     "agent.idle_timeout": checks.positive_number,
     "agent.max_processes": checks.positive_int,
+    "agent.max_processes_per_caller": checks.positive_int,
     "agent.max_concurrent_turns": checks.positive_int,
     "agent.warm_spares": checks.count,
     "agent.start_timeout": checks.positive_number,
