@@ -305,6 +305,11 @@ class GuardedRequestHandler(DefaultRequestHandler):
             return quick
         elsewhere = self._store.runs_elsewhere(stored) if stored is not None else None
         if elsewhere is None:
+            if self._executor.holds(params.id):
+                # A turn the SDK has no ActiveTask for (a quick send now waiting, a task
+                # taken back after a restart) would only be marked CANCELED, its agent
+                # process held for good: given one, the SDK runs the executor's cancel.
+                await self._active_task_registry.get_or_create(params.id, context)
             return await super().on_cancel_task(params, context)
         await self._signals.send(params.id, CANCEL)
         for _ in range(int(CONFIRM_TIMEOUT / POLL_INTERVAL)):
