@@ -25,6 +25,11 @@ AGENT_PROCESSES = Gauge(
     "tailagent_agent_sessions", "Live agent sessions (for ACP and Claude: processes).",
     registry=REGISTRY,
 )  # fmt: skip
+AGENT_SESSIONS_HELD = Gauge(
+    "tailagent_agent_sessions_held",
+    "Agent sessions lent to a task, running or waiting for an answer (idle ones give way).",
+    registry=REGISTRY,
+)  # fmt: skip
 TURNS_WAITING = Gauge(
     "tailagent_turns_waiting",
     "Message sends waiting for one of the agent.max_concurrent_turns places.",

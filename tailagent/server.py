@@ -37,7 +37,7 @@ from tailagent.descriptors import raise_open_files_limit
 from tailagent.files import NotPrivate, close_dir
 from tailagent.listener import listener_url, open_listener
 from tailagent.memory import trim_when_quiet
-from tailagent.metrics import AGENT_PROCESSES
+from tailagent.metrics import AGENT_PROCESSES, AGENT_SESSIONS_HELD
 from tailagent.notify import Notifier
 from tailagent.presence import BoxTailscaled, Presence, PresenceError, ServeEntryPresence
 from tailagent.probe import healthy
@@ -129,9 +129,13 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
             push.watch(task.id)  # a push config may wait for this last state
             push.task_changed(task)
         pool = SessionPool(
-            backend, storage.session_map, idle_timeout=settings.agent_process.idle_timeout
+            backend,
+            storage.session_map,
+            idle_timeout=settings.agent_process.idle_timeout,
+            per_caller=settings.agent_process.max_processes_per_caller,
         )
         AGENT_PROCESSES.set_function(lambda: pool.live)
+        AGENT_SESSIONS_HELD.set_function(lambda: pool.held)
         denials = settings.max_permission_denials
         if settings.agent == "claude" and settings.claude.max_permission_denials:
             denials = settings.claude.max_permission_denials

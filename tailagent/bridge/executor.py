@@ -73,7 +73,7 @@ from tailagent.bridge.conversations import (
 from tailagent.bridge.parked import Waiting, resume_text, waiting_of
 from tailagent.bridge.publish import Publisher, open_task, text_part
 from tailagent.bridge.rules import first_match
-from tailagent.bridge.sessions import SessionPool
+from tailagent.bridge.sessions import PoolFull, SessionPool
 from tailagent.config import AttachmentSettings
 from tailagent.metrics import DECISIONS, PROMPTS, TURN_SECONDS
 from tailagent.tool_rules import Rule
@@ -256,7 +256,7 @@ class BridgeExecutor(AgentExecutor):
 
     async def _record(
         self,
-        runtime: TaskRuntime,
+        task: TaskRuntime | Waiting,
         asked: PermissionAsked,
         allow: bool,
         reason: str,
@@ -267,8 +267,8 @@ class BridgeExecutor(AgentExecutor):
         caller, never per device or channel)."""
         DECISIONS.labels("allow" if allow else "deny", label).inc()
         entry = AuditEntry(
-            task_id=runtime.task_id,
-            context_id=runtime.context_id,
+            task_id=task.task_id,
+            context_id=task.context_id,
             tool=asked.tool,
             input=summarize(asked.input),
             decision="allow" if allow else "deny",
@@ -331,13 +331,15 @@ class BridgeExecutor(AgentExecutor):
             await publisher.fail(updater, f"The conversation's worktree is not usable: {exc}")
             return None
         owner = caller_of(context.call_context)
+        admin = owner is not None and owner.may("admin")
         options = turn_options(message)
         try:
+            # An admin's turns (the box is theirs) are not counted against a share.
             session, resumed = await self._pool.acquire(
-                context_id, task_id, directory, mode=options.mode,
-                any_mode=owner is not None and owner.may("admin"),
+                context_id, task_id, directory, mode=options.mode, any_mode=admin,
+                caller=None if admin or owner is None else owner.owner,
             )  # fmt: skip
-        except AgentStartError as exc:  # expected (a login, a missing tool): one line
+        except (AgentStartError, PoolFull) as exc:  # expected (a login, all busy): one line
             log.warning("the agent could not start for context %s: %s", context_id, exc)
             await publisher.fail(updater, f"The agent could not start: {exc}")
             return None
@@ -635,27 +637,34 @@ class BridgeExecutor(AgentExecutor):
             await self._end(runtime)
         return list(pumps)
 
+    def holds(self, task_id: str) -> bool:
+        """Whether a turn of this task is alive here (running, or waiting for an answer,
+        also one taken back after a restart): its cancel must reach `cancel`, which
+        alone gives its agent session back and records the refused prompt."""
+        return task_id in self._runtimes or task_id in self._waiting
+
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""
         context_id = context.context_id or ""
         runtime = self._runtimes.get(task_id)
-        self._waiting.pop(task_id, None)
+        waiting = self._waiting.pop(task_id, None)
+        held: TaskRuntime | Waiting | None = runtime or waiting
+        pending = runtime.pending if runtime is not None else waiting.prompt if waiting else None
+        if held is not None and isinstance(pending, PermissionAsked):
+            # A prompt nobody will answer now: the audit says who refused it by cancelling.
+            call = context.call_context
+            canceller = caller_of(call)
+            label = canceller.owner if canceller else "unknown"
+            await self._record(held, pending, False, "task canceled", audit_name(call), label)
         if runtime is not None:
             runtime.cancelled = True
-            parked = runtime.pending is not None
-            if isinstance(runtime.pending, PermissionAsked):
-                call = context.call_context
-                canceller = caller_of(call)
-                label = canceller.owner if canceller else "unknown"
-                await self._record(
-                    runtime, runtime.pending, False, "task canceled", audit_name(call), label
-                )
             await runtime.session.cancel()
-            if parked:
+            if pending is not None:
                 # Nobody is iterating a parked turn: close it here, or it leaks.
                 with contextlib.suppress(Exception):
                     await runtime.events.aclose()  # type: ignore[attr-defined]
             await self._end(runtime)
+        self._claims.drop(task_id)
         updater = TaskUpdater(event_queue, task_id, context_id)
         await Publisher(task_id, context_id).status(
             updater,

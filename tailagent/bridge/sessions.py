@@ -39,11 +39,31 @@ class ContextBusy(Exception):
 
 
 class PoolFull(Exception):
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, message: str = "") -> None:
         super().__init__(
-            f"All {limit} agent processes are busy (agent.max_processes); try again when a "
-            "task finishes, or cancel one."
+            message
+            or f"All {limit} agent processes are busy (agent.max_processes); try again when "
+            "a task finishes, or cancel one."
         )
+
+
+class ShareFull(PoolFull):
+    """A caller's tasks hold its whole share of the processes: the rest stay free for
+    everyone else, however many tasks this caller leaves waiting for an answer."""
+
+    def __init__(self, caller: str, share: int, limit: int) -> None:
+        super().__init__(
+            limit,
+            f"{caller} already holds {share} of the {limit} agent processes, the most one "
+            f"caller may (agent.max_processes_per_caller = {share}): cancel one of its "
+            "tasks, or answer one that waits so it can finish, then try again.",
+        )
+
+
+def default_share(max_processes: int) -> int:
+    """Half the processes, rounded up: whoever fills their share leaves the other half
+    (all but one process when there are only two or three)."""
+    return max(1, -(-max_processes // 2))
 
 
 class SessionPool:
@@ -52,14 +72,20 @@ class SessionPool:
         backend: AgentBackend,
         session_map: SessionMap,
         idle_timeout: float | None = None,
+        per_caller: int | None = None,
     ) -> None:
         self._backend = backend
         self._map = session_map
         self._max = backend.max_sessions
+        # The most processes one caller's tasks may hold (None: the default share); an
+        # agent with no cap on its processes (echo) has no share either.
+        self._share = None if self._max is None else per_caller or default_share(self._max)
         self._max_idle = MAX_IDLE_SESSIONS if self._max is None else self._max
         self._idle_timeout = idle_timeout
         self._sessions: dict[str, AgentSession] = {}
         self._holders: dict[str, str] = {}
+        # Context -> the caller whose task holds it, for those counted against a share.
+        self._holding_callers: dict[str, str] = {}
         # Contexts whose session no task holds -> when it was released, oldest first.
         self._idle: dict[str, float] = {}
         self._lock = asyncio.Lock()
@@ -81,9 +107,28 @@ class SessionPool:
         """The modes of this pool's agent that a caller who is not admin may choose."""
         return self._backend.caller_modes
 
+    @property
+    def held(self) -> int:
+        """Sessions lent to a task (running, or waiting for an answer); the others are
+        idle and give way to a new conversation when the pool is full."""
+        return len(self._holders)
+
     def holder(self, context_id: str) -> str | None:
         """The task that holds this context's session, if any."""
         return self._holders.get(context_id)
+
+    def _check_share(self, caller: str | None) -> None:
+        """Refuses a caller whose tasks already hold its whole share of the processes."""
+        if caller is None or self._share is None or self._max is None:
+            return
+        held = sum(1 for c in self._holding_callers.values() if c == caller)
+        if held >= self._share:
+            raise ShareFull(caller, self._share, self._max)
+
+    def _lend(self, context_id: str, task_id: str, caller: str | None) -> None:
+        self._holders[context_id] = task_id
+        if caller is not None:
+            self._holding_callers[context_id] = caller
 
     async def acquire(
         self,
@@ -93,17 +138,22 @@ class SessionPool:
         *,
         mode: str | None = None,
         any_mode: bool = True,
+        caller: str | None = None,
     ) -> tuple[AgentSession, bool]:
         """The context's session, lent to `task_id`; True when an earlier session of the
         context was reloaded into a new one. A new session works in `cwd` (the
         context's worktree), or in the workspace. The turn will ask for `mode`; a turn
         whose caller may not choose every mode (`any_mode` False) never gets a session
         left in one of the modes only admins may choose: it gets the conversation
-        reloaded into a new session, in the agent's configured mode."""
+        reloaded into a new session, in the agent's configured mode. A `caller` counts
+        the session against its share (agent.max_processes_per_caller); None is not
+        counted (an admin's, or a task taken back after a restart)."""
         async with self._lock:
             holder = self._holders.get(context_id)
             if holder is not None and holder != task_id:
                 raise ContextBusy(context_id, holder)
+            if holder is None:
+                self._check_share(caller)
             self._idle.pop(context_id, None)
             session = self._sessions.get(context_id)
             if session is not None and not session.alive:
@@ -114,16 +164,16 @@ class SessionPool:
                 await self._close(context_id)
                 session = None
             if session is not None:
-                self._holders[context_id] = task_id
+                self._lend(context_id, task_id, caller)
                 self._note_mode(context_id, mode)
                 return session, False
             await self._make_room()
-            self._holders[context_id] = task_id
+            self._lend(context_id, task_id, caller)
             try:
                 resume_id = await self._map.get(context_id, self._backend.name)
                 session = await self._backend.open_session(resume_id, cwd)
             except BaseException:
-                del self._holders[context_id]
+                self._let_go(context_id)
                 raise
             self._sessions[context_id] = session
             self._note_mode(context_id, mode)
@@ -161,13 +211,18 @@ class SessionPool:
         is closed."""
         if self._holders.get(context_id) != task_id:
             return
-        del self._holders[context_id]
+        self._let_go(context_id)
         if context_id in self._sessions:
             self._idle[context_id] = time.monotonic()
         while len(self._idle) > self._max_idle:
             oldest = next(iter(self._idle))
             del self._idle[oldest]
             await self._close(oldest)
+
+    def _let_go(self, context_id: str) -> None:
+        """No task holds the context's session now (nor counts it against a share)."""
+        self._holders.pop(context_id, None)
+        self._holding_callers.pop(context_id, None)
 
     def _start_sweeper(self) -> None:
         if self._idle_timeout is not None and (self._sweeper is None or self._sweeper.done()):
@@ -186,7 +241,7 @@ class SessionPool:
 
     async def discard(self, context_id: str) -> None:
         """Drops a session that failed; the context's next turn opens a fresh one."""
-        self._holders.pop(context_id, None)
+        self._let_go(context_id)
         self._idle.pop(context_id, None)
         await self._close(context_id)
 
