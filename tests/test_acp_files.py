@@ -17,6 +17,7 @@ import pytest
 from tailagent.config import AgentSettings
 from tests.a2a_helpers import A2A
 from tests.conftest import RunningServer
+from tests.processes import status_kib
 from tests.test_acp import answer_text, start_acp, workspace
 
 CAP = AgentSettings().max_file_bytes  # the default, as a server gets it
@@ -41,10 +42,9 @@ def root(files_server: RunningServer) -> Path:
 
 def peak_memory(server: RunningServer) -> int:
     """The server's peak resident memory so far (VmHWM), in bytes."""
-    status = Path(f"/proc/{server.process.pid}/status").read_text()
-    match = re.search(r"VmHWM:\s+(\d+) kB", status)
-    assert match, status
-    return int(match.group(1)) * 1024
+    kib = status_kib(server.process.pid, "VmHWM")
+    assert kib is not None, "the server is gone"
+    return kib * 1024
 
 
 async def test_a_fifo_is_refused_at_once_and_the_server_keeps_answering(
