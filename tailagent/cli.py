@@ -443,6 +443,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # The server's secrets out of /proc/<pid>/environ, where its agents could read them:
+    # may exec this process again, without them in its environment (secret_env.py).
+    from tailagent.secret_env import hide
+
+    hide()
     flags = {
         "agent": args.agent,
         "agent_command": args.agent_command,

@@ -13,13 +13,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from tailagent import secret_env
 from tailagent.access.localapi import LocalAPI
 from tailagent.config import Settings, TsnetSettings
 from tailagent.files import write_private
@@ -41,7 +41,7 @@ def auth_key(settings: TsnetSettings, environ: dict[str, str] | None = None) -> 
     """The auth key (or OAuth client secret) and where it came from; ("", "") for none.
 
     A configured key file wins, then the systemd credential, then TS_AUTHKEY."""
-    environ = dict(os.environ) if environ is None else environ
+    environ = secret_env.environ() if environ is None else environ  # TS_AUTHKEY is there
     sources: list[tuple[Path, str]] = []
     if settings.auth_key_file is not None:
         sources.append((settings.auth_key_file, "tsnet.auth_key_file"))
