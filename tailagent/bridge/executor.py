@@ -512,6 +512,12 @@ class BridgeExecutor(AgentExecutor):
         runtime.pump = asyncio.current_task()
         try:
             await self._pump_events(runtime, updater)
+        except Exception:
+            # A turn broken by a fault of ours would hold its agent process for good:
+            # the process goes (mid-turn, it cannot serve another), the task fails.
+            await self._pool.discard(runtime.context_id)
+            await self._end(runtime)
+            raise
         finally:
             runtime.pump = None
 
