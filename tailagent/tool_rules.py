@@ -7,11 +7,45 @@ Read with the settings, below the bridge that applies them (`bridge/rules.py`).
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any, Literal
 
 Decision = Literal["allow", "deny", "ask"]
 RULE_KEYS = {"tool", "command", "path", "decision", "roles"}
+
+
+@dataclass(frozen=True, slots=True)
+class CommandPattern:
+    """A rule's `command` read as words, as a shell would read them: the first is the
+    program, matched as a whole word ("" for any program), and the rest a glob over
+    the command's arguments joined by single spaces. A `*` glued to the program
+    stands for the arguments: `pytest*` is `pytest *`, which `pytest-evil` is not."""
+
+    program: str
+    arguments: str
+
+
+def command_pattern(text: str) -> CommandPattern:
+    """Raises ValueError saying what is wrong with the glob."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise ValueError(f"`command` is not words a shell could read ({exc})") from None
+    if not words:
+        raise ValueError("`command` is empty: leave it out to match any command")
+    program, arguments = words[0], words[1:]
+    if program == "*":  # any program; alone, with any arguments
+        program, arguments = "", arguments or ["*"]
+    elif program.endswith("*"):
+        program, arguments = program[:-1], ["*", *arguments]
+    if set(program) & set("*?[]"):
+        raise ValueError(
+            f"`command`'s first word {words[0]!r} is the program, matched as a whole word: "
+            "write it without *, ? or [ (a * at its end stands for the arguments, "
+            "and * alone for any program)"
+        )
+    return CommandPattern(program, " ".join(arguments))
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +56,7 @@ class Rule:
     command: str | None = None
     path: str | None = None
     roles: tuple[str, ...] = ()
+    pattern: CommandPattern | None = None  # `command` as words (`command_pattern`)
 
     def describe(self) -> str:
         parts = [f"rule {self.number}: {self.decision} {self.tool}"]
@@ -58,7 +93,12 @@ def parse_rules(value: Any) -> tuple[Rule, ...]:
         for key in ("command", "path"):
             if key in table and not isinstance(table[key], str):
                 raise ValueError(f"rule {number}: `{key}` must be a glob string")
+        command = table.get("command")
+        try:
+            pattern = None if command is None else command_pattern(command)
+        except ValueError as exc:
+            raise ValueError(f"rule {number}: {exc}") from None
         rules.append(
-            Rule(number, tool, decision, table.get("command"), table.get("path"), tuple(roles))
+            Rule(number, tool, decision, command, table.get("path"), tuple(roles), pattern)
         )
     return tuple(rules)

@@ -13,6 +13,10 @@ words acted on in order of appearance:
     fail          execute tool call "Run tests", then failed ("2 tests failed")
     ask           session/request_permission with the four option kinds
     shell         terminal/create + wait_for_exit + output + release
+    run:B64       session/request_permission for an execute tool call whose command is
+                  B64 decoded (base64 of UTF-8, so any line fits in one word)
+    terminal:B64  terminal/create of B64 decoded, a JSON {"command", "args", "env"}, then
+                  as shell ("terminal said <output>")
     read:PATH     fs/read_text_file (PATH relative to the session's cwd); read:PATH:LINE:LIMIT
                   asks for LIMIT lines from LINE
     write:PATH    fs/write_text_file with "written by fake\\n"; write:PATH:N, N bytes of "x"
@@ -44,7 +48,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import ctypes
+import json
 import os
 import sys
 import threading
@@ -166,6 +172,8 @@ class FakeAgent:
             "fail": self._fail,
             "ask": self._ask,
             "shell": self._shell,
+            "run": self._run,
+            "terminal": self._terminal,
             "read": self._read,
             "write": self._write,
             "fifo": self._fifo,
@@ -409,6 +417,33 @@ class FakeAgent:
             await self._say(turn, f"shell said {output.output.strip()}\n")
         except RequestError as exc:
             await self._say(turn, f"terminal failed: {exc}\n")
+        finally:
+            await self.conn.release_terminal(session_id=turn.session_id, terminal_id=terminal_id)
+
+    async def _run(self, turn: Turn, arg: str, following: str | None) -> None:
+        command = base64.b64decode(arg).decode()
+        await self._permission(turn, f"Run {command}", command)
+
+    async def _terminal(self, turn: Turn, arg: str, following: str | None) -> None:
+        chosen = json.loads(base64.b64decode(arg))
+        env = [EnvVariable(name=k, value=v) for k, v in chosen.get("env", {}).items()]
+        try:
+            created = await self.conn.create_terminal(
+                session_id=turn.session_id, command=chosen["command"],
+                args=chosen.get("args", []), cwd=turn.session.cwd, env=env,
+            )  # fmt: skip
+        except RequestError as exc:
+            await self._say(turn, f"terminal refused: {exc}\n")
+            return
+        terminal_id = created.terminal_id
+        try:
+            await self.conn.wait_for_terminal_exit(
+                session_id=turn.session_id, terminal_id=terminal_id
+            )
+            output = await self.conn.terminal_output(
+                session_id=turn.session_id, terminal_id=terminal_id
+            )
+            await self._say(turn, f"terminal said {output.output.strip()}\n")
         finally:
             await self.conn.release_terminal(session_id=turn.session_id, terminal_id=terminal_id)
 

@@ -106,6 +106,7 @@ class TaskRuntime:
     started: float = field(default_factory=time.monotonic)
     roles: frozenset[str] = frozenset()  # of the caller whose task this is, for rules
     turn: TurnRecord | None = None  # what the turn's commit will say (worktree isolation)
+    directory: Path | None = None  # the conversation's worktree; None: the workspace
     # Taken back after a restart: the agent's reloaded session gets the answer as a
     # prompt (`parked.resume_text`), not as the reply to a request it no longer has.
     restored: bool = False
@@ -361,6 +362,7 @@ class BridgeExecutor(AgentExecutor):
             session.prompt(parts, options),
             publisher,
             roles=owner.roles if owner else frozenset(),
+            directory=directory,
         )
         self._runtimes[task_id] = runtime
         # Who asked, kept in the task's metadata for every view of it (the desk's list).
@@ -414,6 +416,7 @@ class BridgeExecutor(AgentExecutor):
             pending=waiting.prompt,
             roles=caller.roles if caller else frozenset(),
             turn=TurnRecord(task_id, context_id, waiting.subject, waiting.requested_by),
+            directory=directory,
             restored=True,
         )
         self._runtimes[task_id] = runtime
@@ -586,7 +589,8 @@ class BridgeExecutor(AgentExecutor):
         self, runtime: TaskRuntime, event: PermissionAsked, updater: TaskUpdater
     ) -> bool:
         """Decides by the first matching rule; False when the caller must be asked."""
-        rule = first_match(self._rules, event, runtime.roles)
+        root = runtime.directory or self._workspace  # where the agent's relative paths start
+        rule = first_match(self._rules, event, runtime.roles, root)
         if rule is None or rule.decision == "ask":
             return False
         allow = rule.decision == "allow"

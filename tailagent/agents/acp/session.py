@@ -440,13 +440,15 @@ class HostClient:
             raise RequestError.invalid_params({"cwd": cwd, "reason": str(exc)}) from None
         extra = {variable.name: variable.value for variable in env or []}
         line = shlex.join([command, *(args or [])])
+        # What it sets is part of what it runs (GIT_CONFIG_*, LD_PRELOAD): shown with it.
+        setting = " ".join(f"{shlex.quote(k)}={shlex.quote(v)}" for k, v in extra.items())
         # ACP does not make agents ask before terminal/create: tailagent always asks.
         decision = await session.ask(
             PermissionAsked(
                 request_id=uuid.uuid4().hex,
                 tool="terminal",
                 input={"command": line, "cwd": str(directory), "env": extra},
-                title=f"Run `{line}` in {directory}",
+                title=f"Run `{line}` in {directory}" + (f", setting {setting}" if extra else ""),
                 reason="Every terminal command needs the caller's approval.",
                 options=TERMINAL_OPTIONS,
             )
