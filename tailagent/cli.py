@@ -14,7 +14,7 @@ from pathlib import Path
 
 import argcomplete
 
-from tailagent import origin
+from tailagent import origin, secret_env
 from tailagent.config import (
     AGENTS,
     DEFAULT_URL,
@@ -294,7 +294,8 @@ def _settings(flags: dict[str, object], config: Path | None) -> Settings | None:
     if config is None and os.environ.get("TAILAGENT_CONFIG"):
         config = Path(os.environ["TAILAGENT_CONFIG"])
     try:
-        return load_settings(flags, config)
+        # secret_env.environ(): os.environ and the secrets `serve` took out of it.
+        return load_settings(flags, config, secret_env.environ())
     except ConfigError as exc:
         print(f"tailagent: config error: {exc}", file=sys.stderr)
         return None
@@ -445,9 +446,7 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     # The server's secrets out of /proc/<pid>/environ, where its agents could read them:
     # may exec this process again, without them in its environment (secret_env.py).
-    from tailagent.secret_env import hide
-
-    hide()
+    secret_env.hide()
     flags = {
         "agent": args.agent,
         "agent_command": args.agent_command,

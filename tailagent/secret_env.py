@@ -28,6 +28,7 @@ import os
 import sys
 
 from tailagent.config import ENV_PREFIX
+from tailagent.config.sources import PARSERS, _env_name
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,6 @@ _kept: dict[str, str] = {}
 
 def secret_names(environ: dict[str, str]) -> list[str]:
     """The secrets present in `environ`."""
-    from tailagent.config.sources import PARSERS, _env_name
-
     settings = {_env_name(key) for key in PARSERS}
     return sorted(
         name

@@ -5,13 +5,13 @@ checked for settings that cannot go together."""
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tailagent import secret_env
 from tailagent.config import (
     AGENTS,
     ENV_PREFIX,
@@ -215,8 +215,7 @@ def load_settings(
     origins: dict[str, str] = {}  # key -> where its value came from
     if config_file is not None:
         _apply(_flatten(read_config_file(config_file)), str(config_file), merged, origins)
-    # The server's secrets are not in os.environ (secret_env.py): environ() has them.
-    environ = secret_env.environ() if environ is None else environ
+    environ = os.environ if environ is None else environ
     from_env = {key: environ[_env_name(key)] for key in PARSERS if environ.get(_env_name(key))}
     _apply(from_env, "environment", merged, origins)
     _apply({k: v for k, v in flags.items() if v is not None}, "command line", merged, origins)
