@@ -3,7 +3,7 @@ outside it.
 
 A path that is checked by name and then opened by name again can be redirected in
 between: an agent that swapped a directory for a symlink to `/etc` at the right moment
-read outside the workspace (466 of 3,000 tries). So nothing here checks a name before
+read outside the workspace (209 of 3,000 reads). So nothing here checks a name before
 opening it. `open_beneath` walks the path from a descriptor of the workspace's root,
 one component at a time, each opened relative to the one before with O_NOFOLLOW: what
 is opened is what was walked. A symlink met on the way is read and followed by the
