@@ -191,6 +191,30 @@ def test_a_deny_rule_does_not_catch_what_it_does_not_say(command: str, root: Pat
     assert decide(NO_RM, "Bash", {"command": command}, root) == "allow"
 
 
+def nested(command: str, levels: int) -> str:
+    for _ in range(levels):
+        command = "bash -c " + shlex.quote(command)
+    return command
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        nested("rm -rf /", 6),  # deeper than a reading follows
+        "sudo " * 300 + "rm -rf /",  # more commands than it follows
+        "eval " * 300 + "rm -rf /",
+        "find -exec " * 300 + "rm -rf /",
+        "true " + "x" * 70_000 + "; rm -rf /",  # longer than it reads
+    ],
+    ids=lambda c: repr(c[:30]),
+)
+def test_a_line_too_intricate_to_read_is_asked_whatever_the_rules_say(
+    command: str, root: Path
+) -> None:
+    assert decide(NO_RM, "Bash", {"command": command}, root) is ASKED
+    assert decide(NO_RM, "Bash", {"command": nested("rm -rf /", 4)}, root) == "deny"
+
+
 def test_an_ask_rule_catches_as_broadly_as_a_deny_rule(root: Path) -> None:
     rules = parse_rules(
         [

@@ -22,11 +22,19 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from tailagent.agents.events import PermissionAsked
-from tailagent.bridge.shell import Reading, SimpleCommand, Words, reading, shell_script
+from tailagent.bridge.shell import (
+    Reading,
+    SimpleCommand,
+    TooIntricate,
+    Words,
+    reading,
+    shell_script,
+)
 from tailagent.bridge.shell import simple_command as parse_simple
 from tailagent.tool_rules import CommandPattern, Rule
 
@@ -152,7 +160,7 @@ def _env_names(value: Any) -> tuple[str, ...]:
     return () if value is None else ("?",)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Seen:
     """A permission request as the rules see it, read once for all of them."""
 
@@ -164,7 +172,9 @@ class Seen:
     reading: Reading | None
     env: tuple[str, ...]
     inputs: tuple[Place, ...]  # the paths the input names
-    mentioned: tuple[Place, ...]  # the words of the command that look like paths
+    workspace: Workspace
+    base: str | None  # the command's working directory, if the input names one
+    intricate: str | None = None  # why the command could not be read in full
 
     @classmethod
     def of(cls, asked: PermissionAsked, root: Path) -> Seen:
@@ -175,8 +185,7 @@ class Seen:
         base = workspace.place(cwd).absolute[0] if cwd is not None else None
         line = _command_line(asked.input.get("command"))
         simple: list[SimpleCommand] = []
-        read = None
-        mentioned = []
+        read, intricate = None, None
         if line is not None:
             if (outer := parse_simple(line)) is not None:
                 simple.append(outer)
@@ -184,15 +193,24 @@ class Seen:
                 inner = parse_simple(script) if script is not None else None
                 if inner is not None and all(harmless(n) for n, _ in inner.assignments):
                     simple.append(inner)
-            read = reading(line)
-            for word in [w for c in read.commands for w in c] + list(read.targets):
-                for part in (word, word.partition("=")[2]):
-                    if _looks_like_path(part):
-                        mentioned.append(workspace.place(part, base))
+            try:
+                read = reading(line)
+            except TooIntricate as exc:
+                intricate = str(exc)
         return cls(
             asked.tool, "command" in asked.input, tuple(simple), read,
-            _env_names(asked.input.get("env")), inputs, tuple(mentioned),
+            _env_names(asked.input.get("env")), inputs, workspace, base, intricate,
         )  # fmt: skip
+
+    @cached_property
+    def mentioned(self) -> tuple[Place, ...]:
+        """The words of the command that look like paths (also after a `=`), for the
+        path globs of deny and ask rules only: read when one asks."""
+        if self.reading is None:
+            return ()
+        words = [w for c in self.reading.commands for w in c] + list(self.reading.targets)
+        parts = dict.fromkeys(p for w in words for p in (w, w.partition("=")[2]))
+        return tuple(self.workspace.place(p, self.base) for p in parts if _looks_like_path(p))
 
     @property
     def approvable(self) -> bool:
@@ -315,4 +333,6 @@ def first_match(
     if not rules:
         return None
     seen = Seen.of(asked, root)
+    if seen.intricate is not None:
+        return None  # too much to read in full: no rule may speak for a person
     return next((rule for rule in rules if matches(rule, seen, roles)), None)

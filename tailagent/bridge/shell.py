@@ -4,7 +4,7 @@ Tool-use rules need two readings of a command. An allow rule may approve only a 
 that is one simple command of plain words (`simple_command`): no operator, pipe,
 substitution, expansion, redirection, here-doc, glob or newline, so that what the
 rule's glob saw is exactly the program and arguments that will run. A deny (or ask)
-rule should catch the command wherever it hides (`commands_within`): every simple
+rule should catch the command wherever it hides (`reading`): every simple
 command in the line, in substitutions and here-doc bodies, inside `sh -c '…'`,
 `eval`, `find -exec`, and after wrappers such as `env`, `sudo` or `timeout`.
 
@@ -37,8 +37,10 @@ WRAPPERS = frozenset(
 SHELLS = frozenset(("sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"))
 OPERATORS = "();<>|&"
 FIND_EXEC = frozenset(("-exec", "-execdir", "-ok", "-okdir"))
-# How deep `sh -c` strings and here-docs are read into; deeper ones are not.
-MAX_DEPTH = 4
+# The bounds of a reading for deny rules (`reading`); a line past them is asked.
+MAX_DEPTH = 4  # `sh -c` scripts, here-docs and `find -exec` within each other
+MAX_COMMANDS = 256  # simple commands and the ones they run (wrappers count each word)
+MAX_LINE = 65536  # characters
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +156,10 @@ def shell_script(words: Words) -> str | None:
 # --- every command a line could run, for deny rules ------------------------------------------
 
 
+class TooIntricate(Exception):
+    """More commands, or deeper nesting, than a reading follows: nothing is promised."""
+
+
 def _value(node: Node) -> str:
     """A word's value when it is plain, else its text as written (`$HOME`, `$(…)`)."""
     literal = _literal(node)
@@ -199,72 +205,93 @@ def _is_assignment(word: str) -> bool:
     return bool(equals) and name.isidentifier()
 
 
-def _unwrapped(words: Words, depth: int) -> list[Words]:
-    """`words` and the commands they run in turn: after leading assignments, after a
-    wrapper (every later word is tried as the program: options are not known), the
-    script of a shell's `-c`, `eval`'s words and `find -exec`'s command."""
-    start = 0
-    while start < len(words) and _is_assignment(words[start]):
-        start += 1
-    found = [words] if start == 0 else [words, words[start:]]
-    words = words[start:]
-    if not words:
-        return found
-    program = os.path.basename(words[0])
-    if program in WRAPPERS:
-        for index in range(1, len(words)):
-            if not words[index].startswith("-") and not _is_assignment(words[index]):
-                found.extend(_unwrapped_once(words[index:], depth))
-    else:
-        found.extend(_unwrapped_once(words, depth)[1:])
-    return found
+class _Reader:
+    """One reading of a line: the commands found so far, within the bounds."""
 
+    def __init__(self) -> None:
+        self.commands: dict[Words, None] = {}
+        self.targets: list[str] = []
 
-def _unwrapped_once(words: Words, depth: int) -> list[Words]:
-    """`words`, plus what a shell, `eval` or `find -exec` among them runs (no wrapper)."""
-    found = [words]
-    program = os.path.basename(words[0])
-    if depth < MAX_DEPTH and program in SHELLS:
-        for index, word in enumerate(words[1:-1], 1):
-            if word.startswith("-") and not word.startswith("--") and "c" in word:
-                found.extend(reading(words[index + 1], depth + 1).commands)
-                break
-    elif depth < MAX_DEPTH and program == "eval":
-        found.extend(reading(" ".join(words[1:]), depth + 1).commands)
-    elif program == "find":
-        for index, word in enumerate(words):
-            if word in FIND_EXEC and index + 1 < len(words):
+    def add(self, words: Words) -> None:
+        self.commands[words] = None
+        if len(self.commands) > MAX_COMMANDS:
+            raise TooIntricate(f"more than {MAX_COMMANDS} commands")
+
+    def line(self, line: str, depth: int) -> None:
+        """Every simple command in `line` (in lists, pipelines, subshells,
+        substitutions, functions, here-doc bodies), each with what it runs in turn."""
+        if depth > MAX_DEPTH:
+            raise TooIntricate(f"commands within commands, more than {MAX_DEPTH} deep")
+        root = _parser().parse(line.encode()).root_node
+        found: list[Words] = []
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if node.type == "command":
+                if words := _command_words(node):
+                    found.append(words)
+            elif node.type == "file_redirect" and node.named_children:
+                self.targets.append(_value(node.named_children[-1]))
+            elif node.type == "heredoc_body":
+                self.line(_value(node), depth + 1)
+            elif node.type == "herestring_redirect" and node.named_children:
+                self.line(_value(node.named_children[-1]), depth + 1)
+            stack.extend(reversed(node.children))
+        if root.has_error:
+            found.extend(_rough(line))
+        for words in found:
+            self.command(words, depth)
+
+    def command(self, words: Words, depth: int) -> None:
+        """`words` and what they run in turn: after leading assignments, after a
+        wrapper (every later word is tried as the program: its options are not
+        known), the script of a shell's `-c`, `eval`'s words and `find -exec`'s."""
+        self.add(words)
+        start = 0
+        while start < len(words) and _is_assignment(words[start]):
+            start += 1
+        if start == len(words):
+            return
+        self.add(words[start:])
+        if os.path.basename(words[start]) in WRAPPERS:
+            for index in range(start + 1, len(words)):
+                if not words[index].startswith("-") and not _is_assignment(words[index]):
+                    self.add(words[index:])
+                    self.runs(words[index:], depth)
+        else:
+            self.runs(words[start:], depth)
+
+    def runs(self, words: Words, depth: int) -> None:
+        """What a shell, `eval` or `find -exec` named first in `words` runs."""
+        program = os.path.basename(words[0])
+        if program in SHELLS:
+            for index, word in enumerate(words[1:-1], 1):
+                if word.startswith("-") and not word.startswith("--") and "c" in word:
+                    self.line(words[index + 1], depth + 1)
+                    return
+        elif program == "eval":
+            self.line(" ".join(words[1:]), depth + 1)
+        elif program == "find":
+            index = 1
+            while index < len(words):
+                if words[index] not in FIND_EXEC:
+                    index += 1
+                    continue
                 tail = words[index + 1 :]
                 end = next((i for i, w in enumerate(tail) if w in (";", "+")), len(tail))
                 if end:
-                    found.extend(_unwrapped(tail[:end], depth))
-    return found
+                    if depth >= MAX_DEPTH:
+                        raise TooIntricate(f"find within find, more than {MAX_DEPTH} deep")
+                    self.command(tail[:end], depth + 1)
+                index += end + 2
 
 
-def reading(line: str, depth: int = 0) -> Reading:
-    """Every simple command in `line` (in lists, pipelines, subshells, substitutions,
-    functions, here-doc bodies), each with what it runs in turn; too much rather than
-    too little, since only deny and ask rules read it."""
-    root = _parser().parse(line.encode()).root_node
-    found: list[Words] = []
-    targets: list[str] = []
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node.type == "command":
-            if words := _command_words(node):
-                found.append(words)
-        elif node.type == "file_redirect" and node.named_children:
-            targets.append(_value(node.named_children[-1]))
-        elif node.type in ("heredoc_body", "herestring_redirect") and depth < MAX_DEPTH:
-            body = node.named_children[-1] if node.type == "herestring_redirect" else node
-            found.extend(reading(_value(body), depth + 1).commands)
-        stack.extend(reversed(node.children))
-    if root.has_error:
-        found.extend(_rough(line))
-    commands = [unwrapped for words in found for unwrapped in _unwrapped(words, depth)]
-    return Reading(tuple(dict.fromkeys(commands)), tuple(targets))
-
-
-def commands_within(line: str) -> tuple[Words, ...]:
-    return reading(line).commands
+def reading(line: str) -> Reading:
+    """Every command a shell could run from `line`: too much rather than too little,
+    since only deny and ask rules read it. Raises TooIntricate past the bounds (a
+    line over MAX_LINE characters, MAX_COMMANDS commands, MAX_DEPTH levels)."""
+    if len(line) > MAX_LINE:
+        raise TooIntricate(f"longer than {MAX_LINE} characters")
+    reader = _Reader()
+    reader.line(line, 0)
+    return Reading(tuple(reader.commands), tuple(reader.targets))
