@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import shlex
+import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -408,6 +409,7 @@ decision = "allow"
 @pytest.fixture(scope="module")
 def ruled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     server = start_acp(tmp_path_factory.mktemp("rule-forms"), config=SERVER_RULES)
+    subprocess.run(["git", "init", "-q", str(server.state_dir.parent / "workspace")], check=True)
     yield server
     assert server.stop() == 0, server.log()
 
@@ -448,17 +450,20 @@ async def test_a_terminal_setting_git_config_is_asked_showing_it(ruled: RunningS
     assert plain.final_state == "completed"
     assert any(n.startswith("Allowed by rule 2") for n in notices(plain))
 
-    asked = await agent.turn(terminal(["git", "status", "--short"], FSMONITOR))
+    marker = ruled.state_dir.parent / "fsmonitor-ran"
+    fsmonitor = {**FSMONITOR, "GIT_CONFIG_VALUE_0": f"touch {marker}"}
+    asked = await agent.turn(terminal(["git", "status", "--short"], fsmonitor))
     assert asked.final_state == "input_required"
-    setting = " ".join(f"{k}={shlex.quote(v)}" for k, v in FSMONITOR.items())
+    setting = " ".join(f"{k}={shlex.quote(v)}" for k, v in fsmonitor.items())
     assert asked.pending["title"].endswith(f", setting {setting}")
     assert texts(asked.last_message).startswith("Permission requested: Run `git status --short`")
     assert setting in texts(asked.last_message)
-    assert asked.pending["input"]["env"] == FSMONITOR
+    assert asked.pending["input"]["env"] == fsmonitor
     refused = await agent.turn(user_message("no", task_id=asked.task_id))
     assert "terminal refused: The caller refused to run `git status --short`" in answer_text(
         refused
     )
+    assert not marker.exists()  # approved, git status would have run the command
     # A program by another name is asked too, environment or not.
     other = await agent.turn(terminal(git, {}))
     assert other.final_state == "input_required"
