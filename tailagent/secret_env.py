@@ -14,6 +14,9 @@ hook) is handed them. The config reader and the tsnet key lookup read `environ()
 The secrets: `TS_AUTHKEY`, `TAILAGENT_TOKEN`, and every `TAILAGENT_<KEY>` that is a
 setting (the settings are where a password, a token or an MCP server's headers go).
 
+The one-file binary cannot do all of it: its launcher, the parent that unpacked it,
+keeps its own environment block, and that is only warned of.
+
 The server also makes itself not dumpable (PR_SET_DUMPABLE 0): no other process of its
 user, an agent included, may read its memory, environ or descriptors through /proc or
 ptrace it. Root still may: an agent running as root reads anything of the server's.
@@ -59,6 +62,8 @@ def hide() -> None:
     new exec, when there are any) and makes the process not dumpable."""
     if HANDOVER in os.environ:
         _receive(os.environ.pop(HANDOVER))
+        if getattr(sys, "frozen", False):
+            _warn_of_the_launcher()
     elif names := secret_names(dict(os.environ)):
         _restart(names)  # returns only if the exec failed
     _not_dumpable()
@@ -90,6 +95,19 @@ def _restart(names: list[str]) -> None:
 def _receive(number: str) -> None:
     with os.fdopen(int(number), "rb") as handle:
         _kept.update(json.loads(handle.read()))
+
+
+def _warn_of_the_launcher() -> None:
+    """The one-file binary runs this interpreter as a child of its launcher, which
+    waits for it and keeps the environment it was started with: no exec here clears
+    that one."""
+    print(
+        f"tailagent: warning: the one-file binary's launcher (PID {os.getppid()}) keeps "
+        f"{', '.join(sorted(_kept))} in its environment, where a process of this user (an "
+        "agent) may read them: give the tsnet key in tsnet.auth_key_file or the systemd "
+        "credential, and settings in the config file",
+        file=sys.stderr,
+    )
 
 
 def _not_dumpable() -> None:

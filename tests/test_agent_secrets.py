@@ -22,10 +22,15 @@ from pathlib import Path
 
 import pytest
 
+from tests import test_binary
 from tests.a2a_helpers import A2A
 from tests.conftest import RunningServer, start_server
+from tests.processes import children
 from tests.test_acp import agent_command, answer_text
 from tests.test_worktrees import commit_all, sh, write
+
+# test_binary's fixture: the one-file binary, built if it is not up to date.
+binary = test_binary.binary
 
 
 def marker() -> str:
@@ -175,5 +180,22 @@ async def test_no_process_the_server_starts_is_handed_the_secrets(tmp_path: Path
         hook_saw = seen.read_text()  # the turn's commit ran the hook
         assert "SOMETHING_ELSE=kept" in hook_saw  # the rest of the environment is as it was
         assert key not in hook_saw
+    finally:
+        assert server.stop() == 0
+
+
+def test_the_one_file_binary_serves_without_them_and_says_its_launcher_keeps_them(
+    binary: Path, tmp_path: Path
+) -> None:
+    """The binary's launcher (PyInstaller's bootloader) runs the interpreter as its child
+    and keeps its own environment: the child's is clean, and the start says so."""
+    key = marker()
+    server = start_server(tmp_path, command=["env", f"TS_AUTHKEY={key}", str(binary)])
+    try:
+        (interpreter,) = children(server.process.pid)
+        assert key.encode() not in Path(f"/proc/{interpreter}/environ").read_bytes()
+        assert key.encode() in Path(f"/proc/{server.process.pid}/environ").read_bytes()
+        warned = f"the one-file binary's launcher (PID {server.process.pid}) keeps TS_AUTHKEY"
+        assert warned in server.log()
     finally:
         assert server.stop() == 0
