@@ -590,7 +590,9 @@ class BridgeExecutor(AgentExecutor):
     ) -> bool:
         """Decides by the first matching rule; False when the caller must be asked."""
         root = runtime.directory or self._workspace  # where the agent's relative paths start
-        rule = first_match(self._rules, event, runtime.roles, root)
+        # Off the loop: it resolves paths on disk, and a long command takes a while to read.
+        rules, roles = self._rules, runtime.roles
+        rule = await asyncio.to_thread(first_match, rules, event, roles, root) if rules else None
         if rule is None or rule.decision == "ask":
             return False
         allow = rule.decision == "allow"

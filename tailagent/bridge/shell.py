@@ -61,8 +61,14 @@ class Reading:
 
 
 @cache
-def _parser() -> Parser:
-    return Parser(Language(tree_sitter_bash.language()))
+def _bash() -> Language:
+    return Language(tree_sitter_bash.language())
+
+
+def _parse(line: str) -> Node:
+    """The root of `line`'s syntax tree. A parser of its own each time (a few
+    microseconds): a tree-sitter parser is not to be shared between threads."""
+    return Parser(_bash()).parse(line.encode()).root_node
 
 
 def _text(node: Node) -> str:
@@ -122,7 +128,7 @@ def simple_command(line: str) -> SimpleCommand | None:
     or when the parser finds an error in it."""
     if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in line):
         return None  # a newline separates commands; other control characters hide
-    root = _parser().parse(line.encode()).root_node
+    root = _parse(line)
     if root.has_error or len(root.children) != 1 or root.children[0].type != "command":
         return None
     assignments: list[tuple[str, str]] = []
@@ -222,7 +228,7 @@ class _Reader:
         substitutions, functions, here-doc bodies), each with what it runs in turn."""
         if depth > MAX_DEPTH:
             raise TooIntricate(f"commands within commands, more than {MAX_DEPTH} deep")
-        root = _parser().parse(line.encode()).root_node
+        root = _parse(line)
         found: list[Words] = []
         stack = [root]
         while stack:
