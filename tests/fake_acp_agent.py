@@ -395,30 +395,10 @@ class FakeAgent:
             await self._say(turn, "permission cancelled\n")
 
     async def _shell(self, turn: Turn, arg: str, following: str | None) -> None:
-        try:
-            created = await self.conn.create_terminal(
-                session_id=turn.session_id,
-                command=sys.executable,
-                args=["-c", "print('from the terminal')"],
-                cwd=turn.session.cwd,
-                env=[EnvVariable(name="FAKE_AGENT_VAR", value="1")],
-            )
-        except RequestError as exc:
-            await self._say(turn, f"terminal refused: {exc}\n")
-            return
-        terminal_id = created.terminal_id
-        try:
-            await self.conn.wait_for_terminal_exit(
-                session_id=turn.session_id, terminal_id=terminal_id
-            )
-            output = await self.conn.terminal_output(
-                session_id=turn.session_id, terminal_id=terminal_id
-            )
-            await self._say(turn, f"shell said {output.output.strip()}\n")
-        except RequestError as exc:
-            await self._say(turn, f"terminal failed: {exc}\n")
-        finally:
-            await self.conn.release_terminal(session_id=turn.session_id, terminal_id=terminal_id)
+        await self._in_terminal(
+            turn, "shell", sys.executable, ["-c", "print('from the terminal')"],
+            [EnvVariable(name="FAKE_AGENT_VAR", value="1")],
+        )  # fmt: skip
 
     async def _run(self, turn: Turn, arg: str, following: str | None) -> None:
         command = base64.b64decode(arg).decode()
@@ -427,10 +407,16 @@ class FakeAgent:
     async def _terminal(self, turn: Turn, arg: str, following: str | None) -> None:
         chosen = json.loads(base64.b64decode(arg))
         env = [EnvVariable(name=k, value=v) for k, v in chosen.get("env", {}).items()]
+        await self._in_terminal(turn, "terminal", chosen["command"], chosen.get("args", []), env)
+
+    async def _in_terminal(
+        self, turn: Turn, label: str, command: str, args: list[str], env: list[EnvVariable]
+    ) -> None:
+        """terminal/create, wait for its exit, say its output (as "<label> said …"), release."""
         try:
             created = await self.conn.create_terminal(
-                session_id=turn.session_id, command=chosen["command"],
-                args=chosen.get("args", []), cwd=turn.session.cwd, env=env,
+                session_id=turn.session_id, command=command, args=args,
+                cwd=turn.session.cwd, env=env,
             )  # fmt: skip
         except RequestError as exc:
             await self._say(turn, f"terminal refused: {exc}\n")
@@ -443,7 +429,9 @@ class FakeAgent:
             output = await self.conn.terminal_output(
                 session_id=turn.session_id, terminal_id=terminal_id
             )
-            await self._say(turn, f"terminal said {output.output.strip()}\n")
+            await self._say(turn, f"{label} said {output.output.strip()}\n")
+        except RequestError as exc:
+            await self._say(turn, f"terminal failed: {exc}\n")
         finally:
             await self.conn.release_terminal(session_id=turn.session_id, terminal_id=terminal_id)
 
