@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import logging
 import os
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import argcomplete
 
@@ -470,6 +472,13 @@ def _serve(args: argparse.Namespace) -> int:
     from tailagent.logs import setup
 
     setup(settings.log_level, settings.log_format)
+    if args.store and urlsplit(args.store).password:
+        # Unlike the environment (secret_env.py), no exec takes it back out of argv.
+        logging.getLogger("tailagent").warning(
+            "the --store URL holds a password, which every user of this box can read in "
+            "/proc/%d/cmdline: give the URL in TAILAGENT_STORE or the config file instead",
+            os.getpid(),
+        )
     # a2a-sdk wraps every call in an OpenTelemetry span, which costs even with no
     # exporter: off, and its wrappers left out (sdk_tracing.py), unless set to true.
     os.environ.setdefault("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -181,6 +182,23 @@ def test_a_store_that_cannot_be_reached_stops_the_start_with_one_line(tmp_path: 
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("tailagent: cannot open the store postgresql+asyncpg://tailagent:***@")
     assert "secret" not in done.stderr
+    # A password on the command line is there for every user of the box to read.
+    assert "the --store URL holds a password" in done.stderr
+    assert "TAILAGENT_STORE or the config file" in done.stderr
+
+
+def test_a_store_url_in_the_environment_is_not_warned_of(tmp_path: Path) -> None:
+    """TAILAGENT_STORE is taken out of the environment block at start (secret_env.py),
+    so a password there is not on show: no warning, and the same one-line stop."""
+    env = {**os.environ, "TAILAGENT_STORE": "postgresql://tailagent:secret@127.0.0.1:1/nowhere"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tailagent", "serve", "--agent", "echo", "--listen",
+         "127.0.0.1:0", "--state-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "cannot open the store postgresql+asyncpg://tailagent:***@" in done.stderr
+    assert "holds a password" not in done.stderr
 
 
 def test_doctor_checks_the_store(pair: Pair, tmp_path: Path) -> None:
