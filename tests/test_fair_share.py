@@ -253,6 +253,11 @@ async def test_one_caller_filling_its_share_does_not_stop_another(people: People
     assert state(bobs) == "completed", bobs["status"]
     parked = await people.say("bob", "ask")
     assert state(parked) == "input_required"
+    # Bob names alice's waiting task: it is not found for him, and it waits on.
+    foreign = await people.rpc("bob", "CancelTask", {"id": alices[0]["id"]})
+    assert foreign["error"]["code"] == -32001, foreign
+    still = result(await people.rpc("alice", "GetTask", {"id": alices[0]["id"]}))
+    assert state(still) == "input_required"
     # A cancel frees a place in alice's share: she starts again.
     canceled = result(await people.rpc("alice", "CancelTask", {"id": alices[0]["id"]}))
     assert state(canceled) == "canceled"

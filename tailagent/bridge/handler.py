@@ -305,10 +305,12 @@ class GuardedRequestHandler(DefaultRequestHandler):
             return quick
         elsewhere = self._store.runs_elsewhere(stored) if stored is not None else None
         if elsewhere is None:
-            if self._executor.holds(params.id):
+            if stored is not None and self._executor.holds(params.id):
                 # A turn the SDK has no ActiveTask for (a quick send now waiting, a task
                 # taken back after a restart) would only be marked CANCELED, its agent
                 # process held for good: given one, the SDK runs the executor's cancel.
+                # Only for a task the caller may read (`stored`): another's id must not
+                # get an ActiveTask made for it before the SDK says it is not found.
                 await self._active_task_registry.get_or_create(params.id, context)
             return await super().on_cancel_task(params, context)
         await self._signals.send(params.id, CANCEL)
