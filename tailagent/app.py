@@ -29,6 +29,7 @@ from tailagent.presence import Presence
 from tailagent.web import LazyDesk, mount
 from tailagent.web.live import Desk
 from tailagent.web.parts import DeskParts
+from tailagent.webpush.service import WebPush
 
 
 def build_app(
@@ -37,6 +38,7 @@ def build_app(
     handler: GuardedRequestHandler,
     store: CoalescingTaskStore,
     desk: Desk,
+    webpush: WebPush,
     publisher: CardPublisher,
 ) -> AccessGuard:
     context_builder = CallerContextBuilder()
@@ -54,7 +56,7 @@ def build_app(
     tokens.ensure_local()
     secret = load_secret(settings.state_dir)
     sessions = BrowserSessions(secret, tokens)
-    page = LazyDesk(DeskParts(store, handler, desk, sessions, secret, str(settings.cwd)))
+    page = LazyDesk(DeskParts(store, handler, desk, sessions, secret, str(settings.cwd), webpush))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: object) -> AsyncIterator[None]:

@@ -51,6 +51,10 @@ PUSH_DELIVERIES = Counter(
     "tailagent_push_deliveries", "Push notifications, by outcome (delivered, failed, refused).",
     ["outcome"], registry=REGISTRY,
 )  # fmt: skip
+WEBPUSH_SENT = Counter(
+    "tailagent_webpush", "Web Push messages to the desk's subscribers, by outcome "
+    "(sent, gone, failed, retried).", ["outcome"], registry=REGISTRY,
+)  # fmt: skip
 
 
 def route_of(path: str) -> str:

@@ -10,15 +10,19 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 from dataclasses import dataclass, replace
 from typing import Any, cast
+from urllib.parse import urlsplit
 
+from a2a.types.a2a_pb2 import Task
 from hypercorn.asyncio import serve
 
+from tailagent.access.browser import load_secret
 from tailagent.access.guard import AccessGuard
 from tailagent.access.localapi import LocalAPIUnavailable, self_dns_name
 from tailagent.agents.events import AgentBackend, AgentStartError
-from tailagent.agents.registry import make_backend
+from tailagent.agents.registry import agent_label, make_backend
 from tailagent.app import build_app
 from tailagent.bridge.conversations import Conversations, Isolated, choose
 from tailagent.bridge.database import StoreUnavailable, redacted
@@ -46,6 +50,7 @@ from tailagent.push.targets import PushTargets
 from tailagent.serving import hypercorn_config
 from tailagent.statelock import StateDirBusy, StateLock
 from tailagent.web.live import Desk
+from tailagent.webpush.service import WebPush
 
 log = logging.getLogger("tailagent")
 
@@ -63,6 +68,7 @@ class Service:
     push: PushDispatcher
     signal_watch: asyncio.Task[None] | None
     conversations: Conversations
+    webpush: WebPush
 
     async def stop_turns(self) -> int:
         """Ends every running or waiting turn, saying the server stopped; returns how many."""
@@ -81,6 +87,7 @@ class Service:
         await self.handler.aclose()
         await self.storage.flush()
         await self.push.aclose()
+        await self.webpush.aclose()
         await self.pool.aclose()
         await self.backend.aclose()
         await self.conversations.aclose()
@@ -124,7 +131,13 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         signer = PushSigner(settings.state_dir, settings.advertised_url)
         push = PushDispatcher(sdk, push_targets, signer, settings.push, presence.tailnet_proxy)
         desk = Desk(lambda task_id: storage.tasks.with_owner(task_id))
-        storage = await open_storage(settings, database, sdk, push.task_changed, desk.saved)
+        webpush = open_webpush(settings)
+
+        def saved(task: Task, owner: str) -> None:
+            desk.saved(task, owner)
+            webpush.alerts.saved(task, owner)
+
+        storage = await open_storage(settings, database, sdk, push.task_changed, saved)
         for task in storage.closed:
             push.watch(task.id)  # a push config may wait for this last state
             push.task_changed(task)
@@ -169,6 +182,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         executor.restore([task for task, _ in storage.waiting])
         for task, owner in storage.waiting:
             desk.saved(task, owner)  # the page's "waiting for you" knows them again
+            webpush.alerts.remember(task)  # told before the restart, not again
         card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
         # The extended card lists the 0.3 interfaces too: a 0.3 client's request for it
         # is answered through a conversion that needs one.
@@ -182,7 +196,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
             max_worktrees_per_caller=workspace.max_worktrees_per_caller,
         )  # fmt: skip
         await signing
-        app = build_app(settings, presence, handler, storage.tasks, desk, publisher)
+        app = build_app(settings, presence, handler, storage.tasks, desk, webpush, publisher)
 
         async def start_pushing(task_id: str, _owner: str) -> None:
             push.watch(task_id)
@@ -197,13 +211,32 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
                 name="task-signals",
             )
         return Service(
-            app, executor, handler, storage, pool, backend, push, signal_watch, conversations
-        )
+            app, executor, handler, storage, pool, backend, push, signal_watch, conversations,
+            webpush,
+        )  # fmt: skip
     except BaseException:
         # A start that fails leaves no signer behind (it would wait on its stdin).
         signing.cancel()
         await asyncio.gather(signing, return_exceptions=True)
         raise
+
+
+def open_webpush(settings: Settings) -> WebPush:
+    """The desk's Web Push, naming this box as its people call it."""
+    host = urlsplit(settings.advertised_url).hostname or ""
+    local = not host or host == "localhost" or host.replace(".", "").isdigit() or ":" in host
+    box = socket.gethostname().split(".")[0] if local else host.split(".")[0]
+    https = settings.advertised_url.startswith("https://")
+    return WebPush.open(
+        settings.state_dir,
+        load_secret(settings.state_dir),
+        services=settings.desk.push_services,
+        ttl=settings.desk.push_ttl,
+        # RFC 8292's contact: the push service's way to reach whoever sends.
+        contact=f"https://{host}" if https else "mailto:tailagent@localhost",
+        box=box,
+        agent=agent_label(settings),
+    )
 
 
 async def next_steps(settings: Settings, presence: Presence, where: str) -> list[str]:

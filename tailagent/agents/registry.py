@@ -27,6 +27,18 @@ def make_backend(
     return backend
 
 
+def agent_label(settings: Settings) -> str:
+    """The agent as a person names it in a sentence ("Claude wants to run …")."""
+    preset = PRESETS.get(settings.agent)
+    if settings.agent_command is None and settings.agent == "claude":
+        return "Claude"
+    if preset is not None:
+        return preset.title.split(" (")[0]
+    if settings.agent_command is None:
+        return "The echo agent"
+    return "The agent"
+
+
 def _backend(
     settings: Settings, spare_directory: Callable[[], Awaitable[Path]] | None
 ) -> AgentBackend:

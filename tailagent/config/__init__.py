@@ -179,6 +179,27 @@ class PushSettings:
     max_configs_per_task: int = 8
 
 
+# The push services of the browsers people use (Chrome and Android, Firefox, Safari and
+# iOS, Edge): the desk sends Web Push to a subscription's endpoint only on one of these.
+DEFAULT_PUSH_SERVICES = (
+    "fcm.googleapis.com",
+    "*.push.services.mozilla.com",
+    "*.push.apple.com",
+    "*.notify.windows.com",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DeskSettings:
+    """The approval desk (the `[desk]` table): where its Web Push may go."""
+
+    # Hosts (`*.` for any subdomain) reached over https, or origins `http://127.0.0.1:PORT`
+    # for a push service on this box.
+    push_services: tuple[str, ...] = DEFAULT_PUSH_SERVICES
+    # How long a push service keeps a notification for a phone that is offline.
+    push_ttl: int = 6 * 3600
+
+
 @dataclass(frozen=True, slots=True)
 class TailscaleSettings:
     """How to reach tailscaled (the `[tailscale]` table)."""
@@ -253,6 +274,7 @@ class Settings:
     claude: ClaudeSettings = field(default_factory=ClaudeSettings)
     attachments: AttachmentSettings = field(default_factory=AttachmentSettings)
     push: PushSettings = field(default_factory=PushSettings)
+    desk: DeskSettings = field(default_factory=DeskSettings)
     tailscale: TailscaleSettings = field(default_factory=TailscaleSettings)
     tsnet: TsnetSettings = field(default_factory=TsnetSettings)
     workspace: WorkspaceSettings = field(default_factory=WorkspaceSettings)

@@ -104,6 +104,35 @@ def origin_list(value: Any) -> tuple[str, ...]:
     return origins
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+_HOST_PATTERN = re.compile(
+    r"^(\*\.)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$"
+)
+
+
+def push_service_list(value: Any) -> tuple[str, ...]:
+    """Web Push services: a host (`*.` for any subdomain), reached over https; or an
+    `http://` origin on this box, for a push service of one's own (a test's)."""
+    services = string_list(value)
+    for service in services:
+        if "://" not in service:
+            if not _HOST_PATTERN.match(service.lower()):
+                raise ValueError(
+                    f"a push service is a host such as *.push.apple.com, not {service!r}"
+                )
+            continue
+        parts = urlsplit(service)
+        if parts.scheme == "https" and parts.hostname and parts.path in ("", "/"):
+            continue
+        if parts.scheme == "http" and parts.hostname in LOOPBACK_HOSTS and parts.path in ("", "/"):
+            continue
+        raise ValueError(
+            f"{service!r} is not a push service: give a host (https is implied), or an "
+            "origin http://127.0.0.1:PORT for one on this box"
+        )
+    return services
+
+
 def positive_number(value: Any) -> float:
     return _positive(value, float, "number")
 

@@ -24,6 +24,7 @@ from tailagent.config import (
     AttachmentSettings,
     ClaudeSettings,
     ConfigError,
+    DeskSettings,
     PushSettings,
     Settings,
     TailscaleSettings,
@@ -97,6 +98,8 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "push.retry_delay": checks.positive_number,
     "push.timeout": checks.positive_number,
     "push.max_configs_per_task": checks.positive_int,
+    "desk.push_services": checks.push_service_list,
+    "desk.push_ttl": checks.positive_int,
     "tsnet.enabled": checks.boolean,
     "tsnet.hostname": checks.hostname,
     "tsnet.control_url": checks.http_url,
@@ -118,6 +121,7 @@ SECTIONS = {
     "claude": "claude",
     "attachments": "attachments",
     "push": "push",
+    "desk": "desk",
     "tsnet": "tsnet",
     "workspace": "workspace",
 }
@@ -128,6 +132,7 @@ SECTION_TYPES = {
     "claude": ClaudeSettings,
     "attachments": AttachmentSettings,
     "push": PushSettings,
+    "desk": DeskSettings,
     "tsnet": TsnetSettings,
     "workspace": WorkspaceSettings,
 }

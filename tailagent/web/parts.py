@@ -8,6 +8,7 @@ from tailagent.access.browser import BrowserSessions
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.web.live import Desk
+from tailagent.webpush.service import WebPush
 
 
 @dataclass(frozen=True)
@@ -18,3 +19,4 @@ class DeskParts:
     sessions: BrowserSessions
     secret: bytes
     workspace: str
+    webpush: WebPush
