@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from a2a.server.context import ServerCallContext
 from a2a.server.owner_resolver import resolve_user_scope
@@ -36,7 +37,7 @@ from tailagent.bridge.state import (
     MintedIds,
     mark_failed,
 )
-from tailagent.bridge.task_table import TaskTable
+from tailagent.bridge.task_table import Position, TaskTable
 from tailagent.metrics import TASK_STATES
 from tailagent.task_states import UNFINISHED_STATES
 
@@ -46,6 +47,9 @@ log = logging.getLogger(__name__)
 RETRY_DELAY = 1.0
 FLUSH_WAIT = 1.0
 _DEFERRABLE = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
+# When a task was made (ISO 8601, UTC): its status timestamp moves with every update,
+# and A2A gives a task no creation time of its own.
+STARTED_AT_KEY = "tailagentStartedAt"
 
 
 class CoalescingTaskStore(TaskStore):
@@ -114,6 +118,14 @@ class CoalescingTaskStore(TaskStore):
             owner = held[0]
         else:
             owner = await self._owner(task.id, context) or resolve_user_scope(context)
+        if (
+            held is None
+            and STARTED_AT_KEY not in task.metadata.fields
+            and (task.id in self.minted or task.status.state == TaskState.TASK_STATE_SUBMITTED)
+        ):
+            # On the SDK's own task, which it saves whole each time: every later save,
+            # and the task a caller gets back, keep it.
+            task.metadata.update({STARTED_AT_KEY: _now()})
         snapshot = Task()
         snapshot.CopyFrom(task)
         if self._server_id:
@@ -290,15 +302,20 @@ class CoalescingTaskStore(TaskStore):
         task = await self._table.get(task_id, owner)
         return (task, owner) if task is not None else None
 
-    async def recent(self, owner: str | None, limit: int) -> list[tuple[Task, str]]:
+    async def recent(
+        self, owner: str | None, limit: int, before: Position | None = None
+    ) -> list[tuple[Task, str]]:
         """The latest tasks with their owners, newest first: one owner's, or everyone's
-        (None, for an admin). Tasks this process runs are read from memory."""
+        (None, for an admin); with `before`, those older than that position (the next
+        page: a position, unlike an offset, does not shift as new tasks arrive). Tasks
+        this process runs are read from memory."""
         await self.flush()
-        found = {task.id: (task, stored) for task, stored in await self._table.recent(owner, limit)}
+        stored = await self._table.recent(owner, limit, before)
+        found = {task.id: (task, task_owner) for task, task_owner in stored}
         for task_id, (held_owner, snapshot) in self._held.items():
-            if owner in (None, held_owner):
+            if owner in (None, held_owner) and (before is None or position(snapshot) < before):
                 found[task_id] = (snapshot, held_owner)
-        ordered = sorted(found.values(), key=lambda pair: _updated(pair[0]), reverse=True)
+        ordered = sorted(found.values(), key=lambda pair: position(pair[0]), reverse=True)
         return ordered[:limit]
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
@@ -311,5 +328,11 @@ class CoalescingTaskStore(TaskStore):
         await self._table.delete(task_id, resolve_user_scope(context))
 
 
-def _updated(task: Task) -> float:
-    return task.status.timestamp.ToMicroseconds() / 1e6 if task.status.HasField("timestamp") else 0
+def position(task: Task) -> Position:
+    """Where a task sorts in `recent`: its last update (microseconds), then its id."""
+    updated = task.status.timestamp.ToMicroseconds() if task.status.HasField("timestamp") else 0
+    return updated, task.id
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -12,7 +12,7 @@ format; a test compares them byte for byte).
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -48,6 +48,8 @@ _UPSERT = (
 # The columns a Task is made of, in the order `_task` takes them.
 _READ = "id, context_id, owner, status, artifacts, history, metadata, protocol_version"
 _UNFINISHED = [TaskState.Name(state) for state in UNFINISHED_STATES]
+# A place in the newest-first order of tasks: (last update in microseconds, task id).
+Position = tuple[int, str]
 
 
 class TaskTable:
@@ -89,14 +91,24 @@ class TaskTable:
             {"id": task_id, "owner": owner},
         )
 
-    async def recent(self, owner: str | None, limit: int) -> list[tuple[Task, str]]:
-        """The latest tasks with their owners, newest first: one owner's, or everyone's."""
+    async def recent(
+        self, owner: str | None, limit: int, before: Position | None = None
+    ) -> list[tuple[Task, str]]:
+        """The latest tasks with their owners, newest first: one owner's, or everyone's;
+        with `before`, only those that sort after that position (see store.position)."""
         params: dict[str, Any] = {"limit": limit}
-        where = ""
+        where: list[str] = []
         if owner is not None:
-            where, params["owner"] = "WHERE owner = :owner ", owner
+            where.append("owner = :owner")
+            params["owner"] = owner
+        if before is not None:
+            moment = datetime.fromtimestamp(before[0] / 1e6, UTC).replace(tzinfo=None)
+            params["at"] = moment if self._db.postgres else _sqlite_datetime(moment)
+            params["id"] = before[1]
+            where.append("(last_updated < :at OR (last_updated = :at AND id < :id))")
+        clause = f"WHERE {' AND '.join(where)} " if where else ""
         rows = await self._db.fetch(
-            f"SELECT {_READ} FROM {TABLE} {where}ORDER BY last_updated DESC, id DESC LIMIT :limit",
+            f"SELECT {_READ} FROM {TABLE} {clause}ORDER BY last_updated DESC, id DESC LIMIT :limit",
             params,
         )
         return [(_task(row), row[2] or "") for row in rows]

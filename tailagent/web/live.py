@@ -92,6 +92,9 @@ class Desk:
         self.list_changed = asyncio.Event()
         self.list_version = 0  # counts list_changed, so a list can be read once per change
         self.waiting_changed = asyncio.Event()
+        # Conversations merged from this page -> what the merge said: their tasks' branch
+        # lines say it (after a restart, the missing worktree says "merged or discarded").
+        self.merged: dict[str, str] = {}
 
     def saved(self, task: Task, owner: str) -> None:
         """The store saved a task (the hot path: notes and schedules, nothing more)."""

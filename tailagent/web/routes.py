@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -34,11 +36,15 @@ from quart.typing import ResponseReturnValue
 
 from tailagent.access.browser import SignInRefused, local_uid
 from tailagent.access.identity import SCOPE_KEY, Caller, OwnerUser
+from tailagent.bridge.conversations import Isolated
 from tailagent.bridge.executor import VIA_KEY
+from tailagent.bridge.store import position
+from tailagent.bridge.task_table import Position
 from tailagent.web import forms, render
 from tailagent.web.live import Journal
 from tailagent.web.parts import DeskParts
-from tailagent.web.transcript import SECTIONS, Entry, Row, row
+from tailagent.web.transcript import SECTIONS, Entry, Row, entries, row
+from tailagent.workspace import GitError, Worktree
 
 LIST_LIMIT = 50
 LIST_CACHE = 64  # people whose list is kept between changes
@@ -51,6 +57,10 @@ CSP = (
     "frame-ancestors 'none'"
 )
 FORM_TYPE = "application/x-www-form-urlencoded"
+# How a merge conflict's refusal words the request to send the agent (worktrees.py).
+SUGGESTED = re.compile(r'ask the agent: "(.+)"\s*$', re.DOTALL)
+# Where a page of older tasks starts: `<microseconds>-<task id>` (see store.position).
+OLDER = re.compile(r"(\d{1,20})-([\w.:-]{1,200})")
 
 
 class Refused(Exception):
@@ -59,6 +69,14 @@ class Refused(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+@dataclass(frozen=True)
+class ListPage:
+    """One page of the list: its rows, and where the next (older) page starts."""
+
+    rows: list[Row]
+    older: str  # the next page's `older=` value; "" on the last page
 
 
 def _caller() -> Caller:
@@ -103,27 +121,49 @@ def blueprint(parts: DeskParts) -> Blueprint:
 
         return render.Viewer(caller, token, parts.workspace)
 
+    async def task_viewer(caller: Caller, head: dict[str, Any]) -> render.Viewer:
+        """The viewer of one task's page: with the directory its commands run in (the
+        conversation's worktree, where it has one) and what became of its branch."""
+        you = viewer(caller)
+        worktree = await _worktree(parts, head["context_id"])
+        workdir = str(worktree.path) if worktree is not None else parts.workspace
+        branch = head["worktree"].get("branch") if isinstance(head["worktree"], dict) else None
+        note = ""
+        if branch and (worktree is None or worktree.branch != branch):
+            note = parts.desk.merged.get(head["context_id"], "merged or discarded (it is gone)")
+        return render.Viewer(caller, you.token, workdir, note)
+
     async def visible_task(caller: Caller, task_id: str) -> Task:
         task = await parts.store.get(task_id, _context(caller))
         if task is None:
             raise Refused(404, f"no task {task_id} that you may see")
         return task
 
-    # scope -> (list version, its read): every open list of one person (or of the
-    # admins) shares one store read per change, even the ones woken together.
-    reads: dict[str | None, tuple[int, asyncio.Task[list[Row]]]] = {}
+    # (scope, page) -> (list version, its read): every open list of one person (or of
+    # the admins) shares one store read per change, even the ones woken together.
+    reads: dict[tuple[str | None, str], tuple[int, asyncio.Task[ListPage]]] = {}
 
-    async def read_rows(scope: str | None) -> list[Row]:
-        recent = await parts.store.recent(scope, LIST_LIMIT)
+    async def read_rows(scope: str | None, older: str) -> ListPage:
+        """A page of the list. The first starts with every task that waits for an answer,
+        however old: a question must never hide on a later page."""
+        recent = await parts.store.recent(scope, LIST_LIMIT, _position(older))
+        more = _older_of(position(recent[-1][0])) if len(recent) == LIST_LIMIT else ""
+        found = {task.id: (task, owner) for task, owner in recent}
+        if not older:
+            for task_id in parts.desk.waiting_for(scope):
+                if task_id not in found and (held := await parts.store.with_owner(task_id)):
+                    found[task_id] = held
+        listed = [row(task, owner) for task, owner in found.values()]
         # Waiting first; sorted is stable, so newest first within each.
-        return sorted((row(t, o) for t, o in recent), key=lambda r: not r.waiting)
+        return ListPage(sorted(listed, key=lambda r: not r.waiting) if not older else listed, more)
 
-    async def rows(caller: Caller) -> tuple[list[Row], list[str]]:
+    async def rows(caller: Caller, older: str = "") -> tuple[ListPage, list[str]]:
         scope = None if caller.may("admin") else caller.owner
         version = parts.desk.list_version
-        cached = reads.get(scope)
+        cached = reads.get((scope, older))
         if cached is None or cached[0] != version or cached[1].cancelled():
-            cached = reads[scope] = (version, asyncio.ensure_future(read_rows(scope)))
+            read = asyncio.ensure_future(read_rows(scope, older))
+            cached = reads[(scope, older)] = (version, read)
             if len(reads) > LIST_CACHE:
                 reads.pop(next(iter(reads)))
         return await asyncio.shield(cached[1]), parts.desk.waiting_for(scope)
@@ -164,25 +204,30 @@ def blueprint(parts: DeskParts) -> Blueprint:
     @desk_bp.errorhandler(Refused)
     async def refused(exc: Refused) -> ResponseReturnValue:
         back = request.path.rsplit("/", 1)[0] if request.method == "POST" else "/desk/"
-        page = render.refusal(str(exc), back)
+        page = render.refusal(str(exc), back, viewer(_caller()))
         return Response(page, status=exc.status, content_type="text/html; charset=utf-8")
+
+    def list_context(page: ListPage, waiting: list[str], older: str) -> dict[str, Any]:
+        return {"rows": page.rows, "more": page.older, "older": older, "waiting": waiting}
 
     @desk_bp.get("/")
     async def task_list() -> ResponseReturnValue:
         caller = _caller()
-        found, waiting = await rows(caller)
-        return render.page("list.html", viewer(caller), rows=found, waiting=waiting)
+        older = _older_arg()
+        found, waiting = await rows(caller, older)
+        return render.page("list.html", viewer(caller), **list_context(found, waiting, older))
 
     @desk_bp.get("/events")
     async def list_events() -> ResponseReturnValue:
         caller = _caller()
         you = viewer(caller)
+        older = _older_arg()
 
         async def body() -> AsyncGenerator[bytes, None]:
             while True:
                 changed = parts.desk.list_changed
-                found, waiting = await rows(caller)
-                html = render.page("rows.html", you, rows=found, waiting=waiting)
+                found, waiting = await rows(caller, older)
+                html = render.page("rows.html", you, **list_context(found, waiting, older))
                 yield _sse("rows", {"html": html, "waiting": waiting})
                 while not await _wait(changed, HEARTBEAT):
                     yield b": still here\n\n"
@@ -201,11 +246,12 @@ def blueprint(parts: DeskParts) -> Blueprint:
         by_section: dict[str, list[Entry]] = {s: [] for s in SECTIONS}
         for item in current:
             by_section[item.section].append(item)
+        head = by_section["head"][0].data
         return render.page(
             "task.html",
-            viewer(caller),
+            await task_viewer(caller, head),
             task_id=task.id,
-            title=by_section["head"][0].data["title"],
+            title=head["title"],
             sections=SECTIONS,
             by_section=by_section,
             event_id=journal.event_id,
@@ -215,7 +261,6 @@ def blueprint(parts: DeskParts) -> Blueprint:
     async def task_events(task_id: str) -> ResponseReturnValue:
         caller = _caller()
         await visible_task(caller, task_id)
-        you = viewer(caller)
         scope = None if caller.may("admin") else caller.owner
         last = request.headers.get("Last-Event-ID") or request.args.get("after", "")
 
@@ -229,6 +274,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
                         return
                     woken, pulse = journal.woken, parts.desk.waiting_changed
                     if seen != journal.event_id:
+                        you = await task_viewer(caller, _head_of(journal))
                         yield _changes(journal, seen, you)
                         seen = journal.event_id
                     waiting = parts.desk.waiting_for(scope)
@@ -264,8 +310,30 @@ def blueprint(parts: DeskParts) -> Blueprint:
         task = await visible_task(caller, task_id)
         message = _answer(posted)
         message.task_id, message.context_id = task.id, task.context_id
-        await send(caller, message)
+        try:
+            await send(caller, message)
+        except Refused:
+            request_id = (posted.get("requestId") or [""])[0]
+            decided = await decision_of(caller, task_id, request_id)
+            if decided is None:
+                raise
+            page = render.outcome(
+                "Already answered", "This request was answered already:",
+                f"/desk/tasks/{task_id}", viewer(caller), decision=decided,
+            )  # fmt: skip
+            return Response(page, status=409, content_type="text/html; charset=utf-8")
+        if (posted.get("back") or [""])[0] == "list":
+            return redirect("/desk/", 303)
         return redirect(f"/desk/tasks/{task_id}", 303)
+
+    async def decision_of(caller: Caller, task_id: str, request_id: str) -> Entry | None:
+        """The decision already taken on a request of the task, as its entry (the stale
+        answer's page shows who came first in the task's own words)."""
+        loaded = await parts.store.with_owner(task_id)
+        if not request_id or loaded is None:
+            return None
+        return next((e for e in entries(*loaded) if e.kind == "resumed"
+                     and e.data.get("request_id") == request_id), None)  # fmt: skip
 
     @desk_bp.post("/tasks/<task_id>/merge")
     async def merge(task_id: str) -> ResponseReturnValue:
@@ -276,14 +344,23 @@ def blueprint(parts: DeskParts) -> Blueprint:
         request_ = _message("", context_id=task.context_id)
         del request_.parts[:]
         request_.parts.append(_data_part({"kind": "merge", "strategy": "squash"}))
+        back = f"/desk/tasks/{task_id}"
         try:
             reply = await parts.handler.on_message_send(
                 SendMessageRequest(message=request_), _context(caller)
             )
         except A2AError as exc:
-            raise Refused(_status_of(exc), exc.message or type(exc).__name__) from None
+            said = exc.message or type(exc).__name__
+            suggested = SUGGESTED.search(said)
+            if suggested is None:
+                raise Refused(_status_of(exc), said) from None
+            token = forms.make(parts.secret, caller.owner, "follow", task_id)
+            follow = {"action": f"{back}/follow", "text": suggested.group(1), "token": token}
+            page = render.outcome("Merge conflict", said, back, viewer(caller), follow_up=follow)
+            return Response(page, status=409, content_type="text/html; charset=utf-8")
         said = "".join(p.text for p in reply.parts) if isinstance(reply, Message) else ""
-        page = render.outcome("Merged", said, f"/desk/tasks/{task_id}")
+        parts.desk.merged[task.context_id] = said
+        page = render.outcome("Merged", said, back, viewer(caller), good=True)
         return Response(page, content_type="text/html; charset=utf-8")
 
     @desk_bp.post("/tasks/<task_id>/cancel")
@@ -319,7 +396,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
         try:
             cookie = parts.sessions.redeem(ticket, local_uid(request.scope))
         except SignInRefused as exc:
-            page = render.refusal(str(exc), "/desk/")
+            page = render.refusal(str(exc), "/desk/", None)
             return Response(page, status=403, content_type="text/html; charset=utf-8")
         secure = request.headers.get("X-Forwarded-Proto") == "https"
         set_cookie = {"Set-Cookie": parts.sessions.set_cookie(cookie, secure=secure)}
@@ -327,13 +404,51 @@ def blueprint(parts: DeskParts) -> Blueprint:
             # Opened from another site (the private page of `tailagent web --open` is a
             # file): a browser sends no SameSite=Strict cookie on where that navigation
             # is redirected, so the desk is opened from here, a page of its own site.
-            page = render.outcome("Signed in", "Opening the approval desk.", "/desk/", go_on=True)
+            page = render.outcome(
+                "Signed in", "Opening the approval desk.", "/desk/", None, go_on=True, good=True
+            )
             return Response(page, content_type="text/html; charset=utf-8", headers=set_cookie)
         response = redirect("/desk/", 303)
         response.headers.update(set_cookie)
         return response
 
     return desk_bp
+
+
+def _older_arg() -> str:
+    """The list page asked for (`?older=`), or "" for the first; anything else is refused."""
+    older = request.args.get("older", "")
+    if older and not OLDER.fullmatch(older):
+        raise Refused(400, "this link to older tasks is not one the page made")
+    return older
+
+
+def _older_of(where: Position) -> str:
+    return f"{where[0]}-{where[1]}"
+
+
+def _position(older: str) -> Position | None:
+    match = OLDER.fullmatch(older)
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
+def _head_of(journal: Journal) -> dict[str, Any]:
+    head = journal.changes["head"].entry
+    assert head is not None  # every task has a head, and it never goes
+    return head.data
+
+
+async def _worktree(parts: DeskParts, context_id: str) -> Worktree | None:
+    """The conversation's worktree record (its path, its branch), None without one.
+    Read from the handler's conversations, which alone know where each one lives; a
+    record it cannot read shows as none (the page is no place to repair it)."""
+    conversations = parts.handler._conversations
+    if not isinstance(conversations, Isolated):
+        return None
+    try:
+        return await conversations.worktrees.get(context_id)
+    except GitError:
+        return None
 
 
 def _text_of(posted: dict[str, list[str]], hint: str) -> str:

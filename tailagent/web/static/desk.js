@@ -6,19 +6,28 @@
 (function () {
   const body = document.body;
   const url = body.dataset.events;
-  if (!url) return;
   const baseTitle = document.title;
   const live = document.getElementById("live");
   const notifyButton = document.getElementById("notify");
   let waitingBefore = null;
   let dropped = false;
 
+  // "4:14 PM" today, "Dec 2, 4:14 PM" before: the server writes UTC, the reader
+  // reads their own clock. The full moment stays in the title (a long press).
   function localTimes(root) {
+    const today = new Date().toDateString();
     root.querySelectorAll("time[datetime]").forEach((el) => {
       const when = new Date(el.getAttribute("datetime"));
-      if (!isNaN(when)) el.textContent = when.toLocaleTimeString();
+      if (isNaN(when)) return;
+      const clock = when.toLocaleTimeString([], { hour: "numeric", minute: "2-digit" });
+      el.textContent = when.toDateString() === today ? clock
+        : `${when.toLocaleDateString([], { month: "short", day: "numeric" })}, ${clock}`;
+      el.title = when.toLocaleString();
     });
   }
+
+  localTimes(document);
+  if (!url) return;
 
   function say(text, kind) {
     live.hidden = !text;
@@ -104,7 +113,6 @@
     });
   }
 
-  localTimes(document);
   const task = document.querySelector(".task");
   const first = task && task.dataset.lastEvent ? `${url}?after=${encodeURIComponent(task.dataset.lastEvent)}` : url;
   const source = new EventSource(first);
