@@ -28,10 +28,22 @@ The RSS 5 s after every page closed is read before D. At the end the long tasks 
 cancelled and the server stopped. With --runs R, each run is a fresh server; a last
 table gives each figure's median over the runs.
 
+Then Web Push (skipped with --pushes 0; alone with --push-only), on a fresh server whose
+push service is the tests' stand-in on loopback (tests/push_service.py: it checks the
+VAPID JWT and decrypts each message, as a browser's push service and browser would):
+  - latency: K times in turn, a task `ask` starts waiting with one device subscribed; the
+    time from the task's input-required timestamp (the server's clock) to the message
+    arriving decrypted at the stand-in (the same clock): p50, p95;
+  - the cost of S subscriptions (one person's ten devices each, S/10 people who are all
+    admins, so every prompt goes to all S): the server's VmRSS before and after they
+    were made, the state file's size, and for one prompt told to all S, the time until
+    the last arrived and the server's CPU time (utime + stime) it took, against one
+    subscription; /healthz answered meanwhile (its slowest answer).
+
 Usage: python bench/bench_web.py [--requests 300] [--pages 50] [--burst 100] [--runs 1]
-       [--list-pages 5]
+       [--list-pages 5] [--pushes 50] [--subscribers 100] [--push-only]
 Prints a table; exits non-zero if a stream failed, a page did not open or lost its
-connection, or a page received nothing during a phase.
+connection, a page received nothing during a phase, or a push did not arrive.
 """
 
 from __future__ import annotations
@@ -42,10 +54,13 @@ import os
 import shlex
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -54,7 +69,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_core import pct, rpc, sequential
 from bench.bench_load import IDLE_AFTER, NOTEWORTHY, Burst, Server, burst, start_tailagent
 from tailagent.access.browser import COOKIE_PREFIX
+from tailagent.webpush.subscriptions import MAX_PER_PERSON as PER_PERSON
+from tests.conftest import start_server
 from tests.processes import status_kib
+from tests.push_service import PushService
 
 LONG_TASKS = 10
 LONG_SECONDS = 3600  # outlasts any run
@@ -417,7 +435,12 @@ async def main() -> int:
     parser.add_argument("--burst", type=int, default=100, help="streams of each burst")
     parser.add_argument("--runs", type=int, default=1, help="each on a fresh server")
     parser.add_argument("--list-pages", type=int, default=5, help="added in phase C (0: no C)")
+    parser.add_argument("--pushes", type=int, default=50, help="Web Push latency samples")
+    parser.add_argument("--subscribers", type=int, default=100, help="for the push fan-out")
+    parser.add_argument("--push-only", action="store_true", help="only the Web Push figures")
     args = parser.parse_args()
+    if args.push_only:
+        return await push_report(args)
     if args.pages < 1:
         parser.error("--pages must be at least 1")
     command = shlex.join([Path(sys.executable).name, *sys.argv])
@@ -447,7 +470,171 @@ async def main() -> int:
     found = [f"run {i}: {text}" for i, run in enumerate(runs, 1) for text in problems(run)]
     if found:
         print("\n".join(found))
+    if args.pushes and await push_report(args):
+        return 1
     return 1 if found else 0
+
+
+# --- Web Push ------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's utime + stime so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def waited_at(server: Server, task_id: str) -> float:
+    """When the task started waiting, by the server's clock (its status timestamp)."""
+    reply = httpx.post(server.url, json=rpc_get(task_id), headers=server.headers, timeout=10)
+    stamp = reply.json()["result"]["status"]["timestamp"]
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def rpc_get(task_id: str) -> dict[str, object]:
+    return {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}
+
+
+def ask(server: Server, text: str) -> str:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": os.urandom(8).hex(), "role": "ROLE_USER",
+                    "parts": [{"text": text}]},
+        "configuration": {"returnImmediately": True}}}  # fmt: skip
+    reply = httpx.post(server.url, json=body, headers=server.headers, timeout=10)
+    return str(reply.json()["result"]["task"]["id"])
+
+
+def cancel(server: Server, task_id: str) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": task_id}}
+    httpx.post(server.url, json=body, headers=server.headers, timeout=10)
+
+
+def subscribe(server: Server, push: PushService, count: int, bearer: str) -> None:
+    """`count` subscriptions of the bearer's person, as the page makes them (a program
+    with a bearer token may POST without the page's Origin)."""
+    headers = {"Authorization": f"Bearer {bearer}"}
+    with httpx.Client(base_url=base_url(server), headers=headers, timeout=10) as http:
+        token = http.get("/desk/push/key").json()["token"]
+        for _ in range(count):
+            made = http.post(
+                "/desk/push/subscriptions",
+                json={"subscription": push.subscribe().to_json(), "token": token},
+            )
+            made.raise_for_status()  # fmt: skip
+
+
+def admin_token(state_dir: Path, name: str) -> str:
+    """A new admin's bearer token (`tailagent token add`, as a person would make it)."""
+    made = subprocess.run(
+        [sys.executable, "-m", "tailagent", "token", "add", name, "--role", "admin",
+         "--state-dir", str(state_dir)], capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return made.stdout.strip().splitlines()[0]
+
+
+@dataclass
+class PushFigures:
+    latency: list[float] = field(default_factory=list)  # seconds, waiting -> arrived
+    rss_before: int = 0
+    rss_after: int = 0
+    file_bytes: int = 0
+    one_cpu: float = 0.0
+    all_cpu: float = 0.0
+    all_seconds: float = 0.0
+    healthz_worst: float = 0.0
+
+
+async def healthz_worst(server: Server, stop: asyncio.Event) -> float:
+    worst = 0.0
+    async with httpx.AsyncClient(base_url=base_url(server), timeout=10) as http:
+        while not stop.is_set():
+            start = time.perf_counter()
+            await http.get("/healthz")
+            worst = max(worst, time.perf_counter() - start)
+            await asyncio.sleep(0.005)
+    return worst
+
+
+async def fan_out(server: Server, push: PushService, expected: int) -> tuple[float, float, float]:
+    """One prompt told to every subscription: (seconds until the last arrived, the
+    server's CPU seconds meanwhile, /healthz's slowest answer meanwhile)."""
+    push.received.clear()
+    stop = asyncio.Event()
+    probe = asyncio.create_task(healthz_worst(server, stop))
+    cpu = cpu_seconds(server.pid)
+    task_id = await asyncio.to_thread(ask, server, "ask")
+    await asyncio.to_thread(push.wait_for, expected, 30.0)
+    arrived = max(r.at for r in push.received)
+    spent = cpu_seconds(server.pid) - cpu
+    stop.set()
+    worst = await probe
+    started = await asyncio.to_thread(waited_at, server, task_id)
+    last_wall = time.time() - (time.monotonic() - arrived)
+    await asyncio.to_thread(cancel, server, task_id)
+    return last_wall - started, spent, worst
+
+
+async def push_run(args: argparse.Namespace) -> PushFigures:
+    figures = PushFigures()
+    push = PushService()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "tailagent.toml"
+        config.write_text(f'[desk]\npush_services = ["{push.origin}"]\n')
+        running = start_server(Path(tmp) / "tailagent", "--config", str(config))
+        server = Server("tailagent", running.url.rstrip("/") + "/",
+                        {"A2A-Version": "1.0", "Authorization": f"Bearer {running.token}"},
+                        running.process.pid, running.log, running.stop)  # fmt: skip
+        try:
+            local = running.token
+            subscribe(server, push, 1, local)
+            for _ in range(args.pushes):
+                push.received.clear()
+                task_id = await asyncio.to_thread(ask, server, "ask")
+                await asyncio.to_thread(push.wait_for, 1)
+                arrived_wall = time.time() - (time.monotonic() - push.received[0].at)
+                figures.latency.append(arrived_wall - waited_at(server, task_id))
+                await asyncio.to_thread(cancel, server, task_id)
+            _, figures.one_cpu, _ = await fan_out(server, push, 1)
+            await asyncio.sleep(1.0)
+            figures.rss_before = rss_kib(server)
+            left = args.subscribers - 1
+            subscribe(server, push, min(left, PER_PERSON - 1), local)
+            left -= min(left, PER_PERSON - 1)
+            for person in range(1, 1 + -(-left // PER_PERSON)):
+                bearer = admin_token(running.state_dir, f"bench-{person}")
+                subscribe(server, push, min(left, PER_PERSON), bearer)
+                left -= min(left, PER_PERSON)
+            await asyncio.sleep(1.0)
+            figures.rss_after = rss_kib(server)
+            figures.file_bytes = (running.state_dir / "webpush-subscriptions.json").stat().st_size
+            figures.all_seconds, figures.all_cpu, figures.healthz_worst = await fan_out(
+                server, push, args.subscribers
+            )
+        finally:
+            server.stop()
+            push.stop()
+    return figures
+
+
+async def push_report(args: argparse.Namespace) -> int:
+    try:
+        figures = await push_run(args)
+    except AssertionError as exc:
+        print(f"Web Push: {exc}")
+        return 1
+    ms = [x * 1000 for x in figures.latency]
+    print(f"Web Push to the stand-in push service, {len(ms)} prompts one after another:")
+    print(f"  input-required -> message decrypted at the push service: p50 {pct(ms, 0.5):.1f} ms,"
+          f" p95 {pct(ms, 0.95):.1f} ms, max {max(ms):.1f} ms")  # fmt: skip
+    print(f"{args.subscribers} subscriptions (every prompt told to all):")
+    print(f"  server VmRSS {figures.rss_before / 1024:.1f} -> {figures.rss_after / 1024:.1f} MiB"
+          f" ({(figures.rss_after - figures.rss_before) / args.subscribers:.1f} KiB each);"
+          f" state file {figures.file_bytes / 1024:.1f} KiB")  # fmt: skip
+    print(f"  one prompt: last of {args.subscribers} arrived {figures.all_seconds * 1000:.0f} ms"
+          f" after input-required; server CPU {figures.all_cpu * 1000:.0f} ms"
+          f" (one subscription: {figures.one_cpu * 1000:.0f} ms); /healthz slowest"
+          f" {figures.healthz_worst * 1000:.1f} ms meanwhile")  # fmt: skip
+    return 0
 
 
 if __name__ == "__main__":

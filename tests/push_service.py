@@ -112,7 +112,11 @@ class PushService:
             def log_message(self, *_: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 256  # the sender opens up to 16 connections at once
+            daemon_threads = True
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self.origin = f"http://127.0.0.1:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
