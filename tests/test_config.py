@@ -37,6 +37,12 @@ def serve(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
         ('[tsnet]\nhttps = "maybe"\n', "tsnet.https: must be one of auto, on, off"),
         ('[tsnet]\nadvertise_tags = ["agent"]\n', "tags start with 'tag:'"),
         ('listen = "unix:/tmp/t.sock"\n[tsnet]\nenabled = true\n', "use --listen 127.0.0.1:PORT"),
+        (
+            '[desk]\npush_services = ["http://100.64.0.9:8080"]\n',
+            "is not a push service: give a host (https is implied)",
+        ),
+        ('[desk]\npush_services = ["push service"]\n', "a push service is a host such as"),
+        ("[desk]\npush_ttl = 0\n", "desk.push_ttl: must be a positive integer"),
     ],
 )
 def test_bad_config_file_stops_with_one_line(tmp_path: Path, toml: str, expected: str) -> None:

@@ -349,18 +349,43 @@ def test_the_notification_token_answers_once_and_only_for_its_person(desk: Desk)
 def test_subscriptions_survive_a_restart_and_a_gone_one_is_removed(desk: Desk) -> None:
     kept, dropped = desk.subscribe("alice"), desk.subscribe("alice")
     assert len(desk.subscriptions("alice")) == 2
+    before = desk.send("alice", "ask:before")
+    assert len(desk.push.wait_for(2)) == 2
     desk.server.stop()
     desk.start()
     assert {s["endpoint"].rsplit("/", 1)[1] for s in desk.subscriptions("alice")} == {kept, dropped}
+    assert desk.state(before) == "TASK_STATE_INPUT_REQUIRED"  # still waits: told before
     desk.push.gone.add(dropped)
     task_id = desk.send("alice", "ask")
-    [received] = desk.push.wait_for(1)
+    [_, _, received] = desk.push.wait_for(3)
     assert received.subscription == kept
+    assert received.message["url"] == f"/desk/tasks/{task_id}#ask"
     deadline = time.monotonic() + 5
     while len(desk.subscriptions("alice")) > 1 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [s["endpoint"].rsplit("/", 1)[1] for s in desk.subscriptions("alice")] == [kept]
+    assert len(desk.push.received) == 3, [r.message["url"] for r in desk.push.received]
     desk.rpc("CancelTask", {"id": task_id})
+    desk.rpc("CancelTask", {"id": before})
+
+
+def test_a_person_lists_and_removes_their_devices_on_the_notifications_page(
+    desk: Desk, browser: Browser
+) -> None:
+    mine = desk.subscribe("carol")
+    desk.subscribe("bob")
+    phone = browser.new_context(viewport=PHONE)
+    page = phone.new_page()
+    page.goto(desk.url("carol", "/desk/notifications"))
+    devices = page.locator(".device")
+    expect(devices).to_have_count(1)  # bob's is not carol's to see
+    expect(devices.first.locator(".device-name")).to_have_text("carol-phone")
+    devices.first.get_by_role("button", name="Remove").click()
+    expect(page.locator(".device")).to_have_count(0)
+    expect(page.locator(".empty")).to_contain_text("No device is told yet")
+    assert desk.subscriptions("carol") == [] and len(desk.subscriptions("bob")) == 1
+    assert mine not in {r.subscription for r in desk.push.received}
+    phone.close()
 
 
 def test_a_busy_push_service_is_retried(desk: Desk) -> None:

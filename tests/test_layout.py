@@ -22,6 +22,12 @@ FORBIDDEN = [
     ("tailagent.workspace", "a2a", "the worktrees know nothing of A2A"),
     ("tailagent.bridge.owners", "a2a", "a conversation's owner is a name in the store"),
     ("tailagent.bridge.owners", "tailagent.access", "owners are names, not callers"),
+    ("tailagent.webpush", "tailagent.web", "Web Push knows nothing of the desk's pages"),
+    ("tailagent.webpush", "tailagent.bridge", "Web Push hears saves; it never drives tasks"),
+    ("tailagent.webpush", "tailagent.access", "a subscription's owner is a name"),
+    ("tailagent.webpush.sender", "a2a", "sending a push knows nothing of tasks"),
+    ("tailagent.webpush.subscriptions", "a2a", "subscriptions know nothing of tasks"),
+    ("tailagent.webpush.actions", "a2a", "action tokens know nothing of tasks"),
 ]
 
 
