@@ -31,9 +31,9 @@
   function whyNot() {
     if (!window.isSecureContext) {
       return `Notifications need HTTPS, and this page is plain http on ${location.host}. ` +
-        "Open the desk at https://NODE.TAILNET.ts.net/desk/: on this box run " +
-        "`tailscale serve --bg --https=443 <the listen address>`, or start tailagent with " +
-        "--tsnet (it serves HTTPS with the tailnet's certificate).";
+        "Open the desk at https://NODE.TAILNET.ts.net/desk/ instead: on the box, put " +
+        "tailagent behind `tailscale serve --bg <its listen address>` (or restart it " +
+        "with --tailnet, or --tsnet); both serve HTTPS with the tailnet's certificate.";
     }
     if (!("serviceWorker" in navigator)) return "This browser has no service workers.";
     if (!("PushManager" in window)) {
