@@ -235,6 +235,9 @@ def test_a_phone_subscribes_is_told_of_a_waiting_command_and_allows_it_from_the_
         " {credentials: 'include'}).then((r) => r.json())"
     )
     assert manifest["display"] == "standalone" and manifest["start_url"] == "/desk/"
+    for icon in manifest["icons"]:
+        fetched = page.request.get(desk.url("alice", icon["src"]))
+        assert fetched.status == 200 and fetched.headers["content-type"] == "image/png"
     button = page.locator("#notify")
     expect(button).to_have_text("Notify me")
     button.tap()
@@ -388,12 +391,15 @@ def test_a_person_lists_and_removes_their_devices_on_the_notifications_page(
     phone.close()
 
 
-def test_a_busy_push_service_is_retried(desk: Desk) -> None:
+def test_a_busy_push_service_is_retried_and_logged_once(desk: Desk) -> None:
     busy = desk.subscribe("alice")
-    desk.push.busy[busy] = 1
+    desk.push.busy[busy] = 2
     task_id = desk.send("alice", "ask")
     [received] = desk.push.wait_for(1, seconds=15)
     assert received.subscription == busy
+    warnings = [line for line in desk.server.log().splitlines() if "failed: 503" in line]
+    assert len(warnings) == 1, warnings
+    assert "retrying with backoff" in warnings[0]
     desk.rpc("CancelTask", {"id": task_id})
 
 
