@@ -347,6 +347,11 @@ def test_the_notification_token_answers_once_and_only_for_its_person(desk: Desk)
     task = desk.wait_state(task_id, "TASK_STATE_COMPLETED")
     said = " ".join(p.get("text", "") for m in task["history"] for p in m.get("parts", []))
     assert "denied by carol@example.com from carol-phone via notification" in said
+    with desk.client("alice") as alice:  # her own token, for a prompt answered since
+        stale = alice.post(
+            "/desk/push/answer", json={"token": by_device[alices]["token"], "action": "allow"}
+        )
+    assert stale.status_code == 409 and "already" in stale.json()["error"], stale.text
 
 
 def test_subscriptions_survive_a_restart_and_a_gone_one_is_removed(desk: Desk) -> None:
