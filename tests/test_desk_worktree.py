@@ -40,7 +40,8 @@ def test_the_page_shows_the_branch_and_merges_it(
     expect(page.locator(".task-head .state")).to_have_text("completed")
     worktree = page.locator(".task-head .worktree")
     expect(worktree).to_contain_text("1 ahead of, 0 behind main · notes.txt")
-    page.get_by_role("button", name="Merge into main").click()
+    page.locator(".task-head details.confirm summary").click()  # a merge asks first
+    page.get_by_role("button", name="Yes, merge into main").click()
     expect(page.locator(".outcome")).to_contain_text("merged (squash) into main")
     assert (repo / "notes.txt").read_text() == "edit:notes.txt from the page\n"
     assert "Requested-by: token:local" in git(repo, "log", "-1", "--format=%B", "main")
