@@ -19,6 +19,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
+from tailagent.web import markdown
 from tests.browser import PHONE
 from tests.conftest import RunningServer, start_server
 from tests.test_desk import OWNER, Tailnet, context, start_task, tailnet
@@ -412,3 +413,33 @@ def test_a_stale_answer_page_names_who_came_first_in_local_time(
     expect(refusal.locator("time")).to_have_text(re.compile(r"^\d{1,2}:\d{2}\s?[AP]M$"))
     assert request_id and request_id not in refusal.inner_text()
     tailnet.wait_state(task_id, "TASK_STATE_COMPLETED")
+
+
+# --- the Markdown renderer on its own ------------------------------------------------------
+
+OUR_TAGS = {"p", "code", "pre", "strong", "em", "ul", "ol", "li", "h4", "h5", "h6"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<script>alert(1)</script><img src=x onerror="alert(2)">',
+        "`<b>` **<i>x</i>** _<a href='javascript:alert(3)'>y</a>_",
+        "```\n</pre><script>alert(4)</script>\n```",
+        "# <h1>title</h1>\n- <li onclick=alert(5)>\n1. [x](javascript:alert(6))",
+        "`unclosed <em> **also <u>",
+    ],
+)
+def test_the_markdown_renderer_lets_no_tag_of_the_input_through(text: str) -> None:
+    html = str(markdown.render(text))
+    assert set(re.findall(r"</?([a-zA-Z0-9]+)", html)) <= OUR_TAGS, html
+    assert set(re.findall(r"<[a-z0-9]+(\s[^>]*)?>", html)) <= {"", ' class="code"'}, html
+
+
+def test_the_markdown_renderer_renders_what_agents_write() -> None:
+    html = str(markdown.render("## Done\nRan `ls -la` and **all** tests\n\n- one\n- `two`"))
+    assert html == (
+        "<h5>Done</h5>\n<p>Ran <code>ls -la</code> and <strong>all</strong> tests</p>\n"
+        "<ul><li>one</li><li><code>two</code></li></ul>"
+    )
+    assert str(markdown.inline("snake_case_name and *it*")) == "snake_case_name and <em>it</em>"
