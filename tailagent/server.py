@@ -227,7 +227,7 @@ def open_webpush(settings: Settings) -> WebPush:
     local = not host or host == "localhost" or host.replace(".", "").isdigit() or ":" in host
     box = socket.gethostname().split(".")[0] if local else host.split(".")[0]
     https = settings.advertised_url.startswith("https://")
-    return WebPush.open(
+    return WebPush(
         settings.state_dir,
         load_secret(settings.state_dir),
         services=settings.desk.push_services,

@@ -1,7 +1,8 @@
 """What a server holds at rest, on the default SQLite store: the A2A path, and not
 what only some requests need. SQLAlchemy loads for the request that needs a2a-sdk's
 own store (a ListTasks), Quart and Jinja for the first page of the desk; the card's
-private key and the libraries that sign with it never load (a child process signs)."""
+private key and the libraries that sign with it never load (a child process signs), nor
+do Web Push's (http-ece, py-vapid) before a page asks for the push key or a push is sent."""
 
 from __future__ import annotations
 

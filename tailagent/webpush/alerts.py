@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +23,12 @@ from a2a.types.a2a_pb2 import Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from tailagent.webpush.actions import ActionTokens, Bound
-from tailagent.webpush.sender import PushSender
 from tailagent.webpush.subscriptions import Subscription, Subscriptions
 
 WAITING = TaskState.TASK_STATE_INPUT_REQUIRED
 FAILED = TaskState.TASK_STATE_FAILED
+# Sends one message to one browser, in the background (sender.PushSender.send).
+Send = Callable[[Subscription, dict[str, Any], str], None]
 FAILURES_KEPT = 1024  # failed tasks already told (a final state may be saved again)
 TITLE_CHARS = 120
 TEXT_CHARS = 300
@@ -94,14 +96,14 @@ class Alerts:
     def __init__(
         self,
         subscriptions: Subscriptions,
-        sender: PushSender,
+        send: Send,
         tokens: ActionTokens,
         *,
         box: str,
         agent: str,
     ) -> None:
         self._subscriptions = subscriptions
-        self._sender = sender
+        self._send = send
         self._tokens = tokens
         self._box = box
         self._agent = agent
@@ -147,7 +149,7 @@ class Alerts:
             if prompt.kind == "permission" and prompt.request_id:
                 bound = Bound(subscription.owner, task.id, prompt.request_id)
                 message["token"] = self._tokens.issue(bound)
-            self._sender.send(subscription, message, topic=_topic(task.id))
+            self._send(subscription, message, _topic(task.id))
 
     def _failed(self, task: Task, owner: str) -> None:
         reason = "".join(p.text for p in task.status.message.parts if p.HasField("text"))
@@ -160,7 +162,7 @@ class Alerts:
             "kind": "failed",
         }
         for subscription in self._subscriptions.of(owner):
-            self._sender.send(subscription, message, topic=_topic(task.id))
+            self._send(subscription, message, _topic(task.id))
 
 
 def _topic(task_id: str) -> str:

@@ -1,31 +1,31 @@
 """The desk's Web Push, put together once per server: what `server.py` wires to the
-task store's saves and `web/push_routes.py` serves to the page."""
+task store's saves and `web/push_routes.py` serves to the page.
+
+The encryption and the signatures (http-ece, py-vapid, and cryptography under them)
+load only when a page asks for the server's key or a first message is sent: a server
+nobody subscribed to never holds them, as it never holds the card's signing code.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tailagent.webpush.actions import ActionTokens
 from tailagent.webpush.alerts import Alerts
-from tailagent.webpush.keys import load_vapid, public_key
-from tailagent.webpush.sender import PushSender
 from tailagent.webpush.services import PushServices
-from tailagent.webpush.subscriptions import Subscriptions
+from tailagent.webpush.subscriptions import Subscription, Subscriptions
+
+if TYPE_CHECKING:
+    from py_vapid import Vapid
+
+    from tailagent.webpush.sender import PushSender
 
 
-@dataclass(frozen=True)
 class WebPush:
-    box: str  # this box, as its people name it
-    public_key: str  # the VAPID key browsers subscribe with
-    subscriptions: Subscriptions
-    tokens: ActionTokens
-    sender: PushSender
-    alerts: Alerts
-
-    @classmethod
-    def open(
-        cls,
+    def __init__(
+        self,
         state_dir: Path,
         secret: bytes,
         *,
@@ -34,13 +34,40 @@ class WebPush:
         contact: str,
         box: str,
         agent: str,
-    ) -> WebPush:
-        key = load_vapid(state_dir)
-        subscriptions = Subscriptions(state_dir, PushServices(services))
-        tokens = ActionTokens(secret)
-        sender = PushSender(key, subscriptions, contact, ttl)
-        alerts = Alerts(subscriptions, sender, tokens, box=box, agent=agent)
-        return cls(box, public_key(key), subscriptions, tokens, sender, alerts)
+    ) -> None:
+        self.box = box  # this box, as its people name it
+        self.subscriptions = Subscriptions(state_dir, PushServices(services))
+        self.tokens = ActionTokens(secret)
+        self.alerts = Alerts(self.subscriptions, self._send, self.tokens, box=box, agent=agent)
+        self._state_dir = state_dir
+        self._ttl = ttl
+        self._contact = contact
+        self._sender: PushSender | None = None
+
+    @cached_property
+    def _vapid(self) -> Vapid:
+        from tailagent.webpush.keys import load_vapid
+
+        return load_vapid(self._state_dir)
+
+    @cached_property
+    def public_key(self) -> str:
+        """The VAPID key browsers subscribe with."""
+        from tailagent.webpush.keys import public_key
+
+        return public_key(self._vapid)
+
+    @property
+    def sender(self) -> PushSender:
+        if self._sender is None:
+            from tailagent.webpush.sender import PushSender
+
+            self._sender = PushSender(self._vapid, self.subscriptions, self._contact, self._ttl)
+        return self._sender
+
+    def _send(self, subscription: Subscription, message: dict[str, Any], topic: str) -> None:
+        self.sender.send(subscription, message, topic)
 
     async def aclose(self) -> None:
-        await self.sender.aclose()
+        if self._sender is not None:
+            await self._sender.aclose()

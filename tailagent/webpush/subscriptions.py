@@ -25,8 +25,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric import ec
-
 from tailagent.files import write_private
 from tailagent.webpush.services import PushServices
 
@@ -75,6 +73,8 @@ def unb64(text: str) -> bytes:
 
 def check_keys(p256dh: str, auth: str) -> None:
     """The keys as RFC 8291 needs them: a P-256 point and a 16-byte secret."""
+    from cryptography.hazmat.primitives.asymmetric import ec  # only once someone subscribes
+
     try:
         ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), unb64(p256dh))
     except ValueError:
