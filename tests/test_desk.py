@@ -377,17 +377,14 @@ def test_agent_output_with_html_is_shown_as_text(tailnet: Tailnet, context: Brow
 def test_a_task_that_starts_waiting_raises_a_badge_and_a_notification(
     tailnet: Tailnet, browser: Browser
 ) -> None:
+    """With notifications allowed but no push subscription, the open page itself tells
+    of a task that starts waiting, through its service worker (as Android requires)."""
     watcher = browser.new_context()
     watcher.grant_permissions(["notifications"], origin=tailnet.proxies["alice"].url)
-    # Notifications are the browser's to show; record what the page asks it to show.
-    watcher.add_init_script(
-        "window.shown = []; window.Notification = class { constructor(t, o) {"
-        " window.shown.push([t, o.tag]); } static get permission() { return 'granted'; }"
-        " static requestPermission() { return Promise.resolve('granted'); } };"
-    )
     listing = watcher.new_page()
     listing.goto(tailnet.url("alice"))
     expect(listing.locator("#rows")).to_be_visible()
+    listing.wait_for_function("navigator.serviceWorker.controller !== null")
     listing.wait_for_timeout(300)  # the list's stream is open
     other = watcher.new_page()
     task_id = start_task(other, tailnet, "alice", "ask")
@@ -395,8 +392,11 @@ def test_a_task_that_starts_waiting_raises_a_badge_and_a_notification(
     row = listing.locator(f".row.waiting[data-task='{task_id}']")
     expect(row.locator(".meta")).to_contain_text("You")
     expect(row.locator(".asked")).to_have_text("Asks to run rm -rf build")
-    shown = listing.evaluate("window.shown")
-    assert ["tailagent: a task waits for you", task_id] in shown
+    shown = listing.evaluate(
+        "navigator.serviceWorker.ready.then((r) => r.getNotifications())"
+        ".then((notes) => notes.map((n) => [n.title, n.tag, n.data.url]))"
+    )
+    assert ["tailagent: a task waits for you", task_id, f"/desk/tasks/{task_id}#ask"] in shown
     other.locator("section.ask").get_by_role("button", name="Deny", exact=True).click()
     expect(listing.locator(f".row.waiting[data-task='{task_id}']")).to_have_count(0)
     watcher.close()

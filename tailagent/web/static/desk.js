@@ -8,7 +8,6 @@
   const url = body.dataset.events;
   const baseTitle = document.title;
   const live = document.getElementById("live");
-  const notifyButton = document.getElementById("notify");
   let waitingBefore = null;
   let dropped = false;
 
@@ -95,22 +94,25 @@
     document.title = waiting.length ? `(${waiting.length}) ${baseTitle}` : baseTitle;
     if (waitingBefore !== null && "Notification" in window &&
         Notification.permission === "granted") {
-      waiting.filter((id) => !waitingBefore.includes(id)).forEach((id) => {
-        const note = new Notification("tailagent: a task waits for you", {
-          body: "Open it to answer.", tag: id,
-        });
-        note.onclick = () => { window.focus(); location.href = `/desk/tasks/${id}`; };
-      });
+      waiting.filter((id) => !waitingBefore.includes(id)).forEach(tell);
     }
     waitingBefore = waiting;
   }
 
-  if (notifyButton && "Notification" in window && window.isSecureContext &&
-      Notification.permission === "default") {
-    notifyButton.hidden = false;
-    notifyButton.addEventListener("click", () => {
-      Notification.requestPermission().then(() => { notifyButton.hidden = true; });
-    });
+  // A task that starts waiting while this page is open. A device subscribed to the
+  // server's push (notify.js marks the page) hears of it from there, with its Allow
+  // and Deny; otherwise the page says it through the service worker, as Android's
+  // Chrome allows no `new Notification` in a page, and by itself where there is none.
+  function tell(id) {
+    if (body.dataset.push === "on") return;
+    const title = "tailagent: a task waits for you";
+    const options = { body: "Open it to answer.", tag: id, data: { url: `/desk/tasks/${id}#ask` } };
+    if ("serviceWorker" in navigator && navigator.serviceWorker.controller) {
+      navigator.serviceWorker.ready.then((registration) => registration.showNotification(title, options));
+      return;
+    }
+    const note = new Notification(title, options);
+    note.onclick = () => { window.focus(); location.href = options.data.url; };
   }
 
   const task = document.querySelector(".task");

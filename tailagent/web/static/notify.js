@@ -71,6 +71,7 @@
   function showOn(on) {
     button.textContent = on ? "Notifications on" : "Notify me";
     button.dataset.on = on ? "1" : "";
+    document.body.dataset.push = on ? "on" : "";
     button.hidden = false;
   }
 
