@@ -18,6 +18,7 @@ from tailagent.access.policy import Policy
 from tailagent.access.resolve import Resolver
 from tailagent.access.streams import StreamCounts
 from tailagent.access.tokens import TokenStore
+from tailagent.bridge.conversations import Conversations
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.jsonrpc import jsonrpc_routes
 from tailagent.bridge.store import CoalescingTaskStore
@@ -40,6 +41,7 @@ def build_app(
     desk: Desk,
     webpush: WebPush,
     publisher: CardPublisher,
+    conversations: Conversations,
 ) -> AccessGuard:
     context_builder = CallerContextBuilder()
     routes = [
@@ -56,7 +58,9 @@ def build_app(
     tokens.ensure_local()
     secret = load_secret(settings.state_dir)
     sessions = BrowserSessions(secret, tokens)
-    page = LazyDesk(DeskParts(store, handler, desk, sessions, secret, str(settings.cwd), webpush))
+    page = LazyDesk(
+        DeskParts(store, handler, desk, sessions, secret, str(settings.cwd), webpush, conversations)
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: object) -> AsyncIterator[None]:

@@ -196,7 +196,9 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
             max_worktrees_per_caller=workspace.max_worktrees_per_caller,
         )  # fmt: skip
         await signing
-        app = build_app(settings, presence, handler, storage.tasks, desk, webpush, publisher)
+        app = build_app(
+            settings, presence, handler, storage.tasks, desk, webpush, publisher, conversations
+        )
 
         async def start_pushing(task_id: str, _owner: str) -> None:
             push.watch(task_id)

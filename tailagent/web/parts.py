@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tailagent.access.browser import BrowserSessions
+from tailagent.bridge.conversations import Conversations
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.web.live import Desk
@@ -20,3 +21,4 @@ class DeskParts:
     secret: bytes
     workspace: str
     webpush: WebPush
+    conversations: Conversations  # where each conversation works (its worktree)

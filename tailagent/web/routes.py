@@ -440,9 +440,8 @@ def _head_of(journal: Journal) -> dict[str, Any]:
 
 async def _worktree(parts: DeskParts, context_id: str) -> Worktree | None:
     """The conversation's worktree record (its path, its branch), None without one.
-    Read from the handler's conversations, which alone know where each one lives; a
-    record it cannot read shows as none (the page is no place to repair it)."""
-    conversations = parts.handler._conversations
+    A record it cannot read shows as none (the page is no place to repair it)."""
+    conversations = parts.conversations
     if not isinstance(conversations, Isolated):
         return None
     try:
