@@ -198,6 +198,29 @@ def test_a_question_shows_its_options_as_choices(tailnet: Tailnet, context: Brow
     tailnet.wait_state(task_id, "TASK_STATE_COMPLETED")
 
 
+def put_back_answer_form(
+    page: Page, task_id: str, token: str | None, request_id: str | None, choice: str
+) -> None:
+    """Adds to the page, as `#stale`, an answer form as it was when the page showed the
+    question (its live view has taken the question away since)."""
+    page.evaluate(
+        """([action, token, requestId, choice]) => {
+            const form = document.createElement("form");
+            form.id = "stale"; form.method = "post"; form.action = action;
+            for (const [name, value] of [["token", token], ["requestId", requestId]]) {
+                const input = document.createElement("input");
+                input.type = "hidden"; input.name = name; input.value = value;
+                form.appendChild(input);
+            }
+            const button = document.createElement("button");
+            button.name = "choice"; button.value = choice; button.textContent = choice;
+            form.appendChild(button);
+            document.body.appendChild(form);
+        }""",
+        [f"/desk/tasks/{task_id}/answer", token, request_id, choice],
+    )
+
+
 def test_a_second_answer_is_refused_and_names_who_answered_first(
     tailnet: Tailnet, context: BrowserContext
 ) -> None:
@@ -211,22 +234,7 @@ def test_a_second_answer_is_refused_and_names_who_answered_first(
     expect(first.locator(".decision")).to_contain_text("You allowed")
     # The other tab answers the same prompt a moment later. Its live view has taken the
     # question away by now, so put its form back as it was when the tab rendered it.
-    second.evaluate(
-        """([action, token, requestId]) => {
-            const form = document.createElement("form");
-            form.id = "stale"; form.method = "post"; form.action = action;
-            for (const [name, value] of [["token", token], ["requestId", requestId]]) {
-                const input = document.createElement("input");
-                input.type = "hidden"; input.name = name; input.value = value;
-                form.appendChild(input);
-            }
-            const button = document.createElement("button");
-            button.name = "choice"; button.value = "allow"; button.textContent = "Allow";
-            form.appendChild(button);
-            document.body.appendChild(form);
-        }""",
-        [f"/desk/tasks/{task_id}/answer", token, request_id],
-    )
+    put_back_answer_form(second, task_id, token, request_id, "allow")
     with second.expect_navigation():
         second.locator("#stale button").click()
     refusal = second.locator(".refusal")

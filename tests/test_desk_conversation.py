@@ -21,12 +21,13 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tailagent.web import markdown
 from tests.browser import PHONE
-from tests.conftest import RunningServer, start_server
-from tests.test_desk import OWNER, Tailnet, context, start_task, tailnet
+from tests.conftest import RunningServer
+from tests.test_desk import OWNER, Tailnet, context, put_back_answer_form, start_task, tailnet
 from tests.test_desk_access import signin_link
+from tests.test_desk_worktree import repo_server
 from tests.test_isolation import git
 
-__all__ = ["context", "tailnet"]  # the fixtures, shared with test_desk.py's module
+__all__ = ["context", "repo_server", "tailnet"]  # fixtures shared with their modules
 SCREENSHOTS = os.environ.get("TAILAGENT_SCREENSHOTS")
 # What the page must never show a person: the protocol's own words for an answer.
 RAW = re.compile(r"option:|permission_response|requestId|allow_once|reject_once")
@@ -131,6 +132,8 @@ def test_a_huge_one_line_prompt_is_cut_for_display_and_whole_on_a_tap(
     assert box is not None and box["height"] < 200, box
     assert page.evaluate("document.documentElement.scrollHeight") < 20_000
     row.locator("a.open").click()
+    page.wait_for_url(re.compile(f"/desk/tasks/{task_id}$"))
+    expect(page.locator(".task-head h1")).to_be_visible()
     head = page.locator(".task-head h1").bounding_box()
     assert head is not None and head["height"] < 200, head
     assert page.evaluate("document.documentElement.scrollHeight") < 20_000
@@ -291,20 +294,6 @@ def test_the_top_bar_stays_one_line_when_the_connection_drops(
 # --- a conversation with a worktree: its directory, its merge ------------------------------
 
 
-@pytest.fixture(scope="module")
-def repo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, Path]]:
-    tmp = tmp_path_factory.mktemp("desk-conversation")
-    repo = tmp / "workspace"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("a project\n")
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=Dev", "-c", "user.email=dev@example.com", "commit", "-qm", "start")
-    server = start_server(tmp, "--tailscale-socket", str(tmp / "none.sock"))
-    yield server, repo
-    server.stop()
-
-
 def local_task(page: Page, text: str) -> str:
     page.goto(page.url.split("/desk/")[0] + "/desk/")
     page.fill("#text", text)
@@ -388,22 +377,7 @@ def test_a_stale_answer_page_names_who_came_first_in_local_time(
     page.locator("section.ask").get_by_role("button", name="Allow", exact=True).click()
     expect(page.locator(".decision")).to_contain_text("You allowed")
     # The same form, sent again from a tab that still shows the question.
-    page.evaluate(
-        """([action, token, requestId]) => {
-            const form = document.createElement("form");
-            form.id = "stale"; form.method = "post"; form.action = action;
-            for (const [name, value] of [["token", token], ["requestId", requestId]]) {
-                const input = document.createElement("input");
-                input.type = "hidden"; input.name = name; input.value = value;
-                form.appendChild(input);
-            }
-            const button = document.createElement("button");
-            button.name = "choice"; button.value = "deny"; button.textContent = "Deny";
-            form.appendChild(button);
-            document.body.appendChild(form);
-        }""",
-        [f"/desk/tasks/{task_id}/answer", token, request_id],
-    )
+    put_back_answer_form(page, task_id, token, request_id, "deny")
     with page.expect_navigation():
         page.locator("#stale button").click()
     expect(page.locator(".bar .viewer")).to_have_text(f"{OWNER} from pixel-7")

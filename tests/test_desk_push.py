@@ -28,19 +28,9 @@ from tests.browser import CHROMIUM, FLAGS, PHONE
 from tests.conftest import RunningServer, start_server
 from tests.push_service import PushService
 from tests.serve_proxy import ServeProxy
-from tests.tailnet import OWNER, FakeTailscaled, whois
+from tests.tailnet import OWNER, FakeTailscaled
+from tests.test_desk import CAP, PEOPLE
 
-CAP = "example.com/cap/tailagent"
-PEOPLE = {
-    "alice": whois(OWNER, name="pixel-7", ip="100.64.0.2"),
-    "bob": whois("bob@example.com", name="bob-laptop", ip="100.64.0.3"),
-    "carol": whois(
-        "carol@example.com",
-        name="carol-phone",
-        ip="100.64.0.4",
-        caps={CAP: [{"roles": ["caller", "approver"]}]},
-    ),
-}
 # The box as the push names it: its host name, when its URL is a loopback address.
 BOX = socket.gethostname().split(".")[0]
 

@@ -16,7 +16,6 @@ import uuid
 from importlib import resources
 from typing import Any
 
-from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import (
     Message,
     Part,
@@ -31,9 +30,9 @@ from google.protobuf.struct_pb2 import Value
 from quart import Blueprint, Response, redirect, request
 from quart.typing import ResponseReturnValue
 
-from tailagent.access.identity import SCOPE_KEY, Caller, OwnerUser
-from tailagent.bridge.executor import VIA_KEY
+from tailagent.access.identity import Caller
 from tailagent.web import forms, render
+from tailagent.web.caller import call_context, current_caller
 from tailagent.web.parts import DeskParts
 from tailagent.webpush.actions import ActionRefused
 from tailagent.webpush.subscriptions import SubscriptionRefused
@@ -46,13 +45,6 @@ class PushRefused(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-
-
-def _caller() -> Caller:
-    caller = request.scope.get(SCOPE_KEY)
-    if not isinstance(caller, Caller):  # the access layer lets nobody in without one
-        raise RuntimeError("a desk route was reached without a verified caller")
-    return caller
 
 
 def _device(caller: Caller) -> str:
@@ -140,7 +132,7 @@ def push_blueprint(parts: DeskParts) -> Blueprint:
     async def key() -> ResponseReturnValue:
         """What the page needs to subscribe: the server's VAPID key, a token for this
         person, and the subscriptions they have (which follow their roles from here)."""
-        caller = _caller()
+        caller = current_caller()
         await webpush.subscriptions.seen(caller.owner, tuple(sorted(caller.roles)))
         return {
             "publicKey": webpush.public_key,
@@ -155,7 +147,7 @@ def push_blueprint(parts: DeskParts) -> Blueprint:
 
     @push_bp.post("/push/subscriptions")
     async def subscribe() -> ResponseReturnValue:
-        caller = _caller()
+        caller = current_caller()
         body = await _json_body()
         check_token(caller, body)
         try:
@@ -168,7 +160,7 @@ def push_blueprint(parts: DeskParts) -> Blueprint:
 
     @push_bp.post("/push/subscriptions/remove")
     async def unsubscribe() -> ResponseReturnValue:
-        caller = _caller()
+        caller = current_caller()
         body = await _json_body()
         check_token(caller, body)
         subscription_id = str(body.get("id", ""))
@@ -185,7 +177,7 @@ def push_blueprint(parts: DeskParts) -> Blueprint:
     @push_bp.get("/notifications")
     async def notifications() -> ResponseReturnValue:
         """The devices a person is told on, each removable (a plain form: no script)."""
-        caller = _caller()
+        caller = current_caller()
         mine = sorted(webpush.subscriptions.of(caller.owner), key=lambda s: s.created)
         page = render.page(
             "notifications.html", viewer(caller), subscriptions=[s.public() for s in mine]
@@ -194,7 +186,7 @@ def push_blueprint(parts: DeskParts) -> Blueprint:
 
     @push_bp.post("/notifications/<subscription_id>/remove")
     async def remove(subscription_id: str) -> ResponseReturnValue:
-        caller = _caller()
+        caller = current_caller()
         posted = await request.form
         token = posted.get("token", "")
         if not forms.valid(parts.secret, token, caller.owner, "push-remove", subscription_id):
@@ -208,7 +200,7 @@ def push_blueprint(parts: DeskParts) -> Blueprint:
     async def answer() -> ResponseReturnValue:
         """A notification's Allow or Deny, sent by the service worker with the one-use
         token the push carried; answered as the person the access layer names."""
-        caller = _caller()
+        caller = current_caller()
         body = await _json_body()
         choice = body.get("action")
         if choice not in ("allow", "deny"):
@@ -217,9 +209,7 @@ def push_blueprint(parts: DeskParts) -> Blueprint:
             bound = webpush.tokens.redeem(str(body.get("token", "")), caller.owner)
         except ActionRefused as exc:
             raise PushRefused(403, str(exc)) from None
-        context = ServerCallContext(
-            user=OwnerUser(caller.owner), state={"caller": caller, VIA_KEY: "notification"}
-        )
+        context = call_context(caller, via="notification")
         task = await parts.store.get(bound.task_id, context)
         if task is None:
             raise PushRefused(404, f"no task {bound.task_id} that you may see")

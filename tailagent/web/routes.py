@@ -18,7 +18,6 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     Message,
@@ -35,12 +34,12 @@ from quart import Blueprint, Quart, Response, redirect, request
 from quart.typing import ResponseReturnValue
 
 from tailagent.access.browser import SignInRefused, local_uid
-from tailagent.access.identity import SCOPE_KEY, Caller, OwnerUser
+from tailagent.access.identity import Caller
 from tailagent.bridge.conversations import Isolated
-from tailagent.bridge.executor import VIA_KEY
 from tailagent.bridge.store import position
 from tailagent.bridge.task_table import Position
 from tailagent.web import forms, render
+from tailagent.web.caller import call_context, current_caller
 from tailagent.web.live import Journal
 from tailagent.web.parts import DeskParts
 from tailagent.web.transcript import SECTIONS, Entry, Row, entries, row
@@ -77,17 +76,6 @@ class ListPage:
 
     rows: list[Row]
     older: str  # the next page's `older=` value; "" on the last page
-
-
-def _caller() -> Caller:
-    caller = request.scope.get(SCOPE_KEY)
-    if not isinstance(caller, Caller):  # the access layer lets nobody in without one
-        raise RuntimeError("a desk route was reached without a verified caller")
-    return caller
-
-
-def _context(caller: Caller) -> ServerCallContext:
-    return ServerCallContext(user=OwnerUser(caller.owner), state={"caller": caller, VIA_KEY: "web"})
 
 
 def _sse(event: str, data: dict[str, Any], event_id: str | None = None) -> bytes:
@@ -134,7 +122,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
         return render.Viewer(caller, you.token, workdir, note)
 
     async def visible_task(caller: Caller, task_id: str) -> Task:
-        task = await parts.store.get(task_id, _context(caller))
+        task = await parts.store.get(task_id, call_context(caller))
         if task is None:
             raise Refused(404, f"no task {task_id} that you may see")
         return task
@@ -186,7 +174,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
             message=message, configuration=SendMessageConfiguration(return_immediately=True)
         )
         try:
-            result = await parts.handler.on_message_send(request_, _context(caller))
+            result = await parts.handler.on_message_send(request_, call_context(caller))
         except A2AError as exc:
             raise Refused(_status_of(exc), exc.message or type(exc).__name__) from None
         if not isinstance(result, Task):
@@ -204,7 +192,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
     @desk_bp.errorhandler(Refused)
     async def refused(exc: Refused) -> ResponseReturnValue:
         back = request.path.rsplit("/", 1)[0] if request.method == "POST" else "/desk/"
-        page = render.refusal(str(exc), back, viewer(_caller()))
+        page = render.refusal(str(exc), back, viewer(current_caller()))
         return Response(page, status=exc.status, content_type="text/html; charset=utf-8")
 
     def list_context(page: ListPage, waiting: list[str], older: str) -> dict[str, Any]:
@@ -212,14 +200,14 @@ def blueprint(parts: DeskParts) -> Blueprint:
 
     @desk_bp.get("/")
     async def task_list() -> ResponseReturnValue:
-        caller = _caller()
+        caller = current_caller()
         older = _older_arg()
         found, waiting = await rows(caller, older)
         return render.page("list.html", viewer(caller), **list_context(found, waiting, older))
 
     @desk_bp.get("/events")
     async def list_events() -> ResponseReturnValue:
-        caller = _caller()
+        caller = current_caller()
         you = viewer(caller)
         older = _older_arg()
 
@@ -237,7 +225,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
 
     @desk_bp.get("/tasks/<task_id>")
     async def task_page(task_id: str) -> ResponseReturnValue:
-        caller = _caller()
+        caller = current_caller()
         task = await visible_task(caller, task_id)
         journal = await parts.desk.journal(task_id)
         if journal is None:
@@ -259,7 +247,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
 
     @desk_bp.get("/tasks/<task_id>/events")
     async def task_events(task_id: str) -> ResponseReturnValue:
-        caller = _caller()
+        caller = current_caller()
         await visible_task(caller, task_id)
         scope = None if caller.may("admin") else caller.owner
         last = request.headers.get("Last-Event-ID") or request.args.get("after", "")
@@ -290,14 +278,14 @@ def blueprint(parts: DeskParts) -> Blueprint:
 
     @desk_bp.post("/tasks")
     async def new_task() -> ResponseReturnValue:
-        caller = _caller()
+        caller = current_caller()
         text = _text_of(await form(caller, "send"), "say what the agent should do")
         task = await send(caller, _message(text))
         return redirect(f"/desk/tasks/{task.id}", 303)
 
     @desk_bp.post("/tasks/<task_id>/follow")
     async def follow_up(task_id: str) -> ResponseReturnValue:
-        caller = _caller()
+        caller = current_caller()
         text = _text_of(await form(caller, "follow", task_id), "say what comes next")
         task = await visible_task(caller, task_id)
         follow = await send(caller, _message(text, context_id=task.context_id))
@@ -305,7 +293,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
 
     @desk_bp.post("/tasks/<task_id>/answer")
     async def answer(task_id: str) -> ResponseReturnValue:
-        caller = _caller()
+        caller = current_caller()
         posted = await form(caller, "answer", task_id)
         task = await visible_task(caller, task_id)
         message = _answer(posted)
@@ -338,7 +326,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
     @desk_bp.post("/tasks/<task_id>/merge")
     async def merge(task_id: str) -> ResponseReturnValue:
         """Squashes the task's conversation into its base branch (A2A's merge message)."""
-        caller = _caller()
+        caller = current_caller()
         await form(caller, "merge", task_id)
         task = await visible_task(caller, task_id)
         request_ = _message("", context_id=task.context_id)
@@ -347,7 +335,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
         back = f"/desk/tasks/{task_id}"
         try:
             reply = await parts.handler.on_message_send(
-                SendMessageRequest(message=request_), _context(caller)
+                SendMessageRequest(message=request_), call_context(caller)
             )
         except A2AError as exc:
             said = exc.message or type(exc).__name__
@@ -365,10 +353,10 @@ def blueprint(parts: DeskParts) -> Blueprint:
 
     @desk_bp.post("/tasks/<task_id>/cancel")
     async def cancel(task_id: str) -> ResponseReturnValue:
-        caller = _caller()
+        caller = current_caller()
         await form(caller, "cancel", task_id)
         try:
-            await parts.handler.on_cancel_task(CancelTaskRequest(id=task_id), _context(caller))
+            await parts.handler.on_cancel_task(CancelTaskRequest(id=task_id), call_context(caller))
         except A2AError as exc:
             raise Refused(409, exc.message or type(exc).__name__) from None
         return redirect(f"/desk/tasks/{task_id}", 303)
@@ -376,7 +364,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
     @desk_bp.post("/signin-link")
     async def signin_link() -> ResponseReturnValue:
         """For `tailagent web`: a one-use sign-in link, for the local token only."""
-        caller = _caller()
+        caller = current_caller()
         kind = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if kind != "application/json":
             return {"error": "this endpoint takes application/json"}, 415
