@@ -132,6 +132,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         push = PushDispatcher(sdk, push_targets, signer, settings.push, presence.tailnet_proxy)
         desk = Desk(lambda task_id: storage.tasks.with_owner(task_id))
         webpush = open_webpush(settings)
+        webpush.start()
 
         def saved(task: Task, owner: str) -> None:
             desk.saved(task, owner)

@@ -8,6 +8,7 @@ nobody subscribed to never holds them, as it never holds the card's signing code
 
 from __future__ import annotations
 
+import asyncio
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,19 @@ class WebPush:
         self._ttl = ttl
         self._contact = contact
         self._sender: PushSender | None = None
+        self._warming: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """With subscriptions kept from before, loads the sender now, on a worker thread:
+        otherwise the first prompt after a start would load it (~0.1 s of imports and
+        the key) on the event loop, in the middle of a turn."""
+        if self.subscriptions.all():
+            self._warming = asyncio.create_task(asyncio.to_thread(self._load))
+
+    def _load(self) -> None:
+        import tailagent.webpush.sender  # noqa: F401 (http-ece, cryptography)
+
+        self.public_key  # noqa: B018 (py-vapid, and the key read from the state dir)
 
     @cached_property
     def _vapid(self) -> Vapid:
@@ -69,5 +83,7 @@ class WebPush:
         self.sender.send(subscription, message, topic)
 
     async def aclose(self) -> None:
+        if self._warming is not None:
+            await asyncio.gather(self._warming, return_exceptions=True)
         if self._sender is not None:
             await self._sender.aclose()
