@@ -23,6 +23,7 @@ from google.protobuf.json_format import MessageToDict
 from tailagent.agents.events import AgentBackend
 from tailagent.card.builder import build_card
 from tailagent.card.keyfile import key_version
+from tailagent.origin import python_child
 
 JWKS_PATH = "/.well-known/jwks.json"
 # The one-file binary has no `-m`: its entry point takes this argument instead.
@@ -46,9 +47,12 @@ class CardVariant(NamedTuple):
 
 
 def signer_command() -> list[str]:
+    """The signer child: `-m` alone would put the current directory first on its
+    sys.path, and a `tailagent/` folder there (a clone, seen from its parent) would be
+    imported in place of this package (origin.python_child says how it is not)."""
     if getattr(sys, "frozen", False):
         return [sys.executable, SIGNER_ARGUMENT]
-    return [sys.executable, "-m", "tailagent.card.signer"]
+    return python_child("tailagent.card.signer")
 
 
 async def sign_cards(
