@@ -2,7 +2,7 @@
 and the units shipped in `systemd/` (the same template, with systemd's specifiers).
 
 The unit runs tailagent from where it is installed (the one-file binary, its
-console script, or its interpreter in isolated mode: see origin.command()), on a
+console script, or its interpreter with -P: see origin.command()), on a
 unix socket in its runtime directory (only tailscaled and the service's
 user can connect), with its state in systemd's state directory and the hardening
 that still lets the agent work in its workspace. Installing writes the file and
@@ -104,7 +104,7 @@ WantedBy=default.target
 @dataclass(frozen=True)
 class Unit:
     user_mode: bool
-    command: str  # what runs tailagent: its console script, or an interpreter with -I -m
+    command: str  # what runs tailagent: its console script, or an interpreter with -P -m
     workspace: str
     config: str | None
     user: str
