@@ -102,16 +102,14 @@ def test_the_rendered_unit_serves_from_a_workspace_holding_a_tailagent_package(
     python = Path(sys.executable) if script else venv_without_console_script(tmp_path / "venv")
     workspace = shadowed(tmp_path / "workspace")  # start_server's --cwd
     command = unit_command(python, workspace, tmp_path / "units")
-    expected = [str(VENV / "bin" / "tailagent")] if script else [str(python), "-P", "-m", "tailagent"]
-    assert command == expected
+    fallback = [str(python), "-P", "-m", "tailagent"]
+    assert command == ([str(VENV / "bin" / "tailagent")] if script else fallback)
     monkeypatch.chdir(workspace)  # the unit's WorkingDirectory=
     server = start_server(tmp_path, command=command)
     assert_served_and_signed(server, workspace)
 
 
-def test_printed_follow_ups_keep_the_isolated_mode(
-    server: RunningServer, tmp_path: Path
-) -> None:
+def test_printed_follow_ups_keep_the_isolated_mode(server: RunningServer, tmp_path: Path) -> None:
     """`python -I -m tailagent call` prints its follow-ups with -I: run from the same
     directory, a plain `python -m tailagent` would import the folder there."""
     shadow = shadowed(tmp_path)
