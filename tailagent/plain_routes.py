@@ -1,13 +1,15 @@
-"""The routes outside A2A: the agent card and its keys, /metrics and /healthz.
+"""The routes outside A2A: the agent card and its keys, /metrics, /healthz and
+/favicon.ico.
 
 Starlette routes (a2a-sdk's own routes already run on Starlette), behind the same
-access guard as everything else; the card and /healthz are public (the guard's
-PUBLIC_PATHS), /metrics is for admins.
+access guard as everything else; the card, /healthz and the icon are public (the
+guard's PUBLIC_PATHS), /metrics is for admins.
 """
 
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
@@ -22,6 +24,8 @@ CARD_PATH = "/.well-known/agent-card.json"
 # The 1.0 path, and the two older ones clients still ask for.
 CARD_PATHS = (CARD_PATH, "/.well-known/agent-card", "/.well-known/agent.json")
 CARD_MAX_AGE = 300
+FAVICON_PATH = "/favicon.ico"
+FAVICON_MAX_AGE = 86400
 
 
 def plain_routes(publisher: CardPublisher) -> list[BaseRoute]:
@@ -54,9 +58,18 @@ def plain_routes(publisher: CardPublisher) -> list[BaseRoute]:
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
+    icon = (files("tailagent.web") / "static" / "icon-192.png").read_bytes()
+
+    async def favicon(_request: Request) -> Response:
+        """The desk's icon, for the browsers that ask for /favicon.ico whatever a page
+        links: public, so each page load is not an access refusal in the log."""
+        headers = {"Cache-Control": f"public, max-age={FAVICON_MAX_AGE}"}
+        return Response(icon, media_type="image/png", headers=headers)
+
     return [
         *(Route(path, agent_card, methods=["GET"]) for path in CARD_PATHS),
         Route(JWKS_PATH, jwks, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
+        Route(FAVICON_PATH, favicon, methods=["GET"]),
     ]

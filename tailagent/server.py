@@ -69,6 +69,7 @@ class Service:
     signal_watch: asyncio.Task[None] | None
     conversations: Conversations
     webpush: WebPush
+    desk: Desk
 
     async def stop_turns(self) -> int:
         """Ends every running or waiting turn, saying the server stopped; returns how many."""
@@ -215,7 +216,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
             )
         return Service(
             app, executor, handler, storage, pool, backend, push, signal_watch, conversations,
-            webpush,
+            webpush, desk,
         )  # fmt: skip
     except BaseException:
         # A start that fails leaves no signer behind (it would wait on its stdin).
@@ -287,6 +288,19 @@ class StartError(Exception):
     def __init__(self, line: str, exit_code: int = 1) -> None:
         super().__init__(line)
         self.exit_code = exit_code
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def stopped_line(ended: int, waiting: int) -> str:
+    """What the stop did to the tasks: the unfinished ones ended, the ones waiting for an
+    answer kept (a person may still answer them after the next start)."""
+    line = f"stopping: {_count(ended, 'unfinished task')} ended"
+    if waiting:
+        line += f"; {_count(waiting, 'task')} waiting for an answer will wait on for the next start"
+    return line
 
 
 async def _announce_ready(notifier: Notifier, where: str, what: str) -> None:
@@ -361,11 +375,13 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
 
     async def shutdown() -> None:
         notifier.stopping(f"stopping: ending {service.executor.running} running turn(s)")
+        # Before Hypercorn's graceful wait: an open desk page's stream ends its response
+        # now, instead of holding the stop for GRACEFUL_TIMEOUT and being cut.
+        service.desk.stop()
         try:
             waiting = service.executor.waiting
             ended = await service.stop_turns()
-            kept = f"; {waiting} waiting for an answer wait on for the next start"
-            log.info("stopping: %d unfinished task(s) ended%s", ended, kept if waiting else "")
+            log.info("%s", stopped_line(ended, waiting))
         finally:
             stop.set()
 

@@ -1,5 +1,6 @@
-"""How tailagent runs Hypercorn: its configuration, and two mends, to how it lets
-go of a connection its client has closed and to how it writes a response.
+"""How tailagent runs Hypercorn: its configuration, and three mends, to how it lets
+go of a connection its client has closed, to how it writes a response, and to how a
+connection that the stop cuts ends (one warning line, not an asyncio traceback).
 
 Hypercorn (0.18) keeps a kept-alive connection that its client closed (the socket
 sits in CLOSE-WAIT) until the connection's keep-alive timer runs out, 5 s later:
@@ -21,6 +22,7 @@ response (no length: server-sent events) still sends its head at once.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -32,6 +34,20 @@ from hypercorn.events import RawData
 from hypercorn.protocol.h11 import H11Protocol, H11SendableEvent
 
 from tailagent.listener import LISTEN_BACKLOG
+
+log = logging.getLogger("tailagent")
+
+
+def _not_running_on(record: logging.LogRecord) -> bool:
+    """Hypercorn's "Running on … (CTRL + C to quit)" repeats tailagent's own "serving on"
+    line, with a hint that is wrong under systemd: it is left out."""
+    return not record.getMessage().startswith("Running on ")
+
+
+# Hypercorn's own lines (an app's failure, which stays an error) under a name that does
+# not call every line an error, as "hypercorn.error" did, even its "Running on" at info.
+HYPERCORN_LOG = logging.getLogger("hypercorn")
+HYPERCORN_LOG.addFilter(_not_running_on)
 
 # Long enough for Hypercorn to finish the responses already under way at stop.
 GRACEFUL_TIMEOUT = 5.0
@@ -46,6 +62,27 @@ async def _read_then_let_go(self: TCPServer) -> None:
 
 
 TCPServer._read_data = _read_then_let_go  # type: ignore[method-assign]
+
+_run_connection = TCPServer.run
+
+
+async def _run_or_say_cut(self: TCPServer) -> None:
+    """Hypercorn's connection, ending quietly when the stop cuts it. At stop, Hypercorn
+    cancels the connections still busy after GRACEFUL_TIMEOUT, and Python 3.11's
+    asyncio streams log each cancelled one as an error with a 28-line traceback (its
+    done-callback asks a cancelled task for its exception); one line says it instead."""
+    try:
+        await _run_connection(self)
+    except asyncio.CancelledError:
+        peer = self.writer.get_extra_info("peername")
+        who = f"from {peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "on the unix socket"
+        log.warning(
+            "stopping: cut a connection %s still busy %.0f s after the stop began",
+            who, GRACEFUL_TIMEOUT,
+        )  # fmt: skip
+
+
+TCPServer.run = _run_or_say_cut  # type: ignore[method-assign]
 
 HELD_HEAD = "_tailagent_held_head"
 
@@ -80,7 +117,7 @@ def hypercorn_config(sock: socket.socket) -> Config:
     # Hypercorn closes the socket it serves on; give it its own descriptor.
     config.bind = [f"fd://{os.dup(sock.fileno())}"]
     config.accesslog = None
-    config.errorlog = logging.getLogger("hypercorn.error")
+    config.errorlog = HYPERCORN_LOG
     config.graceful_timeout = GRACEFUL_TIMEOUT
     # Hypercorn calls listen() again on the socket it is given, with its own backlog
     # (100 by default): a burst of new connections beyond it was dropped.

@@ -80,8 +80,8 @@ async def test_sigterm_ends_running_and_waiting_turns_and_stops_the_agents(tmp_p
         server.process.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(server.process.wait, 20) == 0
     assert (
-        "stopping: 1 unfinished task(s) ended; 1 waiting for an answer wait on for the next start"
-        in server.log()
+        "stopping: 1 unfinished task ended; 1 task waiting for an answer will wait on for the "
+        "next start" in server.log()
     )
     assert not [pid for pid in agents if alive(pid)]
     again = start_server(tmp_path, state_dir=server.state_dir)

@@ -43,6 +43,7 @@ PUBLIC_PATHS = frozenset(
         "/.well-known/agent.json",
         "/.well-known/jwks.json",
         "/healthz",
+        "/favicon.ico",  # the desk's icon, nothing else (plain_routes.py)
         "/desk/signin",  # the link's one-use ticket is the credential (access/browser.py)
     }
 )

@@ -80,7 +80,8 @@ class Desk:
     """The live state every open page reads: journals, the unfinished tasks' states, and
     which tasks wait for an answer. Two pulses wake pages: `list_changed` (any task's
     state moved: lists re-read) and `waiting_changed` (the set of waiting tasks moved:
-    every page's badge). A task page is not woken by other tasks' progress."""
+    every page's badge). A task page is not woken by other tasks' progress. `stopping`
+    ends every live stream: set when the server begins to stop (`stop`)."""
 
     def __init__(self, load: Callable[[str], Awaitable[tuple[Task, str] | None]]) -> None:
         self._load = load  # a task and its owner, by id, whoever owns it
@@ -95,6 +96,12 @@ class Desk:
         # Conversations merged from this page -> what the merge said: their tasks' branch
         # lines say it (after a restart, the missing worktree says "merged or discarded").
         self.merged: dict[str, str] = {}
+        self.stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        """The server stops: every open stream ends its response now, so the server's
+        wait for unfinished responses finds none (it would wait 5 s, then cut them)."""
+        self.stopping.set()
 
     def saved(self, task: Task, owner: str) -> None:
         """The store saved a task (the hot path: notes and schedules, nothing more)."""

@@ -212,14 +212,15 @@ def blueprint(parts: DeskParts) -> Blueprint:
         older = _older_arg()
 
         async def body() -> AsyncGenerator[bytes, None]:
-            while True:
+            stopping = parts.desk.stopping
+            while not stopping.is_set():
                 changed = parts.desk.list_changed
                 found, waiting = await rows(caller, older)
                 html = render.page("rows.html", you, **list_context(found, waiting, older))
                 yield _sse("rows", {"html": html, "waiting": waiting})
-                while not await _wait(changed, HEARTBEAT):
+                while not await _wait_any((changed, stopping), HEARTBEAT):
                     yield b": still here\n\n"
-                await asyncio.sleep(LIST_SETTLE)
+                await _wait_any((stopping,), LIST_SETTLE)
 
         return _stream(body())
 
@@ -254,9 +255,10 @@ def blueprint(parts: DeskParts) -> Blueprint:
 
         async def body() -> AsyncGenerator[bytes, None]:
             seen, waiting_sent = last, None
+            stopping = parts.desk.stopping
             parts.desk.pin(task_id)
             try:
-                while True:
+                while not stopping.is_set():
                     journal = await parts.desk.journal(task_id)
                     if journal is None:
                         return
@@ -269,7 +271,7 @@ def blueprint(parts: DeskParts) -> Blueprint:
                     if waiting != waiting_sent:
                         yield _sse("waiting", {"waiting": waiting})
                         waiting_sent = waiting
-                    if not await _wait_any(woken, pulse, HEARTBEAT):
+                    if not await _wait_any((woken, pulse, stopping), HEARTBEAT):
                         yield b": still here\n\n"
             finally:
                 parts.desk.unpin(task_id)
@@ -514,18 +516,10 @@ def _changes(journal: Journal, last: str, viewer: render.Viewer) -> bytes:
     return _sse("entries", {"reset": reset, "items": items}, journal.event_id)
 
 
-async def _wait(event: asyncio.Event, seconds: float) -> bool:
-    try:
-        async with asyncio.timeout(seconds):
-            await event.wait()
-    except TimeoutError:
-        return False
-    return True
-
-
-async def _wait_any(first: asyncio.Event, second: asyncio.Event, seconds: float) -> bool:
-    """Waits for either event; False when the timeout came first."""
-    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+async def _wait_any(events: tuple[asyncio.Event, ...], seconds: float) -> bool:
+    """Waits for any of the events (a stream's own, and the desk's `stopping`, so a
+    stop never waits for a heartbeat); False when the timeout came first."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
     try:
         done, _ = await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         return bool(done)
