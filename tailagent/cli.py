@@ -396,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
             "tsnet.enabled": args.tsnet,
         }
         settings = _settings(flags, args.config)
-        return 2 if settings is None else doctor_command(settings, args.json)
+        asked = args.agent is not None or args.agent_command is not None
+        return 2 if settings is None else doctor_command(settings, args.json, asked)
     if args.command == "service":
         from tailagent.service import install, uninstall
 

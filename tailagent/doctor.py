@@ -237,33 +237,43 @@ async def _embedded_node(settings: Settings) -> list[Check]:
     return [*checks, Check("tsnet node", state == "Running", detail, fix)]
 
 
-def _as_running(settings: Settings, server: dict[str, str]) -> tuple[Settings, str]:
-    """The settings with the agent of the server running on this state dir, if one
-    runs: that is the agent whose readiness matters."""
-    agent = server.get("agent")
-    if not agent:
+def _agent_to_check(
+    settings: Settings, server: dict[str, str], asked: bool
+) -> tuple[Settings, str]:
+    """The settings whose agent to check, and what its line adds to say whose agent it
+    is. An agent the person named (--agent, --agent-command) wins: that is the one they
+    want to know about, and the line says when the running server runs another. Else
+    the agent of the server running on this state dir, whose readiness matters."""
+    running = server.get("agent")
+    if not running:
         return settings, ""
-    if agent in AGENTS:
-        return replace(settings, agent=agent, agent_command=None), " (the running server's)"
-    return replace(settings, agent_command=agent), " (the running server's)"
+    if asked:
+        named = settings.agent_command or settings.agent
+        if named == running:
+            return settings, " (the running server's)"
+        return settings, f" (you asked; the running server runs {running})"
+    if running in AGENTS:
+        return replace(settings, agent=running, agent_command=None), " (the running server's)"
+    return replace(settings, agent_command=running), " (the running server's)"
 
 
-async def diagnose(settings: Settings) -> list[Check]:
+async def diagnose(settings: Settings, asked_agent: bool) -> list[Check]:
+    """Every check; `asked_agent`: the person named the agent to check with a flag."""
     server = running_server(settings.state_dir) or {}  # the server on this state dir
     # A running server's way onto the tailnet is the one to check, however doctor ran.
     if settings.tsnet.enabled or server.get("tsnet") == "True":
         checks = await _embedded_node(settings)
     else:
         checks = await _tailscale(settings)
-    running, whose = _as_running(settings, server)
-    agent = _agent(running)
+    checked, whose = _agent_to_check(settings, server, asked_agent)
+    agent = _agent(checked)
     agent = replace(agent, detail=agent.detail + whose)
     checks += [_key(settings), agent, _state_dir(settings), await _store(settings)]
     return [Check("install", True, origin.describe()), *checks, await _listener(settings, server)]
 
 
-def doctor_command(settings: Settings, as_json: bool) -> int:
-    checks = asyncio.run(diagnose(settings))
+def doctor_command(settings: Settings, as_json: bool, asked_agent: bool) -> int:
+    checks = asyncio.run(diagnose(settings, asked_agent))
     _print(checks, as_json)
     return 0 if all(c.ok for c in checks) else 1
 
