@@ -6,10 +6,13 @@ bridge without a model account:
 
     think  plan  tool  edit  edit:PATH  ask  ask:NAME  question  slow N  boom
 
-`ask` always asks for the same command (so asking twice trips loop protection);
-`ask:NAME` asks for a command about NAME (distinct requests). `edit` really fixes
-calc.py in its working directory; `edit:PATH` writes the prompt's first line to PATH
-(so two conversations can conflict on purpose).
+Keywords are read in any case; what follows a colon is kept as written. `ask`
+always asks for the same command (so asking twice trips loop protection); `ask:NAME`
+asks for a command about NAME (distinct requests). `edit` really fixes calc.py in its
+working directory; `edit:PATH` writes the prompt's first line to PATH, a path relative
+to the working directory (`edit:notes/hello.txt` makes `notes/` as needed), so two
+conversations can conflict on purpose. An absolute PATH, or one through `..`, fails
+the edit's tool call: the echo agent writes inside its working directory only.
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ from tailagent.agents.events import (
 )
 from tailagent.agents.modes import CLAUDE_CODE
 
-_WORD = re.compile(r"[a-z]+(?::[\w.-]+)?|\d+")
+# A keyword, with its argument (`edit:notes/Hello.txt`), or a number (`slow 5`).
+_WORD = re.compile(r"[A-Za-z]+(?::[\w./-]+)?|\d+")
 KEYWORDS = ("think", "plan", "tool", "edit", "ask", "question", "slow", "boom")
 COLOUR_QUESTION = "Which colour do you prefer?"
 CALC_BEFORE = "def add(a, b):\n    return a - b\n"
@@ -77,10 +81,11 @@ def _prompt_text(parts: list[PromptPart]) -> str:
 
 def script(text: str) -> list[tuple[str, str]]:
     """The actions a prompt asks for, as (keyword, argument) pairs, in order."""
-    words = _WORD.findall(text.lower())
+    words = _WORD.findall(text)
     actions: list[tuple[str, str]] = []
     for i, word in enumerate(words):
         keyword, _, arg = word.partition(":")
+        keyword = keyword.lower()  # the argument, a path or a name, keeps its case
         if keyword not in KEYWORDS:
             continue
         if keyword == "slow":
@@ -214,7 +219,9 @@ class EchoSession:
         gets its bug fixed (written first if missing), any other path the prompt's first
         line. Returns the diff of what it wrote."""
         root = self._cwd.resolve()
-        target = (root / path).resolve()
+        if Path(path).is_absolute() or ".." in Path(path).parts:
+            raise ValueError(f"{path}: the echo agent writes only relative paths, without ..")
+        target = (root / path).resolve()  # a symbolic link out of it is refused too
         if not target.is_relative_to(root) or target == root:
             raise ValueError(f"{path} is outside the working directory")
         target.parent.mkdir(parents=True, exist_ok=True)
