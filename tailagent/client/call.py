@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -50,6 +51,7 @@ from tailagent.client.follow import Show, printer, read_the_end
 from tailagent.client.interrupts import Interrupts
 from tailagent.client.render import (
     Outcome,
+    OutputConsole,
     Prompt,
     Renderer,
     question_options,
@@ -209,6 +211,14 @@ async def _check_answers(client: Client, task_id: str, answers: dict[str, str]) 
     task = await client.get_task(GetTaskRequest(id=task_id, history_length=0))
     pending = Outcome()
     pending.observe(StreamResponse(task=task))
+    if pending.prompt is not None and pending.prompt.kind == "permission_request":
+        # The server would read the answers as a reply in words, not a clear yes or
+        # no, and deny the step: the person meant something else.
+        asked = pending.prompt.data.get("title") or pending.prompt.text
+        raise UsageError(
+            f"task {task_id} asks for permission ({asked}), not a question: "
+            "answer it with allow or deny (or option:ID), not --answer"
+        )
     if pending.prompt is None or pending.prompt.kind != "ask_user_question":
         return  # nothing to check against: the server answers for itself
     options = question_options(pending.prompt)
@@ -260,10 +270,26 @@ def _choose(console: Console, question: str, labels: list[str]) -> str:
     return shown.get(typed, typed)
 
 
+def as_utf8(raw: bytes, what: str = "the message") -> str:
+    """Text to send. A2A carries UTF-8 only: bytes that are not (a Latin-1 file in
+    `git diff | tailagent call -`) go as U+FFFD rather than stop the call, and the
+    person is told, in one line, that the agent will not read them as they were."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        complain(f"tailagent: {what} holds bytes that are not UTF-8: sent as \ufffd (U+FFFD)")
+        return raw.decode("utf-8", errors="replace")
+
+
 def call_command(args: argparse.Namespace) -> int:
-    console = Console(highlight=False, soft_wrap=True)
+    console = OutputConsole(highlight=False, soft_wrap=True)
     # `tailagent call -`, or a message piped in: the message is stdin's text.
     piped = not args.text and not args.answer and not args.interactive and not sys.stdin.isatty()
     if args.text == "-" or piped:
-        args.text = sys.stdin.read().strip()
+        args.text = as_utf8(sys.stdin.buffer.read()).strip()
+    else:
+        # The command line, as Python decoded it (undecodable bytes as surrogates),
+        # back to its bytes: the same rule as stdin.
+        args.text = as_utf8(os.fsencode(args.text))
+    args.answer = [as_utf8(os.fsencode(pair), "--answer") for pair in args.answer]
     return run_command(args.url, args.state_dir, lambda target: run_call(args, target, console))

@@ -37,11 +37,15 @@ class Refused(Exception):
 
 
 def exit_code(outcome: Outcome) -> int:
-    """What a turn (or a task followed to its end) came to, as the exit code."""
+    """What a turn (or a task followed to its end) came to, as the exit code. A task
+    whose end this client could not read (the stream cut, the server gone) is a
+    connection error, not a failure of the task: it may still be running."""
     if outcome.direct_message is not None or outcome.state == TaskState.TASK_STATE_COMPLETED:
         return EXIT_COMPLETED
     if outcome.prompt is not None:
         return EXIT_INPUT_REQUIRED
+    if outcome.unfinished:
+        return EXIT_USAGE
     return EXIT_FAILED
 
 
@@ -133,5 +137,19 @@ def reason(exc: BaseException) -> str:
             refused = _refusal(status.response.json())
             if refused is not None:
                 return f"{status.response.status_code} {refused}"
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0]
+    said = [_said(cause) for cause in _causes(exc)]
+    if said[0] and not said[0].endswith(":"):
+        return said[0]
+    # a2a-sdk's "Network communication error: " around an httpx error with no text of
+    # its own: the reason is further down (the OS's "Connection reset by peer").
+    found = next((s for s in said[1:] if s and not s.endswith(":")), None)
+    if found is None:
+        network = any(isinstance(c, httpx.TransportError | OSError) for c in _causes(exc))
+        found = "the connection closed" if network else type(exc).__name__
+    return f"{said[0]} {found}" if said[0] else found
+
+
+def _said(exc: BaseException) -> str:
+    """An error's own words, on one line: an OS error's without its errno."""
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return next(iter(text.strip().splitlines()), "")

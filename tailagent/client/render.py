@@ -38,6 +38,17 @@ FINAL_STATES = {
 PAUSED_STATES = {TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED}
 
 
+class OutputConsole(Console):
+    """A console whose reader may go away (`tailagent call … | head -1`). Rich's own
+    answer, an exit with code 1 from wherever the write was, would escape an asyncio
+    task as a "Task exception was never retrieved" traceback: here the write raises
+    BrokenPipeError, as print() does, for the command to end with 141 (cli.run)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # nothing more is written, nor flushed at exit
+        raise BrokenPipeError("whoever read the output stopped reading")
+
+
 def message_text(message: Message) -> str:
     return "\n".join(p.text for p in message.parts if p.HasField("text"))
 
