@@ -17,7 +17,7 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskState,
 )
-from a2a.utils.errors import A2AError, TaskNotFoundError
+from a2a.utils.errors import A2AError, TaskNotCancelableError, TaskNotFoundError
 from google.protobuf.json_format import MessageToDict
 from rich.console import Console
 from rich.table import Table
@@ -26,7 +26,14 @@ from rich.text import Text
 from tailagent.client.connect import Target, a2a_client, open_http
 from tailagent.client.errors import EXIT_COMPLETED, EXIT_FAILED, complain, exit_code, run_command
 from tailagent.client.follow import printer, read_the_end
-from tailagent.client.render import Outcome, Renderer, message_text, state_name, status_event
+from tailagent.client.render import (
+    Outcome,
+    Renderer,
+    json_of,
+    message_text,
+    state_name,
+    status_event,
+)
 from tailagent.visible import visible
 
 PAGE = 100
@@ -60,7 +67,7 @@ async def _list(args: argparse.Namespace, target: Target) -> int:
     tasks = tasks[: args.limit]
     if args.json:
         for task in tasks:
-            print(json.dumps(MessageToDict(task)))
+            print(json.dumps(json_of(task)))
         return EXIT_COMPLETED
     table = Table(box=None, pad_edge=False)
     table.add_column("task", no_wrap=True, min_width=36)  # ids are copied: never cut
@@ -106,6 +113,9 @@ async def _cancel(args: argparse.Namespace, target: Target) -> int:
             task = await client.cancel_task(CancelTaskRequest(id=args.task))
         except TaskNotFoundError:
             raise  # no such task: exit 2, as for watch and call --task
+        except TaskNotCancelableError as exc:
+            complain(f"tailagent: {exc}")  # the server's words: how the task had ended
+            return EXIT_FAILED
         except A2AError as exc:
             complain(f"tailagent: task {args.task} was not canceled: {exc}")
             return EXIT_FAILED
