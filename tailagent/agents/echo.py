@@ -220,7 +220,7 @@ class EchoSession:
         line. Returns the diff of what it wrote."""
         root = self._cwd.resolve()
         if Path(path).is_absolute() or ".." in Path(path).parts:
-            raise ValueError(f"{path}: the echo agent writes only relative paths, without ..")
+            raise ValueError(f"{path}: the echo agent writes inside its working directory only")
         target = (root / path).resolve()  # a symbolic link out of it is refused too
         if not target.is_relative_to(root) or target == root:
             raise ValueError(f"{path} is outside the working directory")

@@ -166,6 +166,8 @@ async def run_call(args: argparse.Namespace, target: Target, console: Console) -
                     renderer.prompt(outcome)
                     break
                 message = _ask_in_terminal(console, renderer, outcome, outcome.prompt)
+    if not args.json:
+        renderer.changes(outcome)
     return exit_code(outcome)
 
 

@@ -10,21 +10,25 @@ import httpx
 from a2a.client import A2AClientError, Client
 from a2a.types.a2a_pb2 import GetTaskRequest, StreamResponse
 from a2a.utils.errors import A2AError
-from google.protobuf.json_format import MessageToDict
 
 from tailagent.client.errors import complain, reason
-from tailagent.client.render import Outcome, Renderer, status_event
+from tailagent.client.render import Changes, Outcome, Renderer, json_of, status_event
 
 Show = Callable[[StreamResponse], None]
 
 
 def printer(renderer: Renderer, outcome: Outcome, *, as_json: bool = False) -> Show:
-    """Each event observed, then rendered (or printed as one JSON line)."""
+    """Each event observed, then rendered (or printed as one JSON line: the one that
+    ends the task with changes on its branch says so in a `changes` field, as the
+    rendered call's last line does)."""
 
     def show(event: StreamResponse) -> None:
         outcome.observe(event)
         if as_json:
-            print(json.dumps(MessageToDict(event)), flush=True)
+            line = json_of(event)
+            if changes := Changes.of(outcome, renderer.target_args):
+                line["changes"] = changes.as_json()
+            print(json.dumps(line), flush=True)
         else:
             renderer.event(event, outcome)
 

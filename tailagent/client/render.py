@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from a2a.types.a2a_pb2 import (
@@ -22,6 +22,9 @@ from a2a.types.a2a_pb2 import (
     TaskStatusUpdateEvent,
 )
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message as ProtoMessage
+from google.protobuf.struct_pb2 import Struct
+from rich.cells import cell_len
 from rich.console import Console
 from rich.syntax import Syntax
 from rich.text import Text
@@ -91,6 +94,7 @@ class Outcome:
     status_text: str = ""
     prompt: Prompt | None = None
     direct_message: str | None = None
+    worktree: dict[str, Any] = field(default_factory=dict)  # the conversation's branch
 
     @property
     def unfinished(self) -> bool:
@@ -103,13 +107,21 @@ class Outcome:
         if event.HasField("task"):
             self.task_id, self.context_id = event.task.id, event.task.context_id
             self._status(event.task.status.state, event.task.status.message)
+            self._worktree(event.task.metadata if event.task.HasField("metadata") else None)
         elif event.HasField("status_update"):
             update = event.status_update
             self.task_id, self.context_id = update.task_id, update.context_id
             self._status(update.status.state, update.status.message)
+            self._worktree(update.metadata if update.HasField("metadata") else None)
         elif event.HasField("message"):
             self.direct_message = message_text(event.message)
             self.context_id = event.message.context_id
+
+    def _worktree(self, metadata: Struct | None) -> None:
+        """Where the turn's changes went, as the server said at its end."""
+        tree = json_of(metadata).get("worktree") if metadata is not None else None
+        if isinstance(tree, dict):
+            self.worktree = tree
 
     def _status(self, state: int, message: Message) -> None:
         self.state = state
@@ -122,9 +134,101 @@ class Outcome:
 
 
 def status_event(task: Task) -> StreamResponse:
-    """A task's current status as the stream event that renders it."""
-    update = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
+    """A task's current status as the stream event that renders it (with the task's
+    metadata: the branch its changes went to)."""
+    update = TaskStatusUpdateEvent(
+        task_id=task.id, context_id=task.context_id, status=task.status, metadata=task.metadata
+    )
     return StreamResponse(status_update=update)
+
+
+def json_of(message: ProtoMessage) -> dict[str, Any]:
+    """A protobuf message as JSON, with whole numbers as integers: A2A's metadata is a
+    protobuf Struct, whose numbers are all doubles (`"ahead": 1.0` would be the count
+    of commits a script reads)."""
+    found = _whole(MessageToDict(message))
+    return found if isinstance(found, dict) else {}
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _whole(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole(item) for item in value]
+    return value
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a conversation's branch holds after a turn, and the commands that act on it
+    (the conversation named by the short id its branch shows)."""
+
+    branch: str
+    ahead: int
+    behind: int
+    base: str
+    files: list[str]
+    conversation: str
+    diff: str
+    merge: str
+
+    @classmethod
+    def of(cls, outcome: Outcome, target_args: list[str]) -> Changes | None:
+        """None unless the task ended with changes on its conversation's branch."""
+        tree = outcome.worktree
+        branch, files = str(tree.get("branch") or ""), [str(f) for f in tree.get("files") or []]
+        ahead, behind = int(tree.get("ahead") or 0), int(tree.get("behind") or 0)
+        if outcome.state not in FINAL_STATES or not branch or not (ahead or files):
+            return None
+        # `tailagent/<the context id's first 8 characters>`, unless another branch had it.
+        short = branch.rpartition("/")[2]
+        known = bool(short) and outcome.context_id.startswith(short)
+        conversation = short if known else outcome.context_id
+        diff, merge = (
+            shlex.join([*invoked_as(), verb, conversation, *target_args])
+            for verb in ("diff", "merge")
+        )
+        base = str(tree.get("base") or "")
+        return cls(branch, ahead, behind, base, files, conversation, diff, merge)
+
+    def lines(self, width: int) -> list[str]:
+        """`changes on BRANCH (+N commits, FILES) — DIFF · MERGE` in `width` columns: the
+        files listed as far as they fit, the commands (to be copied) never cut, each
+        on a line of its own when the line would be too long."""
+        head = self._head(width - len(" —"))
+        commands = f"{self.diff} · {self.merge}"
+        if cell_len(f"{head} — {commands}") <= width:
+            return [f"{head} — {commands}"]
+        if cell_len(f"  {commands}") <= width:
+            return [f"{head} —", f"  {commands}"]
+        return [f"{head} —", f"  {self.diff}", f"  {self.merge}"]
+
+    def _head(self, width: int) -> str:
+        counts = [f"+{_count(self.ahead, 'commit')}"] if self.ahead else []
+        if self.behind:
+            counts.append(f"{self.behind} behind {visible(self.base, one_line=True)}")
+        files = [visible(f, one_line=True) for f in self.files]
+        branch = visible(self.branch, one_line=True)
+        for shown in range(len(files), -1, -1):  # as many files named as fit
+            rest = len(files) - shown
+            more = [_count(rest, "more file" if shown else "file")] if rest else []
+            head = f"changes on {branch} ({', '.join(counts + files[:shown] + more)})"
+            if cell_len(head) <= width:
+                break
+        return head
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "branch": self.branch, "base": self.base, "ahead": self.ahead,
+            "behind": self.behind, "files": self.files, "context": self.conversation,
+            "diff": self.diff, "merge": self.merge,
+        }  # fmt: skip
 
 
 def reply_command(target_args: list[str], outcome: Outcome, prompt: Prompt) -> list[str]:
@@ -219,6 +323,12 @@ class Renderer:
             name = state_name(state)
             style = "green" if state == TaskState.TASK_STATE_COMPLETED else "red"
             self._line(f"[{name}] {text}".rstrip() if kind != "result" else f"[{name}]", style)
+
+    def changes(self, outcome: Outcome) -> None:
+        """Where the task's changes went and what to do with them: the call's last line."""
+        found = Changes.of(outcome, self.target_args)
+        for line in found.lines(self.console.width) if found is not None else []:
+            self._show(Text(line, "cyan"))
 
     def prompt(self, outcome: Outcome, *, replies: bool = True) -> None:
         """The pause, its details and choices once each; then, unless answering in the
