@@ -28,6 +28,7 @@ from tailagent.client.errors import EXIT_COMPLETED, EXIT_FAILED, complain, exit_
 from tailagent.client.follow import printer, read_the_end
 from tailagent.client.render import (
     Outcome,
+    OutputConsole,
     Renderer,
     json_of,
     message_text,
@@ -89,7 +90,7 @@ async def _list(args: argparse.Namespace, target: Target) -> int:
 
 
 async def _watch(args: argparse.Namespace, target: Target) -> int:
-    console = Console(highlight=False, soft_wrap=True)
+    console = OutputConsole(highlight=False, soft_wrap=True)  # `| head`: 141, as call
     renderer, outcome = Renderer(console, target.reply_options()), Outcome()
     show = printer(renderer, outcome)
     async with open_http(target, args.token) as http, a2a_client(target, http) as client:
