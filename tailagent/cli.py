@@ -151,11 +151,15 @@ def _tasks_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     _agent_options(cancel)
 
 
+# A conversation as diff, merge and discard take it.
+CONTEXT_HELP = "the conversation: its id, or the start of it (8 characters: its branch's name)"
+
+
 def _conversation_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     merge = sub.add_parser(
         "merge", help="bring a conversation's branch into its base branch", epilog=EXIT_CODES
     )
-    merge.add_argument("context", metavar="CONTEXT", help="the conversation (its context id)")
+    merge.add_argument("context", metavar="CONTEXT", help=CONTEXT_HELP)
     how = merge.add_mutually_exclusive_group()
     for strategy, text in (
         ("squash", "one commit listing the turns, trailers kept (the default)"),
@@ -171,12 +175,17 @@ def _conversation_parsers(sub: argparse._SubParsersAction) -> None:  # type: ign
     discard = sub.add_parser(
         "discard", help="drop a conversation's worktree and branch", epilog=EXIT_CODES
     )
-    discard.add_argument("context", metavar="CONTEXT", help="the conversation (its context id)")
+    discard.add_argument("context", metavar="CONTEXT", help=CONTEXT_HELP)
     discard.add_argument("--yes", action="store_true", help="do not ask first")
     _agent_options(discard)
     diff = sub.add_parser("diff", help="a conversation's changes against its base")
-    diff.add_argument("context", metavar="CONTEXT", help="the conversation (its context id)")
+    diff.add_argument("context", metavar="CONTEXT", help=CONTEXT_HELP)
     _agent_options(diff)
+    listed = sub.add_parser(
+        "conversations", help="your conversations with a branch: ahead/behind, state"
+    )
+    listed.add_argument("--json", action="store_true", help="one JSON object per conversation")
+    _agent_options(listed)
 
 
 def _web_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -252,7 +261,10 @@ def _service_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     for action in ("install", "uninstall"):
         a = actions.add_parser(action)
         a.add_argument("--user", action="store_true", help="a `systemctl --user` unit")
-        a.add_argument("--dest", type=Path, help="write the unit here instead")
+        a.add_argument(
+            "--dest", type=Path, metavar="PATH",
+            help="the unit file (NAME.service), or a directory for tailagent.service",
+        )  # fmt: skip
         if action == "install":
             a.add_argument(
                 "--workspace", type=Path, default=Path.cwd(), help="the agent's workspace"
@@ -429,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
             return audit_command(args, settings.store_url)
         commands = {"token": token_command, "keys": keys_command}
         return commands[args.command](args, settings.state_dir)
-    if args.command in ("merge", "discard", "diff"):
+    if args.command in ("merge", "discard", "diff", "conversations"):
         from tailagent.client.conversation import conversation_command
 
         return conversation_command(args)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import getpass
 import os
+import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,8 +183,12 @@ def this_machine(
 
 
 def unit_path(user_mode: bool, dest: Path | None) -> Path:
+    """Where the unit file is: --dest names a directory to hold tailagent.service, or
+    (ending in .service, or an existing file) the unit file itself."""
     if dest is not None:
-        return dest / UNIT_NAME
+        if dest.is_dir() or (dest.suffix != ".service" and not dest.exists()):
+            return dest / UNIT_NAME
+        return dest
     if user_mode:
         base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
         return Path(base) / "systemd" / "user" / UNIT_NAME
@@ -194,9 +200,9 @@ def next_commands(unit: Unit, path: Path, installed: bool, custom: bool) -> list
     search path (`--dest`) is linked into it first."""
     ctl = "systemctl --user" if unit.user_mode else "sudo systemctl"
     if not installed:
-        return [f"{ctl} disable --now tailagent", f"{ctl} daemon-reload"]
+        return [f"{ctl} disable --now {path.stem}", f"{ctl} daemon-reload"]
     lines = [f"{ctl} link {path}"] if custom else []
-    lines += [f"{ctl} daemon-reload", f"{ctl} enable --now tailagent"]
+    lines += [f"{ctl} daemon-reload", f"{ctl} enable --now {path.stem}"]
     if unit.user_mode:
         lines.append(
             f"sudo loginctl enable-linger {unit.user}   # keep it running when you log out"
@@ -243,13 +249,68 @@ def install(
 
 
 def uninstall(user_mode: bool, dest: Path | None) -> int:
+    """Stops and disables the unit (when systemd runs this very file), then removes it:
+    a unit file removed first would leave its service running and its links behind."""
     path = unit_path(user_mode, dest)
     unit = this_machine(user_mode, Path.cwd(), None)
-    if not path.exists():
+    if not path.is_file():
         print(f"tailagent: no unit at {path}", file=sys.stderr)
         return 1
-    path.unlink()
-    print(f"removed {path}; next:")
-    for line in next_commands(unit, path, installed=False, custom=dest is not None):
+    systemctl = shutil.which("systemctl")
+    ctl = [systemctl, *(["--user"] if user_mode else [])] if systemctl else []
+    known = _systemd_file(ctl, path.name) if ctl else None
+    if known is None:  # no systemd to ask: what to run once there is
+        said, then = f"removed {path}", next_commands(unit, path, False, dest is not None)
+    elif _same_file(known, path):
+        refusal = _disable(ctl, path)
+        if refusal:
+            print(refusal, file=sys.stderr)
+            return 1
+        said, then = f"stopped, disabled and removed {path}", [f"{_shown(ctl)} daemon-reload"]
+    else:
+        other = f"; its {path.name} is {known}, left alone" if known else ""
+        said, then = f"removed {path} (systemd ran nothing from it{other})", []
+    try:
+        path.unlink()
+    except OSError as exc:
+        print(f"tailagent: cannot remove {path}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(said + ("; next:" if then else ""))
+    for line in then:
         print(f"  {line}")
     return 0
+
+
+def _shown(ctl: list[str]) -> str:
+    """systemctl as a person types it: `systemctl --user`, or `sudo systemctl`."""
+    return "systemctl --user" if "--user" in ctl else "sudo systemctl"
+
+
+def _disable(ctl: list[str], path: Path) -> str:
+    """Stops and disables the unit; "" when done, else the line that says why not."""
+    done = subprocess.run(
+        [*ctl, "disable", "--now", path.name], capture_output=True, text=True, check=False
+    )
+    if done.returncode == 0:
+        return ""
+    why = (done.stderr.strip().splitlines() or ["it gave no reason"])[-1]
+    return (
+        f"tailagent: cannot stop and disable {path.name}: {why}; the unit stays at {path}: "
+        f"run `{_shown(ctl)} disable --now {path.stem}`, then uninstall again"
+    )
+
+
+def _systemd_file(ctl: list[str], name: str) -> str | None:
+    """The file systemd loads the unit `name` from ("" when it knows no such unit), or
+    None when systemd does not answer (not booted with it, no user manager)."""
+    shown = subprocess.run(
+        [*ctl, "show", "--property=FragmentPath", "--value", name],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return shown.stdout.strip() if shown.returncode == 0 else None
+
+
+def _same_file(known: str, path: Path) -> bool:
+    """Whether systemd's unit is this file (a `systemctl link` is a symlink to it): a
+    unit of the same name elsewhere is another install, never disabled from here."""
+    return bool(known) and Path(known).resolve() == path.resolve()

@@ -1,7 +1,8 @@
 """Edges of a running server that a newcomer met in the first hour (issue 34): a stop
 held 5 s by an open desk page and logged as an error, the stop's own line, Hypercorn's
 "Running on" logged as an error, /favicon.ico refused at length on every page load,
-`doctor --agent X` checking the running server's agent instead of X."""
+`doctor --agent X` checking the running server's agent instead of X, `service install
+--dest x.service` making a directory, `service uninstall` leaving its unit enabled."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import RunningServer, start_server
+from tests.test_service import uninstall
 
 ICON = Path(__file__).parent.parent / "tailagent" / "web" / "static" / "icon-192.png"
 
@@ -140,3 +142,58 @@ def test_doctor_checks_the_agent_asked_for_and_says_what_the_server_runs(
     assert same == "✓ agent: echo (offline) (the running server's)"
     unasked = doctor_agent_line(running)
     assert unasked == "✓ agent: echo (offline) (the running server's)"
+
+
+def install_unit(dest: Path, workspace: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tailagent", "service", "install", "--user",
+         "--dest", str(dest), "--workspace", str(workspace)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+
+def test_a_dest_naming_a_unit_file_is_that_file(tmp_path: Path) -> None:
+    named = tmp_path / "units" / "my-agent.service"
+    done = install_unit(named, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert named.is_file() and "ExecStart=" in named.read_text()
+    assert done.stdout.splitlines()[:5] == [
+        f"wrote {named}",
+        "nothing is started; next:",
+        f"  systemctl --user link {named}",
+        "  systemctl --user daemon-reload",
+        "  systemctl --user enable --now my-agent",
+    ]
+    existing = tmp_path / "unit.conf"
+    existing.write_text("old\n")
+    assert install_unit(existing, tmp_path).returncode == 0
+    assert "ExecStart=" in existing.read_text()
+
+
+def test_uninstall_that_cannot_disable_keeps_the_unit(tmp_path: Path) -> None:
+    unit = tmp_path / "tailagent.service"
+    assert install_unit(unit, tmp_path).returncode == 0
+    denied = "Failed to disable unit: Access denied"
+    result, ran = uninstall(
+        tmp_path, "--user", "--dest", str(unit), unit_file=str(unit), fails=denied
+    )
+    assert result.returncode == 1 and ran[-1] == "--user disable --now tailagent.service"
+    assert result.stderr == (
+        f"tailagent: cannot stop and disable tailagent.service: {denied}; the unit stays at "
+        f"{unit}: run `systemctl --user disable --now tailagent`, then uninstall again\n"
+    )
+    assert unit.is_file()
+
+
+def test_uninstall_leaves_another_install_of_the_same_name_alone(tmp_path: Path) -> None:
+    unit = tmp_path / "tailagent.service"
+    assert install_unit(unit, tmp_path).returncode == 0
+    theirs = "/etc/systemd/system/tailagent.service"
+    result, ran = uninstall(tmp_path, "--user", "--dest", str(unit), unit_file=theirs)
+    assert result.returncode == 0, result.stderr
+    assert ran == ["--user show --property=FragmentPath --value tailagent.service"]
+    assert result.stdout == (
+        f"removed {unit} (systemd ran nothing from it; its tailagent.service is {theirs}, "
+        "left alone)\n"
+    )
+    assert not unit.exists()

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,14 +82,48 @@ def test_systemd_analyze_would_catch_a_broken_unit(tmp_path: Path) -> None:
     assert verify(broken, False, tmp_path).returncode != 0
 
 
-def test_uninstall_removes_the_unit(tmp_path: Path) -> None:
-    install(tmp_path)
+# A systemctl that records what it is asked: no test touches the real systemd. `show`
+# names the unit's file ($FAKE_UNIT_FILE); `disable` fails when $FAKE_DISABLE_FAILS is set.
+FAKE_SYSTEMCTL = """#!/bin/sh
+echo "$*" >> "$FAKE_SYSTEMCTL_LOG"
+case "$*" in
+  *show*) echo "$FAKE_UNIT_FILE" ;;
+  *disable*) if [ -n "$FAKE_DISABLE_FAILS" ]; then echo "$FAKE_DISABLE_FAILS" >&2; exit 1; fi ;;
+esac
+"""
+
+
+def uninstall(
+    tmp: Path, *flags: str, unit_file: str = "", fails: str = ""
+) -> tuple[Any, list[str]]:
+    """`service uninstall` with the fake systemctl first on PATH: (its result, the
+    systemctl commands it ran)."""
+    bin_dir = tmp / "fake-bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "systemctl").write_text(FAKE_SYSTEMCTL)
+    (bin_dir / "systemctl").chmod(0o755)
+    log = tmp / "systemctl.log"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SYSTEMCTL_LOG": str(log),
+           "FAKE_UNIT_FILE": unit_file, "FAKE_DISABLE_FAILS": fails}  # fmt: skip
     result = subprocess.run(
-        [sys.executable, "-m", "tailagent", "service", "uninstall", "--dest", str(tmp_path)],
-        capture_output=True, text=True, timeout=30,
+        [sys.executable, "-m", "tailagent", "service", "uninstall", *flags],
+        capture_output=True, text=True, timeout=30, env=env,
     )  # fmt: skip
-    assert result.returncode == 0 and "disable --now tailagent" in result.stdout
-    assert not (tmp_path / "tailagent.service").exists()
+    return result, log.read_text().splitlines() if log.exists() else []
+
+
+def test_uninstall_stops_and_disables_the_unit_then_removes_it(tmp_path: Path) -> None:
+    install(tmp_path)
+    unit = tmp_path / "tailagent.service"
+    result, ran = uninstall(tmp_path, "--dest", str(tmp_path), unit_file=str(unit))
+    assert result.returncode == 0, result.stderr
+    assert ran == ["show --property=FragmentPath --value tailagent.service",
+                   "disable --now tailagent.service"]  # fmt: skip
+    assert result.stdout.splitlines() == [
+        f"stopped, disabled and removed {unit}; next:",
+        "  sudo systemctl daemon-reload",
+    ]
+    assert not unit.exists()
 
 
 def test_install_checks_the_workspace_and_warns_about_root(tmp_path: Path) -> None:
