@@ -91,7 +91,8 @@ def _agent_options(p: argparse.ArgumentParser) -> None:
 
 EXIT_CODES = (
     "exit codes: 0 completed, 1 failed, canceled or rejected, 2 usage or connection "
-    "error, 3 input-required (the reply command is printed), 130 interrupted"
+    "error, 3 input-required (the reply command is printed), 130 interrupted, 141 the "
+    "reader stopped reading (| head)"
 )
 
 

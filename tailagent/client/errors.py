@@ -3,8 +3,9 @@ every way a call can go wrong (the server's own reason when it refused).
 
 Exit codes a script can rely on: 0 completed, 1 failed / canceled / rejected (or
 a cancel of a task that had already ended), 2 usage or connection error or a task
-that does not exist, 3 input-required (the reply command is printed), 130
-interrupted (Ctrl-C).
+that does not exist (or a stream cut whose task's end cannot be read), 3
+input-required (the reply command is printed), 130 interrupted (Ctrl-C), 141 the
+output's reader went away (tailagent.cli.run).
 """
 
 from __future__ import annotations
