@@ -103,6 +103,24 @@ def start_server(
     raise RuntimeError(f"tailagent serve did not start:\n{log_path.read_text()}")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_user_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every tailagent a test starts, and its CLI, find their default state dir and
+    config (known agents, user units) under a tmp dir, so a forgotten --state-dir never
+    reaches the user's own: a `tailagent serve` of theirs would refuse the test's start,
+    and a test's would take over their state. Session-wide, so session servers have it
+    too. HOME stays (npm, Go's build cache, ~/.gitconfig); Go keeps its own settings."""
+    home = tmp_path_factory.mktemp("user")
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GOENV", os.environ.get("GOENV") or f"{config}/go/env")
+        patch.setenv("XDG_STATE_HOME", str(home / "state"))
+        patch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+        for name in ("STATE_DIRECTORY", "TAILAGENT_STATE_DIR", "TAILAGENT_KNOWN_AGENTS"):
+            patch.delenv(name, raising=False)
+        yield
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """One server shared by the tests that do not restart or reconfigure it."""

@@ -404,12 +404,15 @@ def test_an_ephemeral_node_logs_out_at_stop(tailnet: Tailnet, tmp_path: Path) ->
 
 
 def failed_start(tmp: Path, config: str, *extra: str, **env: str) -> tuple[int, str, float]:
+    """A start that must fail, on a state dir of its own unless `extra` names one (the
+    default is the user's: a `tailagent serve` of theirs would fail it for another reason)."""
     path = tmp / f"bad-{time.monotonic_ns()}.toml"
     path.write_text(config)
+    state = [] if "--state-dir" in extra else ["--state-dir", str(tmp / f"state-{path.stem}")]
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "tailagent", "serve", "--tsnet", "--agent", "echo",
-         "--listen", "127.0.0.1:0", "--config", str(path), "--cwd", str(tmp), *extra],
+         "--listen", "127.0.0.1:0", "--config", str(path), "--cwd", str(tmp), *state, *extra],
         capture_output=True, text=True, timeout=60,
         env={k: v for k, v in os.environ.items() if k != "TS_AUTHKEY"} | env,
     )  # fmt: skip
