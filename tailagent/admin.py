@@ -14,6 +14,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -67,15 +68,37 @@ def _cells(*values: str) -> list[Text]:
     return [Text(visible(value)) for value in values]
 
 
-def _local_time(stamp: str) -> str:
-    """A stored UTC time as this box's local time, with its offset."""
+def _local_time(stamp: str, short: bool = False) -> str:
+    """A stored UTC time as this box's local time: with its offset, or `short` for a
+    terminal's narrow column (`17:42` today, `12-02 17:42` this year)."""
     try:
         moment = datetime.fromisoformat(stamp)
     except ValueError:
         return stamp
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone().isoformat(timespec="seconds")
+    moment = moment.astimezone()
+    if not short:
+        return moment.isoformat(timespec="seconds")
+    now = datetime.now().astimezone()
+    if moment.date() == now.date():
+        return moment.strftime("%H:%M")
+    return moment.strftime("%m-%d %H:%M" if moment.year == now.year else "%Y-%m-%d %H:%M")
+
+
+def _audit_table() -> Table:
+    """The audit's columns, fitted to the terminal by rich's layout: the time, the
+    decision, the tool and the task whole; the words (input, who, why) share what is
+    left and wrap."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_lines=True)
+    table.add_column("when", no_wrap=True)
+    table.add_column("decision", no_wrap=True)
+    table.add_column("tool", no_wrap=True, max_width=16, overflow="ellipsis")
+    table.add_column("input", ratio=3, min_width=10, overflow="fold")
+    table.add_column("answered by", ratio=2, min_width=10, overflow="fold")
+    table.add_column("reason", ratio=3, min_width=10, overflow="fold")
+    table.add_column("task", no_wrap=True)
+    return table
 
 
 def _console() -> Console:
@@ -123,11 +146,12 @@ def audit_command(args: argparse.Namespace, store_url: str) -> int:
         for entry in entries:
             print(json_line(asdict(entry)))
         return 0
-    table = Table("when", "decision", "tool", "input", "answered by", "reason", "task")
+    table, short = _audit_table(), sys.stdout.isatty()
     for e in entries:
         when, decision, *rest = _cells(
-            _local_time(e.at), e.decision, e.tool, e.input, e.answered_by, e.reason, e.task_id[:8]
-        )
+            _local_time(e.at, short), e.decision, e.tool, e.input, e.answered_by, e.reason,
+            e.task_id[:8],
+        )  # fmt: skip
         decision.stylize("green" if e.decision == "allow" else "red")
         table.add_row(when, decision, *rest)
     _console().print(table)

@@ -111,7 +111,9 @@ async def test_two_conversations_do_not_see_each_others_changes(
         branch = info["branch"]
         trees[branch] = git(repo, "show", f"{branch}:notes.txt")
     listed = await asyncio.to_thread(cli, server, "tasks")
-    assert "[tailagent/" in listed.stdout, listed.stdout  # the branch, first in "says"
+    for branch in trees:  # each task's conversation, as its branch names it
+        assert f"  {branch.removeprefix('tailagent/')}\n" in listed.stdout, listed.stdout
+    assert listed.stdout.count("[+1 commit, notes.txt]") == 2, listed.stdout
     assert sorted(trees.values()) == ["edit:notes.txt from the first\n",
                                       "edit:notes.txt from the second\n"]  # fmt: skip
 

@@ -477,7 +477,7 @@ async def test_discard_says_what_is_lost(repo: Path, wts: Worktrees) -> None:
 
 
 async def test_prune_only_touches_tailagents_own(repo: Path, wts: Worktrees, tmp_path: Path):
-    await wts.ensure("live-conversation")
+    await two_turns(wts, "live-conversation")  # with commits: its branch stays
     gone = await wts.ensure("gone-conversation")
     # A person's branch and worktree under a tailagent-looking name, with no record.
     persons = tmp_path / "persons"

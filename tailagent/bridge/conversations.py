@@ -24,7 +24,7 @@ from a2a.types.a2a_pb2 import Message
 from google.protobuf.json_format import MessageToDict
 
 from tailagent.workspace.git import GitError
-from tailagent.workspace.worktrees import Worktrees, probe
+from tailagent.workspace.worktrees import BRANCH_PREFIX, Worktrees, WorktreeStatus, probe
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +154,8 @@ class Isolated:
                 turn.context_id, turn.subject, turn.trailers()
             )
             status = await self.worktrees.status(turn.context_id)
+            if commit is None and status.ahead == 0 and not status.files:
+                await self.worktrees.release(turn.context_id)
         except GitError as exc:
             # The turn's work stays in the worktree, uncommitted: the next turn's commit
             # (or a person) picks it up. Say so rather than fail a finished turn.
@@ -179,10 +181,29 @@ async def choose(
     reason = await probe(workspace)
     if reason is not None:
         return Shared(reason)
-    return Isolated(Worktrees(workspace, state_dir / "worktrees", base, git_programs))
+    worktrees = Worktrees(workspace, state_dir / "worktrees", base, git_programs)
+    if not worktrees.explained():
+        log.info("%s", first_start(workspace, worktrees.root))
+    return Isolated(worktrees)
 
 
-OPERATIONS = ("merge", "discard", "diff")
+def first_start(workspace: Path, root: Path) -> str:
+    """What worktree mode does in a repository, said at the first start there: a
+    newcomer running `serve` in a clone (of tailagent itself, even) learns where the
+    agent's work goes before it makes a branch, and how to choose otherwise."""
+    own = Path(__file__).resolve().is_relative_to(workspace.resolve())
+    which = "tailagent's own checkout" if own else "a git repository"
+    return (
+        f"{workspace} is {which}: each conversation that changes files gets a branch of "
+        f"it, tailagent/<8 characters of its id>, and a worktree in {root}, until you "
+        "`tailagent merge` or `tailagent discard` it (one that changes nothing leaves no "
+        "branch). To have the agent work on another project, start it there or with "
+        "--cwd DIR; to let it edit this checkout itself, --isolation shared. (Said once "
+        "for this repository.)"
+    )
+
+
+OPERATIONS = ("merge", "discard", "diff", "conversations")
 STRATEGIES = ("squash", "merge", "rebase")
 
 
@@ -214,10 +235,7 @@ async def operate(
     worktrees = conversations.worktrees
     try:
         if await worktrees.get(context_id) is None:
-            raise Refused(
-                f"no worktree for conversation {context_id}: it is unknown here, or it has "
-                "not started a turn yet"
-            )
+            return _gone(worktrees, context_id, kind)
         if kind == "diff":
             diff = await worktrees.diff(context_id)
             return diff or "(no changes against the base)", {"kind": "diff", "diff": diff}
@@ -239,6 +257,76 @@ async def operate(
     text = f"merged ({merged.strategy}) into {merged.base_branch} as {merged.commit[:12]}{gone}"
     return text, {"kind": "merge", "strategy": merged.strategy, "base": merged.base_branch,
                   "commit": merged.commit, "removed": merged.removed}  # fmt: skip
+
+
+def _gone(worktrees: Worktrees, context_id: str, kind: Any) -> tuple[str, dict[str, Any]]:
+    """The answer for a conversation without a worktree: merged already (a second
+    merge is told where the first went, and is no error), or unknown here."""
+    merged = worktrees.merged(context_id)
+    if merged is None:
+        raise Refused(
+            f"no worktree for conversation {context_id}: it is unknown here, or it has "
+            "not started a turn yet"
+        )
+    where = f"already merged into {merged.base_branch} at {merged.commit[:12]}"
+    if kind != "merge":
+        raise Refused(f"{where} ({merged.branch}, {merged.at}): nothing left to {kind}; "
+                      f"`git show {merged.commit[:12]}` shows it")  # fmt: skip
+    return f"{where} ({merged.branch}, {merged.at})", {"kind": "merge", "already": True,
+            "base": merged.base_branch, "commit": merged.commit,
+            "strategy": merged.strategy}  # fmt: skip
+
+
+async def listing(conversations: Isolated | Shared, context_ids: list[str],
+                  holders: dict[str, str]) -> tuple[str, dict[str, Any]]:  # fmt: skip
+    """The caller's conversations (`context_ids`, theirs: checked before) with their
+    branch, how far it is ahead of and behind its base, and what state it is in;
+    `holders` names the task a turn runs in, for those that are busy ("": a task the
+    caller may not read)."""
+    if not isinstance(conversations, Isolated):
+        raise Refused(
+            f"conversations share the workspace here ({conversations.why}): no "
+            "conversation has a branch of its own"
+        )
+    rows = [await _row(conversations.worktrees, c, holders.get(c)) for c in context_ids]
+    rows.sort(key=lambda row: str(row["since"]), reverse=True)
+    text = "\n".join(f"{r['short']}  {r['branch'] or '-'}  +{r['ahead']}/-{r['behind']}  "
+                     f"{r['state']}" for r in rows)  # fmt: skip
+    return text or "no conversations of yours with a worktree", {
+        "kind": "conversations", "conversations": rows}  # fmt: skip
+
+
+async def _row(worktrees: Worktrees, context_id: str, task_id: str | None) -> dict[str, Any]:
+    """One conversation as `tailagent conversations` lists it."""
+    row: dict[str, Any] = {"contextId": context_id, "branch": "", "base": "", "ahead": 0,
+                           "behind": 0, "files": [], "since": ""}  # fmt: skip
+    try:
+        worktree = await worktrees.get(context_id)
+        if worktree is None:
+            merged = worktrees.merged(context_id)
+            assert merged is not None  # listed: a worktree or a merge is known of it
+            row |= {"branch": merged.branch, "base": merged.base_branch, "since": merged.at,
+                    "state": f"merged at {merged.commit[:12]}"}  # fmt: skip
+        else:
+            status = await worktrees.status(context_id)
+            row |= {"branch": "" if worktree.idle else status.branch,
+                    "base": status.base_branch, "ahead": status.ahead, "behind": status.behind,
+                    "files": status.files, "since": worktree.created, "idle": worktree.idle,
+                    "state": _state(worktree.idle, status)}  # fmt: skip
+    except GitError as exc:
+        row["state"] = f"cannot be read: {exc}"
+    if task_id is not None:
+        row["state"] = "in a turn" + (f" (task {task_id})" if task_id else "")
+    row["short"] = row["branch"].removeprefix(BRANCH_PREFIX) or context_id[:8]
+    return row
+
+
+def _state(idle: bool, status: WorktreeStatus) -> str:
+    if idle:
+        return "no changes, no branch"
+    if status.ahead:
+        return "changes to merge" + (", behind its base" if status.behind else "")
+    return "changes not committed" if status.files else "no changes yet"
 
 
 def _loss_text(lost: Any, verb: str) -> str:

@@ -66,6 +66,7 @@ from tailagent.bridge.conversations import (
     Isolated,
     Refused,
     Shared,
+    listing,
     operate,
     requested_operation,
 )
@@ -401,11 +402,14 @@ class GuardedRequestHandler(DefaultRequestHandler):
         self, operation: dict[str, Any], params: SendMessageRequest, context: ServerCallContext
     ) -> Message:
         """A merge, discard or diff of a conversation: the caller's own (or any, for an
-        admin), never while a turn runs in it; merge and discard need the approver role."""
-        context_id = params.message.context_id
+        admin), never while a turn runs in it; merge and discard need the approver role.
+        Or the list of the caller's conversations."""
         kind = operation["kind"]
-        if not context_id:
+        if kind == "conversations":
+            return await self._conversation_list(context)
+        if not params.message.context_id:
             raise InvalidParamsError(message=f"a {kind} names its conversation: set contextId")
+        context_id = await self._named(params.message.context_id, context)
         _refuse_unless_own(await self._owners.owner(context_id), context_id, context)
         caller = caller_of(context)
         who = caller.owner if caller else "this caller"
@@ -429,6 +433,46 @@ class GuardedRequestHandler(DefaultRequestHandler):
             parts=[text_part(text), data_part(data)],
         )
         reply.metadata.update({"kind": kind})
+        return reply
+
+    async def _mine(self, context_ids: list[str], context: ServerCallContext) -> list[str]:
+        """Those of `context_ids` that the caller started (an admin's too: only theirs)."""
+        me = resolve_user_scope(context)
+        return [c for c in context_ids if await self._owners.owner(c) == me]
+
+    async def _named(self, name: str, context: ServerCallContext) -> str:
+        """The conversation a diff, merge or discard names: its id, or a unique prefix of
+        the id of one of the caller's own (the short id its branch `tailagent/<short id>`
+        shows). Another person's conversations are not candidates: they are not found."""
+        if not isinstance(self._conversations, Isolated) or await self._owners.owner(name):
+            return name
+        found = await self._mine(self._conversations.worktrees.named(name), context)
+        if len(found) > 1:
+            raise InvalidParamsError(
+                message=f"{name} is the start of {len(found)} of your conversations "
+                f"({', '.join(found[:5])}{', …' if len(found) > 5 else ''}): give more of its id"
+            )
+        return found[0] if found else name
+
+    async def _conversation_list(self, context: ServerCallContext) -> Message:
+        """The caller's conversations with a worktree (or a merge) here: `tailagent
+        conversations`."""
+        known = self._conversations.worktrees.known() if isinstance(
+            self._conversations, Isolated) else {}  # fmt: skip
+        mine = await self._mine(list(known), context)
+        holders = {}
+        for context_id in mine:
+            if (task_id := self._pool.holder(context_id)) is not None:
+                # Named to a caller who may read it (an admin's turn stays the admin's).
+                readable = await self._store.get(task_id, context) is not None
+                holders[context_id] = task_id if readable else ""
+        try:
+            text, data = await listing(self._conversations, mine, holders)
+        except Refused as exc:
+            raise UnsupportedOperationError(message=str(exc)) from None
+        reply = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_AGENT,
+                        parts=[text_part(text), data_part(data)])  # fmt: skip
+        reply.metadata.update({"kind": "conversations"})
         return reply
 
     async def on_message_send(

@@ -1,5 +1,7 @@
-"""`tailagent merge`, `discard` and `diff`: what a conversation's worktree holds, and
-bringing it back into its base branch (or dropping it), on request only.
+"""`tailagent merge`, `discard`, `diff` and `conversations`: what a conversation's
+worktree holds, and bringing it back into its base branch (or dropping it), on request
+only. A conversation is named by its id or the start of it, as its branch
+`tailagent/<short id>` shows it (the server picks among the caller's own).
 
 Each is one A2A message to the conversation with a data part (`{"kind": "merge",
 "strategy": "squash"}`, `{"kind": "discard"}`, `{"kind": "diff"}`): the server
@@ -18,24 +20,71 @@ from typing import Any
 from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
 from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Value
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from tailagent.client.connect import Target, a2a_client, open_http
 from tailagent.client.errors import EXIT_COMPLETED, EXIT_USAGE, run_command
-from tailagent.client.render import message_text
-from tailagent.visible import visible
+from tailagent.client.render import message_data, message_text
+from tailagent.visible import json_line, visible
 
 
-async def _ask(target: Target, args: argparse.Namespace, request: dict[str, Any]) -> str:
-    message = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, context_id=args.context)
+async def _reply(
+    target: Target, args: argparse.Namespace, request: dict[str, Any]
+) -> Message | None:
+    context_id = getattr(args, "context", None) or ""
+    message = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, context_id=context_id)
     message.parts.append(Part(data=ParseDict(request, Value()), media_type="application/json"))
     async with open_http(target, args.token) as http, a2a_client(target, http) as client:
         async for event in client.send_message(SendMessageRequest(message=message)):
             if event.HasField("message"):
-                return visible(message_text(event.message))
-    return ""
+                return event.message
+    return None
+
+
+async def _ask(target: Target, args: argparse.Namespace, request: dict[str, Any]) -> str:
+    reply = await _reply(target, args, request)
+    return visible(message_text(reply)) if reply is not None else ""
+
+
+async def _list(args: argparse.Namespace, target: Target) -> int:
+    """`tailagent conversations`: the caller's conversations with a branch (or a merge)
+    here, newest first: short id, branch, commits ahead/behind its base, state, files."""
+    reply = await _reply(target, args, {"kind": "conversations"})
+    rows: list[dict[str, Any]] = []
+    for data in message_data(reply) if reply is not None else []:
+        rows += data.get("conversations") or []
+    for row in rows:  # counts came through a protobuf Struct, as floats
+        row |= {key: int(row.get(key, 0)) for key in ("ahead", "behind")}
+    if args.json:
+        for row in rows:
+            print(json_line(row))
+        return EXIT_COMPLETED
+    table = Table(box=None, pad_edge=False)
+    table.add_column("conversation", no_wrap=True)  # the short id diff/merge/discard take
+    table.add_column("branch", no_wrap=True, overflow="fold")
+    table.add_column("+/-", no_wrap=True, justify="right")
+    table.add_column("state", ratio=1, min_width=12, overflow="fold")
+    table.add_column("files", ratio=1, min_width=8, overflow="ellipsis", no_wrap=True)
+    quiet = [row for row in rows if row.get("idle")]  # changed nothing: no branch to show
+    for row in (row for row in rows if not row.get("idle")):
+        counts = f"+{row['ahead']}/-{row['behind']}"
+        cells = (row.get("short", ""), row.get("branch", ""), counts, row.get("state", ""),
+                 ", ".join(row.get("files") or []))  # fmt: skip
+        table.add_row(*(Text(visible(str(cell), one_line=True)) for cell in cells))
+    if table.row_count:
+        Console(highlight=False).print(table)
+    else:
+        print("no conversations of yours with a branch on this agent", file=sys.stderr)
+    if quiet:
+        print(f"and {len(quiet)} that changed nothing (no branch)", file=sys.stderr)
+    return EXIT_COMPLETED
 
 
 async def _run(args: argparse.Namespace, target: Target) -> int:
+    if args.command == "conversations":
+        return await _list(args, target)
     if args.command == "diff":
         print(await _ask(target, args, {"kind": "diff"}))
         return EXIT_COMPLETED

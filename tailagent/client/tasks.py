@@ -38,24 +38,80 @@ from tailagent.client.render import (
 from tailagent.visible import visible
 
 PAGE = 100
+TASK_ID = 36  # a task's id is shown whole: it is copied into watch, cancel, call --task
+GAP = 2  # between two columns (rich's padding)
+SAYS = 30  # narrower than this, what a task says goes on a line of its own, under it
+SAYS_MOST = 200  # of what a task says, at most this much is shown
 
 
 def _when(task: Task) -> str:
-    """Short and local: the time today, else the date and time."""
+    """Short and local: the time today, the date and time this year, else the date."""
     if not task.status.HasField("timestamp"):
         return ""
     moment = task.status.timestamp.ToDatetime(tzinfo=UTC).astimezone()
-    today = datetime.now().astimezone().date()
-    return moment.strftime("%H:%M:%S" if moment.date() == today else "%Y-%m-%d %H:%M")
+    now = datetime.now().astimezone()
+    if moment.date() == now.date():
+        return moment.strftime("%H:%M")
+    return moment.strftime("%m-%d %H:%M" if moment.year == now.year else "%Y-%m-%d")
 
 
-def _branch(task: Task) -> str:
-    """The conversation's branch and how far it is from its base, when it has one."""
+def short_context(task: Task) -> str:
+    """The task's conversation as diff, merge and discard take it: the short id its
+    branch shows (`tailagent/<short id>`), else the first 8 characters of its id."""
+    meta = MessageToDict(task.metadata) if task.HasField("metadata") else {}
+    branch = str((meta.get("worktree") or {}).get("branch") or "")
+    return branch.removeprefix("tailagent/") or task.context_id[:8]
+
+
+def _changes(task: Task) -> str:
+    """What the turn left on the conversation's branch, when it left something."""
     meta = MessageToDict(task.metadata) if task.HasField("metadata") else {}
     tree = meta.get("worktree") or {}
-    if not tree.get("branch"):
+    ahead, behind = int(tree.get("ahead") or 0), int(tree.get("behind") or 0)
+    files = [str(name) for name in tree.get("files") or []]
+    if not tree.get("branch") or not (ahead or files):
         return ""
-    return f"[{tree['branch']} +{int(tree['ahead'])}/-{int(tree['behind'])}] "
+    said = [f"+{ahead} commit" + ("s" if ahead != 1 else "")]
+    said += [f"{behind} behind"] if behind else []
+    said += [", ".join(files[:2]) + (f" and {len(files) - 2} more" if len(files) > 2 else "")]
+    return f"[{', '.join(said)}] "
+
+
+def _says(task: Task) -> str:
+    says = _changes(task) + message_text(task.status.message)
+    return visible(" ".join(says.split()), one_line=True)[:SAYS_MOST]
+
+
+def _table(tasks: list[Task], width: int) -> Table:
+    """The tasks, one row each, fitted to `width` by rich's layout: the ids, states,
+    times and conversations whole, what each says in the room left. When that room is
+    too small to read, it goes on a line of its own under its task, as wide as the
+    terminal allows (cut there, with an ellipsis)."""
+    states = [state_name(t.status.state) for t in tasks]
+    whens = [_when(t) for t in tasks]
+    fixed = [TASK_ID, max(map(len, states), default=5), max(map(len, whens), default=7), 8]
+    room = width - sum(fixed) - GAP * len(fixed)
+    beneath = room < SAYS
+    table = Table(box=None, pad_edge=False)
+    table.add_column("task", no_wrap=True, min_width=TASK_ID)
+    table.add_column("state", no_wrap=True)
+    table.add_column("updated", no_wrap=True)
+    table.add_column("context", no_wrap=True)  # the short id that diff/merge/discard take
+    if not beneath:
+        table.add_column("says", no_wrap=True, overflow="ellipsis", ratio=1)
+    line = max(width - sum(fixed[1:]) - GAP * 3 - 2, TASK_ID - 2)
+    for task, state, when in zip(tasks, states, whens, strict=True):
+        row = [Text(visible(cell, one_line=True)) for cell in (task.id, state, when)]
+        row.append(Text(visible(short_context(task), one_line=True)))
+        says = _says(task)
+        if not beneath:
+            table.add_row(*row, Text(says))
+            continue
+        table.add_row(*row)
+        if says:
+            cut = says if len(says) <= line else says[: line - 1] + "…"
+            table.add_row(Text("  " + cut, style="dim"), "", "", "")
+    return table
 
 
 async def _list(args: argparse.Namespace, target: Target) -> int:
@@ -70,20 +126,9 @@ async def _list(args: argparse.Namespace, target: Target) -> int:
         for task in tasks:
             print(json.dumps(json_of(task)))
         return EXIT_COMPLETED
-    table = Table(box=None, pad_edge=False)
-    table.add_column("task", no_wrap=True, min_width=36)  # ids are copied: never cut
-    table.add_column("state", no_wrap=True, min_width=len("input-required"))
-    table.add_column(
-        "updated", no_wrap=True, min_width=max((len(_when(t)) for t in tasks), default=8)
-    )
-    table.add_column("says", overflow="ellipsis", no_wrap=True, ratio=1)
-    for task in tasks:
-        says = _branch(task) + message_text(task.status.message).replace("\n", " ")
-        # Text, not markup: a branch in brackets or an agent's words are shown as they
-        # are, and escaped, one row a task.
-        row = (task.id, state_name(task.status.state), _when(task), says[:60])
-        table.add_row(*(Text(visible(cell, one_line=True)) for cell in row))
-    Console(highlight=False).print(table)
+    console = Console(highlight=False)
+    # Text, not markup: an agent's words are shown as they are, and escaped.
+    console.print(_table(tasks, console.width))
     if not tasks:
         print("no tasks of yours on this agent", file=sys.stderr)
     return EXIT_COMPLETED

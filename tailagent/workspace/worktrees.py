@@ -34,7 +34,7 @@ import shutil
 import stat
 import time
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -62,6 +62,11 @@ LOCK_WAIT = 60.0  # seconds another process may hold the worktrees' lock (a long
 # conversation can be mistaken for one. Retired worktrees wait in `.trash` for removal.
 READY_PREFIX = "+ready-"
 TRASH = ".trash"
+# What was merged, by conversation (`.merged/<name>.json`): a second merge can say where
+# the first went. `.` starts no context id used as a file name either.
+MERGED = ".merged"
+# The repositories whose first start here was told what worktree mode does there.
+EXPLAINED = ".explained"
 # git compares a file whose mtime is the index's own second by content, on every status:
 # an index written just after a checkout makes each status read every file (~60 ms on
 # 10,000 files against ~10). A worktree made ahead is refreshed once this much later.
@@ -134,6 +139,21 @@ class Worktree:
     base_branch: str
     base_commit: str
     created: str
+    # A conversation whose turns changed nothing: its branch is gone (none is left behind
+    # for a "hello"), its worktree waits detached, and its next turn makes the branch again.
+    idle: bool = False
+
+
+@dataclass(frozen=True)
+class Merged:
+    """Where a conversation's branch went when it was merged."""
+
+    context_id: str
+    branch: str
+    base_branch: str
+    commit: str
+    strategy: str
+    at: str
 
 
 @dataclass(frozen=True)
@@ -500,6 +520,7 @@ class Worktrees:
                 base_branch=data["base_branch"],
                 base_commit=data["base_commit"],
                 created=data["created"],
+                idle=data.get("idle") is True,
             )
             repository = data["repository"]
         except (KeyError, TypeError):
@@ -526,7 +547,7 @@ class Worktrees:
         worktree = await self._load(context_id)
         if worktree is None:
             raise NoWorktree(f"no worktree for conversation {context_id}")
-        if present and not worktree.path.is_dir():
+        if present and not worktree.idle and not worktree.path.is_dir():
             raise WorktreeDeleted(
                 f"the worktree of conversation {context_id} ({worktree.path}) was deleted by "
                 f"hand; its branch {worktree.branch} is still there: run `tailagent discard "
@@ -643,20 +664,83 @@ class Worktrees:
 
     # ---- public ------------------------------------------------------------------
 
-    def conversations(self) -> list[str]:
-        """The conversations that have a worktree now, by their records (a worktree made
-        ahead is nobody's yet). Records live in the state dir, where no agent writes."""
+    def conversations(self, idle: bool = False) -> list[str]:
+        """The conversations that hold a worktree and branch now, by their records (a
+        worktree made ahead is nobody's yet), and with `idle` those whose turns changed
+        nothing too. Records live in the state dir, where no agent writes."""
         found: list[str] = []
         for record in self.root.glob("*.json") if self.root.is_dir() else ():
             if record.name.startswith(READY_PREFIX):
                 continue
             try:
-                context_id = json.loads(record.read_text())["context_id"]
+                data = json.loads(record.read_text())
+                context_id = data["context_id"]
             except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if data.get("idle") is True and not idle:
                 continue
             if isinstance(context_id, str) and self._record_path(context_id) == record:
                 found.append(context_id)
         return found
+
+    def known(self) -> dict[str, str]:
+        """Every conversation tailagent keeps something of here (a worktree, idle or not,
+        or the record of its merge) -> the short name its branch has or had."""
+        named = {context_id: "" for context_id in self.conversations(idle=True)}
+        for context_id in named:
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                named[context_id] = json.loads(self._record_path(context_id).read_text())["branch"]
+        merged = self.root / MERGED
+        for record in merged.glob("*.json") if merged.is_dir() else ():
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                data = json.loads(record.read_text())
+                if self._merged_path(data["context_id"]) == record:
+                    named.setdefault(data["context_id"], data["branch"])
+        return {c: str(b).removeprefix(BRANCH_PREFIX) for c, b in named.items()}
+
+    def named(self, name: str) -> list[str]:
+        """The conversations `name` can mean: those whose id starts with it, or whose
+        branch is `tailagent/<name>` (the short id people see), `tailagent/` optional."""
+        name = name.removeprefix(BRANCH_PREFIX)
+        if not name:
+            return []
+        known = self.known()
+        exact = [c for c, short in known.items() if short == name]
+        return exact or sorted(c for c in known if c.startswith(name))
+
+    def _merged_path(self, context_id: str) -> Path:
+        return self.root / MERGED / f"{self._slug(context_id)}.json"
+
+    def merged(self, context_id: str) -> Merged | None:
+        """Where the conversation's last merge went, if it was merged here."""
+        try:
+            data = json.loads(self._merged_path(context_id).read_text())
+            found = Merged(**{key: str(data[key]) for key in Merged.__dataclass_fields__})
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return found if found.context_id == context_id else None
+
+    def _remember_merge(self, worktree: Worktree, result: MergeResult) -> None:
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        merged = Merged(worktree.context_id, worktree.branch, result.base_branch,
+                        result.commit, result.strategy, at)  # fmt: skip
+        (self.root / MERGED).mkdir(exist_ok=True, mode=0o700)
+        write_private(self._merged_path(worktree.context_id), json.dumps(asdict(merged)) + "\n")
+
+    def explained(self) -> bool:
+        """Whether a start in this repository already said what worktree mode does here;
+        marks it said (the state dir remembers it, so it is said once)."""
+        mark = self.root / EXPLAINED
+        repository = str(self.repo.resolve())
+        try:
+            said = mark.read_text().splitlines()
+        except OSError:
+            said = []
+        if repository in said:
+            return True
+        _make_root(self.root)
+        write_private(mark, "".join(f"{line}\n" for line in [*said, repository]))
+        return False
 
     async def get(self, context_id: str) -> Worktree | None:
         """The conversation's worktree, or None when it has none."""
@@ -675,6 +759,8 @@ class Worktrees:
         while True:
             async with self._exclusive():
                 existing = await self._load(context_id)
+                if existing is not None and existing.idle:
+                    return await self._wake(existing)
                 if existing is not None:
                     if existing.path.is_dir():
                         return existing
@@ -692,6 +778,61 @@ class Worktrees:
                     branch = await self._free_branch(context_id)
                     return await self._create(context_id, branch, base_branch)
             await asyncio.wait(making)
+
+    async def release(self, context_id: str) -> bool:
+        """After a turn that changed nothing: when the conversation's branch has nothing
+        its base lacks and its worktree nothing uncommitted, the branch goes (a "hello"
+        leaves none behind) and the worktree waits detached, idle, for the
+        conversation's next turn: its agent session may still be working there. True
+        when it was released."""
+        async with self._exclusive():
+            return await self._release(context_id)
+
+    async def _release(self, context_id: str) -> bool:
+        worktree = await self._load(context_id)
+        if worktree is None or worktree.idle or not _is_dir(worktree.path):
+            return False
+        main = await self._main()
+        branch, base = f"refs/heads/{worktree.branch}", f"refs/heads/{worktree.base_branch}"
+        if not await self._ref_exists(branch) or not await self._ref_exists(base):
+            return False
+        ahead = await git(main, "rev-list", "--count", branch, "--not", base)
+        if int(ahead.out) != 0:
+            return False
+        linked = await self._intact(worktree.path)
+        if linked is None or _in_progress(linked.git_dir) or await self._uncommitted(linked):
+            return False
+        head = await git(linked, "symbolic-ref", "-q", "HEAD", ok=(0, 1))
+        if head.out.strip() != branch:
+            return False
+        await git(linked, "update-ref", "--no-deref", "HEAD", await self._tip(worktree.branch))
+        await git(main, "branch", "-D", worktree.branch)
+        self._save(replace(worktree, idle=True), await self._common_dir())
+        return True
+
+    async def _wake(self, idle: Worktree) -> Worktree:
+        """An idle conversation's next turn: its branch made again at the base's tip, in
+        its own worktree (checked out again at the same path if a start removed it), so
+        its agent session finds its directory where it was."""
+        base_branch = await self._base_branch(idle.context_id)
+        base_commit = await self._tip(base_branch)
+        branch = await self._free_branch(idle.context_id)
+        woken = _fresh(idle.context_id, idle.path, branch, base_branch, base_commit)
+        record = self._record_path(idle.context_id)
+        if not _is_dir(idle.path):
+            self._save(woken, await self._common_dir())
+            await self._check_out(woken, record)
+            return woken
+        linked = await self._linked(idle.path)
+        if await self._uncommitted(linked):  # written meanwhile: kept, the branch starts here
+            base_commit = (await git(linked, "rev-parse", "HEAD")).out.strip()
+            woken = replace(woken, base_commit=base_commit)
+        else:
+            await git(await self._content(linked), "reset", "-q", "--hard", base_commit)
+        await git(await self._main(), "branch", branch, base_commit)
+        await git(linked, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+        self._save(woken, await self._common_dir())
+        return woken
 
     async def prepare(self) -> Path:
         """Makes a worktree ahead of the conversation that will take it (the next new
@@ -880,6 +1021,8 @@ class Worktrees:
         """Commits ahead of and behind the base branch's current tip, and the files changed
         on the branch since it left the base plus those changed but not yet committed."""
         worktree = await self._require(context_id)
+        if worktree.idle:
+            return WorktreeStatus(worktree.branch, worktree.base_branch, 0, 0, [])
         linked = await self._linked(worktree.path)
         main = await self._main()
         base_tip = await self._tip(worktree.base_branch)
@@ -908,6 +1051,8 @@ class Worktrees:
         (`--no-ext-diff`, `--no-textconv`): the agent's `.gitattributes` could pick one.
         """
         worktree = await self._require(context_id)
+        if worktree.idle:
+            return ""
         linked = await self._linked(worktree.path)
         main = await self._main()
         tip = await self._tip(worktree.branch)
@@ -977,15 +1122,25 @@ class Worktrees:
         self.sweep()  # what a stop left in .trash
         async with self._exclusive():
             await self._check_ready()
+            self._forget_merges(live)
+            elsewhere: dict[str, int] = {}
             for record in sorted(self.root.glob("*.json")):
                 if record.name.startswith(READY_PREFIX):
                     continue
                 try:
-                    context_id = json.loads(record.read_text())["context_id"]
-                    if not isinstance(context_id, str) or context_id in live:
+                    data = json.loads(record.read_text())
+                    context_id = data["context_id"]
+                    if not isinstance(context_id, str):
                         continue
                     if self._record_path(context_id) != record:
                         raise GitError(f"the record {record} does not match its name")
+                    if data.get("repository") != await self._common_dir():
+                        repository = str(data.get("repository"))
+                        elsewhere[repository] = elsewhere.get(repository, 0) + 1
+                        continue
+                    if context_id in live:
+                        await self._shelve(context_id)
+                        continue
                     worktree = await self._require(context_id, present=False)
                     lost = await self._losses(worktree)
                     await self._remove(worktree)
@@ -1001,7 +1156,35 @@ class Worktrees:
                         len(lost.files_uncommitted),
                     )
                 pruned.append(context_id)
+        for repository, count in elsewhere.items():
+            log.info(
+                "%d conversation%s kept in %s belong%s to the repository at %s, not to "
+                "this workspace (%s): left alone; serve that workspace (--cwd) to merge or "
+                "discard them",
+                count, "s" if count > 1 else "", self.root, "" if count > 1 else "s",
+                repository, self.repo,
+            )  # fmt: skip
         return pruned
+
+    async def _shelve(self, context_id: str) -> None:
+        """At a start, the worktree of a conversation that changed nothing goes (no agent
+        session is in it yet; a branch left by an older tailagent goes too); its record
+        stays, so its next turn checks it out again at the same path."""
+        await self._release(context_id)
+        worktree = await self._require(context_id, present=False)
+        if not worktree.idle or not _is_dir(worktree.path):
+            return
+        linked = await self._intact(worktree.path)
+        if linked is not None and not await self._uncommitted(linked):
+            await self._retire(worktree.path)
+
+    def _forget_merges(self, live: set[str]) -> None:
+        """The records of merges of conversations that no longer exist."""
+        merged = self.root / MERGED
+        for record in merged.glob("*.json") if merged.is_dir() else ():
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                if json.loads(record.read_text())["context_id"] not in live:
+                    record.unlink()
 
     async def _check_ready(self) -> None:
         """Keeps the worktrees made ahead that are whole (a restart need not make them
@@ -1015,6 +1198,8 @@ class Worktrees:
         for path in self.ready():
             record = self._ready_record(path)
             try:
+                if await self._drop_foreign(path, record):
+                    continue
                 ready = await self._read(record, "")
                 if ready is None:
                     continue
@@ -1024,6 +1209,29 @@ class Worktrees:
                     await self._remove(ready, record)
             except GitError as error:
                 log.warning("worktree made ahead %s left alone: %s", path, error)
+
+    async def _drop_foreign(self, path: Path, record: Path) -> bool:
+        """Removes a worktree made ahead for another repository (the state dir served
+        another --cwd before): it is nobody's, and would otherwise stay for good. True
+        when the record was another repository's."""
+        try:
+            data = json.loads(_text(record))
+            repository = Path(data["repository"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        if str(repository) == await self._common_dir():
+            return False
+        if Path(data.get("path", "")) != path or path.parent != self.root.resolve():
+            return False
+        if _is_dir(repository / "worktrees"):  # that repository's record of it goes too
+            other = Repository(repository, repository.parent, NO_PROGRAMS + NO_HOOKS)
+            await git(other, "worktree", "remove", "--force", str(path), ok=(0, 128))
+        if _is_dir(path):
+            await asyncio.to_thread(shutil.rmtree, path, ignore_errors=True)
+        _unlink(record)
+        log.info("removed a worktree made ahead for the repository at %s, which this state "
+                 "dir served before: %s is served now", repository, self.repo)  # fmt: skip
+        return True
 
     async def _remove(self, worktree: Worktree, record: Path | None = None) -> None:
         """Removes exactly this worktree (by its path), its branch and then its record,
@@ -1108,6 +1316,11 @@ class Worktrees:
             raise GitError(f"unknown merge strategy {strategy!r}: use squash, merge or rebase")
         async with self._exclusive():
             worktree = await self._require(context_id)
+            if worktree.idle:
+                raise MergeRefused(
+                    f"nothing to merge: conversation {context_id} has changed nothing "
+                    f"(its branch {worktree.branch} is made again at its next turn)"
+                )
             linked = await self._linked(worktree.path)
             await self._check_worktree(worktree, linked)
             pending = await self._uncommitted(linked)
@@ -1151,6 +1364,7 @@ class Worktrees:
                     # clean, so nothing else is there to lose).
                     await git(linked, "reset", "-q", "--hard", tip)
                 raise
+            self._remember_merge(worktree, MergeResult(new, strategy, base, False))
             removed = False
             if not keep:
                 try:
