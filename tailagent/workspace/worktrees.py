@@ -1135,8 +1135,9 @@ class Worktrees:
                     if self._record_path(context_id) != record:
                         raise GitError(f"the record {record} does not match its name")
                     if data.get("repository") != await self._common_dir():
-                        repository = str(data.get("repository"))
-                        elsewhere[repository] = elsewhere.get(repository, 0) + 1
+                        if data.get("idle") is not True:  # an idle one holds nothing
+                            repository = str(data.get("repository"))
+                            elsewhere[repository] = elsewhere.get(repository, 0) + 1
                         continue
                     if context_id in live:
                         await self._shelve(context_id)
@@ -1156,15 +1157,29 @@ class Worktrees:
                         len(lost.files_uncommitted),
                     )
                 pruned.append(context_id)
-        for repository, count in elsewhere.items():
-            log.info(
-                "%d conversation%s kept in %s belong%s to the repository at %s, not to "
-                "this workspace (%s): left alone; serve that workspace (--cwd) to merge or "
-                "discard them",
-                count, "s" if count > 1 else "", self.root, "" if count > 1 else "s",
-                repository, self.repo,
-            )  # fmt: skip
+        self._tell_elsewhere(elsewhere)
         return pruned
+
+    def _tell_elsewhere(self, elsewhere: dict[str, int]) -> None:
+        """Says which conversations with a branch here belong to another repository (the
+        state dir served another --cwd before): once, not at every start, unless that
+        changes (remembered in `<root>/.elsewhere`)."""
+        lines = [
+            f"{count} conversation{'s' if count > 1 else ''} with a branch in the "
+            f"repository at {repository} (served before from this state dir): left alone "
+            f"while {self.repo} is served; serve that workspace (--cwd) to merge or "
+            "discard them"
+            for repository, count in sorted(elsewhere.items())
+        ]
+        mark = self.root / ".elsewhere"
+        try:
+            if mark.read_text() == "".join(f"{line}\n" for line in lines):
+                return
+        except OSError:
+            pass
+        for line in lines:
+            log.info("%s", line)
+        write_private(mark, "".join(f"{line}\n" for line in lines))
 
     async def _shelve(self, context_id: str) -> None:
         """At a start, the worktree of a conversation that changed nothing goes (no agent

@@ -1,0 +1,234 @@
+"""Worktrees that explain themselves, as a newcomer meets them (issue 34, items 7, 9-12):
+a real `tailagent serve` in a throwaway git repository, the real CLI at 80 columns, and
+git itself to check what is left behind."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tailagent
+from tailagent.bridge.conversations import first_start
+from tests.conftest import RunningServer, start_server
+from tests.test_isolation import git, make_project
+
+NARROW = {"COLUMNS": "80", "LINES": "50"}
+TIME = r"(\d\d-\d\d )?\d\d:\d\d"
+FIRST_START = "is a git repository: each conversation that changes files gets a branch"
+
+
+def run(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
+    """A command of the person's, piped, in an 80-column terminal's environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAILAGENT_")}
+    return subprocess.run(
+        [sys.executable, "-m", "tailagent", *args, "--state-dir", str(server.state_dir)],
+        capture_output=True, text=True, timeout=60, env={**env, **NARROW},
+    )  # fmt: skip
+
+
+def in_terminal(server: RunningServer, *args: str) -> str:
+    """A command of the person's in an 80-column pseudo-terminal, colours taken out."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 80, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    argv = [sys.executable, "-m", "tailagent", *args, "--state-dir", str(server.state_dir)]
+    process = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower,
+                               env={**env, "TERM": "xterm-256color"})  # fmt: skip
+    os.close(follower)
+    seen = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal's other side closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(leader)
+        process.wait(timeout=60)
+    return re.sub(r"\x1b\[[0-9;]*m", "", seen.decode()).replace("\r\n", "\n")
+
+
+def branches(repo: Path) -> list[str]:
+    return git(repo, "branch", "--list", "--format=%(refname:short)", "tailagent/*").split()
+
+
+def made_ahead(repo: Path) -> list[str]:
+    """The worktrees made ahead and not taken yet: detached, under the state dir."""
+    listed = git(repo, "worktree", "list").splitlines()
+    return [line for line in listed if "/+ready-" in line and "(detached HEAD)" in line]
+
+
+def context_of(called: subprocess.CompletedProcess[str]) -> str:
+    """The conversation `call` names on its first line: `task …  context …`."""
+    match = re.search(r"context (\S+)", called.stdout)
+    assert match, called.stdout + called.stderr
+    return match.group(1)
+
+
+def record(server: RunningServer, context_id: str) -> dict[str, object]:
+    return dict(json.loads((server.state_dir / "worktrees" / f"{context_id}.json").read_text()))
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[tuple[RunningServer, Path]]:
+    repo = tmp_path / "workspace"
+    make_project(repo)
+    server = start_server(tmp_path, "--isolation", "worktree")
+    yield server, repo
+    server.stop()
+
+
+def test_hellos_leave_no_branch_and_their_conversations_go_on(tmp_path: Path) -> None:
+    repo = tmp_path / "workspace"
+    make_project(repo)
+    server = start_server(tmp_path, "--isolation", "worktree")
+    try:
+        first_log = server.log()
+        hellos = [run(server, "call", "hello") for _ in range(3)]
+        assert [h.returncode for h in hellos] == [0, 0, 0], [h.stderr for h in hellos]
+        assert branches(repo) == []  # was: one tailagent/… branch per hello
+        went_on = context_of(hellos[0])
+        edit = run(server, "call", "edit:notes.txt went on", "--context", went_on)
+        assert edit.returncode == 0, edit.stderr
+        assert branches(repo) == [f"tailagent/{went_on[:8]}"]
+        assert git(repo, "show", f"tailagent/{went_on[:8]}:notes.txt") == "edit:notes.txt went on\n"
+    finally:
+        server.stop()
+    assert FIRST_START in first_log and "--cwd DIR" in first_log
+    assert "--isolation shared" in first_log
+
+    server = start_server(tmp_path, "--isolation", "worktree")  # the same state dir
+    try:
+        assert FIRST_START not in server.log()  # said once for this repository
+        idle = context_of(hellos[1])
+        assert not Path(str(record(server, idle)["path"])).exists()  # gone at the start
+        later = run(server, "call", "edit:later.txt later", "--context", idle)
+        assert later.returncode == 0, later.stderr
+        assert git(repo, "show", f"tailagent/{idle[:8]}:later.txt") == "edit:later.txt later\n"
+        assert sorted(branches(repo)) == sorted([f"tailagent/{went_on[:8]}",
+                                                 f"tailagent/{idle[:8]}"])  # fmt: skip
+    finally:
+        server.stop()
+
+
+def test_the_first_start_in_tailagents_own_checkout_says_so(tmp_path: Path) -> None:
+    checkout = Path(tailagent.__file__).resolve().parents[1]
+    said = first_start(checkout, tmp_path / "worktrees")
+    assert said.startswith(f"{checkout} is tailagent's own checkout: each conversation")
+    assert "a git repository" in first_start(tmp_path, tmp_path / "worktrees")
+
+
+def test_diff_merge_and_discard_take_the_short_id_of_the_branch(
+    project: tuple[RunningServer, Path],
+) -> None:
+    server, repo = project
+    for context, text in (("abc-one", "edit:notes.txt one"), ("abc-two", "edit:other.txt two")):
+        done = run(server, "call", text, "--context", context)
+        assert done.returncode == 0, done.stderr
+    diff = run(server, "diff", "abc-o")
+    assert diff.returncode == 0, diff.stderr
+    assert "+edit:notes.txt one" in diff.stdout and "other.txt" not in diff.stdout
+    ambiguous = run(server, "merge", "abc")
+    assert ambiguous.returncode == 2
+    assert ambiguous.stderr.strip().endswith(
+        "abc is the start of 2 of your conversations (abc-one, abc-two): give more of its id"
+    ), ambiguous.stderr
+    token = run(server, "token", "add", "someone", "--role=caller", "--role=approver")
+    theirs = run(server, "diff", "abc-o", "--token", token.stdout.strip())
+    assert theirs.returncode == 2 and "Conversation abc-o not found" in theirs.stderr
+
+    merged = run(server, "merge", "abc-o")
+    assert merged.returncode == 0, merged.stderr
+    commit = git(repo, "rev-parse", "main").strip()
+    assert merged.stdout.startswith(f"merged (squash) into main as {commit[:12]}")
+    again = run(server, "merge", "abc-o")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"already merged into main at {commit[:12]} (tailagent/abc-one")
+
+    listed = run(server, "conversations")
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
+    # One commit of its own, one behind main since abc-one was merged.
+    assert rows["abc-two"][:4] == ["abc-two", "tailagent/abc-two", "+1/-1", "changes"]
+    assert "other.txt" in rows["abc-two"] and "behind" in listed.stdout
+    assert rows["abc-one"][2:5] == ["+0/-0", "merged", "at"], listed.stdout
+    assert all(len(line) <= 80 for line in listed.stdout.splitlines())
+
+    tasks = run(server, "tasks")
+    contexts = [line.split()[3] for line in tasks.stdout.splitlines()[1:] if "completed" in line]
+    assert sorted(contexts) == ["abc-one", "abc-two"], tasks.stdout
+
+
+def test_tasks_and_audit_fit_80_columns_and_keep_the_time(
+    project: tuple[RunningServer, Path],
+) -> None:
+    server, _repo = project
+    asked = run(server, "call", "question")
+    assert asked.returncode == 3, asked.stderr
+    hello = run(server, "call", "hello")
+    permission = run(server, "call", "ask")
+    task = re.search(r"--task (\S+)", permission.stdout)
+    assert task, permission.stdout
+    why = "no, run pytest -x instead, the build folder holds the release notes of today"
+    denied = run(server, "call", why, "--task", task.group(1))
+    assert denied.returncode == 0, denied.stderr
+
+    listed = run(server, "tasks")
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["task", "state", "updated", "context"], lines[0]
+    assert all(len(line) <= 80 for line in lines), listed.stdout
+    waiting = next(i for i, line in enumerate(lines) if "input-required" in line)
+    assert re.fullmatch(rf"\S{{36}}  input-required  {TIME}\s+\S{{8}}", lines[waiting].rstrip())
+    assert lines[waiting + 1].strip() == "Which colour do you prefer?"  # whole, under it
+    assert context_of(hello)[:8] in listed.stdout
+
+    audit = in_terminal(server, "audit")
+    rows = audit.splitlines()
+    assert all(len(line) <= 80 for line in rows), audit
+    deny = next(line for line in rows if " deny " in line)
+    assert re.match(rf"\s*{TIME}\s+deny\s+Bash\s+rm -rf build\s", deny), deny
+    assert task.group(1)[:8] in deny
+    assert "release notes of today" in " ".join(" ".join(rows).split())  # wrapped, not cut
+
+
+def test_switching_cwd_on_a_state_dir_says_so_once(tmp_path: Path) -> None:
+    first, second = tmp_path / "workspace", tmp_path / "other"
+    make_project(first)
+    make_project(second)
+    server = start_server(tmp_path, "--isolation", "worktree")
+    try:
+        done = run(server, "call", "edit:notes.txt kept")
+        assert done.returncode == 0, done.stderr
+    finally:
+        server.stop()
+    assert made_ahead(first)  # one for the next conversation, in the first repository
+
+    logs = []
+    for _ in range(2):
+        server = start_server(tmp_path, "--isolation", "worktree", "--cwd", str(second))
+        server.stop()
+        logs.append(server.log())
+    common = first / ".git"
+    assert f"removed a worktree made ahead for the repository at {common}" in logs[0]
+    assert (
+        f"1 conversation with a branch in the repository at {common} (served before from this "
+        f"state dir): left alone while {second} is served" in logs[0]
+    ), logs[0]
+    assert "conversation 's" not in logs[0] + logs[1]
+    assert "made ahead" not in logs[1] and "with a branch in" not in logs[1], logs[1]
+    assert not made_ahead(first)
+    assert branches(first) == [f"tailagent/{context_of(done)[:8]}"]  # its work is kept
