@@ -7,6 +7,8 @@ get the node. Everything else about the package is in pyproject.toml.
 from __future__ import annotations
 
 import importlib.util
+import time
+import warnings
 from pathlib import Path
 
 from setuptools import setup
@@ -28,23 +30,31 @@ class build_with_node(build_py):  # setuptools names its commands in lower case
         where = HERE / "tailagent" / "tsnet"
         if not self.editable_mode:
             where = Path(self.build_lib) / "tailagent" / "tsnet"
+        started = time.monotonic()
         try:
-            built = builder.build(where)
+            built = builder.build(where, say=say)
         except builder.BuildFailed as exc:
-            say(f"WARNING: tailagent: no embedded tailnet node (serve --tsnet): {exc}")
+            say(f"tailagent: no embedded tailnet node (serve --tsnet): {exc}", outcome=True)
             return
-        say(f"tailagent: embedded tailnet node (serve --tsnet) built: {built}")
+        took = round(time.monotonic() - started)
+        say(f"tailagent: embedded tailnet node (serve --tsnet) built in {took} s: {built}", True)
 
 
-def say(line: str) -> None:
-    """One line the person installing sees: pip shows a build's output only with -v,
-    so it also goes to their terminal, when there is one."""
+def say(line: str, outcome: bool = False) -> None:
+    """One line the person installing sees. pip hides a build's output unless -v, and
+    shows nothing during it but "still running...": so the line goes to their terminal
+    at once, when there is one (the only way to say a long build starts). pip 26 also
+    shows a build backend's warnings, after the build, terminal or not (a CI log): the
+    outcome goes there too (pip 23-25, venv's own included, drop it: -v has it)."""
     print(line)
     try:
         with open("/dev/tty", "w") as terminal:
-            terminal.write(line + "\n")
+            terminal.write("\n" + line + "\n")
     except OSError:
-        pass  # no terminal (CI, a container build): the -v output has it
+        pass  # no terminal (CI, a container build)
+    if outcome:
+        # No source line to quote, so pip prints the line alone: "tailagent:0: ...".
+        warnings.warn_explicit(line.removeprefix("tailagent: "), UserWarning, "tailagent", 0)
 
 
 setup(cmdclass={"build_py": build_with_node})

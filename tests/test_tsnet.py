@@ -450,3 +450,46 @@ def test_bad_input_is_one_line_and_a_non_zero_exit_within_seconds(
         tmp_path, control, TAILAGENT_TSNET_LIBRARY=str(tmp_path / "missing.so")
     )
     assert code == 1 and "no embedded tailnet node" in line and "build.py" in line, line
+
+
+# --- what pip shows of the node's build ---------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+PIP_MAJOR = int(subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True,
+                               text=True).stdout.split()[1].split(".")[0])  # fmt: skip
+
+
+def pip_wheel(tmp: Path, env: dict[str, str], terminal: bool) -> str:
+    """pip building tailagent from a copy of this checkout, as a person installing it
+    sees it: with a terminal (`script` gives it one) or none (a CI log). Build
+    isolation fetches setuptools, as `pip install -e .` does."""
+    source = tmp / "src"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+                             check=True).stdout.decode().split("\0")  # fmt: skip
+    for name in (n for n in tracked if n and (ROOT / n).is_file()):
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, source / name)
+    argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp / "out"), str(source)]
+    if terminal:
+        argv = ["script", "-qec", subprocess.list2cmdline(argv), "/dev/null"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env,
+                          stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="Go is not installed: no node to build")
+@pytest.mark.skipif(PIP_MAJOR < 26, reason="pip before 26 shows a build's warnings only with -v")
+def test_pip_says_the_node_build_may_take_minutes_and_how_it_went(tmp_path: Path) -> None:
+    plain = pip_wheel(tmp_path / "log", dict(os.environ), terminal=False)
+    built = r"BuildBackendWarning: embedded tailnet node \(serve --tsnet\) built in \d+ s: \S+\.so"
+    assert re.search(built, plain), plain
+    shown = pip_wheel(tmp_path / "tty", dict(os.environ), terminal=True)
+    starting = shown.index("tailagent: building the embedded tailnet node (serve --tsnet) with Go:"
+                           " a first build takes a few minutes")  # fmt: skip
+    assert starting < shown.index("tailagent: embedded tailnet node (serve --tsnet) built in")
+    without_go = {**os.environ, "PATH": "/usr/bin:/bin"}
+    assert shutil.which("go", path=without_go["PATH"]) is None
+    missing = pip_wheel(tmp_path / "nogo", without_go, terminal=False)
+    assert "BuildBackendWarning: no embedded tailnet node (serve --tsnet): Go is not installed: " \
+           "install Go 1.26.6 or newer" in missing, missing  # fmt: skip

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parent
@@ -32,12 +33,20 @@ class BuildFailed(Exception):
     """The library could not be built; str() is one line that says why."""
 
 
-def build(destination: Path = SOURCE) -> Path:
+STARTING = (
+    "tailagent: building the embedded tailnet node (serve --tsnet) with Go: a first build "
+    "takes a few minutes, a rebuild seconds"
+)
+
+
+def build(destination: Path = SOURCE, say: Callable[[str], None] = print) -> Path:
     """Builds the library into `destination` and returns its path. Go's own build
-    cache makes a second build of unchanged sources take seconds."""
+    cache makes a second build of unchanged sources take seconds; a first one is
+    minutes of no output, so `say` is told first (once Go is found)."""
     go = shutil.which("go")
     if go is None:
         raise BuildFailed(f"Go is not installed: {GO_HINT}")
+    say(STARTING)
     destination = destination.resolve()  # go build runs in the source folder
     destination.mkdir(parents=True, exist_ok=True)
     target = destination / LIBRARY_NAME
