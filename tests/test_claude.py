@@ -313,9 +313,14 @@ async def test_with_worktrees_the_spare_waits_in_the_next_conversations_worktree
         assert turn.final_state == "completed"
         metadata = MessageToDict(turn.statuses[-1].metadata)
         assert f"--session-id={metadata['agentSessionId']}" in spare["argv"]
-        record = server.state_dir / "worktrees" / f"{turn.context_id}.json"
-        assert json.loads(record.read_text())["path"] == str(ready)  # it worked there
-        assert current_branch(ready) == f"tailagent/{turn.context_id[:8]}"
+        record = json.loads(
+            (server.state_dir / "worktrees" / f"{turn.context_id}.json").read_text()
+        )
+        assert record["path"] == str(ready)  # it worked there
+        assert record["branch"] == f"tailagent/{turn.context_id[:8]}"
+        # A hello changed nothing: its branch is gone, the worktree waits detached for
+        # the conversation's next turn.
+        assert record["idle"] is True and current_branch(ready) == ""
         while len(log.argvs()) < 2:  # the next spare, in the next worktree made ahead
             assert time.monotonic() < deadline, server.log()
             await asyncio.sleep(0.05)
