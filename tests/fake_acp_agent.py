@@ -32,6 +32,8 @@ words acted on in order of appearance:
     env           lists the names of its own environment variables
     noise N       writes N lines to stderr
     chunks N      N agent_message_chunk updates, "chunk <i> " each (a long streamed answer)
+    usage:C[:CUR] usage_update: 1000 tokens in context per turn so far, a window of 200000,
+                  and C (the session's running cost) in CUR (USD unless given); no C, no cost
     setup         says its mode and the MCP servers its session was given
     hostile       HOSTILE (text that would act on a terminal) in a thought, a message, a
                   tool's title, input and output, a file written (hostile.txt) and its
@@ -40,8 +42,14 @@ words acted on in order of appearance:
 A turn ends with "turn <n> of session <sid> in process <pid>" (plus the URIs of
 embedded resources, if any) and stop reason end_turn.
 
-Run: python tests/fake_acp_agent.py [--no-load] [--auth-required] [--no-embedded-context]
-     [--slow-start SECONDS]
+It offers session/resume and session/close (--no-resume, --no-close: it does not).
+With --slow-close its session/close answers only when tailagent sends $/cancel_request
+for it (then with -32800, Request Cancelled). With --log PATH it appends one line per
+lifecycle call it gets: "new|load|resume|close SID", "cancel_request ID",
+"close SID cancelled".
+
+Run: python tests/fake_acp_agent.py [--no-load] [--no-resume] [--no-close] [--slow-close]
+     [--log PATH] [--auth-required] [--no-embedded-context] [--slow-start SECONDS]
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ from acp import (
     PromptResponse,
     RequestError,
 )
+from acp.connection import StreamDirection, StreamEvent
 from acp.helpers import (
     plan_entry,
     start_tool_call,
@@ -89,16 +98,23 @@ from acp.schema import (
     AllowedOutcome,
     AuthMethodAgent,
     AvailableCommand,
+    CloseSessionResponse,
+    Cost,
     EmbeddedResourceContentBlock,
     EnvVarAuthMethod,
     EnvVariable,
     Implementation,
     PermissionOption,
     PromptCapabilities,
+    ResumeSessionResponse,
+    SessionCapabilities,
+    SessionCloseCapabilities,
+    SessionResumeCapabilities,
     SetSessionModeResponse,
     TerminalAuthMethod,
     TextContentBlock,
     ToolCallUpdate,
+    UsageUpdate,
 )
 
 AGENT_NAME = "fake-acp-agent"
@@ -158,8 +174,24 @@ def _int_or(word: str | None, default: int) -> int:
 class FakeAgent:
     """The ACP Agent side: lifecycle methods plus the keyword actions of a prompt."""
 
-    def __init__(self, *, can_load: bool, auth_required: bool, embeds: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        can_load: bool,
+        auth_required: bool,
+        embeds: bool = True,
+        can_resume: bool = True,
+        can_close: bool = True,
+        slow_close: bool = False,
+        log: Path | None = None,
+    ) -> None:
         self._can_load = can_load
+        self._can_resume = can_resume
+        self._can_close = can_close
+        self._slow_close = slow_close
+        self._log = log
+        # JSON-RPC id of a session/close being answered -> set when it is cancelled.
+        self._closing: dict[int | str, asyncio.Event] = {}
         self._embeds = embeds
         self._auth_required = auth_required
         self._conn: Client | None = None
@@ -189,6 +221,7 @@ class FakeAgent:
             "noise": self._noise,
             "chunks": self._chunks,
             "hostile": self._hostile,
+            "usage": self._usage,
         }
 
     # -- connection and lifecycle ---------------------------------------------------------
@@ -215,6 +248,10 @@ class FakeAgent:
             agent_capabilities=AgentCapabilities(
                 load_session=self._can_load,
                 prompt_capabilities=PromptCapabilities(embedded_context=self._embeds, image=False),
+                session_capabilities=SessionCapabilities(
+                    resume=SessionResumeCapabilities() if self._can_resume else None,
+                    close=SessionCloseCapabilities() if self._can_close else None,
+                ),
             ),
             auth_methods=auth_methods,
             agent_info=Implementation(name=AGENT_NAME, version=AGENT_VERSION),
@@ -226,6 +263,7 @@ class FakeAgent:
         session_id = uuid.uuid4().hex
         servers = [s.name for s in kwargs.get("mcp_servers") or []]
         self._sessions[session_id] = Session(cwd=cwd, mcp_servers=servers)
+        self._note(f"new {session_id}")
         await self.conn.session_update(
             session_id=session_id,
             update=update_available_commands(
@@ -243,14 +281,57 @@ class FakeAgent:
             raise RequestError.method_not_found(acp.AGENT_METHODS["session_load"])
         if self._auth_required:
             raise RequestError.auth_required()
+        self._take_up(session_id, cwd, kwargs)
+        self._note(f"load {session_id}")
+        await self.conn.session_update(session_id=session_id, update=update_current_mode("default"))
+        return LoadSessionResponse()
+
+    def _take_up(self, session_id: str, cwd: str, kwargs: dict[str, Any]) -> None:
         session = self._sessions.get(session_id)
         if session is None:
             servers = [s.name for s in kwargs.get("mcp_servers") or []]
             self._sessions[session_id] = Session(cwd=cwd, mcp_servers=servers)
         else:
             session.cwd = cwd
-        await self.conn.session_update(session_id=session_id, update=update_current_mode("default"))
-        return LoadSessionResponse()
+
+    async def resume_session(
+        self, cwd: str, session_id: str, **kwargs: Any
+    ) -> ResumeSessionResponse:
+        if not self._can_resume:
+            raise RequestError.method_not_found(acp.AGENT_METHODS["session_resume"])
+        self._take_up(session_id, cwd, kwargs)
+        self._note(f"resume {session_id}")
+        return ResumeSessionResponse()
+
+    async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
+        if not self._can_close:
+            raise RequestError.method_not_found(acp.AGENT_METHODS["session_close"])
+        self._note(f"close {session_id}")
+        if self._slow_close:
+            await self._closing[next(reversed(self._closing))].wait()
+            self._note(f"close {session_id} cancelled")
+            raise RequestError(-32800, "Request cancelled")
+        self._sessions.pop(session_id, None)
+        return CloseSessionResponse()
+
+    def observe(self, event: StreamEvent) -> None:
+        """Sees every message: acp routes no $/cancel_request, and does not tell a
+        handler the id of the request it answers."""
+        message = event.message
+        if event.direction is not StreamDirection.INCOMING:
+            return
+        if message.get("method") == acp.AGENT_METHODS["session_close"]:
+            self._closing[message["id"]] = asyncio.Event()
+        elif message.get("method") == "$/cancel_request":
+            request_id = (message.get("params") or {}).get("requestId")
+            self._note(f"cancel_request {request_id}")
+            if (cancelled := self._closing.get(request_id)) is not None:
+                cancelled.set()
+
+    def _note(self, line: str) -> None:
+        if self._log is not None:
+            with self._log.open("a") as log:
+                log.write(line + "\n")
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         session = self._sessions.get(session_id)
@@ -558,6 +639,14 @@ class FakeAgent:
         for i in range(1, _int_or(following, DEFAULT_CHUNKS) + 1):
             await self._say(turn, f"chunk {i} ")
 
+    async def _usage(self, turn: Turn, arg: str, following: str | None) -> None:
+        amount, _, currency = arg.partition(":")
+        cost = Cost(amount=float(amount), currency=currency or "USD") if amount else None
+        update = UsageUpdate(
+            session_update="usage_update", used=1000 * turn.session.turns, size=200000, cost=cost
+        )
+        await self.conn.session_update(session_id=turn.session_id, update=update)
+
     async def _hostile(self, turn: Turn, arg: str, following: str | None) -> None:
         session_id = turn.session_id
         thought = update_agent_thought_text(f"thought {HOSTILE}")
@@ -614,6 +703,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--slow-start", type=float, default=0.0, metavar="SECONDS", help="sleep before serving"
     )
+    parser.add_argument("--no-resume", action="store_true", help="do not offer session/resume")
+    parser.add_argument("--no-close", action="store_true", help="do not offer session/close")
+    parser.add_argument(
+        "--slow-close", action="store_true", help="answer session/close only when cancelled"
+    )
+    parser.add_argument("--log", type=Path, help="append the lifecycle calls it gets here")
     args = parser.parse_args(argv)
     if args.slow_start > 0:
         time.sleep(args.slow_start)
@@ -621,9 +716,16 @@ def main(argv: list[str] | None = None) -> None:
         can_load=not args.no_load,
         auth_required=args.auth_required,
         embeds=not args.no_embedded_context,
+        can_resume=not args.no_resume,
+        can_close=not args.no_close,
+        slow_close=args.slow_close,
+        log=args.log,
     )
     # The agent implements only what it needs; acp answers the rest "method not found".
-    asyncio.run(acp.run_agent(cast(Agent, agent)))
+    # acp 0.12.1 still routes session/resume and session/close only as "unstable".
+    asyncio.run(
+        acp.run_agent(cast(Agent, agent), use_unstable_protocol=True, observers=[agent.observe])
+    )
 
 
 if __name__ == "__main__":

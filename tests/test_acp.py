@@ -245,7 +245,9 @@ async def test_cancel_of_a_parked_permission_prompt(agent: A2A) -> None:
 async def test_idle_processes_stop_and_the_context_resumes_with_session_load(
     tmp_path: Path,
 ) -> None:
-    server = start_acp(tmp_path, config="[agent]\nidle_timeout = 0.3\nwarm_spares = 0\n")
+    server = start_acp(
+        tmp_path, "--no-resume", config="[agent]\nidle_timeout = 0.3\nwarm_spares = 0\n"
+    )
     try:
         agent = A2A(server.url, server.token)
         first = await agent.turn("hello")
@@ -257,7 +259,7 @@ async def test_idle_processes_stop_and_the_context_resumes_with_session_load(
         assert not alive(pid)
         again = await agent.turn(user_message("again", context_id=first.context_id))
         notices = [texts(s.status.message) for s in again.statuses if kind_of(s) == "notice"]
-        assert "Resumed the agent session of this context." in notices
+        assert "Resumed the agent session of this context (with session/load)." in notices
         assert turn_info(again)[1] == session and turn_info(again)[2] != pid
     finally:
         server.stop()

@@ -125,6 +125,20 @@ class QuestionAsked:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageUpdated:
+    """How much of its context the session uses and what it has cost, as the agent
+    reports it (ACP `usage_update`). `used` is the tokens in context now, `size` the
+    context window, both in tokens. `cost_usd` is the session's running total so far,
+    not this turn's share (ACP's schema: "Total cumulative cost for session"); it is
+    set only when the agent reports the cost in US dollars. A consumer that wants a
+    turn's cost takes the difference between two of them."""
+
+    used: int | None = None
+    size: int | None = None
+    cost_usd: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TurnDone:
     stop_reason: str = "end_turn"
     usage: JSONDict = field(default_factory=dict)
@@ -155,6 +169,7 @@ AgentEvent = (
     | FileChanged
     | Notice
     | SessionInfo
+    | UsageUpdated
     | PermissionAsked
     | QuestionAsked
     | TurnDone

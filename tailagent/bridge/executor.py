@@ -48,6 +48,7 @@ from tailagent.agents.events import (
     TurnDone,
     TurnFailed,
     TurnOptions,
+    UsageUpdated,
 )
 from tailagent.bridge import attachments, tck
 from tailagent.bridge.answers import (
@@ -74,6 +75,7 @@ from tailagent.bridge.parked import Waiting, resume_text, waiting_of
 from tailagent.bridge.publish import Publisher, open_task, text_part
 from tailagent.bridge.rules import first_match
 from tailagent.bridge.sessions import PoolFull, SessionPool
+from tailagent.bridge.usage import Cost, Spending, dollars
 from tailagent.config import AttachmentSettings
 from tailagent.metrics import DECISIONS, PROMPTS, TURN_SECONDS
 from tailagent.tool_rules import Rule
@@ -82,6 +84,9 @@ from tailagent.workspace.git import GitError
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT = 10.0
+# The stop reason of a turn its agent ended at its budget (the Claude Agent SDK's
+# `max_budget_usd`), and of one tailagent ended as it crossed a budget.
+BUDGET_STOP = "max_budget_usd"
 # The call-context state key naming the channel a request came through ("web" from
 # the web page); absent means A2A.
 VIA_KEY = "via"
@@ -110,6 +115,32 @@ class TaskRuntime:
     # Taken back after a restart: the agent's reloaded session gets the answer as a
     # prompt (`parked.resume_text`), not as the reply to a request it no longer has.
     restored: bool = False
+    owner: str = "unknown"  # whose work it is: the person its cost is counted to
+    cost: Cost = field(default_factory=Cost)  # the task's turns so far
+    # The agent session's running cost (ACP `usage_update`) when this turn started, and
+    # now: the turn's share is the difference.
+    session_cost_before: float | None = None
+    session_cost: float | None = None
+
+
+def turn_cost(event: TurnDone, runtime: TaskRuntime) -> Cost:
+    """What a turn cost: the agent's own figure, else what the session's running cost
+    grew by during the turn; its tokens from the turn's usage."""
+    usd = event.cost
+    if usd is None and runtime.session_cost is not None:
+        usd = max(0.0, runtime.session_cost - (runtime.session_cost_before or 0.0))
+    usage = event.usage
+    return Cost(usd or 0.0, _tokens(usage, "input"), _tokens(usage, "output"))
+
+
+def _tokens(usage: dict[str, Any], kind: str) -> int:
+    """Tokens of one kind in an agent's usage figures (camelCase or snake_case; cached
+    input counts as input)."""
+    names: tuple[str, ...] = (f"{kind}Tokens", f"{kind}_tokens")
+    if kind == "input":
+        names += ("cacheReadInputTokens", "cache_read_input_tokens",
+                  "cacheCreationInputTokens", "cache_creation_input_tokens")  # fmt: skip
+    return sum(int(v) for n in names if isinstance(v := usage.get(n), int | float))
 
 
 async def _no_events() -> AsyncIterator[AgentEvent]:
@@ -202,7 +233,11 @@ class BridgeExecutor(AgentExecutor):
         workspace: Path | None = None,
         attachment_settings: AttachmentSettings | None = None,
         conversations: Conversations | None = None,
+        spending: Spending | None = None,
     ) -> None:
+        self._spending = spending
+        # Each agent session's last running cost (ACP `usage_update`), by session id.
+        self._session_costs: dict[str, float] = {}
         self._conversations: Conversations = conversations or Shared("not configured")
         self._rules = rules
         self._workspace = workspace or Path.cwd()
@@ -363,7 +398,9 @@ class BridgeExecutor(AgentExecutor):
             publisher,
             roles=owner.roles if owner else frozenset(),
             directory=directory,
+            owner=owner.owner if owner else "unknown",
         )
+        runtime.session_cost_before = self._session_costs.get(session.session_id)
         self._runtimes[task_id] = runtime
         # Who asked, kept in the task's metadata for every view of it (the desk's list).
         asker = answerer_of(context.call_context)
@@ -373,7 +410,12 @@ class BridgeExecutor(AgentExecutor):
         requested = {"requestedBy": {"who": asker.by, "device": asker.node}}
         await publisher.status(updater, TaskState.TASK_STATE_WORKING, "started", metadata=requested)
         if resumed:
-            await publisher.publish(updater, Notice("Resumed the agent session of this context."))
+            # An ACP session says how it was taken up (session/resume or session/load).
+            how = getattr(session, "reattached_with", None)
+            said = f" (with {how})" if how else ""
+            await publisher.publish(
+                updater, Notice(f"Resumed the agent session of this context{said}.")
+            )
         return runtime
 
     async def _take_back(
@@ -418,6 +460,7 @@ class BridgeExecutor(AgentExecutor):
             turn=TurnRecord(task_id, context_id, waiting.subject, waiting.requested_by),
             directory=directory,
             restored=True,
+            owner=caller.owner if caller else "unknown",
         )
         self._runtimes[task_id] = runtime
         await publisher.publish(
@@ -562,16 +605,110 @@ class BridgeExecutor(AgentExecutor):
             if isinstance(event, TurnDone):
                 await self._end(runtime)
                 outcome: dict[str, Any] = {"agentSessionId": runtime.session.session_id}
+                outcome.update(await self._count(runtime, turn_cost(event, runtime)))
                 if (worktree := await self._turn_ended(runtime)) is not None:
                     outcome["worktree"] = worktree
+                if event.stop_reason == BUDGET_STOP:
+                    why = self._budget_stop_text(runtime)
+                    await self._fail_at_budget(runtime, why, outcome, updater)
+                    return
                 await publisher.finish(updater, event, outcome)
                 return
             if isinstance(event, TurnFailed):
                 await self._end(runtime)
+                if runtime.session_cost is not None:  # what it cost before failing
+                    await self._count(runtime, turn_cost(TurnDone(), runtime))
                 await self._turn_ended(runtime)  # what it changed before failing is kept
                 await publisher.fail(updater, event.message)
                 return
+            if isinstance(event, UsageUpdated):
+                # No stream shows usage yet; publishing it would fail the turn.
+                if event.cost_usd is not None and (stop := await self._crossed(runtime, event)):
+                    await self._stop_at_budget(runtime, stop, updater)
+                    return
+                continue
             await publisher.publish(updater, event)
+
+    async def _count(self, runtime: TaskRuntime, cost: Cost) -> dict[str, Any]:
+        """Keeps a turn's cost with its person and task; the task's and its
+        conversation's costs, for the task's metadata."""
+        runtime.cost = runtime.cost + cost
+        if runtime.session_cost is not None:
+            self._session_costs[runtime.session.session_id] = runtime.session_cost
+        if self._spending is None:
+            return {"cost": runtime.cost.as_json()}
+        try:
+            total = await self._spending.record(runtime.owner, runtime.context_id, cost)
+        except Exception:
+            log.exception("task %s: keeping the turn's cost", runtime.task_id)
+            return {"cost": runtime.cost.as_json()}
+        return {"cost": runtime.cost.as_json(), "conversationCost": total.as_json()}
+
+    async def _crossed(self, runtime: TaskRuntime, event: UsageUpdated) -> str | None:
+        """Why the turn stops now that its session's running cost is `event.cost_usd`
+        (a budget it crossed); None while it is within them."""
+        assert event.cost_usd is not None
+        if runtime.session_cost_before is None and runtime.session_cost is None:
+            runtime.session_cost_before = self._session_costs.get(runtime.session.session_id)
+        runtime.session_cost = event.cost_usd
+        if self._spending is None:
+            return None
+        grew = max(0.0, event.cost_usd - (runtime.session_cost_before or 0.0))
+        task_limit = self._spending.budgets.per_task_usd
+        if task_limit is not None and runtime.cost.usd + grew >= task_limit:
+            return self._budget_stop_text(runtime, runtime.cost.usd + grew)
+        budget = await self._spending.daily_budget(runtime.owner)
+        if budget is None:
+            return None
+        spent = await self._spending.usage.spent(runtime.owner) + grew
+        if spent < budget[0]:
+            return None
+        which = "their own daily budget" if budget[1] else "budgets.per_caller_daily_usd"
+        return (
+            f"Stopped: {dollars(spent)} spent today reached the daily budget of "
+            f"{dollars(budget[0])} ({which})."
+        )
+
+    def _budget_stop_text(self, runtime: TaskRuntime, spent: float | None = None) -> str:
+        limit = self._spending.budgets.per_task_usd if self._spending else None
+        cost = dollars(runtime.cost.usd if spent is None else spent)
+        if limit is None:
+            return f"Stopped: the agent reached its budget for this task; it cost {cost}."
+        return (
+            f"Stopped: this task reached its budget of {dollars(limit)} "
+            f"(budgets.per_task_usd); it cost {cost}."
+        )
+
+    async def _stop_at_budget(self, runtime: TaskRuntime, why: str, updater: TaskUpdater) -> None:
+        """Ends a turn that crossed a budget as its agent's own budget stop ends one: the
+        agent is told to stop, what the turn cost is kept, the task fails saying why."""
+        with contextlib.suppress(Exception):
+            await runtime.session.cancel()
+        done: TurnDone | None = None
+        try:
+            async with asyncio.timeout(DRAIN_TIMEOUT):
+                async for event in runtime.events:
+                    if isinstance(event, UsageUpdated) and event.cost_usd is not None:
+                        runtime.session_cost = event.cost_usd
+                    elif isinstance(event, PermissionAsked | QuestionAsked):
+                        await runtime.session.answer(event.request_id, PermissionDecision(False))
+                    elif isinstance(event, TurnDone):
+                        done = event
+        except (TimeoutError, Exception):
+            log.warning("task %s: agent did not stop at its budget", runtime.task_id)
+        await self._end(runtime)
+        outcome = await self._count(runtime, turn_cost(done or TurnDone(), runtime))
+        await self._turn_ended(runtime)
+        await self._fail_at_budget(runtime, why, outcome, updater)
+
+    @staticmethod
+    async def _fail_at_budget(
+        runtime: TaskRuntime, why: str, outcome: dict[str, Any], updater: TaskUpdater
+    ) -> None:
+        """The task fails saying which budget stopped it, its cost kept with it."""
+        await runtime.publisher.status(
+            updater, TaskState.TASK_STATE_FAILED, "budget", [text_part(why)], outcome
+        )
 
     async def _park(
         self, runtime: TaskRuntime, event: PermissionAsked | QuestionAsked, updater: TaskUpdater

@@ -3,7 +3,8 @@
 Starting an agent through npx and completing the ACP handshake takes seconds; a
 spare process, spawned and initialized ahead, takes the next new conversation so
 it does not wait. A conversation whose process is gone comes back through
-`session/load` when the agent can do that.
+`session/resume` (no replay of its history) or else `session/load`, when the agent
+offers one of them.
 """
 
 from __future__ import annotations
@@ -130,24 +131,13 @@ class AcpBackend:
         cwd = str(root)
         notice: Notice | None = None
         try:
-            if resume_id and process.supports_load:
-                try:
-                    await connection.load_session(
-                        cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers
-                    )
-                    return self._session(process, resume_id, root)
-                except RequestError as exc:
-                    if exc.code == AUTH_REQUIRED:
-                        raise
-                    notice = Notice(
-                        f"The agent could not reload the earlier session ({exc}): this turn "
-                        "starts fresh, and the conversation's earlier turns are not known to it."
-                    )
-            elif resume_id:
-                notice = Notice(
-                    "The agent cannot load earlier sessions: this turn starts fresh, and the "
-                    "conversation's earlier turns are not known to it."
-                )
+            if resume_id:
+                how, notice = await self._reattach(process, resume_id, cwd)
+                if how is not None:
+                    log.info("session %s taken up again with %s", resume_id, how)
+                    session = self._session(process, resume_id, root)
+                    session.reattached_with = how
+                    return session
             created = await connection.new_session(cwd=cwd, mcp_servers=self.mcp_servers)
         except RequestError as exc:
             if exc.code == AUTH_REQUIRED:
@@ -159,6 +149,46 @@ class AcpBackend:
         if notice is not None:
             session.note(notice)
         return session
+
+    async def _reattach(
+        self, process: AgentProcess, resume_id: str, cwd: str
+    ) -> tuple[str | None, Notice | None]:
+        """Takes up an earlier session: session/resume where the agent offers it (it
+        reattaches without replaying the history to us), else session/load. Returns the
+        method that worked, or None and the notice that says continuity was lost."""
+        connection = process.connection
+        assert connection is not None
+        error: RequestError | None = None
+        if process.supports_resume:
+            try:
+                await connection.resume_session(
+                    cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers
+                )
+                return "session/resume", None
+            except RequestError as exc:
+                if exc.code == AUTH_REQUIRED:
+                    raise
+                log.info("session/resume of %s failed (%s); trying session/load", resume_id, exc)
+                error = exc
+        if process.supports_load:
+            try:
+                await connection.load_session(
+                    cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers
+                )
+                return "session/load", None
+            except RequestError as exc:
+                if exc.code == AUTH_REQUIRED:
+                    raise
+                error = exc
+        if error is not None:
+            return None, Notice(
+                f"The agent could not reload the earlier session ({error}): this turn "
+                "starts fresh, and the conversation's earlier turns are not known to it."
+            )
+        return None, Notice(
+            "The agent cannot load earlier sessions: this turn starts fresh, and the "
+            "conversation's earlier turns are not known to it."
+        )
 
     def _session(self, process: AgentProcess, session_id: str, root: Path) -> AcpSession:
         return AcpSession(

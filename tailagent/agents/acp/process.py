@@ -13,16 +13,18 @@ import contextlib
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import acp
+from acp.connection import StreamDirection, StreamEvent
 from acp.schema import (
     ClientCapabilities,
     FileSystemCapabilities,
     Implementation,
     InitializeResponse,
+    SessionCapabilities,
 )
 
 from tailagent import __version__
@@ -33,6 +35,12 @@ log = logging.getLogger("tailagent.agent")
 STDERR_TAIL_LINES = 20
 STDERR_LOG_LINES = 200  # per process; past this, stderr is kept but no longer logged
 STREAM_LIMIT = 16 * 1024 * 1024  # one ACP message may carry a whole file
+CANCEL_REQUEST = "$/cancel_request"
+REQUEST_CANCELLED = -32800
+# After $/cancel_request, how long the agent has to answer the request it was told of.
+CANCEL_ANSWER_WAIT = 1.0
+
+T = TypeVar("T")
 
 
 class AgentProcess:
@@ -54,6 +62,9 @@ class AgentProcess:
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._stderr_task: asyncio.Task[None] | None = None
         self.exited: asyncio.Task[int] | None = None
+        # (method, sessionId) -> the JSON-RPC id of the last such request sent: what a
+        # $/cancel_request names when tailagent gives up on it.
+        self._sent: dict[tuple[str, str], int | str] = {}
 
     @property
     def pid(self) -> int | None:
@@ -67,6 +78,22 @@ class AgentProcess:
     def supports_load(self) -> bool:
         caps = self.info.agent_capabilities if self.info else None
         return bool(caps and caps.load_session)
+
+    def _session_caps(self) -> SessionCapabilities | None:
+        caps = self.info.agent_capabilities if self.info else None
+        return caps.session_capabilities if caps else None
+
+    @property
+    def supports_resume(self) -> bool:
+        """session/resume: the agent reattaches a session without replaying its history."""
+        caps = self._session_caps()
+        return bool(caps and caps.resume is not None)
+
+    @property
+    def supports_close(self) -> bool:
+        """session/close: the agent frees what a session holds when tailagent ends it."""
+        caps = self._session_caps()
+        return bool(caps and caps.close is not None)
 
     @property
     def auth_methods(self) -> list[Any]:
@@ -116,7 +143,9 @@ class AgentProcess:
         self._stderr_task = asyncio.create_task(self._drain(process.stderr), name="agent-stderr")
         self.exited = asyncio.create_task(process.wait(), name="agent-exit")
         self.host = self._host_factory(self)
-        self.connection = acp.connect_to_agent(self.host, process.stdin, process.stdout)
+        self.connection = acp.connect_to_agent(
+            self.host, process.stdin, process.stdout, observers=[self._observe]
+        )
         handshake = asyncio.ensure_future(
             self.connection.initialize(
                 protocol_version=acp.PROTOCOL_VERSION,
@@ -147,6 +176,38 @@ class AgentProcess:
             reason = f"no ACP handshake within {handshake_timeout:.0f} s"
         await self.stop(grace=1.0)
         raise AgentStartError(f"the agent {' '.join(self.argv)!r} did not start: {reason}")
+
+    def _observe(self, event: StreamEvent) -> None:
+        """Notes the id of each request sent: acp's calls do not return it, and a
+        $/cancel_request must name it."""
+        message = event.message
+        if event.direction is not StreamDirection.OUTGOING or "id" not in message:
+            return
+        params = message.get("params")
+        session_id = params.get("sessionId") if isinstance(params, dict) else None
+        if isinstance(message.get("method"), str) and isinstance(session_id, str):
+            self._sent[(message["method"], session_id)] = message["id"]
+
+    async def bounded(self, call: Awaitable[T], method: str, session_id: str, within: float) -> T:
+        """Awaits `call` (the `method` request for `session_id`) for `within` seconds.
+        Past that tailagent gives up on it and says so with $/cancel_request, so the
+        agent stops working on an answer nobody waits for; TimeoutError follows."""
+        task = asyncio.ensure_future(call)
+        done, _ = await asyncio.wait({task}, timeout=within)
+        if task in done:
+            return task.result()
+        request_id = self._sent.get((method, session_id))
+        connection = self.connection
+        if request_id is not None and connection is not None and self.alive:
+            log.info("agent %s: gave up on %s after %.0f s", self.pid, method, within)
+            with contextlib.suppress(Exception):
+                # acp has no call for $/ notifications: its connection sends it as is.
+                await connection._conn.send_notification(CANCEL_REQUEST, {"requestId": request_id})
+            await asyncio.wait({task}, timeout=CANCEL_ANSWER_WAIT)
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise TimeoutError(f"{method} got no answer within {within:.0f} s")
 
     async def _drain(self, stream: asyncio.StreamReader) -> None:
         logged = 0

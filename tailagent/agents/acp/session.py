@@ -45,6 +45,7 @@ from acp.schema import (
     TextResourceContents,
     ToolCallProgress,
     ToolCallStart,
+    UsageUpdate,
     WaitForTerminalExitResponse,
     WriteTextFileResponse,
 )
@@ -75,6 +76,7 @@ from tailagent.agents.events import (
     TurnDone,
     TurnFailed,
     TurnOptions,
+    UsageUpdated,
     camel_keys,
     with_ready,
 )
@@ -100,6 +102,13 @@ def _tool_output(items: list[Any] | None) -> str:
     return "\n".join(_text_of(getattr(item, "content", None)) for item in items or []).strip()
 
 
+def _usage(update: UsageUpdate) -> UsageUpdated:
+    """A cost in another currency is not converted: it is left out."""
+    cost = update.cost
+    dollars = cost.amount if cost is not None and cost.currency.upper() == "USD" else None
+    return UsageUpdated(used=update.used, size=update.size, cost_usd=dollars)
+
+
 class AcpSession:
     def __init__(
         self,
@@ -121,6 +130,9 @@ class AcpSession:
         self._answers: dict[str, asyncio.Future[Answer]] = {}
         self._prompt_task: asyncio.Task[Any] | None = None
         self._waiting: list[AgentEvent] = []  # said between turns: shown at the next one
+        # How an earlier session was taken up again ("session/resume", "session/load"),
+        # or None: a new session.
+        self.reattached_with: str | None = None
         process.host.bind(self)
 
     @property
@@ -135,7 +147,7 @@ class AcpSession:
         """An event from the agent: to the running turn, or kept for the next one."""
         if self._queue is not None:
             self._queue.put_nowait(event)
-        elif isinstance(event, SessionInfo | Notice):
+        elif isinstance(event, SessionInfo | Notice | UsageUpdated):
             self._waiting.append(event)
 
     # -- the turn ---------------------------------------------------------------------------
@@ -286,7 +298,24 @@ class AcpSession:
             pass
 
     async def close(self) -> None:
+        """session/close where the agent offers it (so it frees what the session holds
+        before its process goes), bounded by agent.cancel_timeout; then the process stops."""
         await self.terminals.end_turn()
+        connection = self.process.connection
+        if connection is not None and self.process.alive and self.process.supports_close:
+            try:
+                await self.process.bounded(
+                    connection.close_session(session_id=self._session_id),
+                    acp.AGENT_METHODS["session_close"],
+                    self._session_id,
+                    self._cancel_timeout,
+                )
+                log.info("agent %s: closed session %s", self.process.pid, self._session_id)
+            except Exception as exc:
+                log.warning(
+                    "agent %s: session/close of %s failed: %s", self.process.pid,
+                    self._session_id, exc,
+                )  # fmt: skip
         await self.process.stop(grace=self._cancel_timeout)
 
 
@@ -352,6 +381,8 @@ class HostClient:
             note(SessionInfo(mode=update.current_mode_id))
         elif isinstance(update, AvailableCommandsUpdate):
             note(SessionInfo(commands=tuple(c.name for c in update.available_commands)))
+        elif isinstance(update, UsageUpdate):
+            note(_usage(update))
 
     def _tool(self, update: ToolCallStart | ToolCallProgress, note: Any) -> None:
         if isinstance(update, ToolCallStart):

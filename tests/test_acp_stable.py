@@ -1,0 +1,141 @@
+"""ACP's methods stable in 2026, spoken by tests/fake_acp_agent.py: session/close when a
+session ends, session/resume before session/load, $/cancel_request for a request given
+up on, usage_update. Each also against an agent that does not offer it: the old path,
+no error."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from tailagent.agents.acp.backend import AcpBackend
+from tailagent.agents.acp.presets import CUSTOM
+from tailagent.agents.events import AgentEvent, PromptText, TurnDone, UsageUpdated
+from tailagent.config import AgentSettings
+from tests.a2a_helpers import A2A, kind_of, texts, user_message
+from tests.processes import alive
+from tests.test_acp import agent_command, answer_text, start_acp, turn_info
+
+IDLE = "[agent]\nidle_timeout = 0.3\nwarm_spares = 0\ncancel_timeout = 1\n"
+
+
+async def gone(pid: int) -> None:
+    for _ in range(100):
+        if not alive(pid):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"agent process {pid} still runs")
+
+
+def calls(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def notices(turn) -> list[str]:  # type: ignore[no-untyped-def]
+    return [texts(s.status.message) for s in turn.statuses if kind_of(s) == "notice"]
+
+
+async def reaped_and_again(tmp_path: Path, *flags: str) -> tuple[str, list[str], list[str]]:
+    """A turn, its idle process reaped, a second turn in the same context: the session
+    id of the first, what the agents were asked, and the second turn's notices."""
+    log = tmp_path / "calls.log"
+    server = start_acp(tmp_path, "--log", str(log), *flags, config=IDLE)
+    try:
+        agent = A2A(server.url, server.token)
+        first = await agent.turn("hello")
+        _, session, pid = turn_info(first)
+        await gone(pid)
+        again = await agent.turn(user_message("again", context_id=first.context_id))
+        assert again.final_state == "completed", answer_text(again)
+        return session, calls(log), notices(again)
+    finally:
+        server.stop()
+
+
+# --- session/close and session/resume ---------------------------------------------------------
+
+
+async def test_a_reaped_session_is_closed_and_comes_back_with_session_resume(
+    tmp_path: Path,
+) -> None:
+    session, seen, said = await reaped_and_again(tmp_path)
+    assert seen[:3] == [f"new {session}", f"close {session}", f"resume {session}"]
+    assert f"load {session}" not in seen
+    assert "Resumed the agent session of this context (with session/resume)." in said
+
+
+async def test_an_agent_without_session_resume_is_loaded(tmp_path: Path) -> None:
+    session, seen, said = await reaped_and_again(tmp_path, "--no-resume")
+    assert seen[:3] == [f"new {session}", f"close {session}", f"load {session}"]
+    assert "Resumed the agent session of this context (with session/load)." in said
+
+
+async def test_an_agent_without_session_close_is_just_stopped(tmp_path: Path) -> None:
+    session, seen, said = await reaped_and_again(tmp_path, "--no-close")
+    assert seen[:2] == [f"new {session}", f"resume {session}"]
+    assert not any(line.startswith("close") for line in seen)
+    assert "Resumed the agent session of this context (with session/resume)." in said
+
+
+async def test_a_server_stop_closes_the_sessions_it_holds(tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    server = start_acp(tmp_path, "--log", str(log))
+    try:
+        turn = await A2A(server.url, server.token).turn("hello")
+        session = turn_info(turn)[1]
+    finally:
+        assert server.stop() == 0
+    assert f"close {session}" in calls(log)
+
+
+# --- $/cancel_request ---------------------------------------------------------------------------
+
+
+async def test_a_session_close_left_unanswered_is_cancelled_by_request_id(tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    server = start_acp(tmp_path, "--log", str(log), "--slow-close", config=IDLE)
+    try:
+        first = await A2A(server.url, server.token).turn("hello")
+        _, session, pid = turn_info(first)
+        await gone(pid)  # cancel_timeout (1 s), then $/cancel_request, then the stop
+    finally:
+        server.stop()
+    seen = calls(log)
+    assert seen[1] == f"close {session}"
+    assert seen[2].startswith("cancel_request ") and seen[2].split()[1].isdigit()
+    assert seen[3] == f"close {session} cancelled"
+
+
+# --- usage_update ------------------------------------------------------------------------------
+
+
+async def turn_events(tmp_path: Path, prompt: str, *flags: str) -> list[AgentEvent]:
+    settings = AgentSettings(warm_spares=0, cancel_timeout=1)
+    backend = AcpBackend(CUSTOM, tmp_path, settings, agent_command(*flags))
+    session = await backend.open_session()
+    try:
+        return [event async for event in session.prompt([PromptText(prompt)])]
+    finally:
+        await session.close()
+        await backend.aclose()
+
+
+async def test_usage_update_becomes_an_event_with_the_cost_in_dollars(tmp_path: Path) -> None:
+    events = await turn_events(tmp_path, "usage:0.25 usage:0.5:EUR usage")
+    usage = [e for e in events if isinstance(e, UsageUpdated)]
+    assert usage == [
+        UsageUpdated(used=1000, size=200000, cost_usd=0.25),
+        UsageUpdated(used=1000, size=200000, cost_usd=None),  # not converted from EUR
+        UsageUpdated(used=1000, size=200000, cost_usd=None),
+    ]
+    assert isinstance(events[-1], TurnDone)
+
+
+async def test_a_turn_with_usage_completes_through_the_server(tmp_path: Path) -> None:
+    server = start_acp(tmp_path)
+    try:
+        turn = await A2A(server.url, server.token).turn("usage:0.25")
+        assert turn.final_state == "completed", texts(turn.last_message)
+        assert turn_info(turn)[0] == 1
+    finally:
+        server.stop()
