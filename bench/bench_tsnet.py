@@ -268,12 +268,15 @@ def main() -> int:
         box = net.add_node("agentbox")  # user-1
         caller = net.add_node("callerbox", proxy=True)  # user-2
         urls = {"tsnet": f"http://{TSNET_HOST}.tail.test/", "tailscaled": f"http://{box.dns_name}/"}
+        # One caller opens all the streams: the per-caller cap (32 by default) would
+        # refuse the rest with 429, and the bench measures the transport, not the cap.
+        streams_cap = f"max_streams_per_caller = {max(args.streams, 32)}\n"
 
         # The tailscaled way: a plain server on a unix socket, behind `tailscale serve`.
         plain_tmp, plain_state = tmp / "plain", tmp / "plain" / "state"
         plain_tmp.mkdir()
         plain_config = plain_tmp / "tailagent.toml"
-        plain_config.write_text(f'[access]\nallowed_logins = ["{CALLER_LOGIN}"]\n')
+        plain_config.write_text(f'{streams_cap}[access]\nallowed_logins = ["{CALLER_LOGIN}"]\n')
         plain_listen = f"unix:{plain_tmp / 'tailagent.sock'}"
         plain_args = ("--config", str(plain_config), "--tailscale-socket", str(box.socket),
                       "--public-url", f"http://{box.dns_name}")  # fmt: skip
@@ -287,7 +290,7 @@ def main() -> int:
         tsnet_tmp.mkdir()
         tsnet_config = tsnet_tmp / "tailagent.toml"
         tsnet_config.write_text(
-            f'[access]\nallowed_logins = ["{CALLER_LOGIN}"]\n'
+            f'{streams_cap}[access]\nallowed_logins = ["{CALLER_LOGIN}"]\n'
             f'[tsnet]\nenabled = true\nhostname = "{TSNET_HOST}"\ncontrol_url = "{net.url}"\n'
         )
         tsnet_env = {**os.environ, **net.node_env()}
