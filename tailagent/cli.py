@@ -304,6 +304,39 @@ def _audit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     _store_option(p)
 
 
+def _usage_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("usage", help="what each person's work cost on this box, per UTC day")
+    p.add_argument(
+        "--since", metavar="WHEN", help="an ISO date, or an age such as 7d (default: today)"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per person and day")
+    _state_options(p)
+    _store_option(p)
+    budget = sub.add_parser("budget", help="each person's daily budget: list, set, clear")
+    actions = budget.add_subparsers(dest="action", required=True)
+    for action, text in (("list", "the configured budget and each person's own"),
+                         ("set", "give a person a daily budget of their own"),
+                         ("clear", "give a person the configured budget again")):  # fmt: skip
+        a = actions.add_parser(action, help=text)
+        if action != "list":
+            a.add_argument(
+                "person", help="a login (alice@example.com), a tag (tag:ci) or token:NAME"
+            )
+        if action == "set":
+            a.add_argument("usd", type=_dollars, help="US dollars a UTC day (0: none)")
+        _state_options(a)
+        _store_option(a)
+
+
+def _dollars(text: str) -> float:
+    from tailagent.config.checks import dollars
+
+    try:
+        return dollars(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _settings(flags: dict[str, object], config: Path | None) -> Settings | None:
     """The settings, or None after printing the one line that says what is wrong."""
     if config is None and os.environ.get("TAILAGENT_CONFIG"):
@@ -379,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     _web_parser(sub)
     _token_parser(sub)
     _audit_parser(sub)
+    _usage_parsers(sub)
     _card_parsers(sub)
     _service_parser(sub)
     _doctor_parser(sub)
@@ -442,6 +476,14 @@ def main(argv: list[str] | None = None) -> int:
             return audit_command(args, settings.store_url)
         commands = {"token": token_command, "keys": keys_command}
         return commands[args.command](args, settings.state_dir)
+    if args.command in ("usage", "budget"):
+        from tailagent.spending import budget_command, usage_command
+
+        flags = {"state_dir": args.state_dir, "store": args.store}
+        settings = _settings(flags, getattr(args, "config", None))
+        if settings is None:
+            return 2
+        return (usage_command if args.command == "usage" else budget_command)(args, settings)
     if args.command in ("merge", "discard", "diff", "conversations"):
         from tailagent.client.conversation import conversation_command
 

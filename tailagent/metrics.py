@@ -55,6 +55,28 @@ WEBPUSH_SENT = Counter(
     "tailagent_webpush", "Web Push messages to the desk's subscribers, by outcome "
     "(sent, gone, failed, retried).", ["outcome"], registry=REGISTRY,
 )  # fmt: skip
+COST_USD = Counter(
+    "tailagent_cost_usd", "What agent turns cost in US dollars, as the agent reported it, by "
+    "caller (login or tags; past the first 100, \"other\").", ["caller"], registry=REGISTRY,
+)  # fmt: skip
+TOKENS = Counter(
+    "tailagent_tokens", "Tokens agent turns used, by caller and kind (input, output).",
+    ["caller", "kind"], registry=REGISTRY,
+)  # fmt: skip
+# Callers named in the cost labels; past this many, a new one counts as "other", so one
+# label per person cannot grow the exposition without bound.
+MAX_CALLER_LABELS = 100
+_caller_labels: set[str] = set()
+
+
+def caller_label(person: str) -> str:
+    """The metrics' name for a person: theirs while the first MAX_CALLER_LABELS last."""
+    if person in _caller_labels:
+        return person
+    if len(_caller_labels) >= MAX_CALLER_LABELS:
+        return "other"
+    _caller_labels.add(person)
+    return person
 
 
 def route_of(path: str) -> str:

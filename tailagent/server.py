@@ -34,6 +34,7 @@ from tailagent.bridge.sdk_stores import SdkStores
 from tailagent.bridge.sessions import SessionPool
 from tailagent.bridge.state import STOP_MESSAGE
 from tailagent.bridge.storage import Storage, open_storage
+from tailagent.bridge.usage import Spending
 from tailagent.card.builder import build_card
 from tailagent.card.publish import CardPublisher, CardSigningFailed
 from tailagent.config import Settings, default_state_dir
@@ -171,6 +172,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         else:
             log.info("isolation: shared, every conversation works in %s (%s)", settings.cwd,
                      conversations.why)  # fmt: skip
+        spending = Spending(storage.usage, settings.budgets)
         executor = BridgeExecutor(
             backend,
             pool,
@@ -180,6 +182,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
             rules=settings.rules,
             workspace=settings.cwd,
             attachment_settings=settings.attachments,
+            spending=spending,
         )
         executor.restore([task for task, _ in storage.waiting])
         for task, owner in storage.waiting:
@@ -196,6 +199,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
             max_concurrent_turns=settings.agent_process.max_concurrent_turns,
             conversations=conversations, owners=storage.owners,
             max_worktrees_per_caller=workspace.max_worktrees_per_caller,
+            spending=spending, audit=storage.audit,
         )  # fmt: skip
         await signing
         app = build_app(

@@ -212,8 +212,13 @@ class ClaudeSession:
         resume: bool,
         cli: Path,
         mcp_servers: tuple[McpServer, ...] = (),
+        max_budget_usd: float | None = None,
     ):
         self._settings = settings
+        self._max_budget_usd = max_budget_usd
+        # Claude Code's result restates the cost of its whole process (every turn it
+        # served): a turn's cost is what that total grew by since the last result.
+        self._total_cost = 0.0
         self._cli = cli
         self._mcp: dict[str, Any] = {
             s.name: {"type": "http", "url": s.url}
@@ -247,6 +252,7 @@ class ClaudeSession:
             can_use_tool=self._can_use_tool,
             mcp_servers=self._mcp,
             stderr=self._stderr.append,
+            max_budget_usd=self._max_budget_usd,
         )
 
     @property
@@ -352,14 +358,27 @@ class ClaudeSession:
             return TurnFailed(login_advice(self._cli))
         if self._cancelled:
             return TurnDone(stop_reason="cancelled")
+        cost = self._turn_cost(message.total_cost_usd)
+        usage = camel_keys(message.usage or {})
+        usage["numTurns"] = message.num_turns
+        if message.model_usage:
+            usage["modelUsage"] = message.model_usage
+        if message.subtype == "error_max_budget_usd":
+            # Its own budget stop (`max_budget_usd`): a stop the bridge explains, with the cost.
+            return TurnDone(stop_reason="max_budget_usd", usage=usage, cost=cost)
         if message.is_error:
             detail = message.result or message.subtype
             return TurnFailed(f"Claude Code ended the turn with an error: {detail}")
-        usage = camel_keys(message.usage or {})
-        usage["numTurns"] = message.num_turns
-        return TurnDone(
-            stop_reason=message.stop_reason or "end_turn", usage=usage, cost=message.total_cost_usd
-        )
+        return TurnDone(stop_reason=message.stop_reason or "end_turn", usage=usage, cost=cost)
+
+    def _turn_cost(self, total: float | None) -> float | None:
+        """This turn's share of the process's running cost (a smaller total: the CLI
+        started again, and counts from zero)."""
+        if total is None:
+            return None
+        grew = total - self._total_cost if total >= self._total_cost else total
+        self._total_cost = total
+        return grew
 
     # -- questions and permissions ----------------------------------------------------------
 
@@ -461,8 +480,10 @@ class ClaudeBackend:
         mcp_servers: tuple[McpServer, ...] = (),
         warm_spares: int = 0,
         spare_directory: Callable[[], Awaitable[Path]] | None = None,
+        max_budget_usd: float | None = None,
     ) -> None:
         self.settings = settings
+        self.max_budget_usd = max_budget_usd  # `budgets.per_task_usd`
         self.mcp_servers = mcp_servers
         self.workspace = workspace
         self.max_sessions: int | None = max_sessions
@@ -521,6 +542,7 @@ class ClaudeBackend:
             resume_id is not None,
             self._cli.path,
             self.mcp_servers,
+            self.max_budget_usd,
         )
         try:
             await session.connect()

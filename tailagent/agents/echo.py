@@ -4,7 +4,7 @@ It answers with what it was sent. Keywords in the prompt make it act out the
 vocabulary, in the order they appear, so demos and tests can exercise the whole
 bridge without a model account:
 
-    think  plan  tool  edit  edit:PATH  ask  ask:NAME  question  slow N  boom
+    think  plan  tool  edit  edit:PATH  ask  ask:NAME  question  slow N  boom  cost:N
 
 Keywords are read in any case; what follows a colon is kept as written. `ask`
 always asks for the same command (so asking twice trips loop protection); `ask:NAME`
@@ -13,11 +13,14 @@ working directory; `edit:PATH` writes the prompt's first line to PATH, a path re
 to the working directory (`edit:notes/hello.txt` makes `notes/` as needed), so two
 conversations can conflict on purpose. An absolute PATH, or one through `..`, fails
 the edit's tool call: the echo agent writes inside its working directory only.
+`cost:N` makes the turn report that it cost N dollars (and the prompt's words as its
+tokens), so costs and budgets can be shown without a paid agent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import itertools
 import json
@@ -77,6 +80,18 @@ def _prompt_text(parts: list[PromptPart]) -> str:
         elif isinstance(part, PromptFile):
             chunks.append(part.reference(part.save()))
     return "\n".join(chunks)
+
+
+def cost_of(text: str) -> float:
+    """What a prompt says its turn costs: the sum of its `cost:N` words (dollars), so a
+    demo or a test can show costs and budgets without a paid agent."""
+    total = 0.0
+    for word in _WORD.findall(text):
+        keyword, _, amount = word.partition(":")
+        if keyword.lower() == "cost":
+            with contextlib.suppress(ValueError):
+                total += max(0.0, float(amount))
+    return total
 
 
 def script(text: str) -> list[tuple[str, str]]:
@@ -212,7 +227,10 @@ class EchoSession:
             return
         yield Text("echo: ")
         yield Text(text)
-        yield TurnDone(usage={"turns": self._turns, "inputChars": len(text)}, cost=0.0)
+        words = len(text.split())  # an echo's "tokens": the prompt's words, then "echo:" too
+        usage = {"turns": self._turns, "inputChars": len(text), "inputTokens": words,
+                 "outputTokens": words + 1}  # fmt: skip
+        yield TurnDone(usage=usage, cost=cost_of(text))
 
     def _edit(self, path: str, prompt: str) -> str:
         """Writes the change it shows to a real file of its working directory: `calc.py`
@@ -279,7 +297,8 @@ class EchoBackend:
             name="Echo",
             description=(
                 "Answers with the prompt. The words think, plan, tool, edit, ask, question, "
-                "slow N and boom make it emit every kind of agent event."
+                "slow N and boom make it emit every kind of agent event; cost:N says the turn "
+                "cost N dollars."
             ),
             tags=("demo", "test"),
             examples=("think plan edit", "ask", "slow 5"),

@@ -53,6 +53,7 @@ def _backend(
             settings.mcp_servers,
             warm_spares=settings.agent_process.warm_spares,
             spare_directory=spare_directory,
+            max_budget_usd=settings.budgets.per_task_usd,
         )
     if settings.agent_command is None and preset is None:
         from tailagent.agents.echo import EchoBackend

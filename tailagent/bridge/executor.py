@@ -75,8 +75,9 @@ from tailagent.bridge.parked import Waiting, resume_text, waiting_of
 from tailagent.bridge.publish import Publisher, open_task, text_part
 from tailagent.bridge.rules import first_match
 from tailagent.bridge.sessions import PoolFull, SessionPool
-from tailagent.bridge.usage import Cost, Spending, dollars
+from tailagent.bridge.usage import Cost, Spending
 from tailagent.config import AttachmentSettings
+from tailagent.costs import dollars
 from tailagent.metrics import DECISIONS, PROMPTS, TURN_SECONDS
 from tailagent.tool_rules import Rule
 from tailagent.workspace.git import GitError

@@ -17,7 +17,9 @@ Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it
 - a prompt is answered once: a second answer is refused saying who answered first,
   also when two arrive together (the first claims the prompt as it is admitted);
 - a conversation is its owner's (bridge/owners.py): a message, diff, merge or
-  discard naming another person's context is "not found", as another's task is.
+  discard naming another person's context is "not found", as another's task is;
+- a person who spent their day's budget (bridge/usage.py) is refused a new task,
+  and the refusal is audited.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from tailagent.agents.events import PermissionAsked
 from tailagent.agents.modes import mode_refusal
 from tailagent.bridge import attachments
 from tailagent.bridge.answers import AlreadyAnswered, first_answer_text, reply_request_id
+from tailagent.bridge.audit import AuditEntry, AuditLog
 from tailagent.bridge.conversations import (
     Isolated,
     Refused,
@@ -80,6 +83,7 @@ from tailagent.bridge.sessions import ContextBusy, SessionPool
 from tailagent.bridge.state import UNSEEN_UNTIL_SETTLED
 from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.bridge.turns import TurnGate
+from tailagent.bridge.usage import Spending
 from tailagent.card.builder import for_caller
 from tailagent.config import AgentSettings, AttachmentSettings, WorkspaceSettings
 from tailagent.push.targets import PushRefused, PushTargets
@@ -147,7 +151,11 @@ class GuardedRequestHandler(DefaultRequestHandler):
         conversations: Isolated | Shared | None = None,
         owners: ConversationOwners,
         max_worktrees_per_caller: int = WorkspaceSettings().max_worktrees_per_caller,
+        spending: Spending | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
+        self._spending = spending
+        self._audit = audit
         self._conversations = conversations or Shared("not configured")
         self._owners = owners
         self._max_worktrees = max_worktrees_per_caller
@@ -231,6 +239,8 @@ class GuardedRequestHandler(DefaultRequestHandler):
             if any(m.message_id == message.message_id for m in stored.history):
                 message.metadata.update({"originalMessageId": message.message_id})
                 message.message_id = f"{message.message_id}~{uuid.uuid4().hex[:8]}"
+        if not message.task_id:  # before a new conversation is named for it
+            await self._check_budget(message, context)
         await self._enter_conversation(message, context)
         holder = self._pool.holder(message.context_id)
         if holder is not None and holder != message.task_id:
@@ -287,6 +297,25 @@ class GuardedRequestHandler(DefaultRequestHandler):
                     "one of them with its contextId"
                 )
             )
+
+    async def _check_budget(self, message: Message, context: ServerCallContext) -> None:
+        """Refuses a new task to a person who spent their day's budget, saying which
+        budget, what was spent and when it resets; the refusal goes to the audit log.
+        Admins, whose box it is, are not held to one."""
+        caller = caller_of(context)
+        if self._spending is None or caller is None or caller.may("admin"):
+            return
+        refusal = await self._spending.refusal(caller.owner)
+        if refusal is None:
+            return
+        if self._audit is not None:
+            entry = AuditEntry(
+                task_id="", context_id=message.context_id, tool="budget",
+                input=f"a new task for {caller.describe()}", decision="deny", reason=refusal,
+                answered_by="tailagent (budget)",
+            )  # fmt: skip
+            await self._audit.record(entry)
+        raise UnsupportedOperationError(message=refusal)
 
     async def _busy(self, context_id: str, task_id: str, context: ServerCallContext) -> ContextBusy:
         """The refusal of a busy conversation, naming its task only to a caller who may

@@ -1,7 +1,7 @@
 """What the server keeps in its store, opened in order at start and closed in order
 at stop: the tasks (a2a-sdk's table, behind the coalescing store), the
-context -> agent session map, who owns each conversation, the audit log, and the
-signals between servers that share a store.
+context -> agent session map, who owns each conversation, the audit log, what each
+person's work cost (usage.py), and the signals between servers that share a store.
 
 Opening it is also where the last run's leftovers are settled: tasks it left working
 are closed as failed, and tasks it left waiting for an answer are handed back to be
@@ -24,6 +24,7 @@ from tailagent.bridge.sdk_stores import SdkStores
 from tailagent.bridge.state import SessionMap, close_unfinished_tasks, server_id
 from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.bridge.task_table import TaskTable
+from tailagent.bridge.usage import Usage
 from tailagent.config import Settings
 
 
@@ -36,6 +37,7 @@ class Storage:
     session_map: SessionMap
     owners: ConversationOwners
     audit: AuditLog
+    usage: Usage
     signals: TaskSignals
     # Tasks the last run left working, closed as failed now.
     closed: list[Task]
@@ -86,6 +88,8 @@ async def open_storage(
     await owners.initialize()
     audit = AuditLog(database)
     await audit.initialize()
+    usage = Usage(database)
+    await usage.initialize()
     return Storage(
-        database, sdk, tasks, session_map, owners, audit, signals, closed, waiting, table
+        database, sdk, tasks, session_map, owners, audit, usage, signals, closed, waiting, table
     )

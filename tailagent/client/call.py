@@ -57,6 +57,7 @@ from tailagent.client.render import (
     question_options,
     status_event,
 )
+from tailagent.costs import dollars
 from tailagent.visible import visible
 
 CONFIRM_SECONDS = 3.0
@@ -168,7 +169,24 @@ async def run_call(args: argparse.Namespace, target: Target, console: Console) -
                 message = _ask_in_terminal(console, renderer, outcome, outcome.prompt)
     if not args.json:
         renderer.changes(outcome)
+        if (said := cost_line(outcome)) is not None:
+            console.print(Text(said, "dim"))
     return exit_code(outcome)
+
+
+def cost_line(outcome: Outcome) -> str | None:
+    """What the task cost, and its conversation so far: the call's last line, when the
+    agent reported a cost (None for a free turn, which has nothing to say)."""
+    usd = float(outcome.cost.get("usd") or 0)
+    if usd <= 0:
+        return None
+    tokens = int(outcome.cost.get("inputTokens") or 0), int(outcome.cost.get("outputTokens") or 0)
+    said = f"cost {dollars(usd)}"
+    if any(tokens):
+        said += f" ({tokens[0]:,} tokens in, {tokens[1]:,} out)"
+    if outcome.conversation_cost:
+        said += f"; this conversation {dollars(float(outcome.conversation_cost.get('usd') or 0))}"
+    return said
 
 
 async def _follow(

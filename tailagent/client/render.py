@@ -95,6 +95,8 @@ class Outcome:
     prompt: Prompt | None = None
     direct_message: str | None = None
     worktree: dict[str, Any] = field(default_factory=dict)  # the conversation's branch
+    cost: dict[str, Any] = field(default_factory=dict)  # the task's, as the server kept it
+    conversation_cost: dict[str, Any] = field(default_factory=dict)
 
     @property
     def unfinished(self) -> bool:
@@ -119,9 +121,13 @@ class Outcome:
 
     def _worktree(self, metadata: Struct | None) -> None:
         """Where the turn's changes went, as the server said at its end."""
-        tree = json_of(metadata).get("worktree") if metadata is not None else None
+        meta = json_of(metadata) if metadata is not None else {}
+        tree = meta.get("worktree")
         if isinstance(tree, dict):
             self.worktree = tree
+        for key, name in (("cost", "cost"), ("conversationCost", "conversation_cost")):
+            if isinstance(meta.get(key), dict):
+                setattr(self, name, meta[key])
 
     def _status(self, state: int, message: Message) -> None:
         self.state = state

@@ -35,6 +35,7 @@ from tailagent.client.render import (
     state_name,
     status_event,
 )
+from tailagent.costs import dollars
 from tailagent.visible import visible
 
 PAGE = 100
@@ -77,8 +78,18 @@ def _changes(task: Task) -> str:
     return f"[{', '.join(said)}] "
 
 
+def _cost(task: Task) -> str:
+    """What the task cost, and its conversation so far, when the agent reported a cost."""
+    meta = MessageToDict(task.metadata) if task.HasField("metadata") else {}
+    usd = float((meta.get("cost") or {}).get("usd") or 0)
+    if usd <= 0:
+        return ""
+    total = float((meta.get("conversationCost") or {}).get("usd") or 0)
+    return f"{dollars(usd)} (conversation {dollars(total)}) " if total > usd else f"{dollars(usd)} "
+
+
 def _says(task: Task) -> str:
-    says = _changes(task) + message_text(task.status.message)
+    says = _cost(task) + _changes(task) + message_text(task.status.message)
     return visible(" ".join(says.split()), one_line=True)[:SAYS_MOST]
 
 

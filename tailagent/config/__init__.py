@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from tailagent.mcp_servers import McpServer
 from tailagent.tool_rules import Rule
 
-AGENTS = ("echo", "claude", "claude-acp", "codex", "gemini")
+AGENTS = ("echo", "claude", "claude-acp", "codex", "gemini", "opencode", "copilot", "qwen")
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto")
 SETTING_SOURCES = ("user", "project", "local")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -242,6 +242,19 @@ class WorkspaceSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetSettings:
+    """What the agent's work may cost (the `[budgets]` table), in US dollars, as the agent
+    reports it. None: no limit."""
+
+    # What one person may spend in a UTC day, unless `tailagent budget set` gave them
+    # their own figure.
+    per_caller_daily_usd: float | None = None
+    # What one task may spend: the Claude Agent SDK's `max_budget_usd`, and the end of a
+    # turn that crosses it.
+    per_task_usd: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     agent: str = "claude"
     agent_command: str | None = None
@@ -278,6 +291,7 @@ class Settings:
     tailscale: TailscaleSettings = field(default_factory=TailscaleSettings)
     tsnet: TsnetSettings = field(default_factory=TsnetSettings)
     workspace: WorkspaceSettings = field(default_factory=WorkspaceSettings)
+    budgets: BudgetSettings = field(default_factory=BudgetSettings)
 
     @property
     def store_url(self) -> str:

@@ -4,6 +4,7 @@ in its settled type, or raises ValueError saying what is wrong with it."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -135,6 +136,20 @@ def push_service_list(value: Any) -> tuple[str, ...]:
 
 def positive_number(value: Any) -> float:
     return _positive(value, float, "number")
+
+
+def dollars(value: Any) -> float:
+    """An amount in US dollars: 0 (nothing may be spent) or more, finite."""
+    problem = ValueError(f"must be an amount in US dollars, 0 or more (5, 0.5), not {value!r}")
+    if isinstance(value, bool):
+        raise problem
+    try:
+        amount = float(value)
+    except (TypeError, ValueError):
+        raise problem from None
+    if not math.isfinite(amount) or amount < 0:
+        raise problem
+    return amount
 
 
 def _positive(value: Any, kind: type[int] | type[float], noun: str) -> float:

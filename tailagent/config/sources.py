@@ -22,6 +22,7 @@ from tailagent.config import (
     AccessSettings,
     AgentSettings,
     AttachmentSettings,
+    BudgetSettings,
     ClaudeSettings,
     ConfigError,
     DeskSettings,
@@ -111,6 +112,8 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "workspace.base": checks.nonempty_text,
     "workspace.git_programs": checks.boolean,
     "workspace.max_worktrees_per_caller": checks.positive_int,
+    "budgets.per_caller_daily_usd": checks.dollars,
+    "budgets.per_task_usd": checks.dollars,
 }
 # TOML table -> Settings field; `agent` is also a plain key (which agent), so its
 # table lands in `agent_process`.
@@ -124,6 +127,7 @@ SECTIONS = {
     "desk": "desk",
     "tsnet": "tsnet",
     "workspace": "workspace",
+    "budgets": "budgets",
 }
 SECTION_TYPES = {
     "access": AccessSettings,
@@ -135,6 +139,7 @@ SECTION_TYPES = {
     "desk": DeskSettings,
     "tsnet": TsnetSettings,
     "workspace": WorkspaceSettings,
+    "budgets": BudgetSettings,
 }
 
 

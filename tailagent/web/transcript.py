@@ -24,6 +24,7 @@ from a2a.types.a2a_pb2 import Message, Role, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from tailagent.bridge.store import STARTED_AT_KEY
+from tailagent.costs import dollars
 
 # Sections of the task page, in the order they appear.
 SECTIONS = ("head", "ask", "timeline", "plan", "answer", "diffs")
@@ -121,6 +122,16 @@ def requester(task: Task, owner: str) -> dict[str, str]:
     return {"who": _who_of_owner(owner), "device": ""}
 
 
+def cost_of(task: Task) -> str:
+    """What the task cost and its conversation so far ("" when the agent reported none)."""
+    meta = _meta_of(task)
+    usd = float((meta.get("cost") or {}).get("usd") or 0)
+    if usd <= 0:
+        return ""
+    total = float((meta.get("conversationCost") or {}).get("usd") or 0)
+    return f"{dollars(usd)} (conversation {dollars(total)})" if total > usd else dollars(usd)
+
+
 def head(task: Task, owner: str) -> dict[str, Any]:
     status = task.status
     reason = _text(status.message.parts) if status.HasField("message") else ""
@@ -137,6 +148,7 @@ def head(task: Task, owner: str) -> dict[str, Any]:
         "waiting": status.state == WAITING,
         "reason": reason if status.state in FINAL else "",
         "worktree": meta.get("worktree") or {},
+        "cost": cost_of(task),
         **requester(task, owner),
     }
 
@@ -312,6 +324,7 @@ class Row:
     updated: str
     waiting: bool
     ask: dict[str, Any] | None = None
+    cost: str = ""
 
 
 def row(task: Task, owner: str) -> Row:
@@ -326,4 +339,5 @@ def row(task: Task, owner: str) -> Row:
         _when(task),
         task.status.state == WAITING,
         question,
+        cost_of(task),
     )
