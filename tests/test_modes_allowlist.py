@@ -53,11 +53,13 @@ async def test_a_known_acp_agent_has_its_own_list(tmp_path: Path) -> None:
     server = start_server(tmp_path, "--agent", "codex", "--agent-command", agent_command())
     admin, caller = callers(server)
     try:
-        await refused(caller, "full-access", "only admins may choose it; others may choose "
-                      "read-only, auto")  # fmt: skip
-        assert await mode_reached(caller, "auto")
+        await refused(caller, "agent-full-access", "only admins may choose it; others may choose "
+                      "read-only, workspace-write")  # fmt: skip
+        assert await mode_reached(caller, "workspace-write")
         assert await mode_reached(caller, "read-only")
-        assert await mode_reached(admin, "full-access")
+        # codex-acp's default, `agent`, lets an automatic reviewer approve: not a caller's.
+        await refused(caller, "agent", "others may choose read-only, workspace-write")
+        assert await mode_reached(admin, "agent-full-access")
     finally:
         server.stop()
 
@@ -87,26 +89,26 @@ async def test_an_unknown_agents_modes_are_refused_until_the_operator_lists_some
 
 
 async def test_a_mode_an_admin_chose_does_not_outlast_the_admins_turn(tmp_path: Path) -> None:
-    """A mode lasts as long as the agent's session: an admin's `full-access` turn in a
+    """A mode lasts as long as the agent's session: an admin's `agent-full-access` turn in a
     caller's conversation must not leave that caller's next turns unguarded."""
     server = start_server(tmp_path, "--agent", "codex", "--agent-command", agent_command())
     admin, caller = callers(server)
     try:
-        started = await caller.turn(user_message("setup", metadata={"mode": "auto"}))
+        started = await caller.turn(user_message("setup", metadata={"mode": "workspace-write"}))
         context_id = started.context_id
         helped = await admin.turn(
-            user_message("setup", context_id=context_id, metadata={"mode": "full-access"})
+            user_message("setup", context_id=context_id, metadata={"mode": "agent-full-access"})
         )
-        assert "mode: full-access;" in answer_text(helped)
+        assert "mode: agent-full-access;" in answer_text(helped)
         after = await caller.turn(user_message("setup", context_id=context_id))
         assert after.context_id == context_id
         said = answer_text(after)
-        assert "mode: " in said and "mode: full-access;" not in said, said
+        assert "mode: " in said and "mode: agent-full-access;" not in said, said
         assert "reloading it" in server.log()
         # An admin's own next turn there is the admin's to choose again.
         again = await admin.turn(
-            user_message("setup", context_id=context_id, metadata={"mode": "full-access"})
+            user_message("setup", context_id=context_id, metadata={"mode": "agent-full-access"})
         )
-        assert "mode: full-access;" in answer_text(again)
+        assert "mode: agent-full-access;" in answer_text(again)
     finally:
         server.stop()

@@ -12,16 +12,19 @@ undone), and tailagent's own git never runs what a file says. So Claude Code's
 `acceptEdits` (its default here) and Gemini's `autoEdit` are on the lists: they write
 files without asking, and still ask before any other command. Not on them: Claude
 Code's `bypassPermissions`, `dontAsk` (denies unasked) and `auto` (a classifier
-approves in the caller's place), Codex's `full-access`, Gemini's `yolo`.
+approves in the caller's place), Codex's `agent` (the same) and `agent-full-access`,
+Gemini's `yolo`.
 """
 
 from __future__ import annotations
 
 # Claude Code's permission modes, through the Agent SDK or claude-agent-acp.
 CLAUDE_CODE = ("default", "acceptEdits", "plan")
-# codex-acp's approval presets: `auto` (Codex's own default) runs commands in its
-# workspace sandbox and asks before leaving it or using the network.
-CODEX = ("read-only", "auto")
+# codex-acp's modes (2.x): `workspace-write` edits the workspace and asks before leaving
+# it or using the network; `read-only` asks before any edit. Not listed: `agent`, its
+# default, where an automatic reviewer approves what it deems safe in the caller's place,
+# and `agent-full-access`.
+CODEX = ("read-only", "workspace-write")
 GEMINI = ("default", "autoEdit", "plan")
 
 

@@ -37,21 +37,24 @@ PRESETS = {
     "claude-acp": Preset(
         "claude-acp",
         "Claude Code (through claude-agent-acp)",
-        "@zed-industries/claude-agent-acp",
+        "@agentclientprotocol/claude-agent-acp",
         (),
         ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "CLAUDE_CONFIG_DIR",
-         "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"),
+         "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX",
+         "CLAUDE_CODE_EXECUTABLE"),
         "log in with the Claude Code CLI once on the server as the service's user "
-        "(`npx @anthropic-ai/claude-code`), or set ANTHROPIC_API_KEY in its environment",
+        "(`npx -y @agentclientprotocol/claude-agent-acp --cli auth login`), or set "
+        "ANTHROPIC_API_KEY in its environment",
         CLAUDE_CODE,
     ),
     "codex": Preset(
         "codex",
         "Codex (through codex-acp)",
-        "@zed-industries/codex-acp",
+        "@agentclientprotocol/codex-acp",
         (),
-        ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"),
-        "run `codex login` on the server as the service's user, or set OPENAI_API_KEY",
+        ("CODEX_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME", "CODEX_PATH"),
+        "run `npx -y @openai/codex login --device-auth` on the server as the service's user, "
+        "or set CODEX_API_KEY or OPENAI_API_KEY",
         CODEX,
     ),
     "gemini": Preset(
@@ -64,6 +67,39 @@ PRESETS = {
         "run `gemini` once on the server to log in (organization Code Assist plans), or set "
         "GEMINI_API_KEY",
         GEMINI,
+    ),
+    "opencode": Preset(
+        "opencode",
+        "OpenCode",
+        "opencode-ai",
+        ("acp",),
+        ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY",
+         "OPENCODE_CONFIG"),
+        "run `npx -y opencode-ai auth login` on the server as the service's user, or set the "
+        "provider's API key (ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or "
+        "OPENROUTER_API_KEY)",
+    ),
+    "copilot": Preset(
+        "copilot",
+        "GitHub Copilot CLI",
+        "@github/copilot",
+        ("--acp",),
+        ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN", "COPILOT_HOME", "GH_HOST",
+         "COPILOT_GH_HOST"),
+        "run `npx -y @github/copilot` once on the server as the service's user and `/login`, "
+        "or set COPILOT_GITHUB_TOKEN (a fine-grained token with the Copilot Requests "
+        "permission)",
+    ),
+    "qwen": Preset(
+        "qwen",
+        "Qwen Code",
+        "@qwen-code/qwen-code",
+        ("--acp",),
+        ("DASHSCOPE_API_KEY", "BAILIAN_CODING_PLAN_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL",
+         "OPENAI_MODEL", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"),
+        "run `npx -y @qwen-code/qwen-code` once on the server as the service's user and "
+        "`/auth`, or set an API key (DASHSCOPE_API_KEY, OPENAI_API_KEY, ANTHROPIC_API_KEY or "
+        "GEMINI_API_KEY)",
     ),
 }  # fmt: skip
 
