@@ -12,9 +12,11 @@ import pytest
 from tests.a2a_helpers import A2A, texts
 from tests.conftest import start_server
 
-PACKAGE = "@zed-industries/claude-agent-acp@0.23.1"
-PREFIX = Path(__file__).resolve().parent.parent / ".cache" / "claude-agent-acp"
-BINARY = PREFIX / "node_modules" / ".bin" / "claude-agent-acp"
+VERSION = "0.101.0"  # .ci/run installs the same
+PACKAGE = f"@agentclientprotocol/claude-agent-acp@{VERSION}"
+# One prefix a version: a bumped pin never finds an older install under the same name.
+PREFIX = Path(__file__).resolve().parent.parent / ".cache" / f"claude-agent-acp-{VERSION}"
+BINARY = PREFIX / "node_modules" / ".bin" / "claude-agent-acp"  # the package's `bin`
 
 
 @pytest.fixture(scope="module")
@@ -55,5 +57,6 @@ async def test_real_claude_agent_acp_without_credentials(
         reason = texts(turn.last_message)
         assert "needs a login on the server" in reason
         assert "log in with the Claude Code CLI" in reason
+        assert "`npx -y @agentclientprotocol/claude-agent-acp --cli auth login`" in reason
     finally:
         assert server.stop() == 0
