@@ -8,12 +8,14 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tailagent import origin
 from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
+from tailagent.agents.acp.presets import PRESETS
 from tailagent.bridge.database import StoreUnavailable, redacted
 from tailagent.bridge.databases import open_database
 from tailagent.card.keys import KeyStore
@@ -29,6 +31,11 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    # More for --json, by name (the agent's package and versions).
+    facts: dict[str, str | bool | None] = field(default_factory=dict)
+
+
+NPM_TIMEOUT = 5.0  # seconds: doctor stays quick when the registry does not answer
 
 
 def serve_targets(config: dict[str, Any]) -> list[str]:
@@ -116,12 +123,59 @@ def _agent(settings: Settings) -> Check:
             return Check("agent", False, f"{found}; no login found", login_advice(cli.path))
         return Check("agent", True, found)
     npx = shutil.which("npx")
-    return Check(
-        "agent",
-        npx is not None,
-        f"{settings.agent} through npx" if npx else "npx is not on PATH",
-        "" if npx else "install Node.js and npm",
-    )
+    if npx is None:
+        return Check("agent", False, "npx is not on PATH", "install Node.js and npm")
+    return _package(settings.agent, PRESETS[settings.agent].package or "",
+                    settings.agent_process.package_version)  # fmt: skip
+
+
+def latest_version(package: str) -> str | None:
+    """The registry's latest version of `package` (`npm view`), or None when npm is
+    missing or the registry does not answer in NPM_TIMEOUT: doctor runs offline too."""
+    npm = shutil.which("npm")
+    if npm is None:
+        return None
+    try:
+        done = subprocess.run(
+            [npm, "view", package, "version"],
+            capture_output=True, text=True, timeout=NPM_TIMEOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    version = done.stdout.strip()
+    return version if done.returncode == 0 and version else None
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    """A plain MAJOR.MINOR.PATCH as numbers; None for anything else (a tag, a range)."""
+    parts = version.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+
+
+def _package(agent: str, package: str, pinned: str | None) -> Check:
+    """The npm package a preset runs and its version: the pin, or npm's latest (what
+    `npx -y` fetches). An adapter moves fast (claude-agent-acp went from 0.23 to 0.101
+    in a year), so a pin older than the latest is named, with how to move it."""
+    latest = latest_version(package)
+    facts: dict[str, str | bool | None] = {
+        "package": package, "version": pinned or latest, "pinned": pinned is not None,
+        "latest": latest,
+    }  # fmt: skip
+    runs = f"{agent} through npx: {package}"
+    if pinned is None:
+        if latest is None:
+            detail = f"{runs}, its latest (could not ask npm which that is)"
+        else:
+            detail = f"{runs}@{latest} (npm's latest)"
+        return Check("agent", True, detail, facts=facts)
+    runs = f"{runs}@{pinned} (agent.package_version)"
+    if latest is None:
+        return Check("agent", True, f"{runs}; could not ask npm for its latest", facts=facts)
+    old, new = _release(pinned), _release(latest)
+    if old is not None and new is not None and old < new:
+        fix = f"set agent.package_version to {latest}, or remove it to run the latest"
+        return Check("agent", True, f"{runs}, an old one: npm's latest is {latest}", fix, facts)
+    return Check("agent", True, f"{runs}; npm's latest is {latest}", facts=facts)
 
 
 def _state_dir(settings: Settings) -> Check:
@@ -278,9 +332,16 @@ def doctor_command(settings: Settings, as_json: bool, asked_agent: bool) -> int:
     return 0 if all(c.ok for c in checks) else 1
 
 
+def _as_json(check: Check) -> dict[str, Any]:
+    """A check's name, ok, detail and fix, and its facts (if any) beside them."""
+    fields = asdict(check)
+    facts = fields.pop("facts")
+    return {**fields, **facts}
+
+
 def _print(checks: list[Check], as_json: bool) -> None:
     if as_json:
-        print(json.dumps([asdict(c) for c in checks]))
+        print(json.dumps([_as_json(c) for c in checks]))
     else:
         for c in checks:
             mark = "✓" if c.ok else "✗"

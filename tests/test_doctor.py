@@ -118,3 +118,63 @@ def test_a_running_tsnet_servers_node_is_checked_without_repeating_tsnet(tmp_pat
         assert not any("tailscaled" in name or "whois" in name for name in names)
     finally:
         lock.release()
+
+
+def fake_node(bin_dir: Path, latest: str | None) -> dict[str, str]:
+    """An environment whose `npx` exists and whose `npm view` answers `latest` (None:
+    it fails, as npm does offline): doctor asks the registry, never this test."""
+    bin_dir.mkdir()
+    answer = f"echo {latest}" if latest else "echo 'npm error network' >&2; exit 1"
+    (bin_dir / "npm").write_text(f'#!/bin/sh\n[ "$1 $3" = "view version" ] || exit 2\n{answer}\n')
+    (bin_dir / "npx").write_text("#!/bin/sh\nexit 0\n")
+    for tool in ("npm", "npx"):
+        (bin_dir / tool).chmod(0o755)
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(bin_dir.parent), "COLUMNS": "80"}
+
+
+def agent_line(tmp_path: Path, env: dict[str, str], *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "tailagent", "doctor", "--state-dir", str(tmp_path / "state"),
+         "--tailscale-socket", str(tmp_path / "none.sock"), *args],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    return next(line for line in result.stdout.splitlines() if " agent:" in line)
+
+
+def test_doctor_names_the_package_and_version_a_preset_runs(tmp_path: Path) -> None:
+    env = fake_node(tmp_path / "bin", "2.6.0")
+    line = agent_line(tmp_path, env, "--agent", "codex")
+    assert line == "✓ agent: codex through npx: @agentclientprotocol/codex-acp@2.6.0 (npm's latest)"
+    config = tmp_path / "pinned.toml"
+    config.write_text('[agent]\npackage_version = "2.1.0"\n')
+    old = agent_line(tmp_path, env, "--agent", "codex", "--config", str(config))
+    assert old == (
+        "✓ agent: codex through npx: @agentclientprotocol/codex-acp@2.1.0 "
+        "(agent.package_version), an old one: npm's latest is 2.6.0 — fix: set "
+        "agent.package_version to 2.6.0, or remove it to run the latest"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "tailagent", "doctor", "--json", "--agent", "qwen", "--config",
+         str(config), "--state-dir", str(tmp_path / "state")],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    agent = next(c for c in json.loads(result.stdout) if c["name"] == "agent")
+    assert {k: agent[k] for k in ("package", "version", "pinned", "latest")} == {
+        "package": "@qwen-code/qwen-code", "version": "2.1.0", "pinned": True,
+        "latest": "2.6.0",
+    }  # fmt: skip
+
+
+def test_doctor_offline_says_it_could_not_check_the_latest(tmp_path: Path) -> None:
+    env = fake_node(tmp_path / "bin", None)
+    line = agent_line(tmp_path, env, "--agent", "opencode")
+    assert line == (
+        "✓ agent: opencode through npx: opencode-ai, its latest (could not ask npm which that is)"
+    )
+    config = tmp_path / "pinned.toml"
+    config.write_text('[agent]\npackage_version = "1.0.0"\n')
+    pinned = agent_line(tmp_path, env, "--agent", "claude-acp", "--config", str(config))
+    assert pinned == (
+        "✓ agent: claude-acp through npx: @agentclientprotocol/claude-agent-acp@1.0.0 "
+        "(agent.package_version); could not ask npm for its latest"
+    )
