@@ -1,0 +1,249 @@
+"""What each person's work costs, with budgets: a real server, the echo agent saying
+what each turn cost (`cost:N`), tailnet people through a fake tailscaled and their
+own stand-in for `tailscale serve`, and the real CLI reading what the server kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import RunningServer, start_server
+from tests.serve_proxy import ServeProxy
+from tests.tailnet import FakeTailscaled, whois
+
+PEOPLE = {
+    "bob": whois("bob@example.com", name="bob-laptop", ip="100.64.0.3"),
+    "carol": whois("carol@example.com", name="carol-phone", ip="100.64.0.4"),
+}
+CONFIG = """
+[access]
+allowed_logins = ["bob@example.com", "carol@example.com"]
+login_roles = ["caller"]
+"""
+A2A = {"A2A-Version": "1.0"}
+
+
+@dataclass
+class Box:
+    server: RunningServer
+    proxies: dict[str, ServeProxy]
+    tmp: Path
+
+    def send(self, person: str, text: str, context_id: str = "") -> dict[str, Any]:
+        """A2A SendMessage (JSON-RPC) as a tailnet person; the whole JSON-RPC reply."""
+        message: dict[str, Any] = {
+            "messageId": uuid.uuid4().hex,
+            "role": "ROLE_USER",
+            "parts": [{"text": text}],
+        }
+        if context_id:
+            message["contextId"] = context_id
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                "params": {"message": message}}  # fmt: skip
+        url = self.proxies[person].url + "/"
+        reply: dict[str, Any] = httpx.post(url, json=body, headers=A2A, timeout=20).json()
+        return reply
+
+    def task(self, person: str, text: str, context_id: str = "") -> dict[str, Any]:
+        reply = self.send(person, text, context_id)
+        assert "result" in reply, reply
+        task: dict[str, Any] = reply["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+        return task
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "COLUMNS": "80"}
+        return subprocess.run(
+            [sys.executable, "-m", "tailagent", *args, "--state-dir", str(self.server.state_dir)],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+
+    def restart(self) -> None:
+        state_dir = self.server.state_dir
+        assert self.server.stop() == 0
+        self.server = _serve(self.tmp, state_dir)
+        port = int(self.server.url.rsplit(":", 1)[1])
+        for proxy in self.proxies.values():
+            proxy.upstream_port = port
+
+
+def _serve(tmp: Path, state_dir: Path | None = None) -> RunningServer:
+    return start_server(
+        tmp, "--config", str(tmp / "tailagent.toml"),
+        "--tailscale-socket", str(tmp / "tailscaled" / "tailscaled.sock"), state_dir=state_dir,
+    )  # fmt: skip
+
+
+@contextmanager
+def tailnet(tmp: Path, budgets: str = "") -> Iterator[Box]:
+    fake = FakeTailscaled(tmp / "tailscaled").start()
+    for person in PEOPLE.values():
+        fake.peers[person["Node"]["Addresses"][0].split("/")[0]] = person
+    fake.write()
+    (tmp / "tailagent.toml").write_text(CONFIG + budgets)
+    assert fake.socket == tmp / "tailscaled" / "tailscaled.sock"
+    server = _serve(tmp)
+    port = int(server.url.rsplit(":", 1)[1])
+    proxies = {
+        name: ServeProxy(port, person["Node"]["Addresses"][0].split("/")[0]).start()
+        for name, person in PEOPLE.items()
+    }
+    box = Box(server, proxies, tmp)
+    try:
+        yield box
+    finally:
+        for proxy in proxies.values():
+            proxy.stop()
+        box.server.stop()
+        fake.stop()
+
+
+def usage_rows(box: Box, *args: str) -> dict[str, dict[str, Any]]:
+    done = box.cli("usage", "--json", *args)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    return {row["person"]: row for row in rows}
+
+
+def test_costs_add_up_per_person_across_tasks_conversations_and_a_restart(
+    tmp_path: Path,
+) -> None:
+    with tailnet(tmp_path) as box:
+        first = box.task("bob", "fix it cost:0.25")
+        assert first["metadata"]["cost"] == {"usd": 0.25, "inputTokens": 3, "outputTokens": 4}
+        again = box.task("bob", "and this cost:0.5", first["contextId"])
+        assert again["metadata"]["cost"]["usd"] == 0.5  # the task's own
+        assert again["metadata"]["conversationCost"]["usd"] == 0.75  # its conversation's
+        box.task("carol", "mine cost:1")
+        box.restart()
+        later = box.task("bob", "after the restart cost:0.125")
+        assert later["metadata"]["conversationCost"]["usd"] == 0.125  # a new conversation
+        # Kept with the task across the restart too.
+        box.restart()
+        fetched = box.cli("tasks", "--json", "--url", box.server.url)
+        assert fetched.returncode == 0, fetched.stderr
+        rows = usage_rows(box)
+    today = datetime.now(UTC).date().isoformat()
+    bob, carol = rows["bob@example.com"], rows["carol@example.com"]
+    assert (bob["day"], bob["usd"], bob["turns"], bob["conversations"]) == (today, 0.875, 3, 2)
+    assert (bob["inputTokens"], bob["outputTokens"]) == (3 + 3 + 4, 4 + 4 + 5)
+    assert (carol["usd"], carol["turns"], carol["owner"]) == (1.0, 1, "user:carol@example.com")
+    assert bob["budgetUsd"] is None
+
+
+def test_usage_since_leaves_out_earlier_days_and_says_so_when_empty(tmp_path: Path) -> None:
+    with tailnet(tmp_path) as box:
+        box.task("bob", "cost:0.3")
+        tomorrow = (datetime.now(UTC).date() + timedelta(days=1)).isoformat()
+        assert usage_rows(box, "--since", tomorrow) == {}
+        empty = box.cli("usage", "--since", tomorrow)
+        assert empty.stdout == ""
+        assert empty.stderr == "no cost recorded on this box for those days\n"
+        table = box.cli("usage", "--since", "1d")
+    assert table.returncode == 0
+    row = next(line for line in table.stdout.splitlines() if "bob@example.com" in line)
+    assert row.split() == [datetime.now(UTC).date().isoformat(), "bob@example.com", "$0.30",
+                           "—", "1", "1/2"]  # fmt: skip
+    assert box.cli("usage", "--since", "last week").returncode == 2
+
+
+def test_the_call_and_the_task_list_say_what_it_cost(tmp_path: Path) -> None:
+    server = start_server(tmp_path)
+    try:
+        env = {**os.environ, "COLUMNS": "80"}
+        base = [sys.executable, "-m", "tailagent"]
+        where = ["--url", server.url, "--state-dir", str(server.state_dir)]
+        call = subprocess.run([*base, "call", *where, "hello cost:0.25"],
+                              capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+        assert call.returncode == 0, call.stderr
+        assert (
+            call.stdout.splitlines()[-1]
+            == "cost $0.25 (2 tokens in, 3 out); this conversation $0.25"
+        )
+        context = call.stdout.split("context ")[1].split()[0]
+        more = subprocess.run([*base, "call", *where, "--context", context, "more cost:1"],
+                              capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+        assert (
+            more.stdout.splitlines()[-1]
+            == "cost $1.00 (2 tokens in, 3 out); this conversation $1.25"
+        )
+        free = subprocess.run([*base, "call", *where, "nothing to pay"],
+                              capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+        assert free.stdout.splitlines()[-1] == "[completed]"  # a free turn says nothing of cost
+        listed = subprocess.run([*base, "tasks", *where],
+                                capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    finally:
+        server.stop()
+    # Newest first; at 80 columns what a task says goes under it: the free one says nothing.
+    lines = [line.split() for line in listed.stdout.splitlines()[1:]]
+    assert [line[1] for line in lines if len(line) == 4] == ["completed"] * 3
+    assert [" ".join(line) for line in lines if len(line) != 4] == [
+        "$1.00 (conversation $1.25)",
+        "$0.25",
+    ]
+
+
+def test_an_empty_budget_refuses_the_next_task_on_a2a_and_the_desk_and_is_audited(
+    tmp_path: Path,
+) -> None:
+    with tailnet(tmp_path, "[budgets]\nper_caller_daily_usd = 1\n") as box:
+        box.task("bob", "big job cost:1.5")  # within the budget when it started
+        box.task("carol", "small job cost:0.25")
+        refused = box.send("bob", "one more cost:0.1")
+        midnight = (datetime.now(UTC).date() + timedelta(days=1)).isoformat()
+        said = (
+            "bob@example.com has spent $1.50 of $1.00 today (budgets.per_caller_daily_usd): no "
+            f"new task until it resets at {midnight} 00:00 UTC (midnight UTC)"
+        )
+        assert refused["error"]["message"] == said
+        # HTTP+JSON: the same words.
+        rest = httpx.post(
+            box.proxies["bob"].url + "/message:send", headers=A2A, timeout=20,
+            json={"message": {"messageId": "r1", "role": "ROLE_USER", "parts": [{"text": "x"}]}},
+        )  # fmt: skip
+        assert rest.status_code >= 400
+        assert said in rest.text
+        # The desk shows it as its refusal page.
+        desk = box.proxies["bob"].url
+        page = httpx.get(desk + "/desk/", timeout=10).text
+        token = re.search(r'name="token" value="([^"]+)"', page)
+        assert token is not None
+        posted = httpx.post(
+            desk + "/desk/tasks", data={"token": token.group(1), "text": "from the desk"},
+            headers={"Origin": desk, "Sec-Fetch-Site": "same-origin"}, timeout=10,
+        )  # fmt: skip
+        assert posted.status_code == 409
+        assert said in posted.text
+        # Another person's day is their own.
+        box.task("carol", "still fine cost:0.25")
+        # The box's owner gives bob a budget of his own: his next task goes.
+        given = box.cli("budget", "set", "bob@example.com", "5")
+        assert given.returncode == 0, given.stderr
+        assert given.stdout.startswith("bob@example.com: $5.00 a day, from their next task")
+        box.task("bob", "now it goes cost:0.5")
+        metrics = httpx.get(
+            box.server.url + "/metrics",
+            headers={"Authorization": f"Bearer {box.server.token}"}, timeout=10,
+        ).text  # fmt: skip
+        audit = box.cli("audit", "--json")
+    refusals = [json.loads(line) for line in audit.stdout.splitlines()]
+    refusals = [r for r in refusals if r["tool"] == "budget"]
+    assert [(r["decision"], r["reason"], r["answered_by"]) for r in refusals] == [
+        ("deny", said, "tailagent (budget)")
+    ] * 3  # A2A, HTTP+JSON, the desk
+    assert all(r["input"].startswith("a new task for user:bob@example.com") for r in refusals)
+    assert 'tailagent_cost_usd_total{caller="bob@example.com"} 2.0' in metrics
+    assert 'tailagent_cost_usd_total{caller="carol@example.com"} 0.5' in metrics
+    assert 'tailagent_tokens_total{caller="bob@example.com",kind="input"} 7.0' in metrics
