@@ -143,10 +143,11 @@ async def test_an_acp_agent_reloads_its_session_to_take_the_answer(tmp_path: Pat
 
 
 async def test_an_agent_that_cannot_reload_fails_the_task_saying_so(tmp_path: Path) -> None:
-    server = start_acp(tmp_path, "--no-load")
+    flags = ("--no-load", "--no-resume")  # it offers neither way back
+    server = start_acp(tmp_path, *flags)
     try:
         asked = await A2A(server.url, server.token).turn("ask")
-        server = restart(server, signal.SIGTERM, tmp_path, lambda: start_acp(tmp_path, "--no-load"))
+        server = restart(server, signal.SIGTERM, tmp_path, lambda: start_acp(tmp_path, *flags))
         a2a = A2A(server.url, server.token)
         await still_waiting(a2a, asked)
         done = await a2a.turn(user_message("yes", task_id=asked.task_id))
