@@ -31,9 +31,14 @@ appearance:
                   "authentication_failed", then an is_error result, at once
                   (FAKE_CLAUDE_NOT_LOGGED_IN=1 does this for every turn)
     crash         "fatal: fake claude crashed" on stderr, then exit status 1
+    cost:N        the turn costs N dollars (else 0.0123)
+
+As the real CLI does, each result's total_cost_usd (and modelUsage's costUSD) is the
+running total of every turn this process served. With --max-budget-usd B, a turn that
+brings that total to B or more ends with an error_max_budget_usd result.
 
 A turn starts with a `system` init message and ends with the assistant text
-"echo: <prompt text>" and a `result` (subtype success, total_cost_usd 0.0123).
+"echo: <prompt text>" and a `result` (subtype success; the turn costs 0.0123).
 Write and Edit are not performed: only their messages are sent. Permission prompts
 follow the permission mode as the CLI does: Write/Edit ask unless the mode is
 acceptEdits or bypassPermissions, Bash asks unless bypassPermissions or an allow
@@ -58,6 +63,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -206,6 +212,9 @@ class FakeClaude:
         self._interrupted = threading.Event()
         self._eof = threading.Event()
         self.last_result_error = False
+        self.total_cost = 0.0  # of every turn so far: what each result restates
+        budget = self.flag("--max-budget-usd")
+        self.max_budget = float(budget) if budget else None
 
     def flag(self, name: str) -> str | None:
         values = self.flags.get(name)
@@ -493,6 +502,15 @@ class Turn:
         usage: dict[str, Any] | None = None,
     ) -> None:
         usage = usage if usage is not None else self.usage(10 * self.requests, 5 * self.requests)
+        asked = re.search(r"\bcost:(\d+(?:\.\d+)?)", self.text)
+        if cost and asked:
+            cost = float(asked.group(1))
+        self.cli.total_cost += cost
+        total = self.cli.total_cost
+        budget = self.cli.max_budget
+        if subtype == "success" and budget is not None and total >= budget:
+            subtype, is_error, terminal_reason = "error_max_budget_usd", True, "max_budget_usd"
+            errors, result = [f"Reached maximum budget (${budget})"], None
         message: dict[str, Any] = {
             "type": "result",
             "subtype": subtype,
@@ -502,7 +520,7 @@ class Turn:
             "num_turns": self.requests,
             "stop_reason": stop_reason,
             "session_id": self.cli.session_id,
-            "total_cost_usd": cost,
+            "total_cost_usd": total,
             "usage": usage,
             "modelUsage": {}
             if cost == 0
@@ -513,7 +531,7 @@ class Turn:
                     "cacheReadInputTokens": 0,
                     "cacheCreationInputTokens": 0,
                     "webSearchRequests": 0,
-                    "costUSD": cost,
+                    "costUSD": total,
                     "contextWindow": 200000,
                     "maxOutputTokens": 32000,
                 }

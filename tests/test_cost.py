@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.conftest import RunningServer, start_server
 from tests.serve_proxy import ServeProxy
 from tests.tailnet import FakeTailscaled, whois
+from tests.test_acp import start_acp
 
 PEOPLE = {
     "bob": whois("bob@example.com", name="bob-laptop", ip="100.64.0.3"),
@@ -247,3 +249,67 @@ def test_an_empty_budget_refuses_the_next_task_on_a2a_and_the_desk_and_is_audite
     assert 'tailagent_cost_usd_total{caller="bob@example.com"} 2.0' in metrics
     assert 'tailagent_cost_usd_total{caller="carol@example.com"} 0.5' in metrics
     assert 'tailagent_tokens_total{caller="bob@example.com",kind="input"} 7.0' in metrics
+
+
+def _rpc_send(server: RunningServer, text: str, context_id: str = "") -> dict[str, Any]:
+    """SendMessage as the box's owner (the local token): admins are held to no budget."""
+    message: dict[str, Any] = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER",
+                               "parts": [{"text": text}]}  # fmt: skip
+    if context_id:
+        message["contextId"] = context_id
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+    headers = {**A2A, "Authorization": f"Bearer {server.token}"}
+    reply = httpx.post(server.url + "/", json=body, headers=headers, timeout=60).json()
+    task: dict[str, Any] = reply["result"]["task"]
+    return task
+
+
+def test_claude_turns_cost_their_share_and_stop_at_the_task_budget(tmp_path: Path) -> None:
+    """Claude Code's result restates its whole process's cost: each turn counts what it
+    added. `budgets.per_task_usd` is its --max-budget-usd, and its stop says why."""
+    fake = Path(__file__).with_name("fake_claude_cli.py")
+    log = tmp_path / "fake.log"
+    config = tmp_path / "claude.toml"
+    config.write_text(f'[claude]\ncli_path = "{fake}"\n[budgets]\nper_task_usd = 1\n')
+    env = {**os.environ, "FAKE_CLAUDE_LOG": str(log)}
+    server = start_server(tmp_path, "--agent", "claude", "--config", str(config), env=env)
+    try:
+        one = _rpc_send(server, "first cost:0.25")
+        two = _rpc_send(server, "second cost:0.5", one["contextId"])
+        three = _rpc_send(server, "third cost:0.5", one["contextId"])
+    finally:
+        server.stop()
+    assert one["metadata"]["cost"]["usd"] == 0.25
+    assert two["metadata"]["cost"]["usd"] == 0.5  # not the process's 0.75
+    assert two["metadata"]["conversationCost"]["usd"] == 0.75
+    assert two["metadata"]["cost"]["inputTokens"] == 10
+    assert three["status"]["state"] == "TASK_STATE_FAILED"
+    assert three["status"]["message"]["parts"][0]["text"] == (
+        "Stopped: the agent reached its budget of $1.00 (budgets.per_task_usd), which it "
+        "counts over its whole session; this task cost $0.50."
+    )
+    assert three["metadata"]["conversationCost"]["usd"] == 1.25
+    argvs = [json.loads(line)["argv"] for line in log.read_text().splitlines() if '"argv"' in line]
+    assert argvs and all(a[a.index("--max-budget-usd") + 1] == "1.0" for a in argvs)
+
+
+def test_an_acp_turn_costs_what_its_running_total_grew_by_and_stops_at_the_task_budget(
+    tmp_path: Path,
+) -> None:
+    """ACP's usage_update carries the session's running cost: a turn costs what it grew
+    by, and a turn that crosses `budgets.per_task_usd` is stopped midway, saying so."""
+    server = start_acp(tmp_path, config="[budgets]\nper_task_usd = 1\n")
+    try:
+        one = _rpc_send(server, "usage:0.25 usage:0.4")
+        two = _rpc_send(server, "usage:0.7", one["contextId"])
+        three = _rpc_send(server, "usage:0.9 usage:1.8 slow 20", one["contextId"])
+    finally:
+        server.stop()
+    assert one["metadata"]["cost"]["usd"] == 0.4
+    assert two["metadata"]["cost"]["usd"] == pytest.approx(0.3)  # 0.7 - 0.4
+    assert three["status"]["state"] == "TASK_STATE_FAILED"
+    assert three["status"]["message"]["parts"][0]["text"] == (
+        "Stopped: this task reached its budget of $1.00 (budgets.per_task_usd); it cost $1.10."
+    )
+    assert three["metadata"]["cost"]["usd"] == pytest.approx(1.1)  # 1.8 - 0.7
+    assert three["metadata"]["conversationCost"]["usd"] == pytest.approx(1.8)

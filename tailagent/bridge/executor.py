@@ -610,7 +610,7 @@ class BridgeExecutor(AgentExecutor):
                 if (worktree := await self._turn_ended(runtime)) is not None:
                     outcome["worktree"] = worktree
                 if event.stop_reason == BUDGET_STOP:
-                    why = self._budget_stop_text(runtime)
+                    why = self._agent_budget_text(runtime)
                     await self._fail_at_budget(runtime, why, outcome, updater)
                     return
                 await publisher.finish(updater, event, outcome)
@@ -657,7 +657,7 @@ class BridgeExecutor(AgentExecutor):
         grew = max(0.0, event.cost_usd - (runtime.session_cost_before or 0.0))
         task_limit = self._spending.budgets.per_task_usd
         if task_limit is not None and runtime.cost.usd + grew >= task_limit:
-            return self._budget_stop_text(runtime, runtime.cost.usd + grew)
+            return self._budget_stop_text(runtime.cost.usd + grew)
         budget = await self._spending.daily_budget(runtime.owner)
         if budget is None:
             return None
@@ -670,14 +670,22 @@ class BridgeExecutor(AgentExecutor):
             f"{dollars(budget[0])} ({which})."
         )
 
-    def _budget_stop_text(self, runtime: TaskRuntime, spent: float | None = None) -> str:
+    def _budget_stop_text(self, spent: float) -> str:
+        """Why tailagent ended a turn whose task crossed `budgets.per_task_usd`."""
         limit = self._spending.budgets.per_task_usd if self._spending else None
-        cost = dollars(runtime.cost.usd if spent is None else spent)
-        if limit is None:
-            return f"Stopped: the agent reached its budget for this task; it cost {cost}."
         return (
-            f"Stopped: this task reached its budget of {dollars(limit)} "
-            f"(budgets.per_task_usd); it cost {cost}."
+            f"Stopped: this task reached its budget of {dollars(limit or 0)} "
+            f"(budgets.per_task_usd); it cost {dollars(spent)}."
+        )
+
+    def _agent_budget_text(self, runtime: TaskRuntime) -> str:
+        """Why the agent ended a turn at its own budget (Claude Code's `max_budget_usd`,
+        which it counts over its whole session, not one task)."""
+        limit = self._spending.budgets.per_task_usd if self._spending else None
+        given = f" of {dollars(limit)} (budgets.per_task_usd)" if limit is not None else ""
+        return (
+            f"Stopped: the agent reached its budget{given}, which it counts over its whole "
+            f"session; this task cost {dollars(runtime.cost.usd)}."
         )
 
     async def _stop_at_budget(self, runtime: TaskRuntime, why: str, updater: TaskUpdater) -> None:
