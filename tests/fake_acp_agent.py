@@ -32,6 +32,7 @@ words acted on in order of appearance:
     env           lists the names of its own environment variables
     noise N       writes N lines to stderr
     chunks N      N agent_message_chunk updates, "chunk <i> " each (a long streamed answer)
+    model         says "model: <the session's model>" (its config option of category model)
     usage:C[:CUR] usage_update: 1000 tokens in context per turn so far, a window of 200000,
                   and C (the session's running cost) in CUR (USD unless given); no C, no cost
     setup         says its mode and the MCP servers its session was given
@@ -42,14 +43,16 @@ words acted on in order of appearance:
 A turn ends with "turn <n> of session <sid> in process <pid>" (plus the URIs of
 embedded resources, if any) and stop reason end_turn.
 
-It offers session/resume and session/close (--no-resume, --no-close: it does not).
+It offers session/resume and session/close (--no-resume, --no-close: it does not), and
+a config option of category model, "fast" or "smart" (--no-config-options: none).
 With --slow-close its session/close answers only when tailagent sends $/cancel_request
 for it (then with -32800, Request Cancelled). With --log PATH it appends one line per
 lifecycle call it gets: "new|load|resume|close SID", "cancel_request ID",
 "close SID cancelled".
 
 Run: python tests/fake_acp_agent.py [--no-load] [--no-resume] [--no-close] [--slow-close]
-     [--log PATH] [--auth-required] [--no-embedded-context] [--slow-start SECONDS]
+     [--no-config-options] [--log PATH] [--auth-required] [--no-embedded-context]
+     [--slow-start SECONDS]
 """
 
 from __future__ import annotations
@@ -109,7 +112,10 @@ from acp.schema import (
     ResumeSessionResponse,
     SessionCapabilities,
     SessionCloseCapabilities,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
     SessionResumeCapabilities,
+    SetSessionConfigOptionResponse,
     SetSessionModeResponse,
     TerminalAuthMethod,
     TextContentBlock,
@@ -138,6 +144,7 @@ class Session:
     cwd: str
     mcp_servers: list[str] = field(default_factory=list)
     mode: str = "default"
+    model: str = "fast"
     turns: int = 0
     tool_calls: int = 0
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
@@ -183,8 +190,10 @@ class FakeAgent:
         can_resume: bool = True,
         can_close: bool = True,
         slow_close: bool = False,
+        config_options: bool = True,
         log: Path | None = None,
     ) -> None:
+        self._config_options = config_options
         self._can_load = can_load
         self._can_resume = can_resume
         self._can_close = can_close
@@ -222,6 +231,7 @@ class FakeAgent:
             "chunks": self._chunks,
             "hostile": self._hostile,
             "usage": self._usage,
+            "model": self._model,
         }
 
     # -- connection and lifecycle ---------------------------------------------------------
@@ -274,7 +284,31 @@ class FakeAgent:
             ),
         )
         await self.conn.session_update(session_id=session_id, update=update_current_mode("default"))
-        return NewSessionResponse(session_id=session_id)
+        return NewSessionResponse(session_id=session_id, config_options=self._options(session_id))
+
+    def _options(self, session_id: str) -> list[Any] | None:
+        """The session's config options: its model, one of two."""
+        if not self._config_options:
+            return None
+        choices = [
+            SessionConfigSelectOption(value="fast", name="Fast model"),
+            SessionConfigSelectOption(value="smart", name="Smart model"),
+        ]
+        current = self._sessions[session_id].model
+        return [
+            SessionConfigOptionSelect(
+                id="model", name="Model", category="model", type="select",
+                current_value=current, options=choices,
+            )
+        ]  # fmt: skip
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
+    ) -> SetSessionConfigOptionResponse:
+        if not self._config_options or config_id != "model" or value not in ("fast", "smart"):
+            raise RequestError.invalid_params({"configId": config_id, "value": value})
+        self._sessions[session_id].model = str(value)
+        return SetSessionConfigOptionResponse(config_options=self._options(session_id) or [])
 
     async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> LoadSessionResponse:
         if not self._can_load:
@@ -284,7 +318,7 @@ class FakeAgent:
         self._take_up(session_id, cwd, kwargs)
         self._note(f"load {session_id}")
         await self.conn.session_update(session_id=session_id, update=update_current_mode("default"))
-        return LoadSessionResponse()
+        return LoadSessionResponse(config_options=self._options(session_id))
 
     def _take_up(self, session_id: str, cwd: str, kwargs: dict[str, Any]) -> None:
         session = self._sessions.get(session_id)
@@ -301,7 +335,7 @@ class FakeAgent:
             raise RequestError.method_not_found(acp.AGENT_METHODS["session_resume"])
         self._take_up(session_id, cwd, kwargs)
         self._note(f"resume {session_id}")
-        return ResumeSessionResponse()
+        return ResumeSessionResponse(config_options=self._options(session_id))
 
     async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
         if not self._can_close:
@@ -639,6 +673,9 @@ class FakeAgent:
         for i in range(1, _int_or(following, DEFAULT_CHUNKS) + 1):
             await self._say(turn, f"chunk {i} ")
 
+    async def _model(self, turn: Turn, arg: str, following: str | None) -> None:
+        await self._say(turn, f"model: {turn.session.model}\n")
+
     async def _usage(self, turn: Turn, arg: str, following: str | None) -> None:
         amount, _, currency = arg.partition(":")
         cost = Cost(amount=float(amount), currency=currency or "USD") if amount else None
@@ -708,6 +745,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--slow-close", action="store_true", help="answer session/close only when cancelled"
     )
+    parser.add_argument(
+        "--no-config-options", action="store_true", help="offer no session config options"
+    )
     parser.add_argument("--log", type=Path, help="append the lifecycle calls it gets here")
     args = parser.parse_args(argv)
     if args.slow_start > 0:
@@ -719,6 +759,7 @@ def main(argv: list[str] | None = None) -> None:
         can_resume=not args.no_resume,
         can_close=not args.no_close,
         slow_close=args.slow_close,
+        config_options=not args.no_config_options,
         log=args.log,
     )
     # The agent implements only what it needs; acp answers the rest "method not found".

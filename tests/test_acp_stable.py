@@ -139,3 +139,42 @@ async def test_a_turn_with_usage_completes_through_the_server(tmp_path: Path) ->
         assert turn_info(turn)[0] == 1
     finally:
         server.stop()
+
+
+# --- session config options: the model ---------------------------------------------------------
+
+
+async def test_a_turns_model_sets_the_agents_model_config_option(tmp_path: Path) -> None:
+    server = start_acp(tmp_path)
+    try:
+        agent = A2A(server.url, server.token)
+        first = await agent.turn("model")
+        assert "model: fast" in answer_text(first)
+        smart = await agent.turn(
+            user_message("model", context_id=first.context_id, metadata={"model": "smart"})
+        )
+        assert "model: smart" in answer_text(smart)
+        by_name = await agent.turn(user_message("model", metadata={"model": "Smart model"}))
+        assert "model: smart" in answer_text(by_name)
+        unknown = await agent.turn(user_message("model", metadata={"model": "huge"}))
+        assert unknown.final_state == "failed"
+        said = texts(unknown.last_message)
+        assert said == "The agent has no model 'huge'; it offers: fast, smart."
+    finally:
+        server.stop()
+
+
+async def test_an_agent_without_config_options_keeps_its_model_and_says_so(
+    tmp_path: Path,
+) -> None:
+    server = start_acp(tmp_path, "--no-config-options")
+    try:
+        turn = await A2A(server.url, server.token).turn(
+            user_message("model", metadata={"model": "smart"})
+        )
+        assert turn.final_state == "completed"
+        assert "model: fast" in answer_text(turn)
+        expected = "The agent offers no choice of model: it keeps its own, not 'smart'."
+        assert expected in notices(turn)
+    finally:
+        server.stop()

@@ -132,11 +132,12 @@ class AcpBackend:
         notice: Notice | None = None
         try:
             if resume_id:
-                how, notice = await self._reattach(process, resume_id, cwd)
+                how, notice, options = await self._reattach(process, resume_id, cwd)
                 if how is not None:
                     log.info("session %s taken up again with %s", resume_id, how)
                     session = self._session(process, resume_id, root)
                     session.reattached_with = how
+                    session.config_options = options
                     return session
             created = await connection.new_session(cwd=cwd, mcp_servers=self.mcp_servers)
         except RequestError as exc:
@@ -146,25 +147,27 @@ class AcpBackend:
                 ) from None
             raise
         session = self._session(process, created.session_id, root)
+        session.config_options = list(created.config_options or [])
         if notice is not None:
             session.note(notice)
         return session
 
     async def _reattach(
         self, process: AgentProcess, resume_id: str, cwd: str
-    ) -> tuple[str | None, Notice | None]:
+    ) -> tuple[str | None, Notice | None, list[Any]]:
         """Takes up an earlier session: session/resume where the agent offers it (it
         reattaches without replaying the history to us), else session/load. Returns the
-        method that worked, or None and the notice that says continuity was lost."""
+        method that worked and the session's config options, or None and the notice
+        that says continuity was lost."""
         connection = process.connection
         assert connection is not None
         error: RequestError | None = None
         if process.supports_resume:
             try:
-                await connection.resume_session(
+                resumed = await connection.resume_session(
                     cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers
                 )
-                return "session/resume", None
+                return "session/resume", None, list(resumed.config_options or [])
             except RequestError as exc:
                 if exc.code == AUTH_REQUIRED:
                     raise
@@ -172,22 +175,30 @@ class AcpBackend:
                 error = exc
         if process.supports_load:
             try:
-                await connection.load_session(
+                loaded = await connection.load_session(
                     cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers
                 )
-                return "session/load", None
+                return "session/load", None, list(loaded.config_options or [])
             except RequestError as exc:
                 if exc.code == AUTH_REQUIRED:
                     raise
                 error = exc
         if error is not None:
-            return None, Notice(
-                f"The agent could not reload the earlier session ({error}): this turn "
-                "starts fresh, and the conversation's earlier turns are not known to it."
+            return (
+                None,
+                Notice(
+                    f"The agent could not reload the earlier session ({error}): this turn "
+                    "starts fresh, and the conversation's earlier turns are not known to it."
+                ),
+                [],
             )
-        return None, Notice(
-            "The agent cannot load earlier sessions: this turn starts fresh, and the "
-            "conversation's earlier turns are not known to it."
+        return (
+            None,
+            Notice(
+                "The agent cannot load earlier sessions: this turn starts fresh, and the "
+                "conversation's earlier turns are not known to it."
+            ),
+            [],
         )
 
     def _session(self, process: AgentProcess, session_id: str, root: Path) -> AcpSession:

@@ -29,6 +29,7 @@ from acp.schema import (
     AllowedOutcome,
     AvailableCommandsUpdate,
     BlobResourceContents,
+    ConfigOptionUpdate,
     CreateTerminalResponse,
     CurrentModeUpdate,
     DeniedOutcome,
@@ -39,6 +40,8 @@ from acp.schema import (
     ReadTextFileResponse,
     ReleaseTerminalResponse,
     RequestPermissionResponse,
+    SessionConfigOptionSelect,
+    SessionConfigSelectGroup,
     TerminalExitStatus,
     TerminalOutputResponse,
     TextContentBlock,
@@ -102,6 +105,15 @@ def _tool_output(items: list[Any] | None) -> str:
     return "\n".join(_text_of(getattr(item, "content", None)) for item in items or []).strip()
 
 
+def _select_values(option: SessionConfigOptionSelect) -> list[tuple[str, str]]:
+    """A select option's (value, name) pairs, its groups flattened."""
+    pairs: list[tuple[str, str]] = []
+    for item in option.options:
+        inner = item.options if isinstance(item, SessionConfigSelectGroup) else [item]
+        pairs.extend((o.value, o.name) for o in inner)
+    return pairs
+
+
 def _usage(update: UsageUpdate) -> UsageUpdated:
     """A cost in another currency is not converted: it is left out."""
     cost = update.cost
@@ -133,6 +145,9 @@ class AcpSession:
         # How an earlier session was taken up again ("session/resume", "session/load"),
         # or None: a new session.
         self.reattached_with: str | None = None
+        # The session's config options (ACP's stable way to choose a model), as the
+        # agent last listed them.
+        self.config_options: list[Any] = []
         process.host.bind(self)
 
     @property
@@ -200,6 +215,13 @@ class AcpSession:
             except Exception as exc:
                 yield TurnFailed(f"The agent could not switch to mode {options.mode!r}: {exc}")
                 return
+        if options is not None and options.model:
+            chosen = await self._choose_model(options.model)
+            if isinstance(chosen, TurnFailed):
+                yield chosen
+                return
+            if chosen is not None:
+                self._waiting.append(chosen)
         for waiting in self._waiting:
             yield waiting
         self._waiting.clear()
@@ -233,6 +255,39 @@ class AcpSession:
         finally:
             self._queue = None
             await self.terminals.end_turn()
+
+    async def _choose_model(self, model: str) -> TurnFailed | Notice | None:
+        """Sets the session's config option of category `model` (ACP's stable model
+        choice) to `model`, a value's id or its name. An agent with no such option keeps
+        its own model, and the turn goes on saying so; one without that model fails the
+        turn, naming those it has."""
+        option = next(
+            (
+                o
+                for o in self.config_options
+                if isinstance(o, SessionConfigOptionSelect) and o.category == "model"
+            ),
+            None,
+        )
+        if option is None:
+            return Notice(f"The agent offers no choice of model: it keeps its own, not {model!r}.")
+        values = _select_values(option)
+        value = next((v for v, name in values if model in (v, name)), None)
+        if value is None:
+            offered = ", ".join(v for v, _ in values)
+            return TurnFailed(f"The agent has no model {model!r}; it offers: {offered}.")
+        if value == option.current_value:
+            return None
+        connection = self.process.connection
+        assert connection is not None
+        try:
+            response = await connection.set_config_option(
+                config_id=option.id, session_id=self._session_id, value=value
+            )
+        except Exception as exc:
+            return TurnFailed(f"The agent could not switch to model {model!r}: {exc}")
+        self.config_options = list(response.config_options or self.config_options)
+        return None
 
     def _outcome(self, prompt_task: asyncio.Task[Any]) -> AgentEvent:
         if not prompt_task.done():
@@ -383,6 +438,8 @@ class HostClient:
             note(SessionInfo(commands=tuple(c.name for c in update.available_commands)))
         elif isinstance(update, UsageUpdate):
             note(_usage(update))
+        elif isinstance(update, ConfigOptionUpdate):
+            session.config_options = list(update.config_options)
 
     def _tool(self, update: ToolCallStart | ToolCallProgress, note: Any) -> None:
         if isinstance(update, ToolCallStart):
