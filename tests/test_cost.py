@@ -21,9 +21,11 @@ import httpx
 import pytest
 
 from tests.conftest import RunningServer, start_server
+from tests.postgres import postgres_missing, running_postgres
 from tests.serve_proxy import ServeProxy
 from tests.tailnet import FakeTailscaled, whois
 from tests.test_acp import start_acp
+from tests.test_tokens_and_owners import add_token, tailagent
 
 PEOPLE = {
     "bob": whois("bob@example.com", name="bob-laptop", ip="100.64.0.3"),
@@ -201,7 +203,12 @@ def test_an_empty_budget_refuses_the_next_task_on_a2a_and_the_desk_and_is_audite
     tmp_path: Path,
 ) -> None:
     with tailnet(tmp_path, "[budgets]\nper_caller_daily_usd = 1\n") as box:
-        box.task("bob", "big job cost:1.5")  # within the budget when it started
+        big = box.task("bob", "big job cost:1.5")  # within the budget when it started
+        # The desk shows what it cost: on its row in the list, and in the task's head.
+        listed = httpx.get(box.proxies["bob"].url + "/desk/", timeout=10).text
+        assert '· <span class="cost">$1.50</span>' in listed
+        page = httpx.get(box.proxies["bob"].url + f"/desk/tasks/{big['id']}", timeout=10).text
+        assert 'cost <span class="cost">$1.50</span>' in page
         box.task("carol", "small job cost:0.25")
         refused = box.send("bob", "one more cost:0.1")
         midnight = (datetime.now(UTC).date() + timedelta(days=1)).isoformat()
@@ -251,15 +258,19 @@ def test_an_empty_budget_refuses_the_next_task_on_a2a_and_the_desk_and_is_audite
     assert 'tailagent_tokens_total{caller="bob@example.com",kind="input"} 7.0' in metrics
 
 
-def _rpc_send(server: RunningServer, text: str, context_id: str = "") -> dict[str, Any]:
-    """SendMessage as the box's owner (the local token): admins are held to no budget."""
+def _rpc_send(
+    server: RunningServer, text: str, context_id: str = "", token: str = ""
+) -> dict[str, Any]:
+    """SendMessage with a token: the box's owner's (the local token: an admin, held to
+    no budget) unless another is given."""
     message: dict[str, Any] = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER",
                                "parts": [{"text": text}]}  # fmt: skip
     if context_id:
         message["contextId"] = context_id
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
-    headers = {**A2A, "Authorization": f"Bearer {server.token}"}
+    headers = {**A2A, "Authorization": f"Bearer {token or server.token}"}
     reply = httpx.post(server.url + "/", json=body, headers=headers, timeout=60).json()
+    assert "result" in reply, reply
     task: dict[str, Any] = reply["result"]["task"]
     return task
 
@@ -313,3 +324,43 @@ def test_an_acp_turn_costs_what_its_running_total_grew_by_and_stops_at_the_task_
     )
     assert three["metadata"]["cost"]["usd"] == pytest.approx(1.1)  # 1.8 - 0.7
     assert three["metadata"]["conversationCost"]["usd"] == pytest.approx(1.8)
+
+
+@pytest.mark.skipif(postgres_missing() is not None, reason=postgres_missing() or "")
+def test_servers_sharing_a_store_count_one_day_and_hold_one_budget(tmp_path: Path) -> None:
+    """Two servers on one PostgreSQL store: a person's turns on either add to one day,
+    and a budget set through the store holds on both."""
+    with running_postgres() as postgres:
+        servers = []
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            servers.append(start_server(tmp_path / name, "--store", postgres.url,
+                                        state_dir=tmp_path / name / "state"))  # fmt: skip
+        try:
+            a, b = servers
+            tokens = [add_token(server, "ci", "caller") for server in servers]
+            _rpc_send(a, "on a cost:0.5", token=tokens[0])
+            _rpc_send(b, "on b cost:0.25", token=tokens[1])
+            store = ["--store", postgres.url]
+            usage = tailagent("usage", "--json", *store, "--state-dir", str(a.state_dir))
+            given = tailagent("budget", "set", "token:ci", "0.5", *store,
+                              "--state-dir", str(b.state_dir))  # fmt: skip
+            assert given.returncode == 0, given.stderr
+            message = {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}
+            body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                    "params": {"message": message}}  # fmt: skip
+            bearer = {**A2A, "Authorization": f"Bearer {tokens[0]}"}
+            refused = httpx.post(a.url + "/", json=body, headers=bearer, timeout=20)
+        finally:
+            for server in servers:
+                server.stop()
+    [row] = [json.loads(line) for line in usage.stdout.splitlines()]
+    assert (row["owner"], row["usd"], row["turns"], row["conversations"]) == (
+        "token:ci",
+        0.75,
+        2,
+        2,
+    )
+    assert refused.json()["error"]["message"].startswith(
+        "token:ci has spent $0.75 of $0.50 today (their own daily budget): no new task"
+    )

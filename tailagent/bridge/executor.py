@@ -88,6 +88,9 @@ DRAIN_TIMEOUT = 10.0
 # The stop reason of a turn its agent ended at its budget (the Claude Agent SDK's
 # `max_budget_usd`), and of one tailagent ended as it crossed a budget.
 BUDGET_STOP = "max_budget_usd"
+# Agent sessions whose last running cost is remembered (a forgotten one's next turn
+# counts its whole running total).
+MAX_SESSION_COSTS = 10_000
 # The call-context state key naming the channel a request came through ("web" from
 # the web page); absent means A2A.
 VIA_KEY = "via"
@@ -123,13 +126,19 @@ class TaskRuntime:
     session_cost_before: float | None = None
     session_cost: float | None = None
 
+    def session_grew(self) -> float | None:
+        """What the session's running cost grew by in this turn; None when the agent
+        reported none. A smaller total than before: the agent counts from zero again."""
+        if self.session_cost is None:
+            return None
+        before = self.session_cost_before or 0.0
+        return self.session_cost - before if self.session_cost >= before else self.session_cost
+
 
 def turn_cost(event: TurnDone, runtime: TaskRuntime) -> Cost:
     """What a turn cost: the agent's own figure, else what the session's running cost
     grew by during the turn; its tokens from the turn's usage."""
-    usd = event.cost
-    if usd is None and runtime.session_cost is not None:
-        usd = max(0.0, runtime.session_cost - (runtime.session_cost_before or 0.0))
+    usd = event.cost if event.cost is not None else runtime.session_grew()
     usage = event.usage
     return Cost(usd or 0.0, _tokens(usage, "input"), _tokens(usage, "output"))
 
@@ -636,6 +645,9 @@ class BridgeExecutor(AgentExecutor):
         runtime.cost = runtime.cost + cost
         if runtime.session_cost is not None:
             self._session_costs[runtime.session.session_id] = runtime.session_cost
+            if len(self._session_costs) > MAX_SESSION_COSTS:  # the oldest sessions go
+                for stale in list(self._session_costs)[: MAX_SESSION_COSTS // 2]:
+                    del self._session_costs[stale]
         if self._spending is None:
             return {"cost": runtime.cost.as_json()}
         try:
@@ -654,7 +666,7 @@ class BridgeExecutor(AgentExecutor):
         runtime.session_cost = event.cost_usd
         if self._spending is None:
             return None
-        grew = max(0.0, event.cost_usd - (runtime.session_cost_before or 0.0))
+        grew = runtime.session_grew() or 0.0
         task_limit = self._spending.budgets.per_task_usd
         if task_limit is not None and runtime.cost.usd + grew >= task_limit:
             return self._budget_stop_text(runtime.cost.usd + grew)
