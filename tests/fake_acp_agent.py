@@ -33,6 +33,9 @@ words acted on in order of appearance:
     noise N       writes N lines to stderr
     chunks N      N agent_message_chunk updates, "chunk <i> " each (a long streamed answer)
     model         says "model: <the session's model>" (its config option of category model)
+    elicit        elicitation/create, a form: "Where should the build go?" with Branch (text),
+                  Count (integer), Colour (red or blue) and Push (yes/no); then says
+                  "elicited: <action> <content as JSON>"
     usage:C[:CUR] usage_update: 1000 tokens in context per turn so far, a window of 200000,
                   and C (the session's running cost) in CUR (USD unless given); no C, no cost
     setup         says its mode and the MCP servers its session was given
@@ -48,7 +51,7 @@ a config option of category model, "fast" or "smart" (--no-config-options: none)
 With --slow-close its session/close answers only when tailagent sends $/cancel_request
 for it (then with -32800, Request Cancelled). With --log PATH it appends one line per
 lifecycle call it gets: "new|load|resume|close SID", "cancel_request ID",
-"close SID cancelled".
+"close SID cancelled", "elicitation answered ACTION".
 
 Run: python tests/fake_acp_agent.py [--no-load] [--no-resume] [--no-close] [--slow-close]
      [--no-config-options] [--log PATH] [--auth-required] [--no-embedded-context]
@@ -103,7 +106,13 @@ from acp.schema import (
     AvailableCommand,
     CloseSessionResponse,
     Cost,
+    ElicitationBooleanPropertySchema,
+    ElicitationFormSessionMode,
+    ElicitationIntegerPropertySchema,
+    ElicitationSchema,
+    ElicitationStringPropertySchema,
     EmbeddedResourceContentBlock,
+    EnumOption,
     EnvVarAuthMethod,
     EnvVariable,
     Implementation,
@@ -232,6 +241,7 @@ class FakeAgent:
             "hostile": self._hostile,
             "usage": self._usage,
             "model": self._model,
+            "elicit": self._elicit,
         }
 
     # -- connection and lifecycle ---------------------------------------------------------
@@ -672,6 +682,31 @@ class FakeAgent:
     async def _chunks(self, turn: Turn, arg: str, following: str | None) -> None:
         for i in range(1, _int_or(following, DEFAULT_CHUNKS) + 1):
             await self._say(turn, f"chunk {i} ")
+
+    async def _elicit(self, turn: Turn, arg: str, following: str | None) -> None:
+        colours = [EnumOption(const="r", title="red"), EnumOption(const="b", title="blue")]
+        schema = ElicitationSchema(
+            properties={
+                "branch": ElicitationStringPropertySchema(type="string", title="Branch"),
+                "count": ElicitationIntegerPropertySchema(type="integer", title="Count"),
+                "colour": ElicitationStringPropertySchema(
+                    type="string", title="Colour", one_of=colours
+                ),
+                "push": ElicitationBooleanPropertySchema(type="boolean", title="Push"),
+            },
+            required=["branch"],
+        )
+        mode = ElicitationFormSessionMode(session_id=turn.session_id, requested_schema=schema)
+        try:
+            response = await self.conn.create_elicitation(
+                message="Where should the build go?", mode=mode
+            )
+        except RequestError as exc:
+            await self._say(turn, f"elicitation refused: {exc}\n")
+            return
+        self._note(f"elicitation answered {response.action}")
+        content = json.dumps(getattr(response, "content", None), sort_keys=True)
+        await self._say(turn, f"elicited: {response.action} {content}\n")
 
     async def _model(self, turn: Turn, arg: str, following: str | None) -> None:
         await self._say(turn, f"model: {turn.session.model}\n")

@@ -268,9 +268,7 @@ async def test_idle_processes_stop_and_the_context_resumes_with_session_load(
 async def test_without_session_load_a_resumed_context_says_continuity_was_lost(
     tmp_path: Path,
 ) -> None:
-    server = start_acp(
-        tmp_path, "--no-load", "--no-resume", config="[agent]\nidle_timeout = 0.3\n"
-    )
+    server = start_acp(tmp_path, "--no-load", "--no-resume", config="[agent]\nidle_timeout = 0.3\n")
     try:
         agent = A2A(server.url, server.token)
         first = await agent.turn("hello")

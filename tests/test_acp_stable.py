@@ -12,9 +12,10 @@ from tailagent.agents.acp.backend import AcpBackend
 from tailagent.agents.acp.presets import CUSTOM
 from tailagent.agents.events import AgentEvent, PromptText, TurnDone, UsageUpdated
 from tailagent.config import AgentSettings
-from tests.a2a_helpers import A2A, kind_of, texts, user_message
+from tests.a2a_helpers import A2A, kind_of, state_name, texts, user_message
 from tests.processes import alive
 from tests.test_acp import agent_command, answer_text, start_acp, turn_info
+from tests.test_call_cli import call, reply_lines, run_reply
 
 IDLE = "[agent]\nidle_timeout = 0.3\nwarm_spares = 0\ncancel_timeout = 1\n"
 
@@ -176,5 +177,59 @@ async def test_an_agent_without_config_options_keeps_its_model_and_says_so(
         assert "model: fast" in answer_text(turn)
         expected = "The agent offers no choice of model: it keeps its own, not 'smart'."
         assert expected in notices(turn)
+    finally:
+        server.stop()
+
+
+# --- elicitation ---------------------------------------------------------------------------------
+
+
+def test_an_elicitation_is_a_question_per_field_answered_from_the_cli(tmp_path: Path) -> None:
+    server = start_acp(tmp_path)
+    try:
+        asked = call(server, "elicit")
+        assert asked.returncode == 3, asked.stdout + asked.stderr
+        assert "! Where should the build go?\n[input-required] Branch\nCount\nColour\nPush\n" in (
+            asked.stdout
+        )
+        assert "  Colour: red, blue\n  Push: yes, no\n" in asked.stdout
+        (reply,) = reply_lines(asked.stdout)
+        assert "--answer Branch=ANSWER" in reply
+
+        def answering(line: str, count: str) -> str:
+            answers = f"--answer Branch=main --answer Count={count} --answer Colour=blue"
+            return line.replace("--answer Branch=ANSWER", answers + " --answer Push=yes")
+
+        wrong = run_reply(server, answering(reply, "three"))
+        assert wrong.returncode == 3, wrong.stdout + wrong.stderr
+        said = "That answer does not fit the agent's form (count: 'three' is not a number)."
+        assert said in wrong.stdout
+        (again,) = reply_lines(wrong.stdout)
+        answered = run_reply(server, answering(again, "3"))
+        assert answered.returncode == 0, answered.stdout + answered.stderr
+        content = '{"branch": "main", "colour": "b", "count": 3, "push": true}'
+        assert f"elicited: accept {content}" in answered.stdout
+    finally:
+        server.stop()
+
+
+async def test_a_canceled_elicitation_is_answered_cancel_and_the_session_goes_on(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "calls.log"
+    server = start_acp(tmp_path, "--log", str(log))
+    try:
+        agent = A2A(server.url, server.token)
+        asked = await agent.turn("elicit")
+        assert asked.final_state == "input_required"
+        assert [q["header"] for q in asked.pending["questions"]] == [
+            "Branch", "Count", "Colour", "Push",
+        ]  # fmt: skip
+        canceled = await agent.cancel(asked.task_id)
+        assert state_name(canceled.status.state) == "canceled"
+        after = await agent.turn(user_message("after", context_id=asked.context_id))
+        assert after.final_state == "completed"
+        assert turn_info(after)[0] == 2
+        assert "elicitation answered cancel" in calls(log)
     finally:
         server.stop()

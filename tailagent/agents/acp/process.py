@@ -21,6 +21,8 @@ import acp
 from acp.connection import StreamDirection, StreamEvent
 from acp.schema import (
     ClientCapabilities,
+    ElicitationCapabilities,
+    ElicitationFormCapabilities,
     FileSystemCapabilities,
     Implementation,
     InitializeResponse,
@@ -143,8 +145,13 @@ class AgentProcess:
         self._stderr_task = asyncio.create_task(self._drain(process.stderr), name="agent-stderr")
         self.exited = asyncio.create_task(process.wait(), name="agent-exit")
         self.host = self._host_factory(self)
+        # acp 0.12.1 still routes elicitation/create only with its "unstable" switch.
         self.connection = acp.connect_to_agent(
-            self.host, process.stdin, process.stdout, observers=[self._observe]
+            self.host,
+            process.stdin,
+            process.stdout,
+            observers=[self._observe],
+            use_unstable_protocol=True,
         )
         handshake = asyncio.ensure_future(
             self.connection.initialize(
@@ -152,6 +159,7 @@ class AgentProcess:
                 client_capabilities=ClientCapabilities(
                     fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
                     terminal=True,
+                    elicitation=ElicitationCapabilities(form=ElicitationFormCapabilities()),
                 ),
                 client_info=Implementation(name="tailagent", version=__version__),
             )

@@ -23,16 +23,21 @@ from typing import Any
 import acp
 from acp import RequestError
 from acp.schema import (
+    AcceptElicitationResponse,
     AgentMessageChunk,
     AgentPlanUpdate,
     AgentThoughtChunk,
     AllowedOutcome,
     AvailableCommandsUpdate,
     BlobResourceContents,
+    CancelElicitationResponse,
     ConfigOptionUpdate,
     CreateTerminalResponse,
     CurrentModeUpdate,
+    DeclineElicitationResponse,
     DeniedOutcome,
+    ElicitationFormRequestMode,
+    ElicitationFormSessionMode,
     EmbeddedResourceContentBlock,
     FileEditToolCallContent,
     ImageContentBlock,
@@ -53,6 +58,7 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
+from tailagent.agents.acp.elicitation import content_of, form_fields
 from tailagent.agents.acp.process import AgentProcess
 from tailagent.agents.acp.terminals import TerminalLimit, Terminals
 from tailagent.agents.acp.textfiles import FileRefused, read_text, write_text
@@ -71,6 +77,8 @@ from tailagent.agents.events import (
     PromptFile,
     PromptPart,
     PromptText,
+    QuestionAnswers,
+    QuestionAsked,
     SessionInfo,
     Text,
     Thought,
@@ -314,15 +322,24 @@ class AcpSession:
             raise KeyError(f"no pending request {request_id}")
         future.set_result(answer)
 
-    async def ask(self, event: PermissionAsked) -> PermissionDecision:
-        """Puts a permission prompt to the caller and waits for the bridge's answer."""
+    async def _wait(self, event: PermissionAsked | QuestionAsked) -> Answer:
+        """Puts a prompt to the caller and waits for the bridge's answer."""
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._answers[event.request_id] = future
         try:
             self.note(event)
-            answer = await future
+            return await future
         finally:
             self._answers.pop(event.request_id, None)
+
+    async def question(self, event: QuestionAsked) -> QuestionAnswers | None:
+        """The caller's answers; None when the turn was canceled instead."""
+        answer = await self._wait(event)
+        return answer if isinstance(answer, QuestionAnswers) else None
+
+    async def ask(self, event: PermissionAsked) -> PermissionDecision:
+        """Puts a permission prompt to the caller and waits for the bridge's answer."""
+        answer = await self._wait(event)
         if not isinstance(answer, PermissionDecision):
             return PermissionDecision(False, message="not a permission answer")
         if answer.interrupt:
@@ -479,6 +496,33 @@ class HostClient:
         return RequestPermissionResponse(
             outcome=AllowedOutcome(option_id=chosen, outcome="selected")
         )
+
+    async def create_elicitation(self, message: str, mode: Any, **kwargs: Any) -> Any:
+        """A form becomes an input-required question, one per field, asked again (saying
+        why) until the answers fit it; a URL elicitation is declined (tailagent has no
+        browser to send the caller to)."""
+        if isinstance(mode, ElicitationFormSessionMode):
+            session = self._session(mode.session_id)
+        elif isinstance(mode, ElicitationFormRequestMode) and self.session is not None:
+            session = self.session
+        else:
+            return DeclineElicitationResponse(action="decline")
+        fields = form_fields(message, mode.requested_schema)
+        if not fields:
+            return AcceptElicitationResponse(action="accept", content={})
+        if len(fields) > 1 and message:
+            session.note(Notice(message))
+        questions = tuple(f.question for f in fields)
+        while True:
+            answers = await session.question(QuestionAsked(uuid.uuid4().hex, questions))
+            if answers is None:
+                return CancelElicitationResponse(action="cancel")
+            try:
+                content = content_of(fields, answers.answers)
+            except ValueError as exc:
+                session.note(Notice(f"That answer does not fit the agent's form ({exc})."))
+                continue
+            return AcceptElicitationResponse(action="accept", content=content)
 
     async def read_text_file(
         self,
