@@ -48,12 +48,13 @@ embedded resources, if any) and stop reason end_turn.
 
 It offers session/resume and session/close (--no-resume, --no-close: it does not), and
 a config option of category model, "fast" or "smart" (--no-config-options: none).
-With --slow-close its session/close answers only when tailagent sends $/cancel_request
-for it (then with -32800, Request Cancelled). With --log PATH it appends one line per
-lifecycle call it gets: "new|load|resume|close SID", "cancel_request ID",
-"close SID cancelled", "elicitation answered ACTION".
+With --slow-close (--slow-resume) its session/close (session/resume) answers only when
+tailagent sends $/cancel_request for it (then with -32800, Request Cancelled). With
+--log PATH it appends one line per lifecycle call it gets: "new|load|resume|close SID",
+"cancel_request ID", "close|resume SID cancelled", "elicitation answered ACTION".
 
 Run: python tests/fake_acp_agent.py [--no-load] [--no-resume] [--no-close] [--slow-close]
+     [--slow-resume]
      [--no-config-options] [--log PATH] [--auth-required] [--no-embedded-context]
      [--slow-start SECONDS]
 """
@@ -198,7 +199,7 @@ class FakeAgent:
         embeds: bool = True,
         can_resume: bool = True,
         can_close: bool = True,
-        slow_close: bool = False,
+        slow: tuple[str, ...] = (),
         config_options: bool = True,
         log: Path | None = None,
     ) -> None:
@@ -206,10 +207,10 @@ class FakeAgent:
         self._can_load = can_load
         self._can_resume = can_resume
         self._can_close = can_close
-        self._slow_close = slow_close
+        self._slow = slow  # the methods answered only when cancelled
         self._log = log
-        # JSON-RPC id of a session/close being answered -> set when it is cancelled.
-        self._closing: dict[int | str, asyncio.Event] = {}
+        # JSON-RPC id of a slow call being answered -> set when it is cancelled.
+        self._calls: dict[int | str, asyncio.Event] = {}
         self._embeds = embeds
         self._auth_required = auth_required
         self._conn: Client | None = None
@@ -343,19 +344,25 @@ class FakeAgent:
     ) -> ResumeSessionResponse:
         if not self._can_resume:
             raise RequestError.method_not_found(acp.AGENT_METHODS["session_resume"])
-        self._take_up(session_id, cwd, kwargs)
         self._note(f"resume {session_id}")
+        await self._maybe_slow(acp.AGENT_METHODS["session_resume"], f"resume {session_id}")
+        self._take_up(session_id, cwd, kwargs)
         return ResumeSessionResponse(config_options=self._options(session_id))
 
     async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
         if not self._can_close:
             raise RequestError.method_not_found(acp.AGENT_METHODS["session_close"])
         self._note(f"close {session_id}")
-        if self._slow_close:
-            await self._closing[next(reversed(self._closing))].wait()
-            self._note(f"close {session_id} cancelled")
-            raise RequestError(-32800, "Request cancelled")
+        await self._maybe_slow(acp.AGENT_METHODS["session_close"], f"close {session_id}")
         self._sessions.pop(session_id, None)
+
+    async def _maybe_slow(self, method: str, said: str) -> None:
+        """A slow method waits for $/cancel_request, then fails with Request Cancelled."""
+        if method not in self._slow:
+            return
+        await self._calls[next(reversed(self._calls))].wait()
+        self._note(f"{said} cancelled")
+        raise RequestError(-32800, "Request cancelled")
         return CloseSessionResponse()
 
     def observe(self, event: StreamEvent) -> None:
@@ -364,12 +371,12 @@ class FakeAgent:
         message = event.message
         if event.direction is not StreamDirection.INCOMING:
             return
-        if message.get("method") == acp.AGENT_METHODS["session_close"]:
-            self._closing[message["id"]] = asyncio.Event()
+        if message.get("method") in self._slow:
+            self._calls[message["id"]] = asyncio.Event()
         elif message.get("method") == "$/cancel_request":
             request_id = (message.get("params") or {}).get("requestId")
             self._note(f"cancel_request {request_id}")
-            if (cancelled := self._closing.get(request_id)) is not None:
+            if (cancelled := self._calls.get(request_id)) is not None:
                 cancelled.set()
 
     def _note(self, line: str) -> None:
@@ -781,6 +788,9 @@ def main(argv: list[str] | None = None) -> None:
         "--slow-close", action="store_true", help="answer session/close only when cancelled"
     )
     parser.add_argument(
+        "--slow-resume", action="store_true", help="answer session/resume only when cancelled"
+    )
+    parser.add_argument(
         "--no-config-options", action="store_true", help="offer no session config options"
     )
     parser.add_argument("--log", type=Path, help="append the lifecycle calls it gets here")
@@ -793,7 +803,14 @@ def main(argv: list[str] | None = None) -> None:
         embeds=not args.no_embedded_context,
         can_resume=not args.no_resume,
         can_close=not args.no_close,
-        slow_close=args.slow_close,
+        slow=tuple(
+            acp.AGENT_METHODS[name]
+            for name, chosen in (
+                ("session_close", args.slow_close),
+                ("session_resume", args.slow_resume),
+            )
+            if chosen
+        ),
         config_options=not args.no_config_options,
         log=args.log,
     )

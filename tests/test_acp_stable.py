@@ -107,6 +107,30 @@ async def test_a_session_close_left_unanswered_is_cancelled_by_request_id(tmp_pa
     assert seen[3] == f"close {session} cancelled"
 
 
+async def test_a_session_resume_left_unanswered_is_cancelled_and_load_takes_over(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "calls.log"
+    config = IDLE + "start_timeout = 2\n"
+    server = start_acp(tmp_path, "--log", str(log), "--slow-resume", config=config)
+    try:
+        agent = A2A(server.url, server.token)
+        first = await agent.turn("hello")
+        _, session, pid = turn_info(first)
+        await gone(pid)
+        again = await agent.turn(user_message("again", context_id=first.context_id))
+        assert again.final_state == "completed", answer_text(again)
+        assert turn_info(again)[1] == session
+        said = notices(again)
+    finally:
+        server.stop()
+    seen = calls(log)
+    at = seen.index(f"resume {session}")
+    assert seen[at + 1].startswith("cancel_request ")
+    assert seen[at + 2 : at + 4] == [f"resume {session} cancelled", f"load {session}"]
+    assert "Resumed the agent session of this context (with session/load)." in said
+
+
 # --- usage_update ------------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import acp
 from acp import RequestError
 from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio
 
@@ -161,26 +162,35 @@ class AcpBackend:
         that says continuity was lost."""
         connection = process.connection
         assert connection is not None
-        error: RequestError | None = None
+        # Each is bounded by agent.start_timeout: one the agent never answers is given up
+        # with $/cancel_request, rather than holding the conversation (and the pool) forever.
+        within = self.settings.start_timeout
+        error: Exception | None = None
         if process.supports_resume:
             try:
-                resumed = await connection.resume_session(
-                    cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers
-                )
+                resumed = await process.bounded(
+                    connection.resume_session(
+                        cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers
+                    ),
+                    acp.AGENT_METHODS["session_resume"], resume_id, within,
+                )  # fmt: skip
                 return "session/resume", None, list(resumed.config_options or [])
-            except RequestError as exc:
-                if exc.code == AUTH_REQUIRED:
+            except (RequestError, TimeoutError) as exc:
+                if isinstance(exc, RequestError) and exc.code == AUTH_REQUIRED:
                     raise
                 log.info("session/resume of %s failed (%s); trying session/load", resume_id, exc)
                 error = exc
         if process.supports_load:
             try:
-                loaded = await connection.load_session(
-                    cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers
-                )
+                loaded = await process.bounded(
+                    connection.load_session(
+                        cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers
+                    ),
+                    acp.AGENT_METHODS["session_load"], resume_id, within,
+                )  # fmt: skip
                 return "session/load", None, list(loaded.config_options or [])
-            except RequestError as exc:
-                if exc.code == AUTH_REQUIRED:
+            except (RequestError, TimeoutError) as exc:
+                if isinstance(exc, RequestError) and exc.code == AUTH_REQUIRED:
                     raise
                 error = exc
         if error is not None:
