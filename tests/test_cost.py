@@ -364,3 +364,25 @@ def test_servers_sharing_a_store_count_one_day_and_hold_one_budget(tmp_path: Pat
     assert refused.json()["error"]["message"].startswith(
         "token:ci has spent $0.75 of $0.50 today (their own daily budget): no new task"
     )
+
+
+def test_an_acp_turn_that_spends_the_day_is_stopped_midway_and_the_next_refused(
+    tmp_path: Path,
+) -> None:
+    server = start_acp(tmp_path, config="[budgets]\nper_caller_daily_usd = 1\n")
+    try:
+        token = add_token(server, "ci", "caller")
+        spent = _rpc_send(server, "usage:0.5 usage:1.2 slow 20", token=token)
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "more"}]}}}  # fmt: skip
+        bearer = {**A2A, "Authorization": f"Bearer {token}"}
+        refused = httpx.post(server.url + "/", json=body, headers=bearer, timeout=20).json()
+    finally:
+        server.stop()
+    assert spent["status"]["state"] == "TASK_STATE_FAILED"
+    assert spent["status"]["message"]["parts"][0]["text"] == (
+        "Stopped: $1.20 spent today reached the daily budget of $1.00 "
+        "(budgets.per_caller_daily_usd)."
+    )
+    assert spent["metadata"]["cost"]["usd"] == pytest.approx(1.2)
+    assert refused["error"]["message"].startswith("token:ci has spent $1.20 of $1.00 today")
