@@ -103,6 +103,7 @@ from acp.helpers import (
 from acp.schema import (
     AgentCapabilities,
     AllowedOutcome,
+    AuthenticateResponse,
     AuthMethodAgent,
     AvailableCommand,
     CloseSessionResponse,
@@ -202,7 +203,12 @@ class FakeAgent:
         slow: tuple[str, ...] = (),
         config_options: bool = True,
         log: Path | None = None,
+        key_login: str | None = None,
     ) -> None:
+        # Like codex-acp: lists an `api-key` login always, and opens sessions only once
+        # it was sent, which works only with this variable in its environment.
+        self._key_login = key_login
+        self._logged_in = False
         self._config_options = config_options
         self._can_load = can_load
         self._can_resume = can_resume
@@ -258,7 +264,9 @@ class FakeAgent:
 
     async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
         auth_methods: list[EnvVarAuthMethod | TerminalAuthMethod | AuthMethodAgent] = []
-        if self._auth_required:
+        if self._key_login:
+            auth_methods.append(AuthMethodAgent(id="api-key", name="Use an API key"))
+        if self._auth_required or self._key_login:
             auth_methods.append(
                 AuthMethodAgent(
                     id="login", name="Log in", description="Run `fake-agent login` on the server"
@@ -278,8 +286,15 @@ class FakeAgent:
             agent_info=Implementation(name=AGENT_NAME, version=AGENT_VERSION),
         )
 
+    async def authenticate(self, method_id: str, **kwargs: Any) -> AuthenticateResponse | None:
+        self._note(f"authenticate {method_id}")
+        if method_id != "api-key" or not self._key_login or not os.environ.get(self._key_login):
+            raise RequestError.auth_required()
+        self._logged_in = True
+        return AuthenticateResponse()
+
     async def new_session(self, cwd: str, **kwargs: Any) -> NewSessionResponse:
-        if self._auth_required:
+        if self._auth_required or (self._key_login and not self._logged_in):
             raise RequestError.auth_required()
         session_id = uuid.uuid4().hex
         servers = [s.name for s in kwargs.get("mcp_servers") or []]
@@ -794,12 +809,17 @@ def main(argv: list[str] | None = None) -> None:
         "--no-config-options", action="store_true", help="offer no session config options"
     )
     parser.add_argument("--log", type=Path, help="append the lifecycle calls it gets here")
+    parser.add_argument(
+        "--key-login", metavar="VAR", help="list login methods; open sessions once logged in "
+        "with `api-key`, which takes VAR from the environment"
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.slow_start > 0:
         time.sleep(args.slow_start)
     agent = FakeAgent(
         can_load=not args.no_load,
         auth_required=args.auth_required,
+        key_login=args.key_login,
         embeds=not args.no_embedded_context,
         can_resume=not args.no_resume,
         can_close=not args.no_close,

@@ -330,6 +330,31 @@ async def test_an_agent_that_needs_a_login_fails_the_task_saying_what_to_do(tmp_
         server.stop()
 
 
+async def test_an_agent_that_logs_in_with_its_key_is_logged_in_and_serves(tmp_path: Path) -> None:
+    """Like codex-acp 2.x: it lists its login methods whatever its state, and opens a
+    session once told to use the key it was given; without the key, the login hint."""
+    config = '[agent]\nenv_passthrough = ["FAKE_AGENT_KEY"]\n'
+    (tmp_path / "keyed").mkdir()
+    (tmp_path / "keyless").mkdir()
+    keyed = start_acp(tmp_path / "keyed", "--key-login", "FAKE_AGENT_KEY", config=config,
+                      env={**os.environ, "FAKE_AGENT_KEY": "k-123"})  # fmt: skip
+    try:
+        turn = await A2A(keyed.url, keyed.token).turn("hello")
+        assert turn.final_state == "completed", texts(turn.last_message)
+        assert "logging in with api-key" in keyed.log()
+    finally:
+        keyed.stop()
+    without = {k: v for k, v in os.environ.items() if k != "FAKE_AGENT_KEY"}
+    keyless = start_acp(tmp_path / "keyless", "--key-login", "FAKE_AGENT_KEY", config=config,
+                        env=without)  # fmt: skip
+    try:
+        turn = await A2A(keyless.url, keyless.token).turn("hello")
+        assert turn.final_state == "failed"
+        assert "needs a login on the server" in texts(turn.last_message)
+    finally:
+        keyless.stop()
+
+
 def test_a_command_that_cannot_start_stops_the_server_with_one_line(tmp_path: Path) -> None:
     result = subprocess.run(
         [

@@ -29,6 +29,8 @@ from tailagent.config import AgentSettings
 from tailagent.mcp_servers import McpServer
 
 log = logging.getLogger("tailagent.agent")
+# Login methods that take an API key from the agent's environment (codex-acp 2.x).
+API_KEY_METHODS = frozenset({"api-key", "apikey", "openai-api-key"})
 
 
 def _acp_server(server: McpServer) -> McpServerStdio | HttpMcpServer:
@@ -122,10 +124,6 @@ class AcpBackend:
         """Opens the session in `root`. A process started ahead serves whichever
         conversation takes it, so its editor side (file reads and writes) is fenced
         to that conversation's directory only now."""
-        if process.auth_methods:
-            raise AgentNeedsLogin(
-                f"The agent needs a login on the server: {self.preset.login_hint}."
-            )
         connection = process.connection
         assert connection is not None
         process.host.workspace = root
@@ -140,7 +138,7 @@ class AcpBackend:
                     session.reattached_with = how
                     session.config_options = options
                     return session
-            created = await connection.new_session(cwd=cwd, mcp_servers=self.mcp_servers)
+            created = await self._new_session(process, cwd)
         except RequestError as exc:
             if exc.code == AUTH_REQUIRED:
                 raise AgentNeedsLogin(
@@ -152,6 +150,40 @@ class AcpBackend:
         if notice is not None:
             session.note(notice)
         return session
+
+    async def _new_session(self, process: AgentProcess, cwd: str) -> Any:
+        """A new session. Most agents list their login methods whether or not they are
+        logged in (Gemini with its key set, OpenCode), so only the session's own refusal
+        says a login is missing; one the agent can complete from a key it was given
+        (codex-acp's `api-key`, an `env_var` method whose variables are set) is sent
+        once, then the session asked for again."""
+        connection = process.connection
+        assert connection is not None
+        try:
+            return await connection.new_session(cwd=cwd, mcp_servers=self.mcp_servers)
+        except RequestError as exc:
+            method = self._key_login(process.auth_methods) if exc.code == AUTH_REQUIRED else None
+            if method is None:
+                raise
+        log.info("agent %s: logging in with %s (its key is in the agent's environment)",
+                 process.pid, method)  # fmt: skip
+        await connection.authenticate(method_id=method)
+        return await connection.new_session(cwd=cwd, mcp_servers=self.mcp_servers)
+
+    def _key_login(self, methods: list[Any]) -> str | None:
+        """The id of a login method the agent completes by itself from a key in its
+        environment, if it offers one and the key is there."""
+        for method in methods:
+            needed = getattr(method, "vars", None)
+            if needed is not None:  # an env_var method: it names what it reads
+                if all(v.name in self.env for v in needed if not v.optional):
+                    return str(method.id)
+            elif method.id.replace("_", "-").lower() in API_KEY_METHODS and any(
+                name in self.env
+                for name in (*self.preset.credential_env, *self.settings.env_passthrough)
+            ):
+                return str(method.id)
+        return None
 
     async def _reattach(
         self, process: AgentProcess, resume_id: str, cwd: str

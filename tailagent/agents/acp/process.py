@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 from collections.abc import Awaitable, Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,6 +32,11 @@ from acp.schema import (
 
 from tailagent import __version__
 from tailagent.agents.events import AgentStartError
+
+# `connection._conn.send_notification` is acp's private side, read for 0.12.1 only: on
+# another version tailagent does not reach into it (the call is given up without the
+# notification) rather than guess.
+SENDS_RAW_NOTIFICATIONS = metadata.version("agent-client-protocol") == "0.12.1"
 
 log = logging.getLogger("tailagent.agent")
 
@@ -208,9 +214,13 @@ class AgentProcess:
         connection = self.connection
         if request_id is not None and connection is not None and self.alive:
             log.info("agent %s: gave up on %s after %.0f s", self.pid, method, within)
-            with contextlib.suppress(Exception):
-                # acp has no call for $/ notifications: its connection sends it as is.
-                await connection._conn.send_notification(CANCEL_REQUEST, {"requestId": request_id})
+            if SENDS_RAW_NOTIFICATIONS:
+                with contextlib.suppress(Exception):
+                    # acp 0.12.1 has no call for $/ notifications: its connection's
+                    # private JSON-RPC side sends it as is (checked for that version).
+                    await connection._conn.send_notification(
+                        CANCEL_REQUEST, {"requestId": request_id}
+                    )
             await asyncio.wait({task}, timeout=CANCEL_ANSWER_WAIT)
         task.cancel()
         with contextlib.suppress(BaseException):
