@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Browser, BrowserContext, FloatRect, Locator, Page, expect
 
 from tailagent.web import markdown
 from tests.browser import PHONE
@@ -119,6 +120,16 @@ def test_a_waiting_question_shows_what_it_asks_and_leads_to_its_choices(
     tailnet.wait_state(task_id, "TASK_STATE_COMPLETED")
 
 
+def settled_box(locator: Locator) -> FloatRect:
+    """The element's box once the page's live stream has settled it: the list's first
+    update replaces its rows, and a box read at that moment is of no element."""
+    deadline = time.monotonic() + 10
+    while (box := locator.bounding_box()) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert box is not None, f"{locator} never showed"
+    return box
+
+
 def test_a_huge_one_line_prompt_is_cut_for_display_and_whole_on_a_tap(
     tailnet: Tailnet, phone: BrowserContext
 ) -> None:
@@ -128,14 +139,13 @@ def test_a_huge_one_line_prompt_is_cut_for_display_and_whole_on_a_tap(
     page = phone.new_page()
     page.goto(tailnet.url("alice"))
     row = page.locator(f".row[data-task='{task_id}']")
-    box = row.bounding_box()
-    assert box is not None and box["height"] < 200, box
+    box = settled_box(row)
+    assert box["height"] < 200, box
     assert page.evaluate("document.documentElement.scrollHeight") < 20_000
     row.locator("a.open").click()
     page.wait_for_url(re.compile(f"/desk/tasks/{task_id}$"))
-    expect(page.locator(".task-head h1")).to_be_visible()
-    head = page.locator(".task-head h1").bounding_box()
-    assert head is not None and head["height"] < 200, head
+    head = settled_box(page.locator(".task-head h1"))
+    assert head["height"] < 200, head
     assert page.evaluate("document.documentElement.scrollHeight") < 20_000
     assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     asked = page.locator(".item.person")
