@@ -392,7 +392,10 @@ def test_a_task_that_starts_waiting_raises_a_badge_and_a_notification(
     listing = watcher.new_page()
     listing.goto(tailnet.url("alice"))
     expect(listing.locator("#rows")).to_be_visible()
-    listing.wait_for_function("navigator.serviceWorker.controller !== null")
+    deadline = time.monotonic() + 10  # the page's service worker controls it
+    while not listing.evaluate("navigator.serviceWorker.controller !== null"):
+        assert time.monotonic() < deadline, "no service worker took the page"
+        listing.wait_for_timeout(50)
     listing.wait_for_timeout(300)  # the list's stream is open
     other = watcher.new_page()
     task_id = start_task(other, tailnet, "alice", "ask")
