@@ -270,6 +270,7 @@ def test_a_tap_on_the_notification_opens_the_task_at_its_question(
     page = phone.new_page()
     page.goto(desk.url("alice"))
     page.locator("#notify").click()
+    expect(page.locator("#notify-status")).to_contain_text("You will be told on this device")
     expect(page.locator("#notify")).to_have_text("Notifications on")
     task_id = desk.send("alice", "question")
     [received] = desk.push.wait_for(1)

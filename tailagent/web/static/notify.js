@@ -89,6 +89,19 @@
     say(`You will be told on this device (${known.device}) when the agent needs you.`);
   }
 
+  function register() {
+    return navigator.serviceWorker.register("/desk/sw.js", { scope: "/desk/" });
+  }
+
+  // A tap subscribes; it registers the service worker again first, so a start that
+  // failed (the server restarting, a dropped connection) is mended by the tap.
+  function turnOn() {
+    say("");
+    register()
+      .then((registration) => server().then((known) => subscribe(registration, known)))
+      .catch((error) => say(`Notifications could not be turned on: ${error.message}`));
+  }
+
   async function start() {
     const problem = whyNot();
     if (problem && (!window.isSecureContext || !("serviceWorker" in navigator) ||
@@ -97,25 +110,15 @@
       button.addEventListener("click", () => say(problem));
       return;
     }
-    const registration = await navigator.serviceWorker.register("/desk/sw.js", { scope: "/desk/" });
-    let known = await server();
-    const current = await registration.pushManager.getSubscription();
-    const mine = current && known.subscriptions.some((s) => s.endpoint === current.endpoint);
-    showOn(Boolean(mine));
     button.addEventListener("click", () => {
-      if (button.dataset.on) {
-        location.href = "/desk/notifications";
-        return;
-      }
-      say("");
-      server()
-        .then((fresh) => { known = fresh; return subscribe(registration, known); })
-        .catch((error) => say(`Notifications could not be turned on: ${error.message}`));
+      if (button.dataset.on) location.href = "/desk/notifications";
+      else turnOn();
     });
+    const registration = await register();
+    const known = await server();
+    const current = await registration.pushManager.getSubscription();
+    showOn(Boolean(current && known.subscriptions.some((s) => s.endpoint === current.endpoint)));
   }
 
-  start().catch((error) => {
-    showOn(false);
-    button.addEventListener("click", () => say(`Notifications are not available: ${error.message}`));
-  });
+  start().catch(() => showOn(false));
 })();
