@@ -198,32 +198,23 @@ class AcpBackend:
         # with $/cancel_request, rather than holding the conversation (and the pool) forever.
         within = self.settings.start_timeout
         error: Exception | None = None
-        if process.supports_resume:
+        ways = (
+            ("session/resume", process.supports_resume, connection.resume_session),
+            ("session/load", process.supports_load, connection.load_session),
+        )
+        for how, offered, take_up in ways:
+            if not offered:
+                continue
             try:
-                resumed = await process.bounded(
-                    connection.resume_session(
-                        cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers
-                    ),
-                    acp.AGENT_METHODS["session_resume"], resume_id, within,
+                taken = await process.bounded(
+                    take_up(cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers),
+                    acp.AGENT_METHODS[how.replace("/", "_")], resume_id, within,
                 )  # fmt: skip
-                return "session/resume", None, list(resumed.config_options or [])
+                return how, None, list(taken.config_options or [])
             except (RequestError, TimeoutError) as exc:
                 if isinstance(exc, RequestError) and exc.code == AUTH_REQUIRED:
                     raise
-                log.info("session/resume of %s failed (%s); trying session/load", resume_id, exc)
-                error = exc
-        if process.supports_load:
-            try:
-                loaded = await process.bounded(
-                    connection.load_session(
-                        cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers
-                    ),
-                    acp.AGENT_METHODS["session_load"], resume_id, within,
-                )  # fmt: skip
-                return "session/load", None, list(loaded.config_options or [])
-            except (RequestError, TimeoutError) as exc:
-                if isinstance(exc, RequestError) and exc.code == AUTH_REQUIRED:
-                    raise
+                log.info("%s of %s failed (%s)", how, resume_id, exc)
                 error = exc
         if error is not None:
             return (
