@@ -269,6 +269,17 @@ def identified(server: RunningServer, how: str) -> int:
     )
 
 
+async def identified_at_least(server: RunningServer, how: str, want: int) -> int:
+    """`identified`, once it reaches `want` or 10 s have passed: the access line is
+    written after the response has gone, so the last of a burst can trail its 200
+    (a clean-clone CI run counted 99 of 100 at once)."""
+    for _ in range(200):
+        if (count := identified(server, how)) >= want:
+            return count
+        await asyncio.sleep(0.05)
+    return identified(server, how)
+
+
 async def test_a_burst_through_serve_to_the_tcp_listener_all_get_in(
     tailnet: Tailnet, agent: RunningServer
 ) -> None:
@@ -278,7 +289,7 @@ async def test_a_burst_through_serve_to_the_tcp_listener_all_get_in(
     before = identified(agent, "tailscale serve")
     codes = await burst(caller, f"http://{box.dns_name}/")
     assert codes == [200] * BURST, sorted(set(codes))
-    assert identified(agent, "tailscale serve") - before == BURST
+    assert await identified_at_least(agent, "tailscale serve", before + BURST) == (before + BURST)
 
 
 async def test_a_burst_through_serve_to_the_unix_socket_all_get_in(
@@ -290,7 +301,8 @@ async def test_a_burst_through_serve_to_the_unix_socket_all_get_in(
         box.tailscale("serve", "--bg", "--http=83", f"unix:{socket_path}")
         codes = await burst(caller, f"http://{box.dns_name}:83/")
         assert codes == [200] * BURST, sorted(set(codes))
-        assert identified(server, "tailscale serve (unix socket)") == BURST
+        how = "tailscale serve (unix socket)"
+        assert await identified_at_least(server, how, BURST) == BURST
     finally:
         box.tailscale("serve", "--http=83", "off", check=False)
         server.stop()
