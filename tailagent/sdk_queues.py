@@ -9,6 +9,8 @@ path culsans and aiologic were ~16 % of the server's busy samples (py-spy,
 docs/measured.md). `use_asyncio_queues`, called before a2a-sdk is imported, puts in
 that module's place one that makes the queues 3.13 makes, from the backport of its
 `Queue` (`backports.asyncio.queues`), so culsans and aiologic are never imported.
+Written for a2a-sdk 1.3.0's module (its three names); on another version the SDK's own
+queues stay (mends.py).
 """
 
 from __future__ import annotations
@@ -16,13 +18,23 @@ from __future__ import annotations
 import sys
 from types import ModuleType
 
+from tailagent.mends import Mend, applies
+
 COMPAT_MODULE = "a2a.utils._async_queue_compat"
+QUEUES_MEND = Mend(
+    what=f"a2a-sdk's queues on asyncio's Queue ({COMPAT_MODULE} replaced, sdk_queues.py)",
+    dist="a2a-sdk",
+    written_for=("1.3.0",),
+    without="its queues stay culsans' (each SendMessage ~16 % slower, docs/measured.md)",
+)
 
 
 def use_asyncio_queues() -> None:
     """Before a2a-sdk is imported: its queues become asyncio's, as on Python 3.13."""
     if sys.version_info >= (3, 13) or COMPAT_MODULE in sys.modules:
         return  # 3.13's own, or too late: the SDK's modules hold the old names
+    if not applies(QUEUES_MEND):
+        return
     from backports.asyncio.queues import Queue, QueueShutDown
 
     def create_async_queue(maxsize: int = 0) -> Queue[object]:

@@ -7,7 +7,8 @@ then opens and closes a no-op span, logs a debug line and re-raises through two
 handlers. On the quick SendMessage path that was ~6 % of the server's samples
 (py-spy, docs/measured.md) for nothing. `untraced_unless_enabled`, called before any
 of those modules is imported, turns the decorators into pass-throughs when the
-SDK's own switch says tracing is off; when it is on, it changes nothing.
+SDK's own switch says tracing is off; when it is on, it changes nothing. Written for
+a2a-sdk 1.3.0's decorators; on another version they stay as they are (mends.py).
 """
 
 from __future__ import annotations
@@ -16,10 +17,18 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from tailagent.mends import Mend, applies
+
 T = TypeVar("T")
 
 # The packages whose modules decorate at import time; once one is in, it is too late.
 DECORATING = ("a2a.server", "a2a.client", "a2a.compat")
+TRACING_MEND = Mend(
+    what="a2a-sdk's tracing wrappers left out while its tracing is off (sdk_tracing.py)",
+    dist="a2a-sdk",
+    written_for=("1.3.0",),
+    without="each call still opens a no-op span",
+)
 
 
 def _unchanged_function(func: Callable[..., Any] | None = None, **_: Any) -> Any:
@@ -38,6 +47,8 @@ def untraced_unless_enabled() -> bool:
     """Leaves a2a-sdk's tracing wrappers out of the modules imported from now on,
     unless its tracing is on; says whether it did. Refuses, rather than half-apply,
     once a decorated module is in: its classes are wrapped already."""
+    if not applies(TRACING_MEND):
+        return False
     from a2a.utils import telemetry
 
     if telemetry.otel_installed and telemetry.otel_enabled:

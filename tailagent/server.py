@@ -42,6 +42,7 @@ from tailagent.descriptors import raise_open_files_limit
 from tailagent.files import NotPrivate, close_dir
 from tailagent.listener import listener_url, open_listener
 from tailagent.memory import trim_when_quiet
+from tailagent.mends import say_refused
 from tailagent.metrics import AGENT_PROCESSES, AGENT_SESSIONS_HELD
 from tailagent.notify import Notifier
 from tailagent.presence import BoxTailscaled, Presence, PresenceError, ServeEntryPresence
@@ -321,6 +322,7 @@ async def _announce_ready(notifier: Notifier, where: str, what: str) -> None:
 async def run(settings: Settings) -> None:
     notifier = Notifier()
     notifier.status("starting")
+    say_refused(log)
     raise_open_files_limit()
     lock = StateLock(settings.state_dir)
     try:

@@ -18,6 +18,9 @@ send carries the cost of delivering it, and those sends were a tenth to a fifth 
 the server's samples on sequential SendMessage (py-spy). A head that says its
 length is now held until its body comes, and both go out in one send; a streamed
 response (no length: server-sent events) still sends its head at once.
+
+The three are written for Hypercorn 0.18.0 (the last copies its `_send_h11_event`); on
+another version each is left out and the start says so (mends.py).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from hypercorn.events import RawData
 from hypercorn.protocol.h11 import H11Protocol, H11SendableEvent
 
 from tailagent.listener import LISTEN_BACKLOG
+from tailagent.mends import Mend, applies
 
 log = logging.getLogger("tailagent")
 
@@ -52,6 +56,23 @@ HYPERCORN_LOG.addFilter(_not_running_on)
 # Long enough for Hypercorn to finish the responses already under way at stop.
 GRACEFUL_TIMEOUT = 5.0
 
+HYPERCORN = ("hypercorn", ("0.18.0",))
+LET_GO_MEND = Mend(
+    "Hypercorn's TCPServer._read_data (a connection its client closed let go at once)",
+    *HYPERCORN,
+    without="such connections stay open 5 s, in CLOSE-WAIT",
+)
+SAY_CUT_MEND = Mend(
+    "Hypercorn's TCPServer.run (a connection the stop cuts said in one line)",
+    *HYPERCORN,
+    without="each such connection logs an asyncio traceback at stop",
+)
+ONE_SEND_MEND = Mend(
+    "Hypercorn's H11Protocol._send_h11_event (a response's head and body in one send)",
+    *HYPERCORN,
+    without="each response goes out in two sends",
+)
+
 _read_until_eof = TCPServer._read_data
 
 
@@ -61,7 +82,8 @@ async def _read_then_let_go(self: TCPServer) -> None:
     await self.idle_task.stop()
 
 
-TCPServer._read_data = _read_then_let_go  # type: ignore[method-assign]
+if applies(LET_GO_MEND):
+    TCPServer._read_data = _read_then_let_go  # type: ignore[method-assign]
 
 _run_connection = TCPServer.run
 
@@ -82,7 +104,8 @@ async def _run_or_say_cut(self: TCPServer) -> None:
         )  # fmt: skip
 
 
-TCPServer.run = _run_or_say_cut  # type: ignore[method-assign]
+if applies(SAY_CUT_MEND):
+    TCPServer.run = _run_or_say_cut  # type: ignore[method-assign]
 
 HELD_HEAD = "_tailagent_held_head"
 
@@ -108,7 +131,8 @@ async def _send_head_with_body(self: H11Protocol, event: H11SendableEvent) -> No
     await self.send(RawData(data=held + data))
 
 
-H11Protocol._send_h11_event = _send_head_with_body  # type: ignore[method-assign]
+if applies(ONE_SEND_MEND):
+    H11Protocol._send_h11_event = _send_head_with_body  # type: ignore[method-assign]
 
 
 def hypercorn_config(sock: socket.socket) -> Config:
