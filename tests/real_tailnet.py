@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.build_lock import building
 from tests.tailnet import free_port
 
 RELEASE = "v1.102.3"
@@ -46,6 +47,12 @@ def build() -> Path:
     go = shutil.which("go")
     if go is None:
         raise Unavailable("Go is not installed, so Tailscale cannot be built from source")
+    with building(BIN.parent / f"{RELEASE}.lock"):
+        return _build(go)
+
+
+def _build(go: str) -> Path:
+    """Under the build lock: another worker may have built them while this one waited."""
     wanted = [BIN / "tailscaled", BIN / "tailscale", BIN / "tailnet-control"]
     if all(p.exists() for p in wanted):
         return BIN

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tailagent import __version__
+from tests.build_lock import building
 from tests.conftest import RunningServer, start_server
 from tests.real_tailnet import Tailnet, module_tailnet
 from tests.test_acp import FAKE as FAKE_ACP_AGENT
@@ -52,12 +53,13 @@ def stale() -> bool:
 def binary() -> Path:
     if importlib.util.find_spec("PyInstaller") is None:
         pytest.skip("PyInstaller is not installed (pip install -e '.[dev]' brings it)")
-    if stale():
-        built = subprocess.run(
-            [sys.executable, str(ROOT / "tailagent" / "binary" / "build.py")],
-            capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
-        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    with building(ROOT / ".cache" / "binary.lock"):
+        if stale():
+            built = subprocess.run(
+                [sys.executable, str(ROOT / "tailagent" / "binary" / "build.py")],
+                capture_output=True, text=True, timeout=900,
+            )  # fmt: skip
+            assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     return BINARY
 
 

@@ -481,15 +481,18 @@ def pip_wheel(tmp: Path, env: dict[str, str], terminal: bool) -> str:
 @pytest.mark.skipif(shutil.which("go") is None, reason="Go is not installed: no node to build")
 @pytest.mark.skipif(PIP_MAJOR < 26, reason="pip before 26 shows a build's warnings only with -v")
 def test_pip_says_the_node_build_may_take_minutes_and_how_it_went(tmp_path: Path) -> None:
-    plain = pip_wheel(tmp_path / "log", dict(os.environ), terminal=False)
+    without_go = {**os.environ, "PATH": "/usr/bin:/bin"}
+    assert shutil.which("go", path=without_go["PATH"]) is None
+    # Three builds of their own copies, at once: each mostly waits on pip and Go.
+    with ThreadPoolExecutor(3) as pool:
+        plain_build = pool.submit(pip_wheel, tmp_path / "log", dict(os.environ), False)
+        shown_build = pool.submit(pip_wheel, tmp_path / "tty", dict(os.environ), True)
+        missing_build = pool.submit(pip_wheel, tmp_path / "nogo", without_go, False)
+        plain, shown, missing = plain_build.result(), shown_build.result(), missing_build.result()
     built = r"BuildBackendWarning: embedded tailnet node \(serve --tsnet\) built in \d+ s: \S+\.so"
     assert re.search(built, plain), plain
-    shown = pip_wheel(tmp_path / "tty", dict(os.environ), terminal=True)
     starting = shown.index("tailagent: building the embedded tailnet node (serve --tsnet) with Go:"
                            " a first build takes a few minutes")  # fmt: skip
     assert starting < shown.index("tailagent: embedded tailnet node (serve --tsnet) built in")
-    without_go = {**os.environ, "PATH": "/usr/bin:/bin"}
-    assert shutil.which("go", path=without_go["PATH"]) is None
-    missing = pip_wheel(tmp_path / "nogo", without_go, terminal=False)
     assert "BuildBackendWarning: no embedded tailnet node (serve --tsnet): Go is not installed: " \
            "install Go 1.26.6 or newer" in missing, missing  # fmt: skip
