@@ -41,8 +41,7 @@ class Mend:
         return (
             f"mend left out: {self.what} is written for {self.dist} {expected}, and "
             f"{installed} is installed, so {self.without}; install {self.dist}=="
-            f"{self.written_for[-1]} (tailagent/binary/pins.txt), or check the mend "
-            f"against {installed} and add it to the mend's versions"
+            f"{self.written_for[-1]}, as tailagent/binary/pins.txt pins it"
         )
 
 

@@ -1,0 +1,156 @@
+"""The mends of dependencies' private internals (tailagent/mends.py): each applies on
+the version it was written for, which is the pinned one, and on any other is left out
+whole, with one WARNING line at start that names the package, both versions and what
+to do. Another version is made by answering importlib.metadata with it, in a fresh
+interpreter, before tailagent is imported: the real code path decides."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import httpx
+import pytest
+from hypercorn.asyncio.tcp_server import TCPServer
+from hypercorn.protocol.h11 import H11Protocol
+
+from bench.bench_core import rpc
+from tailagent import mends, sdk_queues, sdk_sql, sdk_tracing, serving
+from tests.conftest import start_server
+
+# Each group in the order a start meets them: a2a-sdk's at import (SQL, queues) and
+# before the server is imported (tracing), Hypercorn's with the server.
+SDK_MENDS = [sdk_sql.SQL_MEND, sdk_queues.QUEUES_MEND, sdk_tracing.TRACING_MEND]
+HYPERCORN_MENDS = [serving.LET_GO_MEND, serving.SAY_CUT_MEND, serving.ONE_SEND_MEND]
+MENDS = [*SDK_MENDS, *HYPERCORN_MENDS]
+PINS = Path(__file__).resolve().parent.parent / "tailagent" / "binary" / "pins.txt"
+
+# importlib.metadata answering with other versions of some distributions.
+FAKE_VERSIONS = """
+    import importlib.metadata as metadata
+    FAKE = {fake!r}
+    real_version = metadata.version
+    metadata.version = lambda dist: FAKE.get(dist) or real_version(dist)
+"""
+
+
+def pinned(dist: str) -> str:
+    lines = PINS.read_text().splitlines()
+    return next(line.split("==")[1] for line in lines if line.startswith(f"{dist}=="))
+
+
+def with_versions(fake: dict[str, str], code: str) -> str:
+    """A fresh interpreter's output of `code`, run with `fake` installed versions."""
+    program = textwrap.dedent(FAKE_VERSIONS.format(fake=fake)) + textwrap.dedent(code)
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("mend", MENDS, ids=lambda mend: mend.what.split(" (")[0])
+def test_each_mend_is_written_for_the_pinned_version_installed_here(mend: mends.Mend) -> None:
+    assert pinned(mend.dist) in mend.written_for
+    assert mends.installed_version(mend.dist) in mend.written_for
+
+
+def test_on_the_pinned_hypercorn_its_three_methods_are_the_mends() -> None:
+    assert TCPServer._read_data is serving._read_then_let_go
+    assert TCPServer.run is serving._run_or_say_cut
+    assert H11Protocol._send_h11_event is serving._send_head_with_body
+    assert mends.REFUSED == []
+
+
+def test_on_the_pinned_a2a_sdk_its_queues_sql_and_tracing_are_mended() -> None:
+    if sys.version_info >= (3, 13):
+        pytest.skip("3.13's own queues: the queue mend is not needed")
+    out = with_versions(
+        {},
+        """
+        import os, sys
+        os.environ["OTEL_INSTRUMENTATION_A2A_SDK_ENABLED"] = "false"  # as the server sets it
+        import tailagent
+        from tailagent import mends, sdk_queues, sdk_sql, sdk_tracing
+        print(sys.modules[sdk_queues.COMPAT_MODULE].__doc__ == sdk_queues.__doc__)
+        print(all(sys.modules[name] is None for name in sdk_sql.DEFERRED))
+        print(sdk_tracing.untraced_unless_enabled(), mends.REFUSED)
+        """,
+    )
+    assert out.split("\n") == ["True", "True", "True []", ""]
+
+
+def test_on_another_hypercorn_its_three_mends_are_refused_whole() -> None:
+    out = with_versions(
+        {"hypercorn": "0.19.0"},
+        """
+        from hypercorn.asyncio.tcp_server import TCPServer
+        from hypercorn.protocol.h11 import H11Protocol
+        from tailagent import mends, serving
+        print(TCPServer._read_data is serving._read_until_eof)
+        print(TCPServer.run is serving._run_connection)
+        print(H11Protocol._send_h11_event.__qualname__)
+        print(*mends.REFUSED, sep="\\n")
+        """,
+    )
+    lines = out.splitlines()
+    assert lines[:3] == ["True", "True", "H11Protocol._send_h11_event"]
+    assert len(lines) == 6, out
+    for line, mend in zip(lines[3:], HYPERCORN_MENDS, strict=True):
+        assert line.startswith(f"mend left out: {mend.what} is written for hypercorn 0.18.0, ")
+        assert "0.19.0 is installed" in line and "install hypercorn==0.18.0, as" in line
+
+
+def test_on_another_a2a_sdk_its_queues_sql_and_tracing_are_left_as_the_sdk_has_them() -> None:
+    out = with_versions(
+        {"a2a-sdk": "1.4.0"},
+        """
+        import os, sys
+        os.environ["OTEL_INSTRUMENTATION_A2A_SDK_ENABLED"] = "false"
+        import tailagent
+        from tailagent import mends, sdk_queues, sdk_sql, sdk_tracing
+        print(sdk_queues.COMPAT_MODULE in sys.modules)
+        print(any(name in sys.modules for name in sdk_sql.DEFERRED))
+        print(sdk_tracing.untraced_unless_enabled())
+        import tailagent.server
+        from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+        print(JsonRpcDispatcher._handle_send_message.__code__.co_qualname)
+        print("culsans" in sys.modules, "sqlalchemy" in sys.modules)
+        print(*mends.REFUSED, sep="\\n")
+        """,
+    )
+    lines = out.splitlines()
+    assert lines[:5] == [
+        "False",
+        "False",
+        "False",
+        "trace_function.<locals>.async_wrapper",
+        "True True",
+    ]
+    refused = lines[5:]
+    assert [line.split(" is written for ")[0] for line in refused] == [
+        f"mend left out: {mend.what}" for mend in SDK_MENDS
+    ]
+    assert all("a2a-sdk 1.3.0, and 1.4.0 is installed" in line for line in refused)
+
+
+def test_a_start_on_other_versions_says_each_mend_left_out_and_serves(tmp_path: Path) -> None:
+    fake = textwrap.dedent(FAKE_VERSIONS.format(fake={"hypercorn": "0.19.0", "a2a-sdk": "1.4.0"}))
+    start = fake + "from tailagent.cli import run\nrun()\n"
+    server = start_server(tmp_path, program=("-c", start), env=dict(os.environ))
+    try:
+        headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {server.token}"}
+        reply = httpx.post(server.url, json=rpc("SendMessage", "hello"), headers=headers)
+        state = reply.json()["result"]["task"]["status"]["state"]
+        assert state == "TASK_STATE_COMPLETED", json.dumps(reply.json())[:300]
+    finally:
+        assert server.stop() == 0, server.log()
+    log = server.log()
+    said = re.findall(r"WARNING tailagent: mend left out: (.*?) is written for", log)
+    assert said == [mend.what for mend in MENDS], log
+    assert log.index("mend left out") < log.index("serving on"), log
