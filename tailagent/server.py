@@ -24,7 +24,7 @@ from tailagent.access.localapi import LocalAPIUnavailable, self_dns_name
 from tailagent.agents.events import AgentBackend, AgentStartError
 from tailagent.agents.registry import agent_label, make_backend
 from tailagent.app import build_app
-from tailagent.bridge.conversations import Conversations, Isolated, choose
+from tailagent.bridge.conversations import Conversations, Isolated, Shared, choose
 from tailagent.bridge.database import StoreUnavailable, redacted
 from tailagent.bridge.databases import open_database
 from tailagent.bridge.executor import BridgeExecutor
@@ -132,7 +132,9 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     try:
         push_targets = PushTargets(presence.localapi, settings.push.allowed_hosts)
         signer = PushSigner(settings.state_dir, settings.advertised_url)
-        push = PushDispatcher(sdk, push_targets, signer, settings.push, presence.tailnet_proxy)
+        push = PushDispatcher(
+            sdk.push_configs, push_targets, signer, settings.push, presence.tailnet_proxy
+        )
         desk = Desk(lambda task_id: storage.tasks.with_owner(task_id))
         webpush = open_webpush(settings)
         webpush.start()
@@ -145,80 +147,19 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         for task in storage.closed:
             push.watch(task.id)  # a push config may wait for this last state
             push.task_changed(task)
-        pool = SessionPool(
-            backend,
-            storage.session_map,
-            idle_timeout=settings.agent_process.idle_timeout,
-            per_caller=settings.agent_process.max_processes_per_caller,
-        )
-        AGENT_PROCESSES.set_function(lambda: pool.live)
-        AGENT_SESSIONS_HELD.set_function(lambda: pool.held)
-        denials = settings.max_permission_denials
-        if settings.agent == "claude" and settings.claude.max_permission_denials:
-            denials = settings.claude.max_permission_denials
-        pruned = []
-        if isolated is not None:
-            pruned = await isolated.worktrees.prune(await storage.contexts())
-        await backend.start()  # after the pruning: a spare agent may start in a worktree
-        if isinstance(conversations, Isolated):
-            conversations.start()
-            log.info(
-                "isolation: each conversation in a git worktree and branch of its own, from %s "
-                "(merged back only on request: tailagent merge CONTEXT)%s",
-                settings.cwd,
-                f"; pruned {len(pruned)} left by conversations that no longer exist"
-                if pruned
-                else "",
-            )
-        else:
-            log.info("isolation: shared, every conversation works in %s (%s)", settings.cwd,
-                     conversations.why)  # fmt: skip
+        pool = _open_pool(settings, backend, storage)
+        await _start_agent(settings, conversations, backend, storage)
         spending = Spending(storage.usage, settings.budgets)
-        executor = BridgeExecutor(
-            backend,
-            pool,
-            storage.audit,
-            conversations=conversations,
-            max_permission_denials=denials,
-            rules=settings.rules,
-            workspace=settings.cwd,
-            attachment_settings=settings.attachments,
-            spending=spending,
+        executor = _make_executor(settings, backend, pool, storage, conversations, spending)
+        _restore_waiting(executor, storage, desk, webpush)
+        handler = _make_handler(
+            settings, backend, executor, storage, pool, push, push_targets, conversations, spending
         )
-        executor.restore([task for task, _ in storage.waiting])
-        for task, owner in storage.waiting:
-            desk.saved(task, owner)  # the page's "waiting for you" knows them again
-            webpush.alerts.remember(task)  # told before the restart, not again
-        card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
-        # The extended card lists the 0.3 interfaces too: a 0.3 client's request for it
-        # is answered through a conversion that needs one.
-        extended = build_card(backend, settings.advertised_url, settings.name, legacy=True)
-        handler = GuardedRequestHandler(
-            executor, storage.tasks, card, extended, pool=pool, push_configs=push.configs,
-            push_targets=push_targets, signals=storage.signals, rules=settings.rules,
-            attachment_limits=settings.attachments,
-            max_concurrent_turns=settings.agent_process.max_concurrent_turns,
-            conversations=conversations, owners=storage.owners,
-            max_worktrees_per_caller=workspace.max_worktrees_per_caller,
-            spending=spending, audit=storage.audit,
-        )  # fmt: skip
         await signing
         app = build_app(
             settings, presence, handler, storage.tasks, desk, webpush, publisher, conversations
         )
-
-        async def start_pushing(task_id: str, _owner: str) -> None:
-            push.watch(task_id)
-
-        # Only another server sharing the store sends signals: alone, nothing to poll for.
-        signal_watch = None
-        if settings.store is not None:
-            signal_watch = asyncio.create_task(
-                storage.signals.watch(
-                    storage.tasks.held, {CANCEL: handler.cancel_for_peer, PUSH: start_pushing}
-                ),
-                name="task-signals",
-            )
+        signal_watch = _watch_signals(settings, storage, handler, push)
         return Service(
             app, executor, handler, storage, pool, backend, push, signal_watch, conversations,
             webpush, desk,
@@ -228,6 +169,124 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         signing.cancel()
         await asyncio.gather(signing, return_exceptions=True)
         raise
+
+
+def _open_pool(settings: Settings, backend: AgentBackend, storage: Storage) -> SessionPool:
+    """The agent processes, held per conversation and counted in /metrics."""
+    pool = SessionPool(
+        backend,
+        storage.session_map,
+        idle_timeout=settings.agent_process.idle_timeout,
+        per_caller=settings.agent_process.max_processes_per_caller,
+    )
+    AGENT_PROCESSES.set_function(lambda: pool.live)
+    AGENT_SESSIONS_HELD.set_function(lambda: pool.held)
+    return pool
+
+
+async def _start_agent(
+    settings: Settings, conversations: Isolated | Shared, backend: AgentBackend, storage: Storage
+) -> None:
+    """Starts the agent backend once the worktrees of conversations that no longer exist
+    are pruned (a spare agent may start in a worktree), and says how conversations are
+    kept apart."""
+    pruned = []
+    if isinstance(conversations, Isolated):
+        pruned = await conversations.worktrees.prune(await storage.contexts())
+    await backend.start()  # after the pruning: a spare agent may start in a worktree
+    if isinstance(conversations, Isolated):
+        conversations.start()
+        log.info(
+            "isolation: each conversation in a git worktree and branch of its own, from %s "
+            "(merged back only on request: tailagent merge CONTEXT)%s",
+            settings.cwd,
+            f"; pruned {len(pruned)} left by conversations that no longer exist" if pruned else "",
+        )
+    else:
+        log.info("isolation: shared, every conversation works in %s (%s)", settings.cwd,
+                 conversations.why)  # fmt: skip
+
+
+def _make_executor(
+    settings: Settings,
+    backend: AgentBackend,
+    pool: SessionPool,
+    storage: Storage,
+    conversations: Isolated | Shared,
+    spending: Spending,
+) -> BridgeExecutor:
+    """The bridge that runs turns; Claude's own denial limit wins over the general one."""
+    denials = settings.max_permission_denials
+    if settings.agent == "claude" and settings.claude.max_permission_denials:
+        denials = settings.claude.max_permission_denials
+    return BridgeExecutor(
+        backend,
+        pool,
+        storage.audit,
+        conversations=conversations,
+        max_permission_denials=denials,
+        rules=settings.rules,
+        workspace=settings.cwd,
+        attachment_settings=settings.attachments,
+        spending=spending,
+    )
+
+
+def _restore_waiting(
+    executor: BridgeExecutor, storage: Storage, desk: Desk, webpush: WebPush
+) -> None:
+    """The tasks that waited for an answer across the restart wait on, here and on the
+    desk."""
+    executor.restore([task for task, _ in storage.waiting])
+    for task, owner in storage.waiting:
+        desk.saved(task, owner)  # the page's "waiting for you" knows them again
+        webpush.alerts.remember(task)  # told before the restart, not again
+
+
+def _make_handler(
+    settings: Settings,
+    backend: AgentBackend,
+    executor: BridgeExecutor,
+    storage: Storage,
+    pool: SessionPool,
+    push: PushDispatcher,
+    push_targets: PushTargets,
+    conversations: Isolated | Shared,
+    spending: Spending,
+) -> GuardedRequestHandler:
+    """The A2A request handler, with the cards it serves."""
+    card = build_card(backend, settings.advertised_url, settings.name, legacy=False)
+    # The extended card lists the 0.3 interfaces too: a 0.3 client's request for it
+    # is answered through a conversion that needs one.
+    extended = build_card(backend, settings.advertised_url, settings.name, legacy=True)
+    return GuardedRequestHandler(
+        executor, storage.tasks, card, extended, pool=pool, push_configs=push.configs,
+        push_targets=push_targets, signals=storage.signals, rules=settings.rules,
+        attachment_limits=settings.attachments,
+        max_concurrent_turns=settings.agent_process.max_concurrent_turns,
+        conversations=conversations, owners=storage.owners,
+        max_worktrees_per_caller=settings.workspace.max_worktrees_per_caller,
+        spending=spending, audit=storage.audit,
+    )  # fmt: skip
+
+
+def _watch_signals(
+    settings: Settings, storage: Storage, handler: GuardedRequestHandler, push: PushDispatcher
+) -> asyncio.Task[None] | None:
+    """Cancels and push watches asked for by another server sharing the store; alone,
+    there is nothing to poll for."""
+    if settings.store is None:
+        return None
+
+    async def start_pushing(task_id: str, _owner: str) -> None:
+        push.watch(task_id)
+
+    return asyncio.create_task(
+        storage.signals.watch(
+            storage.tasks.held, {CANCEL: handler.cancel_for_peer, PUSH: start_pushing}
+        ),
+        name="task-signals",
+    )
 
 
 def open_webpush(settings: Settings) -> WebPush:

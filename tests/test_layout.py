@@ -28,6 +28,7 @@ FORBIDDEN = [
     ("tailagent.webpush.sender", "a2a", "sending a push knows nothing of tasks"),
     ("tailagent.webpush.subscriptions", "a2a", "subscriptions know nothing of tasks"),
     ("tailagent.webpush.actions", "a2a", "action tokens know nothing of tasks"),
+    ("tailagent.push", "tailagent.bridge", "push delivers what the bridge hands it"),
 ]
 
 

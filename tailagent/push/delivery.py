@@ -27,6 +27,7 @@ import logging
 import time
 import uuid
 from collections import deque
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -43,12 +44,15 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import MessageToDict
 
-from tailagent.bridge.sdk_stores import SdkStores
 from tailagent.card.publish import JWKS_PATH
 from tailagent.config import PushSettings
 from tailagent.metrics import PUSH_DELIVERIES
 from tailagent.push.targets import PushRefused, PushTargets, Target
 from tailagent.task_states import UNFINISHED_STATES
+
+# Opens a2a-sdk's config store on first use; the bridge hands it over at wiring time, so
+# push never imports the bridge that sits above it.
+ConfigStoreOpener = Callable[[], Awaitable[PushNotificationConfigStore]]
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +121,10 @@ class PushConfigs(PushNotificationConfigStore):
     (all waited out the server's own connection pool). Both ways of making a config
     come here: CreateTaskPushNotificationConfig and a config sent with a message."""
 
-    def __init__(self, sdk: SdkStores, dispatcher: PushDispatcher, per_task: int) -> None:
-        self._sdk = sdk
+    def __init__(
+        self, open_store: ConfigStoreOpener, dispatcher: PushDispatcher, per_task: int
+    ) -> None:
+        self._open_store = open_store
         self._dispatcher = dispatcher
         self._per_task = per_task
         # Counting a task's configs and saving one more are one step on this server.
@@ -130,7 +136,7 @@ class PushConfigs(PushNotificationConfigStore):
         notification_config: TaskPushNotificationConfig,
         context: ServerCallContext,
     ) -> TaskPushNotificationConfig | None:
-        store = await self._sdk.push_configs()
+        store = await self._open_store()
         async with self._saving:
             held = {c.id for c in await store.get_info_for_dispatch(task_id)}
             config_id = normalize_push_notification_config(task_id, notification_config).id
@@ -149,30 +155,31 @@ class PushConfigs(PushNotificationConfigStore):
     async def get_info(
         self, task_id: str, context: ServerCallContext
     ) -> list[TaskPushNotificationConfig]:
-        return await (await self._sdk.push_configs()).get_info(task_id, context)
+        return await (await self._open_store()).get_info(task_id, context)
 
     async def get_info_for_dispatch(self, task_id: str) -> list[TaskPushNotificationConfig]:
-        return await (await self._sdk.push_configs()).get_info_for_dispatch(task_id)
+        return await (await self._open_store()).get_info_for_dispatch(task_id)
 
     async def delete_info(
         self, task_id: str, context: ServerCallContext, config_id: str | None = None
     ) -> None:
-        await (await self._sdk.push_configs()).delete_info(task_id, context, config_id)
+        await (await self._open_store()).delete_info(task_id, context, config_id)
         self._dispatcher.forget_configs(task_id)
 
 
 class PushDispatcher:
     def __init__(
         self,
-        sdk: SdkStores,
+        open_store: ConfigStoreOpener,
         targets: PushTargets,
         signer: PushSigner,
         policy: PushSettings,
         tailnet_proxy: str | None = None,
     ) -> None:
-        """`tailnet_proxy`: the embedded node's SOCKS5 proxy, through which tailnet
+        """`open_store`: opens a2a-sdk's push config store (the bridge's, on first use).
+        `tailnet_proxy`: the embedded node's SOCKS5 proxy, through which tailnet
         targets are reached (None: the host's network reaches the tailnet)."""
-        self.configs = PushConfigs(sdk, self, policy.max_configs_per_task)
+        self.configs = PushConfigs(open_store, self, policy.max_configs_per_task)
         self._targets = targets
         self._signer = signer
         self._policy = policy
