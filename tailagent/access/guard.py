@@ -231,9 +231,39 @@ def _what(request: Any) -> str:
 
 @dataclass
 class _Outcome:
+    """What one request came to, for its access line; and the binding a refusal answers
+    in ("plain" for the card, /healthz and the rest)."""
+
+    binding: str
     caller: str = "anonymous"
     decision: str = "allowed"
     status: int = 0
+    what: str = ""
+
+
+async def _refuse(
+    outcome: _Outcome, receive: Any, send: Any, status: int, reason: str, code: int, message: str
+) -> None:
+    """Answers a refused request in its binding's words, its body left unread, and counts
+    the refusal."""
+    outcome.decision, outcome.status = f"refused: {message}", status
+    REFUSALS.labels(reason.lower().replace(" ", "_")).inc()
+    binding = outcome.binding
+    await answer_unread(receive, lambda: _refusal(send, binding, status, reason, code, message))
+
+
+def _count_and_log(scope: dict[str, Any], route: str, outcome: _Outcome) -> None:
+    """The request's metric and its access line, however it ended."""
+    REQUESTS.labels(route, str(outcome.status or 0)).inc()
+    log.info(
+        "%s %s %s%s -> %s %s",
+        outcome.caller,
+        scope["method"],
+        path_as_sent(scope),
+        f" {outcome.what}" if outcome.what else "",
+        outcome.status or "-",
+        outcome.decision,
+    )
 
 
 class AccessGuard:
@@ -389,6 +419,23 @@ class AccessGuard:
             return refused
         return body, _parsed(body) if path == JSONRPC_PATH else {}
 
+    def _head_refused(
+        self, scope: dict[str, Any], headers: dict[bytes, str], page: bool, is_a2a: bool
+    ) -> tuple[int, str, int, str] | None:
+        """Why the head alone refuses a request that is not public, before the caller is
+        asked for: an Origin not allowed for a program, or an A2A POST that is not JSON."""
+        origin = headers.get(b"origin")
+        if not page and origin is not None and origin not in self._origins:
+            return 403, "ORIGIN", 0, f"Origin {origin} is not in access.allowed_origins"
+        if is_a2a and scope["method"] == "POST":
+            content_type = headers.get(b"content-type", "").split(";")[0].strip().lower()
+            length = headers.get(b"content-length", "")
+            if content_type not in JSON_TYPES and (content_type or length not in ("", "0")):
+                shown = content_type or "missing"
+                message = f"Content-Type must be application/json, not {shown}"
+                return 415, "CONTENT_TYPE_NOT_SUPPORTED", -32005, message
+        return None
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
@@ -397,30 +444,20 @@ class AccessGuard:
         self.in_flight += 1
         path = scope["path"]
         route = route_of(path)
-        # The binding a refusal answers in; "plain" for the card, /healthz and the rest.
         headers = _headers(scope)
         page = is_page_request(scope)
-        binding = "page" if page else route if route in ("jsonrpc", "rest") else "plain"
-        is_a2a = binding in ("jsonrpc", "rest")
-        outcome = _Outcome()
-        what = ""
-
-        async def refuse(status: int, reason: str, code: int, message: str) -> None:
-            outcome.decision, outcome.status = f"refused: {message}", status
-            REFUSALS.labels(reason.lower().replace(" ", "_")).inc()
-            await answer_unread(
-                receive, lambda: _refusal(send, binding, status, reason, code, message)
-            )
-
+        outcome = _Outcome("page" if page else route if route in ("jsonrpc", "rest") else "plain")
+        is_a2a = outcome.binding in ("jsonrpc", "rest")
         try:
             if headers.get(b"tailscale-funnel-request"):
-                await refuse(403, "FUNNEL", 0, "requests from Tailscale Funnel are refused")
+                message = "requests from Tailscale Funnel are refused"
+                await _refuse(outcome, receive, send, 403, "FUNNEL", 0, message)
                 return
             me = await self._resolver.current_self()
             self._policy.owner_login = me.owner_login
             if not self._host_allowed(headers.get(b"host", ""), me):
-                host = headers.get(b"host", "")
-                await refuse(403, "HOST", 0, f"Host {host!r} does not name this server")
+                message = f"Host {headers.get(b'host', '')!r} does not name this server"
+                await _refuse(outcome, receive, send, 403, "HOST", 0, message)
                 return
             if page:
                 scope[UID_KEY] = await self._local_uid(scope, headers)
@@ -428,46 +465,38 @@ class AccessGuard:
                 outcome.decision = "public"
                 await self._app(scope, receive, self._tracking(send, outcome, is_a2a))
                 return
-            origin = headers.get(b"origin")
-            if not page and origin is not None and origin not in self._origins:
-                await refuse(403, "ORIGIN", 0, f"Origin {origin} is not in access.allowed_origins")
+            refused = self._head_refused(scope, headers, page, is_a2a)
+            if refused is not None:
+                await _refuse(outcome, receive, send, *refused)
                 return
-            length = headers.get(b"content-length", "")
-            if is_a2a and scope["method"] == "POST":
-                content_type = headers.get(b"content-type", "").split(";")[0].strip().lower()
-                if content_type not in JSON_TYPES and (content_type or length not in ("", "0")):
-                    shown = content_type or "missing"
-                    await refuse(
-                        415,
-                        "CONTENT_TYPE_NOT_SUPPORTED",
-                        -32005,
-                        f"Content-Type must be application/json, not {shown}",
-                    )
-                    return
             identified, token_verified = await self._who(scope, headers, page)
             if isinstance(identified, Refusal):
-                await refuse(identified.status, identified.error.upper(), 0, identified.reason)
+                error, reason = identified.error.upper(), identified.reason
+                await _refuse(outcome, receive, send, identified.status, error, 0, reason)
                 return
             cross = self._cross_site(scope["method"], headers, token_verified) if page else None
             if cross is not None:
-                await refuse(403, "ORIGIN", 0, f"{cross} may not change anything here")
+                message = f"{cross} may not change anything here"
+                await _refuse(outcome, receive, send, 403, "ORIGIN", 0, message)
                 return
             outcome.caller = identified.describe()
             rpc: Any = {}
             if scope["method"] in ("POST", "PUT", "PATCH"):
+                length = headers.get(b"content-length", "")
                 taken = await self._take_body(receive, length, is_a2a, path)
                 if isinstance(taken, BodyRefused):
-                    await refuse(taken.status, taken.reason, ACCESS_RPC_CODE, taken.message)
+                    status, reason, message = taken.status, taken.reason, taken.message
+                    await _refuse(outcome, receive, send, status, reason, ACCESS_RPC_CODE, message)
                     return
                 body, rpc = taken
-                what = _what(rpc)
+                outcome.what = _what(rpc)
                 receive = _replay(body, receive)
             scope[SCOPE_KEY] = identified
             # A stream holds its place until the request ends, however it ends.
             counted = opens_stream(path, rpc) and not identified.may("admin")
             if counted and not self._streams.take(identified.owner):
                 message = self._streams.refusal(identified.owner)
-                await refuse(429, "TOO_MANY_STREAMS", 0, message)
+                await _refuse(outcome, receive, send, 429, "TOO_MANY_STREAMS", 0, message)
                 return
             try:
                 await self._app(scope, receive, self._tracking(send, outcome, is_a2a))
@@ -481,16 +510,7 @@ class AccessGuard:
                 await send_json(send, 500, {"error": "internal error"})
         finally:
             self.in_flight -= 1
-            REQUESTS.labels(route, str(outcome.status or 0)).inc()
-            log.info(
-                "%s %s %s%s -> %s %s",
-                outcome.caller,
-                scope["method"],
-                path_as_sent(scope),
-                f" {what}" if what else "",
-                outcome.status or "-",
-                outcome.decision,
-            )
+            _count_and_log(scope, route, outcome)
 
     @staticmethod
     def _tracking(send: Any, outcome: _Outcome, is_a2a: bool) -> Any:
