@@ -132,9 +132,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     try:
         push_targets = PushTargets(presence.localapi, settings.push.allowed_hosts)
         signer = PushSigner(settings.state_dir, settings.advertised_url)
-        push = PushDispatcher(
-            sdk.push_configs, push_targets, signer, settings.push, presence.tailnet_proxy
-        )
+        push = PushDispatcher(sdk, push_targets, signer, settings.push, presence.tailnet_proxy)
         desk = Desk(lambda task_id: storage.tasks.with_owner(task_id))
         webpush = open_webpush(settings)
         webpush.start()
@@ -415,6 +413,42 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
     where = listener_url(sock, settings.listen)
     lock.describe(where, settings.agent_command or settings.agent, settings.tsnet.enabled)
     presence = make_presence(settings)
+    settings, service = await _join_and_build(settings, presence, sock, where)
+    config = hypercorn_config(sock)
+    stop = asyncio.Event()
+    _stop_on_signals(service, notifier, stop)
+    log.info(
+        "serving on %s (agent %s, workspace %s, state %s, store %s)",
+        where,
+        settings.agent,
+        settings.cwd,
+        settings.state_dir,
+        redacted(settings.store_url),
+    )
+    for line in await next_steps(settings, presence, where):
+        log.info("%s", line)
+    background = _background(settings, notifier, service, where)
+    try:
+        # The guard is ASGI over plain dicts; Hypercorn's types name their own scopes.
+        await serve(cast("Any", service.app), config, shutdown_trigger=stop.wait)
+    finally:
+        for task in background:
+            task.cancel()
+        await service.aclose()
+        await _leave(presence)
+        sock.close()
+        if settings.listen.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                settings.listen.path.unlink()
+        notifier.close()
+        log.info("stopped")
+
+
+async def _join_and_build(
+    settings: Settings, presence: Presence, sock: socket.socket, where: str
+) -> tuple[Settings, Service]:
+    """Joins the tailnet and builds the service, with the URL it is reached at; a start
+    that fails leaves neither the listener nor the tailnet behind."""
     try:
         public_url = await presence.start(where)
         if public_url is not None:
@@ -422,7 +456,7 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
         elif settings.public_url is None and not settings.listen.is_unix:
             # Port 0 picks a free port: advertise the one we actually got.
             settings = replace(settings, public_url=where)
-        service = await build_service(settings, presence)
+        return settings, await build_service(settings, presence)
     except (
         AgentStartError,
         PresenceError,
@@ -433,9 +467,10 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
         sock.close()
         await _leave(presence)
         raise StartError(str(exc)) from None
-    config = hypercorn_config(sock)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
+
+
+def _stop_on_signals(service: Service, notifier: Notifier, stop: asyncio.Event) -> None:
+    """SIGTERM and SIGINT end the turns and then the serving; a second one exits at once."""
     stopping: list[asyncio.Task[None]] = []
 
     async def shutdown() -> None:
@@ -456,18 +491,16 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
             os._exit(1)
         stopping.append(asyncio.ensure_future(shutdown()))
 
+    loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal)
-    log.info(
-        "serving on %s (agent %s, workspace %s, state %s, store %s)",
-        where,
-        settings.agent,
-        settings.cwd,
-        settings.state_dir,
-        redacted(settings.store_url),
-    )
-    for line in await next_steps(settings, presence, where):
-        log.info("%s", line)
+
+
+def _background(
+    settings: Settings, notifier: Notifier, service: Service, where: str
+) -> list[asyncio.Task[None]]:
+    """What runs beside the serving: systemd's watchdog and READY=1, and the memory
+    trimmed while the server is quiet."""
     background = [
         asyncio.ensure_future(notifier.watchdog()),
         asyncio.ensure_future(
@@ -477,17 +510,4 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
     if notifier.enabled:
         what = f"serving on {where} (agent {settings.agent})"
         background.append(asyncio.ensure_future(_announce_ready(notifier, where, what)))
-    try:
-        # The guard is ASGI over plain dicts; Hypercorn's types name their own scopes.
-        await serve(cast("Any", service.app), config, shutdown_trigger=stop.wait)
-    finally:
-        for task in background:
-            task.cancel()
-        await service.aclose()
-        await _leave(presence)
-        sock.close()
-        if settings.listen.path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                settings.listen.path.unlink()
-        notifier.close()
-        log.info("stopped")
+    return background
