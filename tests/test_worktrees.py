@@ -583,7 +583,7 @@ async def test_base_moved_meanwhile_is_refused(
     wts = Worktrees(repo, tmp_path / "state" / "worktrees", base="main")
     await two_turns(wts)
     tip = sh(repo, "rev-parse", "tailagent/ctx-aaaa").strip()
-    build = wts._merged_tree
+    build = wts._merging.merged_tree
 
     async def person_commits_meanwhile(*args: object) -> str:
         tree = await build(*args)  # type: ignore[arg-type]
@@ -592,7 +592,7 @@ async def test_base_moved_meanwhile_is_refused(
             sh(repo, "update-ref", "refs/heads/main", "HEAD")
         return tree
 
-    monkeypatch.setattr(wts, "_merged_tree", person_commits_meanwhile)
+    monkeypatch.setattr(wts._merging, "merged_tree", person_commits_meanwhile)
     with pytest.raises(MergeRefused, match="main moved while merging"):
         await wts.merge("ctx-aaaa-1", strategy)  # type: ignore[arg-type]
     assert log(repo, "-1", "main") == ["meanwhile"]

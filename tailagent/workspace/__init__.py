@@ -1,4 +1,4 @@
-"""Workspace isolation: a git worktree and branch per conversation (see worktrees.py)."""
+"""Workspace isolation: a git worktree and branch per conversation (see worktrees/)."""
 
 from tailagent.workspace.git import GitError, GitResult, git
 from tailagent.workspace.worktrees import (

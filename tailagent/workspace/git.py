@@ -6,8 +6,8 @@ takes its repository, and with it a config, from whatever `.git` names: a config
 `core.fsmonitor` or `core.hooksPath` is a command has git run it at the next `git status`.
 So git is never left to find the repository of a conversation: a `Repository` names its
 git dir and work tree outright (`GIT_DIR`, `GIT_WORK_TREE`), paths taken from git's own
-records (see worktrees.py). Only the person's own checkout is ever found from a directory
-(`git(path, ...)`: `probe`, and the first look at the workspace).
+records (see worktrees/gitdirs.py). Only the person's own checkout is ever found from a
+directory (`git(path, ...)`: `probe`, and the first look at the workspace).
 
 Every call also carries settings (as `GIT_CONFIG_KEY_n`, which outrank every config file)
 under which git starts none of the programs a config may name: no fsmonitor, no

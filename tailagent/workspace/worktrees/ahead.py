@@ -1,0 +1,202 @@
+"""The worktree made ahead of the conversation that will take it, and its adoption.
+
+A checkout takes 0.2 s to seconds on a big repository, which a new conversation would
+otherwise wait for: one is made ahead (detached, `+ready-<hex>`), refreshed once its files'
+times are in the past, and given to the next new conversation, moved to the base's tip
+and onto a branch of its own. What a restart finds of them is kept or cleared here too.
+This changes for speed's reasons, not for merging's or a turn's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import shutil
+from pathlib import Path
+
+from tailagent.workspace.git import NO_HOOKS, NO_PROGRAMS, GitError, Repository, git
+from tailagent.workspace.worktrees.fs import is_dir, is_file, text, unlink
+from tailagent.workspace.worktrees.lock import WorktreeLock
+from tailagent.workspace.worktrees.making import Maker
+from tailagent.workspace.worktrees.records import (
+    BRANCH_PREFIX,
+    READY_PREFIX,
+    Records,
+    Worktree,
+    fresh,
+)
+from tailagent.workspace.worktrees.removal import Removal
+from tailagent.workspace.worktrees.repository import WorkspaceRepo
+
+# The name the worktrees have always logged under, kept so log lines read as before.
+log = logging.getLogger("tailagent.workspace.worktrees")
+
+# git compares a file whose mtime is the index's own second by content, on every status:
+# an index written just after a checkout makes each status read every file (~60 ms on
+# 10,000 files against ~10). A worktree made ahead is refreshed once this much later.
+RACY_SECONDS = 1.1
+
+
+class MadeAhead:
+    """The worktrees of `repo` made ahead, under the records' root."""
+
+    def __init__(
+        self,
+        repo: WorkspaceRepo,
+        records: Records,
+        lock: WorktreeLock,
+        maker: Maker,
+        removal: Removal,
+    ) -> None:
+        self.repo = repo
+        self.records = records
+        self.lock = lock
+        self.maker = maker
+        self.removal = removal
+        # Worktrees made ahead and still being checked out: each future is done when it is.
+        self.making: dict[Path, asyncio.Future[None]] = {}
+        self._refreshing: set[asyncio.Task[None]] = set()
+
+    async def prepare(self) -> Path:
+        """Makes a worktree ahead of the conversation that will take it (the next new
+        one), so that conversation does not wait for a checkout; returns its path, where
+        an agent may be started ahead too.
+
+        The checkout runs outside the lock (it takes 0.2 s to seconds on a big repository
+        and a busy disk, and turns ending meanwhile must not wait for it): until it is
+        done the worktree is not offered. Its index is refreshed a moment later, so the
+        first turns' `git status` need not read every file."""
+        async with self.lock.exclusive():
+            slug = READY_PREFIX + secrets.token_hex(6)
+            base_branch = await self.maker.base_branch("the next conversation")
+            worktree, record = await self.maker.record_new(
+                "", BRANCH_PREFIX + slug, base_branch, slug
+            )
+            made = self.making[worktree.path] = asyncio.get_running_loop().create_future()
+        try:
+            await self.maker.check_out(worktree, record, detach=True)
+        finally:
+            del self.making[worktree.path]
+            made.set_result(None)
+        refresh = asyncio.create_task(self._refresh(worktree.path, record))
+        self._refreshing.add(refresh)
+        refresh.add_done_callback(self._refreshing.discard)
+        return worktree.path
+
+    async def _refresh(self, path: Path, record: Path) -> None:
+        """Rewrites a new worktree's index once its files' times are in the past, so
+        `git status` there compares times instead of reading every file."""
+        await asyncio.sleep(RACY_SECONDS)
+        async with self.lock.exclusive():
+            if is_file(record) and is_dir(path):  # not taken away meanwhile
+                try:
+                    linked = await self.repo.linked(path)
+                except GitError as error:  # it is not given to anyone then (`adopt`)
+                    log.warning("the worktree made ahead %s: %s", path, error)
+                    return
+                await git(linked, "update-index", "-q", "--refresh", ok=(0, 1))
+
+    def ready(self) -> list[Path]:
+        """The worktrees made ahead and not yet taken, oldest (next to be taken) first."""
+        root = self.records.root
+        if not root.is_dir():
+            return []
+        records = sorted(root.glob(READY_PREFIX + "*.json"), key=lambda r: r.stat().st_mtime_ns)
+        paths = [root.resolve() / record.stem for record in records]
+        return [path for path in paths if path not in self.making]
+
+    async def adopt(self, context_id: str, base_branch: str) -> Worktree | None:
+        """Gives the conversation the oldest worktree made ahead: moved to the base tip
+        if the base went on meanwhile, its branch renamed for the conversation. One that
+        is no longer clean or whole is removed and the next tried. Under the lock."""
+        base_commit = await self.repo.tip(base_branch)
+        for path in self.ready():
+            linked = await self._usable(path, base_commit)
+            if linked is None:
+                continue
+            branch = await self.maker.free_branch(context_id)
+            # Made detached (no branch for `git branch` to show before it is anyone's):
+            # the conversation's branch starts here, and the worktree moves onto it.
+            await git(await self.repo.main(), "branch", branch, base_commit)
+            await git(linked, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+            adopted = fresh(context_id, path, branch, base_branch, base_commit)
+            await self.records.save(adopted)
+            self.records.ready_record(path).unlink()
+            return adopted
+        return None
+
+    async def _usable(self, path: Path, base_commit: str) -> Repository | None:
+        """git for the worktree made ahead at `path`, brought to `base_commit`; None when
+        it cannot be given (one no longer clean or whole is removed on the way)."""
+        record = self.records.ready_record(path)
+        try:
+            ready = await self.records.read(record, "")
+            if ready is None:
+                return None
+            linked = await self.repo.intact(path) if is_dir(path) else None
+            if linked is None or await self.repo.uncommitted(linked):
+                await self.removal.remove(ready, record)
+                return None
+            if (await git(linked, "rev-parse", "HEAD")).out.strip() != base_commit:
+                await git(linked, "reset", "-q", "--hard", base_commit)
+        except GitError as error:
+            log.warning("a worktree made ahead (%s) is not usable: %s", path, error)
+            return None
+        return linked
+
+    async def check_ready(self) -> None:
+        """Keeps the worktrees made ahead that are whole (a restart need not make them
+        again). A creation cut short is removed; one whose path a conversation's record
+        names is the rest of an adoption cut short: only its record goes. Under the lock."""
+        claimed = set()
+        for record in self.records.root.glob("*.json"):
+            if not record.name.startswith(READY_PREFIX):
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                    claimed.add(json.loads(record.read_text())["path"])
+        for path in self.ready():
+            record = self.records.ready_record(path)
+            try:
+                if await self._drop_foreign(path, record):
+                    continue
+                ready = await self.records.read(record, "")
+                if ready is None:
+                    continue
+                if str(path) in claimed:
+                    record.unlink()
+                elif not path.is_dir():
+                    await self.removal.remove(ready, record)
+            except GitError as error:
+                log.warning("worktree made ahead %s left alone: %s", path, error)
+
+    async def _drop_foreign(self, path: Path, record: Path) -> bool:
+        """Removes a worktree made ahead for another repository (the state dir served
+        another --cwd before): it is nobody's, and would otherwise stay for good. True
+        when the record was another repository's."""
+        try:
+            data = json.loads(text(record))
+            repository = Path(data["repository"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        if str(repository) == await self.repo.common_dir():
+            return False
+        if Path(data.get("path", "")) != path or path.parent != self.records.root.resolve():
+            return False
+        if is_dir(repository / "worktrees"):  # that repository's record of it goes too
+            other = Repository(repository, repository.parent, NO_PROGRAMS + NO_HOOKS)
+            await git(other, "worktree", "remove", "--force", str(path), ok=(0, 128))
+        if is_dir(path):
+            await asyncio.to_thread(shutil.rmtree, path, ignore_errors=True)
+        unlink(record)
+        log.info("removed a worktree made ahead for the repository at %s, which this state "
+                 "dir served before: %s is served now", repository, self.repo.repo)  # fmt: skip
+        return True
+
+    async def aclose(self) -> None:
+        """Stops the index refreshes still waiting."""
+        for refresh in list(self._refreshing):
+            refresh.cancel()
+            with contextlib.suppress(BaseException):
+                await refresh

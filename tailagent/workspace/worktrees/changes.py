@@ -1,0 +1,91 @@
+"""What a conversation changed, for people to read: where its branch stands against its
+base (status) and the whole of it as a patch (diff). Read-only, so it takes no lock and
+changes only when what is shown changes."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from tailagent.workspace.git import git
+from tailagent.workspace.worktrees.porcelain import split_z
+from tailagent.workspace.worktrees.records import Records
+from tailagent.workspace.worktrees.repository import WorkspaceRepo
+
+
+@dataclass(frozen=True)
+class WorktreeStatus:
+    """Where a conversation's branch stands against its base branch's current tip."""
+
+    branch: str
+    base_branch: str
+    ahead: int
+    behind: int
+    files: list[str]
+
+
+class Changes:
+    """The changes of the conversations of `repo`."""
+
+    def __init__(self, repo: WorkspaceRepo, records: Records) -> None:
+        self.repo = repo
+        self.records = records
+
+    async def status(self, context_id: str) -> WorktreeStatus:
+        """Commits ahead of and behind the base branch's current tip, and the files changed
+        on the branch since it left the base plus those changed but not yet committed."""
+        worktree = await self.records.require(context_id)
+        if worktree.idle:
+            return WorktreeStatus(worktree.branch, worktree.base_branch, 0, 0, [])
+        linked = await self.repo.linked(worktree.path)
+        main = await self.repo.main()
+        base_tip = await self.repo.tip(worktree.base_branch)
+        tip = await self.repo.tip(worktree.branch)
+        counts = await git(main, "rev-list", "--left-right", "--count", f"{tip}...{base_tip}")
+        ahead, behind = (int(n) for n in counts.out.split())
+        merge_base = await git(main, "merge-base", base_tip, tip)
+        changed = await git(
+            main, "diff", "--name-only", "-z", "--no-renames", merge_base.out.strip(), tip
+        )
+        files = split_z(changed.out) + await self.repo.uncommitted(linked)
+        return WorktreeStatus(
+            branch=worktree.branch,
+            base_branch=worktree.base_branch,
+            ahead=ahead,
+            behind=behind,
+            files=sorted(set(files)),
+        )
+
+    async def diff(self, context_id: str) -> str:
+        """The whole conversation as a patch against where it left its base, followed,
+        under a line of its own, by what is changed in the worktree but not committed.
+
+        The uncommitted part is built in a throwaway index, so the worktree's own index
+        (which the agent may be using) is left as it is. No diff driver of a config runs
+        (`--no-ext-diff`, `--no-textconv`): the agent's `.gitattributes` could pick one.
+        """
+        worktree = await self.records.require(context_id)
+        if worktree.idle:
+            return ""
+        linked = await self.repo.linked(worktree.path)
+        main = await self.repo.main()
+        tip = await self.repo.tip(worktree.branch)
+        base_tip = await self.repo.tip(worktree.base_branch)
+        merge_base = (await git(main, "merge-base", base_tip, tip)).out.strip()
+        options = ("--no-color", "--no-ext-diff", "--no-textconv", "--binary")
+        committed = await git(main, "diff", *options, merge_base, tip)
+        text = committed.out
+        if await self.repo.uncommitted(linked):
+            index = linked.git_dir / f"tailagent-diff-index-{secrets.token_hex(4)}"
+            env = {"GIT_INDEX_FILE": str(index)}
+            try:
+                await git(linked, "read-tree", "HEAD", env=env)
+                await git(linked, "add", "-A", env=env)
+                pending = await git(linked, "diff", *options, "--cached", "HEAD", env=env)
+            finally:
+                index.unlink(missing_ok=True)
+            text += (
+                f"\n# Not committed yet (changes in {worktree.path} since the last turn's "
+                "commit):\n\n" + pending.out
+            )
+        return text

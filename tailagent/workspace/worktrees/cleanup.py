@@ -1,0 +1,160 @@
+"""Ending conversations' worktrees: a discard a person asks for (saying first what it
+loses), and the prune at each start of those whose conversations no longer exist.
+
+Only what a record names as tailagent's is touched; a record that does not add up, or
+one of another repository, is left alone and said. Separate from removal (how one
+worktree goes) because this decides which go and what a person is told.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from tailagent.files import write_private
+from tailagent.workspace.git import GitError, git
+from tailagent.workspace.worktrees.ahead import MadeAhead
+from tailagent.workspace.worktrees.idle import Idle
+from tailagent.workspace.worktrees.lock import WorktreeLock
+from tailagent.workspace.worktrees.records import READY_PREFIX, Records, Worktree
+from tailagent.workspace.worktrees.removal import Removal
+from tailagent.workspace.worktrees.repository import WorkspaceRepo
+
+# The name the worktrees have always logged under, kept so log lines read as before.
+log = logging.getLogger("tailagent.workspace.worktrees")
+
+
+@dataclass(frozen=True)
+class DiscardResult:
+    """What discarding a conversation loses (or lost): commits no other branch or tag
+    holds ("<short sha> <subject>") and files changed but never committed."""
+
+    commits_lost: list[str]
+    files_uncommitted: list[str]
+
+
+class Cleanup:
+    """Discards and prunes the conversations' worktrees of `repo`."""
+
+    def __init__(
+        self,
+        repo: WorkspaceRepo,
+        records: Records,
+        lock: WorktreeLock,
+        ahead: MadeAhead,
+        idle: Idle,
+        removal: Removal,
+    ) -> None:
+        self.repo = repo
+        self.records = records
+        self.lock = lock
+        self.ahead = ahead
+        self.idle = idle
+        self.removal = removal
+
+    async def would_lose(self, context_id: str) -> DiscardResult:
+        """What `discard` would lose, so it can be said before anything is removed."""
+        worktree = await self.records.require(context_id, present=False)
+        return await self._losses(worktree)
+
+    async def _losses(self, worktree: Worktree) -> DiscardResult:
+        commits: list[str] = []
+        if await self.repo.ref_exists(f"refs/heads/{worktree.branch}"):
+            result = await git(
+                await self.repo.main(),
+                "log",
+                "--format=%h %s",
+                f"refs/heads/{worktree.branch}",
+                "--not",
+                f"--exclude={worktree.branch}",
+                "--branches",
+                "--tags",
+                "--remotes",
+                "--",
+            )
+            commits = result.out.splitlines()
+        files = []
+        if worktree.path.is_dir():
+            files = await self.repo.uncommitted(await self.repo.linked(worktree.path, check=False))
+        return DiscardResult(commits_lost=commits, files_uncommitted=files)
+
+    async def discard(self, context_id: str) -> DiscardResult:
+        """Removes the conversation's worktree, branch and record; returns what was lost.
+        Also the way out for a worktree whose directory was deleted by hand."""
+        async with self.lock.exclusive():
+            worktree = await self.records.require(context_id, present=False)
+            lost = await self._losses(worktree)
+            await self.removal.remove(worktree)
+            return lost
+
+    async def prune(self, live: set[str]) -> list[str]:
+        """Removes the worktrees, branches and records of tailagent's conversations not in
+        `live` (those that no longer exist); returns their context ids. Only what a record
+        names as tailagent's (`tailagent/` branch, worktree under `root`, this repository)
+        is touched: a record that does not add up is left alone and logged."""
+        pruned: list[str] = []
+        root = self.records.root
+        if not root.is_dir():
+            return pruned
+        self.removal.sweep()  # what a stop left in .trash
+        async with self.lock.exclusive():
+            await self.ahead.check_ready()
+            self.records.forget_merges(live)
+            elsewhere: dict[str, int] = {}
+            for record in sorted(root.glob("*.json")):
+                if record.name.startswith(READY_PREFIX):
+                    continue
+                try:
+                    data = json.loads(record.read_text())
+                    context_id = data["context_id"]
+                    if not isinstance(context_id, str):
+                        continue
+                    if self.records.record_path(context_id) != record:
+                        raise GitError(f"the record {record} does not match its name")
+                    if data.get("repository") != await self.repo.common_dir():
+                        if data.get("idle") is not True:  # an idle one holds nothing
+                            repository = str(data.get("repository"))
+                            elsewhere[repository] = elsewhere.get(repository, 0) + 1
+                        continue
+                    if context_id in live:
+                        await self.idle.shelve(context_id)
+                        continue
+                    worktree = await self.records.require(context_id, present=False)
+                    lost = await self._losses(worktree)
+                    await self.removal.remove(worktree)
+                except (GitError, OSError, ValueError, KeyError, TypeError) as error:
+                    log.warning("worktree record %s not pruned: %s", record, error)
+                    continue
+                if lost.commits_lost or lost.files_uncommitted:
+                    log.warning(
+                        "pruned conversation %s's worktree, losing %d commits and %d "
+                        "uncommitted files",
+                        context_id,
+                        len(lost.commits_lost),
+                        len(lost.files_uncommitted),
+                    )
+                pruned.append(context_id)
+        self._tell_elsewhere(elsewhere)
+        return pruned
+
+    def _tell_elsewhere(self, elsewhere: dict[str, int]) -> None:
+        """Says which conversations with a branch here belong to another repository (the
+        state dir served another --cwd before): once, not at every start, unless that
+        changes (remembered in `<root>/.elsewhere`)."""
+        lines = [
+            f"{count} conversation{'s' if count > 1 else ''} with a branch in the "
+            f"repository at {repository} (served before from this state dir): left alone "
+            f"while {self.repo.repo} is served; serve that workspace (--cwd) to merge or "
+            "discard them"
+            for repository, count in sorted(elsewhere.items())
+        ]
+        mark = self.records.root / ".elsewhere"
+        try:
+            if mark.read_text() == "".join(f"{line}\n" for line in lines):
+                return
+        except OSError:
+            pass
+        for line in lines:
+            log.info("%s", line)
+        write_private(mark, "".join(f"{line}\n" for line in lines))

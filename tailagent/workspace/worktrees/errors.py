@@ -1,0 +1,68 @@
+"""The ways a worktree operation fails or is refused, each a GitError whose str() is the
+line a person reads.
+
+Kept apart from the code that raises them: every concern (records, turns, merging,
+cleanup) raises the same kinds, and the bridge catches them without learning how any
+of it works.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tailagent.workspace.git import GitError
+from tailagent.workspace.worktrees.porcelain import listing
+
+
+class NoWorktree(GitError):
+    """The conversation has no worktree (never had one, or it was merged or discarded)."""
+
+
+class WorktreeDeleted(GitError):
+    """The conversation's worktree directory was deleted by hand; its branch may still hold
+    its commits. It is not recreated silently: the person decides (`tailagent discard`)."""
+
+
+class WorktreeTampered(GitError):
+    """The worktree's `.git` no longer names the git dir git made for it (the agent may
+    write it): git is not let follow it, and nothing is committed until it is put back or
+    the conversation discarded."""
+
+    def __init__(self, path: Path, git_dir: Path) -> None:
+        super().__init__(
+            f"the .git of the worktree {path} was changed: it no longer names {git_dir}, "
+            "the git dir git made for it, and tailagent's git does not follow it, so nothing "
+            f"there is committed or merged until a .git reading `gitdir: {git_dir}` is put "
+            "back (or the conversation is discarded)"
+        )
+
+
+class NoRecord(GitError):
+    """A directory git keeps no worktree record of: not one of this repository's."""
+
+
+class MergeRefused(GitError):
+    """A merge was refused and nothing was changed; str() says why and what to do."""
+
+
+class MergeConflict(MergeRefused):
+    """The conversation's branch conflicts with its base. Nothing was changed; `paths` are
+    the conflicting files and `follow_up` is the request to send the agent."""
+
+    def __init__(self, message: str, paths: list[str], follow_up: str) -> None:
+        super().__init__(message)
+        self.paths = paths
+        self.follow_up = follow_up
+
+    @classmethod
+    def between(cls, branch: str, base: str, paths: list[str]) -> MergeConflict:
+        """The conflict of `branch` with `base` in `paths`, with what to ask the agent."""
+        follow_up = (
+            f"rebase your branch onto {base} and resolve the conflicts in {listing(paths, 20)}"
+        )
+        return cls(
+            f"{branch} conflicts with {base} in {listing(paths)}; nothing was "
+            f'changed. To resolve it, ask the agent: "{follow_up}"',
+            paths,
+            follow_up,
+        )

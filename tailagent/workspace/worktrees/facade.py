@@ -1,0 +1,172 @@
+"""`Worktrees`: the one object the bridge talks to about conversations' worktrees.
+
+It makes the shared pieces once (git for the workspace, the records, the lock) and hands
+them to each concern's collaborator explicitly; its methods say which concern answers.
+Nothing else lives here: a change to merging, cleanup or the worktree made ahead is made
+in that concern's file, and the bridge never learns which one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from tailagent.workspace.worktrees.ahead import MadeAhead
+from tailagent.workspace.worktrees.changes import Changes, WorktreeStatus
+from tailagent.workspace.worktrees.cleanup import Cleanup, DiscardResult
+from tailagent.workspace.worktrees.idle import Idle
+from tailagent.workspace.worktrees.lock import WorktreeLock
+from tailagent.workspace.worktrees.making import Maker
+from tailagent.workspace.worktrees.merging import MergeResult, Merging, Strategy
+from tailagent.workspace.worktrees.records import Merged, Records, Worktree
+from tailagent.workspace.worktrees.removal import Removal
+from tailagent.workspace.worktrees.repository import WorkspaceRepo
+from tailagent.workspace.worktrees.turns import TurnCommits
+
+
+class Worktrees:
+    """The worktrees of one workspace repository's conversations.
+
+    `root` is `<state dir>/worktrees`. `base` is the branch conversations start from and
+    merge back into; None means the repository's current branch when each starts.
+    Operations that change anything are serialized (one merge at a time, and no turn
+    commit in the middle of one). `git_programs` lets tailagent's git run the hooks and
+    filter and merge drivers the repository's config names (see git.py); off, none runs.
+    """
+
+    def __init__(
+        self, repo: Path, root: Path, base: str | None = None, git_programs: bool = False
+    ) -> None:
+        self.repo = repo
+        self.root = root
+        # The shared pieces, made once and handed to each collaborator that needs them.
+        self._git = git = WorkspaceRepo(repo, git_programs)
+        self._lock = lock = WorktreeLock(root)
+        self._records = records = Records(root, git)
+        self._removal = removal = Removal(git, records)
+        self._maker = maker = Maker(git, records, base)
+        self._ahead = ahead = MadeAhead(git, records, lock, maker, removal)
+        self._idle = idle = Idle(git, records, lock, maker, removal)
+        self._turns = TurnCommits(git, records, lock)
+        self._changes = Changes(git, records)
+        self._cleanup = Cleanup(git, records, lock, ahead, idle, removal)
+        self._merging = Merging(git, records, lock, removal)
+
+    # ---- what is tailagent's ------------------------------------------------------
+
+    def conversations(self, idle: bool = False) -> list[str]:
+        """The conversations that hold a worktree and branch now (see Records)."""
+        return self._records.conversations(idle)
+
+    def known(self) -> dict[str, str]:
+        """Every conversation tailagent keeps something of here -> its branch's short name."""
+        return self._records.known()
+
+    def named(self, name: str) -> list[str]:
+        """The conversations `name` can mean (an id's start, or a branch's short name)."""
+        return self._records.named(name)
+
+    def merged(self, context_id: str) -> Merged | None:
+        """Where the conversation's last merge went, if it was merged here."""
+        return self._records.merged(context_id)
+
+    def explained(self) -> bool:
+        """Whether a start here already said what worktree mode does; marks it said."""
+        return self._records.explained()
+
+    async def get(self, context_id: str) -> Worktree | None:
+        """The conversation's worktree, or None when it has none."""
+        return await self._records.load(context_id)
+
+    # ---- a conversation's worktree -----------------------------------------------
+
+    async def ensure(self, context_id: str) -> Worktree:
+        """The conversation's worktree: on its first call one made ahead (`prepare`),
+        brought to the base branch's tip, or else one made now. When one is still being
+        made ahead it is waited for: it is nearer done than a new one would be, and two
+        checkouts at once only slow each other down.
+
+        The record is written before `git worktree add`, so a crash in between leaves a
+        record (which `discard` and `prune` clear) rather than an unmarked worktree that
+        tailagent would then never dare to touch.
+        """
+        while True:
+            async with self._lock.exclusive():
+                existing = await self._records.load(context_id)
+                if existing is not None and existing.idle:
+                    return await self._idle.wake(existing)
+                if existing is not None:
+                    if existing.path.is_dir():
+                        return existing
+                    if await self._git.ref_exists(f"refs/heads/{existing.branch}"):
+                        await self._records.require(context_id)  # raises WorktreeDeleted
+                    # A record without its branch: a creation cut short. Nothing to lose;
+                    # clear what git may have registered of it, then start again.
+                    await self._removal.remove(existing)
+                base_branch = await self._maker.base_branch(context_id)
+                adopted = await self._ahead.adopt(context_id, base_branch)
+                if adopted is not None:
+                    return adopted
+                making = list(self._ahead.making.values())
+                if not making:
+                    branch = await self._maker.free_branch(context_id)
+                    return await self._maker.create(context_id, branch, base_branch)
+            await asyncio.wait(making)
+
+    async def release(self, context_id: str) -> bool:
+        """After a turn that changed nothing, the branch goes and the worktree waits
+        idle for the next turn (see Idle.release); True when it was released."""
+        return await self._idle.release(context_id)
+
+    async def prepare(self) -> Path:
+        """Makes a worktree ahead of the next new conversation; returns its path."""
+        return await self._ahead.prepare()
+
+    def ready(self) -> list[Path]:
+        """The worktrees made ahead and not yet taken, oldest (next to be taken) first."""
+        return self._ahead.ready()
+
+    async def commit_turn(
+        self, context_id: str, subject: str, trailers: list[tuple[str, str]]
+    ) -> str | None:
+        """Commits what the turn changed, with who asked in its trailers (see TurnCommits);
+        the commit's sha, or None when nothing changed."""
+        return await self._turns.commit(context_id, subject, trailers)
+
+    # ---- status and diff ----------------------------------------------------------
+
+    async def status(self, context_id: str) -> WorktreeStatus:
+        """Where the conversation's branch stands against its base's current tip."""
+        return await self._changes.status(context_id)
+
+    async def diff(self, context_id: str) -> str:
+        """The whole conversation as a patch, then what is not committed yet."""
+        return await self._changes.diff(context_id)
+
+    # ---- cleanup ------------------------------------------------------------------
+
+    async def would_lose(self, context_id: str) -> DiscardResult:
+        """What `discard` would lose, so it can be said before anything is removed."""
+        return await self._cleanup.would_lose(context_id)
+
+    async def discard(self, context_id: str) -> DiscardResult:
+        """Removes the conversation's worktree, branch and record; returns what was lost."""
+        return await self._cleanup.discard(context_id)
+
+    async def prune(self, live: set[str]) -> list[str]:
+        """Removes what tailagent keeps of conversations not in `live`; their ids."""
+        return await self._cleanup.prune(live)
+
+    async def aclose(self) -> None:
+        """Waits for retired worktrees to be deleted (a stop mid-way is finished later)."""
+        await self._ahead.aclose()
+        await self._removal.aclose()
+
+    # ---- merging ------------------------------------------------------------------
+
+    async def merge(
+        self, context_id: str, strategy: Strategy = "squash", keep: bool = False
+    ) -> MergeResult:
+        """Merges the conversation's branch into its base, then, unless `keep`, removes
+        its worktree and branch (see Merging.merge for what is refused)."""
+        return await self._merging.merge(context_id, strategy, keep)

@@ -1,0 +1,107 @@
+"""A conversation whose turns changed nothing: its branch goes (a "hello" leaves none
+behind) and its worktree waits, detached, for the next turn, which makes the branch again
+at the base's tip in the same place (its agent session finds its directory where it was).
+
+Apart from making and removal because it is the one state between the two: a worktree
+kept while its branch is gone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tailagent.workspace.git import git
+from tailagent.workspace.worktrees.fs import is_dir
+from tailagent.workspace.worktrees.gitdirs import in_progress
+from tailagent.workspace.worktrees.lock import WorktreeLock
+from tailagent.workspace.worktrees.making import Maker
+from tailagent.workspace.worktrees.records import Records, Worktree, fresh
+from tailagent.workspace.worktrees.removal import Removal
+from tailagent.workspace.worktrees.repository import WorkspaceRepo
+
+
+class Idle:
+    """Idles and wakes the conversations' worktrees of `repo`."""
+
+    def __init__(
+        self,
+        repo: WorkspaceRepo,
+        records: Records,
+        lock: WorktreeLock,
+        maker: Maker,
+        removal: Removal,
+    ) -> None:
+        self.repo = repo
+        self.records = records
+        self.lock = lock
+        self.maker = maker
+        self.removal = removal
+
+    async def release(self, context_id: str) -> bool:
+        """After a turn that changed nothing: when the conversation's branch has nothing
+        its base lacks and its worktree nothing uncommitted, the branch goes (a "hello"
+        leaves none behind) and the worktree waits detached, idle, for the
+        conversation's next turn: its agent session may still be working there. True
+        when it was released."""
+        async with self.lock.exclusive():
+            return await self.release_locked(context_id)
+
+    async def release_locked(self, context_id: str) -> bool:
+        """`release`, for a caller that holds the lock already."""
+        worktree = await self.records.load(context_id)
+        if worktree is None or worktree.idle or not is_dir(worktree.path):
+            return False
+        main = await self.repo.main()
+        branch, base = f"refs/heads/{worktree.branch}", f"refs/heads/{worktree.base_branch}"
+        if not await self.repo.ref_exists(branch) or not await self.repo.ref_exists(base):
+            return False
+        ahead = await git(main, "rev-list", "--count", branch, "--not", base)
+        if int(ahead.out) != 0:
+            return False
+        linked = await self.repo.intact(worktree.path)
+        if linked is None or in_progress(linked.git_dir) or await self.repo.uncommitted(linked):
+            return False
+        head = await git(linked, "symbolic-ref", "-q", "HEAD", ok=(0, 1))
+        if head.out.strip() != branch:
+            return False
+        tip = await self.repo.tip(worktree.branch)
+        await git(linked, "update-ref", "--no-deref", "HEAD", tip)
+        await git(main, "branch", "-D", worktree.branch)
+        await self.records.save(replace(worktree, idle=True))
+        return True
+
+    async def wake(self, idle: Worktree) -> Worktree:
+        """An idle conversation's next turn: its branch made again at the base's tip, in
+        its own worktree (checked out again at the same path if a start removed it), so
+        its agent session finds its directory where it was. Under the lock."""
+        base_branch = await self.maker.base_branch(idle.context_id)
+        base_commit = await self.repo.tip(base_branch)
+        branch = await self.maker.free_branch(idle.context_id)
+        woken = fresh(idle.context_id, idle.path, branch, base_branch, base_commit)
+        record = self.records.record_path(idle.context_id)
+        if not is_dir(idle.path):
+            await self.records.save(woken)
+            await self.maker.check_out(woken, record)
+            return woken
+        linked = await self.repo.linked(idle.path)
+        if await self.repo.uncommitted(linked):  # written meanwhile: kept, the branch starts here
+            base_commit = (await git(linked, "rev-parse", "HEAD")).out.strip()
+            woken = replace(woken, base_commit=base_commit)
+        else:
+            await git(await self.repo.content(linked), "reset", "-q", "--hard", base_commit)
+        await git(await self.repo.main(), "branch", branch, base_commit)
+        await git(linked, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+        await self.records.save(woken)
+        return woken
+
+    async def shelve(self, context_id: str) -> None:
+        """At a start, the worktree of a conversation that changed nothing goes (no agent
+        session is in it yet; a branch left by an older tailagent goes too); its record
+        stays, so its next turn checks it out again at the same path. Under the lock."""
+        await self.release_locked(context_id)
+        worktree = await self.records.require(context_id, present=False)
+        if not worktree.idle or not is_dir(worktree.path):
+            return
+        linked = await self.repo.intact(worktree.path)
+        if linked is not None and not await self.repo.uncommitted(linked):
+            await self.removal.retire(worktree.path)

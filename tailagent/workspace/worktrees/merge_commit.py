@@ -1,0 +1,90 @@
+"""The commit a merge lands, built from the conversation's branch: the message of a squash
+or merge commit (the turns' subjects and trailers gathered), and a rebase replayed in the
+conversation's own worktree. Nothing here touches the base branch or a person's checkout.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from tailagent.workspace.git import Repository, git, one_line
+from tailagent.workspace.worktrees.errors import MergeConflict, MergeRefused
+from tailagent.workspace.worktrees.porcelain import split_z, unique
+from tailagent.workspace.worktrees.records import Worktree
+from tailagent.workspace.worktrees.turns import clip
+
+Strategy = Literal["squash", "merge", "rebase"]
+STRATEGIES: tuple[Strategy, ...] = ("squash", "merge", "rebase")
+
+
+async def message(
+    main: Repository, worktree: Worktree, strategy: Strategy, base_tip: str, tip: str
+) -> str:
+    """The message of the squash or merge commit of `base_tip..tip`: a subject, the turns'
+    subjects as a list, and their trailers (each once), so who asked stays on the base."""
+    log_lines = await git(
+        main,
+        "log",
+        "--reverse",
+        "--no-merges",
+        "-z",
+        "--format=%s%x1f%(trailers:only,unfold)",
+        f"{base_tip}..{tip}",
+    )
+    subjects: list[str] = []
+    trailers: list[str] = []
+    for entry in split_z(log_lines.out):
+        subject, _, block = entry.partition("\x1f")
+        subjects.append(subject.strip())
+        trailers += [line.strip() for line in block.splitlines() if line.strip()]
+    trailers = unique(trailers)
+    if strategy == "merge":
+        head = f"Merge branch '{worktree.branch}' into {worktree.base_branch}"
+    else:
+        head = clip(
+            "tailagent: " + (subjects[0] if subjects else f"conversation {worktree.context_id}")
+        )
+    parts = [head]
+    if subjects:
+        parts.append("\n".join(f"- {subject}" for subject in subjects))
+    if trailers:
+        parts.append("\n".join(trailers))
+    return "\n\n".join(parts) + "\n"
+
+
+async def rebase(
+    worktree: Worktree, linked: Repository, base_tip: str, tip: str, identity: list[str]
+) -> str:
+    """Replays the branch onto the base tip in the conversation's own worktree; on a
+    conflict aborts (the worktree is as it was) and raises MergeConflict."""
+    result = await git(
+        linked,
+        *identity,
+        "-c",
+        "rebase.autoStash=false",
+        "rebase",
+        "-q",
+        "--no-autosquash",
+        "--no-update-refs",
+        "--no-verify",
+        base_tip,
+        ok=(0, 1),
+    )
+    if result.code != 0:
+        conflicted = await git(linked, "diff", "--name-only", "-z", "--diff-filter=U")
+        await git(linked, "rebase", "--abort")
+        paths = unique(split_z(conflicted.out))
+        if not paths:
+            raise MergeRefused(
+                f"rebasing {worktree.branch} onto {worktree.base_branch} failed and was "
+                f"undone: {one_line(result.err or result.out)}"
+            )
+        raise MergeConflict.between(worktree.branch, worktree.base_branch, paths)
+    new = (await git(linked, "rev-parse", "HEAD")).out.strip()
+    if new == base_tip:
+        await git(linked, "reset", "-q", "--hard", tip)
+        raise MergeRefused(
+            f"nothing to merge: {worktree.base_branch} already has every change on "
+            f"{worktree.branch}"
+        )
+    return new
