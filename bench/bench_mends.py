@@ -1,24 +1,25 @@
 """What each mend of a dependency's private internals buys today: A/B, mend on and off.
 
-For the mends that are about speed (tailagent/serving.py's head and body in one send,
-sdk_queues.py, sdk_tracing.py) it starts two tailagent servers, both up at once: A as
-shipped, B with that one mend taken back out before it serves (see OFF: the rest of
-the process is the same). Each is called on one keep-alive connection, in alternating
-blocks (the first of a pair alternating, as bench_load.side_by_side does): sequential
-SendMessage (`--call send`: a blocking send of a new task, which bridge/quick.py runs
-past the SDK's queues) or SendStreamingMessage read to its end (`--call stream`:
-through the SDK's queues). `--pairs` fresh pairs of servers in turn; per pair the two
-medians and their ratio A / B (below 1: the mend makes a call faster), and the
-server's own CPU time per call (utime + stime from /proc, summed over the blocks),
-which the other processes of a shared machine move less than they move wall time. For
-sdk_sql.py, which is about memory, each of `--pairs` fresh interpreters imports the
-server with and without it, interleaved, and reads its VmRSS.
+For the mends that are about speed (sdk_queues.py, sdk_tracing.py; serving.py's head
+and body in one send until issue 36 measured it within noise) it starts two tailagent
+servers, both up at once: A as shipped, B with that one mend taken back out before it
+serves (see OFF: the rest of the process is the same). Each is called on one
+keep-alive connection, in alternating blocks (the first of a pair alternating, as
+bench_load.side_by_side does): sequential SendMessage (`--call send`: a blocking send
+of a new task, which bridge/quick.py runs past the SDK's queues) or
+SendStreamingMessage read to its end (`--call stream`: through the SDK's queues).
+`--pairs` fresh pairs of servers in turn; per pair the two medians and their ratio A /
+B (below 1: the mend makes a call faster), and the server's own CPU time per call
+(utime + stime from /proc, summed over the blocks), which the other processes of a
+shared machine move less than they move wall time. For sdk_sql.py, which is about
+memory, each of `--pairs` fresh interpreters imports the server with and without it,
+interleaved, and reads its VmRSS.
 
 Run it from a clean tree (`git archive HEAD | tar -x -C DIR; cd DIR`): the servers
 import tailagent from the working directory.
 
 Usage: python bench/bench_mends.py [--pairs 3] [--requests 600] [--blocks 12]
-    [--call send|stream] [--only one-send,queues,tracing,sql]
+    [--call send|stream] [--only queues,tracing,sql]
 """
 
 from __future__ import annotations
@@ -44,12 +45,6 @@ START = "\nimport sys\nfrom tailagent.cli import run\nrun()\n"
 
 # Each speed mend taken back out, run before the server starts.
 OFF = {
-    "one-send": (
-        "import hypercorn.protocol.h11 as h11\n"
-        "kept = h11.H11Protocol._send_h11_event\n"
-        "import tailagent.serving\n"
-        "h11.H11Protocol._send_h11_event = kept\n"
-    ),
     "queues": (
         "import sys, tailagent\n"
         "from tailagent.sdk_queues import COMPAT_MODULE\n"
@@ -140,7 +135,7 @@ async def main() -> int:
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--blocks", type=int, default=12)
     parser.add_argument("--call", choices=("send", "stream"), default="send")
-    parser.add_argument("--only", default="one-send,queues,tracing,sql")
+    parser.add_argument("--only", default="queues,tracing,sql")
     args = parser.parse_args()
     for mend in args.only.split(","):
         if mend == "sql":

@@ -1,6 +1,6 @@
-"""How tailagent runs Hypercorn: its configuration, and three mends, to how it lets
-go of a connection its client has closed, to how it writes a response, and to how a
-connection that the stop cuts ends (one warning line, not an asyncio traceback).
+"""How tailagent runs Hypercorn: its configuration, and two mends, to how it lets go
+of a connection its client has closed, and to how a connection that the stop cuts ends
+(one warning line, not an asyncio traceback).
 
 Hypercorn (0.18) keeps a kept-alive connection that its client closed (the socket
 sits in CLOSE-WAIT) until the connection's keep-alive timer runs out, 5 s later:
@@ -12,15 +12,9 @@ descriptors of a thousand dead connections open. Stopping the timer once the
 client's end is read lets the connection close at once, as it would with no
 keep-alive at all.
 
-Hypercorn writes an HTTP/1.1 response's head and its body to the socket one after
-the other, two sends (and two wake-ups of the client) for every reply. On loopback a
-send carries the cost of delivering it, and those sends were a tenth to a fifth of
-the server's samples on sequential SendMessage (py-spy). A head that says its
-length is now held until its body comes, and both go out in one send; a streamed
-response (no length: server-sent events) still sends its head at once.
-
-The three are written for Hypercorn 0.18.0 (the last copies its `_send_h11_event`); on
-another version each is left out and the start says so (mends.py).
+Both are written for Hypercorn 0.18.0; on another version each is left out and the
+start says so (mends.py). A third, which sent a response's head and body in one send,
+is gone: its gain was within noise (docs/measured.md, issue 36).
 """
 
 from __future__ import annotations
@@ -30,11 +24,8 @@ import logging
 import os
 import socket
 
-import h11
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.config import Config
-from hypercorn.events import RawData
-from hypercorn.protocol.h11 import H11Protocol, H11SendableEvent
 
 from tailagent.listener import LISTEN_BACKLOG
 from tailagent.mends import Mend, applies
@@ -67,12 +58,6 @@ SAY_CUT_MEND = Mend(
     *HYPERCORN,
     without="each such connection logs an asyncio traceback at stop",
 )
-ONE_SEND_MEND = Mend(
-    "Hypercorn's H11Protocol._send_h11_event (a response's head and body in one send)",
-    *HYPERCORN,
-    without="each response goes out in two sends",
-)
-
 _read_until_eof = TCPServer._read_data
 
 
@@ -106,33 +91,6 @@ async def _run_or_say_cut(self: TCPServer) -> None:
 
 if applies(SAY_CUT_MEND):
     TCPServer.run = _run_or_say_cut  # type: ignore[method-assign]
-
-HELD_HEAD = "_tailagent_held_head"
-
-
-def _says_its_length(event: H11SendableEvent) -> bool:
-    return isinstance(event, h11.Response) and any(
-        name == b"content-length" for name, _ in event.headers
-    )
-
-
-async def _send_head_with_body(self: H11Protocol, event: H11SendableEvent) -> None:
-    """Hypercorn's `_send_h11_event`, but a head with a length waits for its body."""
-    try:
-        data = self.connection.send(event)
-    except h11.LocalProtocolError:
-        if self.connection.their_state != h11.ERROR:
-            raise
-        return
-    if _says_its_length(event):
-        setattr(self, HELD_HEAD, data)
-        return
-    held = self.__dict__.pop(HELD_HEAD, b"")
-    await self.send(RawData(data=held + data))
-
-
-if applies(ONE_SEND_MEND):
-    H11Protocol._send_h11_event = _send_head_with_body  # type: ignore[method-assign]
 
 
 def hypercorn_config(sock: socket.socket) -> Config:

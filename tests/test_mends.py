@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import pytest
 from hypercorn.asyncio.tcp_server import TCPServer
-from hypercorn.protocol.h11 import H11Protocol
 
 from bench.bench_core import rpc
 from tailagent import mends, sdk_queues, sdk_sql, sdk_tracing, serving
@@ -26,7 +25,7 @@ from tests.conftest import start_server
 # Each group in the order a start meets them: a2a-sdk's at import (SQL, queues) and
 # before the server is imported (tracing), Hypercorn's with the server.
 SDK_MENDS = [sdk_sql.SQL_MEND, sdk_queues.QUEUES_MEND, sdk_tracing.TRACING_MEND]
-HYPERCORN_MENDS = [serving.LET_GO_MEND, serving.SAY_CUT_MEND, serving.ONE_SEND_MEND]
+HYPERCORN_MENDS = [serving.LET_GO_MEND, serving.SAY_CUT_MEND]
 MENDS = [*SDK_MENDS, *HYPERCORN_MENDS]
 PINS = Path(__file__).resolve().parent.parent / "tailagent" / "binary" / "pins.txt"
 
@@ -60,10 +59,9 @@ def test_each_mend_is_written_for_the_pinned_version_installed_here(mend: mends.
     assert mends.installed_version(mend.dist) in mend.written_for
 
 
-def test_on_the_pinned_hypercorn_its_three_methods_are_the_mends() -> None:
+def test_on_the_pinned_hypercorn_its_two_methods_are_the_mends() -> None:
     assert TCPServer._read_data is serving._read_then_let_go
     assert TCPServer.run is serving._run_or_say_cut
-    assert H11Protocol._send_h11_event is serving._send_head_with_body
     assert mends.REFUSED == []
 
 
@@ -85,23 +83,21 @@ def test_on_the_pinned_a2a_sdk_its_queues_sql_and_tracing_are_mended() -> None:
     assert out.split("\n") == ["True", "True", "True []", ""]
 
 
-def test_on_another_hypercorn_its_three_mends_are_refused_whole() -> None:
+def test_on_another_hypercorn_its_mends_are_refused_whole() -> None:
     out = with_versions(
         {"hypercorn": "0.19.0"},
         """
         from hypercorn.asyncio.tcp_server import TCPServer
-        from hypercorn.protocol.h11 import H11Protocol
         from tailagent import mends, serving
         print(TCPServer._read_data is serving._read_until_eof)
         print(TCPServer.run is serving._run_connection)
-        print(H11Protocol._send_h11_event.__qualname__)
         print(*mends.REFUSED, sep="\\n")
         """,
     )
     lines = out.splitlines()
-    assert lines[:3] == ["True", "True", "H11Protocol._send_h11_event"]
-    assert len(lines) == 6, out
-    for line, mend in zip(lines[3:], HYPERCORN_MENDS, strict=True):
+    assert lines[:2] == ["True", "True"]
+    assert len(lines) == 4, out
+    for line, mend in zip(lines[2:], HYPERCORN_MENDS, strict=True):
         assert line.startswith(f"mend left out: {mend.what} is written for hypercorn 0.18.0, ")
         assert "0.19.0 is installed" in line and "install hypercorn==0.18.0, as" in line
 
