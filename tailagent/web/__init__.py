@@ -41,11 +41,9 @@ class LazyDesk:
         if self._app is None:
             async with self._building:
                 if self._app is None:
-                    from tailagent.web.push_routes import push_blueprint
                     from tailagent.web.routes import desk_app  # Quart and Jinja, only now
 
                     app = desk_app(self._parts)
-                    app.register_blueprint(push_blueprint(self._parts))
                     await app.startup()
                     self._app = app
         # Quart's types name its own scopes; these are Hypercorn's plain dicts.

@@ -1,0 +1,150 @@
+"""What every route of the desk's pages is given: one small value, `DeskKit`.
+
+The pages, the live streams and the forms change for different reasons, so each lives
+in a module of its own; what they share is here, passed in explicitly rather than
+closed over: the running server's parts, the list reads they share, who sees a page
+(with the form tokens made for them), the task a caller may see, the posted form
+proven by its token, the send through the A2A handler, and the refusal (`Refused`)
+that becomes the page a person reads.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from a2a.types.a2a_pb2 import (
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    Task,
+)
+from a2a.utils.errors import A2AError, InvalidRequestError, TaskNotFoundError
+from google.protobuf.json_format import ParseDict
+from google.protobuf.struct_pb2 import Value
+from quart import request
+
+from tailagent.access.identity import Caller
+from tailagent.bridge.conversations import Isolated
+from tailagent.web import forms, render
+from tailagent.web.caller import call_context
+from tailagent.web.parts import DeskParts
+from tailagent.web.task_lists import OLDER, TaskLists
+from tailagent.workspace import GitError, Worktree
+
+FORM_TYPE = "application/x-www-form-urlencoded"
+
+
+class Refused(Exception):
+    """A form the server will not act on; str() is what the person reads."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class DeskKit:
+    """The server's parts and the list reads, with the steps every route takes."""
+
+    parts: DeskParts
+    lists: TaskLists
+
+    def viewer(self, caller: Caller) -> render.Viewer:
+        """Who a page is rendered for, with the form tokens made for them alone."""
+        secret = self.parts.secret
+
+        def token(action: str, task_id: str) -> str:
+            return forms.make(secret, caller.owner, action, task_id)
+
+        return render.Viewer(caller, token, self.parts.workspace)
+
+    async def task_viewer(self, caller: Caller, head: dict[str, Any]) -> render.Viewer:
+        """The viewer of one task's page: with the directory its commands run in (the
+        conversation's worktree, where it has one) and what became of its branch."""
+        you = self.viewer(caller)
+        worktree = await _worktree(self.parts, head["context_id"])
+        workdir = str(worktree.path) if worktree is not None else self.parts.workspace
+        branch = head["worktree"].get("branch") if isinstance(head["worktree"], dict) else None
+        note = ""
+        if branch and (worktree is None or worktree.branch != branch):
+            merged = self.parts.desk.merged
+            note = merged.get(head["context_id"], "merged or discarded (it is gone)")
+        return render.Viewer(caller, you.token, workdir, note)
+
+    async def visible_task(self, caller: Caller, task_id: str) -> Task:
+        task = await self.parts.store.get(task_id, call_context(caller))
+        if task is None:
+            raise Refused(404, f"no task {task_id} that you may see")
+        return task
+
+    async def form(self, caller: Caller, action: str, task_id: str = "") -> dict[str, Any]:
+        """The posted form, once its token proves this page made it for this caller."""
+        kind = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if kind != FORM_TYPE:
+            raise Refused(415, f"this form takes {FORM_TYPE}, not {kind or 'no body type'}")
+        posted = await request.form
+        token = posted.get("token", "")
+        if not forms.valid(self.parts.secret, token, caller.owner, action, task_id):
+            raise Refused(
+                403, "this form's token is not valid for you, this task and this action: "
+                "reload the page and try again"
+            )  # fmt: skip
+        return {key: posted.getlist(key) for key in posted}
+
+    async def send(self, caller: Caller, message: Message) -> Task:
+        request_ = SendMessageRequest(
+            message=message, configuration=SendMessageConfiguration(return_immediately=True)
+        )
+        try:
+            result = await self.parts.handler.on_message_send(request_, call_context(caller))
+        except A2AError as exc:
+            raise Refused(status_of(exc), exc.message or type(exc).__name__) from None
+        if not isinstance(result, Task):
+            raise Refused(500, "the agent answered with a message, not a task")
+        return result
+
+
+async def _worktree(parts: DeskParts, context_id: str) -> Worktree | None:
+    """The conversation's worktree record (its path, its branch), None without one.
+    A record it cannot read shows as none (the page is no place to repair it)."""
+    conversations = parts.conversations
+    if not isinstance(conversations, Isolated):
+        return None
+    try:
+        return await conversations.worktrees.get(context_id)
+    except GitError:
+        return None
+
+
+def older_arg() -> str:
+    """The list page asked for (`?older=`), or "" for the first; anything else is refused."""
+    older = request.args.get("older", "")
+    if older and not OLDER.fullmatch(older):
+        raise Refused(400, "this link to older tasks is not one the page made")
+    return older
+
+
+def status_of(error: A2AError) -> int:
+    """The page's status for a refusal of the handler: another person's conversation is
+    not found, a missing role forbidden, anything else a conflict with its state."""
+    if isinstance(error, TaskNotFoundError):
+        return 404
+    return 403 if isinstance(error, InvalidRequestError) else 409
+
+
+def user_message(text: str, context_id: str = "") -> Message:
+    """A person's message, as the desk sends it through the A2A handler."""
+    return Message(
+        message_id=uuid.uuid4().hex,
+        role=Role.ROLE_USER,
+        context_id=context_id,
+        parts=[Part(text=text)],
+    )
+
+
+def data_part(data: dict[str, Any]) -> Part:
+    return Part(data=ParseDict(data, Value()), media_type="application/json")
