@@ -1,0 +1,115 @@
+"""The operations on a conversation a message asks for instead of a turn: `merge`,
+`diff`, `discard`, and the list of the caller's conversations.
+
+They run on the conversation's worktree (bridge/conversations.py), not through the
+agent: no task is made, and the answer is one message. Who may run which, on which
+conversation, and when (never while a turn runs in it) changes with the worktrees'
+operations, not with the rules that admit a turn.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.types.a2a_pb2 import Message, Role, SendMessageRequest
+from a2a.utils.errors import InvalidParamsError, InvalidRequestError, UnsupportedOperationError
+
+from tailagent.access.identity import caller_of
+from tailagent.bridge.conversations import Isolated, Refused, Shared, listing, operate
+from tailagent.bridge.owners import ConversationOwners
+from tailagent.bridge.ownership import busy, mine, refuse_unless_own
+from tailagent.bridge.publish import data_part, text_part
+from tailagent.bridge.sessions import SessionPool
+from tailagent.bridge.store import CoalescingTaskStore
+
+
+def _reply(kind: str, text: str, data: dict[str, Any], context_id: str = "") -> Message:
+    """An operation's answer: its text for a person, its data for a program."""
+    reply = Message(
+        message_id=uuid.uuid4().hex,
+        role=Role.ROLE_AGENT,
+        context_id=context_id,
+        parts=[text_part(text), data_part(data)],
+    )
+    reply.metadata.update({"kind": kind})
+    return reply
+
+
+class ConversationOperations:
+    """Runs the operations a message asks for on the caller's conversations."""
+
+    def __init__(
+        self,
+        conversations: Isolated | Shared,
+        owners: ConversationOwners,
+        pool: SessionPool,
+        store: CoalescingTaskStore,
+    ) -> None:
+        self._conversations = conversations
+        self._owners = owners
+        self._pool = pool
+        self._store = store
+
+    async def run(
+        self, operation: dict[str, Any], params: SendMessageRequest, context: ServerCallContext
+    ) -> Message:
+        """A merge, discard or diff of a conversation: the caller's own (or any, for an
+        admin), never while a turn runs in it; merge and discard need the approver role.
+        Or the list of the caller's conversations."""
+        kind = operation["kind"]
+        if kind == "conversations":
+            return await self._conversation_list(context)
+        if not params.message.context_id:
+            raise InvalidParamsError(message=f"a {kind} names its conversation: set contextId")
+        context_id = await self._named(params.message.context_id, context)
+        refuse_unless_own(await self._owners.owner(context_id), context_id, context)
+        caller = caller_of(context)
+        who = caller.owner if caller else "this caller"
+        if kind != "diff" and not (caller and caller.may("approver")):
+            raise InvalidRequestError(
+                message=f"{who} may not {kind} conversations (it lacks the approver role)"
+            )
+        holder = self._pool.holder(context_id)
+        if holder is not None and kind != "diff":
+            refusal = await busy(self._store, context_id, holder, context)
+            raise UnsupportedOperationError(message=f"{refusal.running}: let it finish, or "
+                                            f"cancel it, before a {kind}")  # fmt: skip
+        try:
+            text, data = await operate(self._conversations, context_id, operation)
+        except Refused as exc:
+            raise UnsupportedOperationError(message=str(exc)) from None
+        return _reply(kind, text, data, context_id)
+
+    async def _named(self, name: str, context: ServerCallContext) -> str:
+        """The conversation a diff, merge or discard names: its id, or a unique prefix of
+        the id of one of the caller's own (the short id its branch `tailagent/<short id>`
+        shows). Another person's conversations are not candidates: they are not found."""
+        if not isinstance(self._conversations, Isolated) or await self._owners.owner(name):
+            return name
+        found = await mine(self._owners, self._conversations.worktrees.named(name), context)
+        if len(found) > 1:
+            raise InvalidParamsError(
+                message=f"{name} is the start of {len(found)} of your conversations "
+                f"({', '.join(found[:5])}{', …' if len(found) > 5 else ''}): give more of its id"
+            )
+        return found[0] if found else name
+
+    async def _conversation_list(self, context: ServerCallContext) -> Message:
+        """The caller's conversations with a worktree (or a merge) here: `tailagent
+        conversations`."""
+        known = self._conversations.worktrees.known() if isinstance(
+            self._conversations, Isolated) else {}  # fmt: skip
+        owned = await mine(self._owners, list(known), context)
+        holders = {}
+        for context_id in owned:
+            if (task_id := self._pool.holder(context_id)) is not None:
+                # Named to a caller who may read it (an admin's turn stays the admin's).
+                readable = await self._store.get(task_id, context) is not None
+                holders[context_id] = task_id if readable else ""
+        try:
+            text, data = await listing(self._conversations, owned, holders)
+        except Refused as exc:
+            raise UnsupportedOperationError(message=str(exc)) from None
+        return _reply("conversations", text, data)
