@@ -396,6 +396,20 @@ def unknown_arguments(unknown: list[str], parser: argparse.ArgumentParser) -> st
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser, sub = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # Said by the command's own parser (its usage, not the top level's), with the
+        # option that was probably meant.
+        command = sub.choices.get(args.command, parser)
+        command.error(unknown_arguments(unknown, command))
+    return _dispatch(args)
+
+
+def _parser() -> tuple[
+    argparse.ArgumentParser, argparse._SubParsersAction[argparse.ArgumentParser]
+]:
+    """Every command and its options, and shell completion for them."""
     parser = argparse.ArgumentParser(
         prog="tailagent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -419,71 +433,29 @@ def main(argv: list[str] | None = None) -> int:
     completion = sub.add_parser("completion", help="shell completion: eval or source its output")
     completion.add_argument("shell", choices=("bash", "zsh", "fish"))
     argcomplete.autocomplete(parser)
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:
-        # Said by the command's own parser (its usage, not the top level's), with the
-        # option that was probably meant.
-        command = sub.choices.get(args.command, parser)
-        command.error(unknown_arguments(unknown, command))
+    return parser, sub
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Runs the command asked for: each command's module is imported only when it runs,
+    so a quick command does not pay for the server's imports."""
     if args.command == "completion":
         print(argcomplete.shellcode(["tailagent"], shell=args.shell))
         return 0
     if args.command == "serve":
         return _serve(args)
     if args.command == "doctor":
-        from tailagent.doctor import doctor_command
-
-        flags = {
-            "agent": args.agent,
-            "agent_command": args.agent_command,
-            "listen": args.listen,
-            "state_dir": args.state_dir,
-            "store": args.store,
-            "tailscale.socket": args.tailscale_socket,
-            "tsnet.enabled": args.tsnet,
-        }
-        settings = _settings(flags, args.config)
-        asked = args.agent is not None or args.agent_command is not None
-        return 2 if settings is None else doctor_command(settings, args.json, asked)
+        return _doctor(args)
     if args.command == "service":
-        from tailagent.service import install, uninstall
-
-        if args.action == "install":
-            config = args.config.resolve() if args.config else None
-            key_file = args.auth_key_file.resolve() if args.auth_key_file else None
-            return install(
-                args.user, args.workspace, config, args.dest,
-                tsnet=args.tsnet, auth_key_file=key_file,
-            )  # fmt: skip
-        return uninstall(args.user, args.dest)
+        return _service(args)
     if args.command in ("card", "peers"):
         from tailagent.card.commands import card_command, peers_command
 
         return card_command(args) if args.command == "card" else peers_command(args)
     if args.command in ("token", "audit", "keys"):
-        from tailagent.admin import audit_command, token_command
-        from tailagent.card.commands import keys_command
-
-        # A bare `tailagent keys` has no options of its own: defaults.
-        flags = {
-            "state_dir": getattr(args, "state_dir", None),
-            "store": getattr(args, "store", None),
-        }
-        settings = _settings(flags, getattr(args, "config", None))
-        if settings is None:
-            return 2
-        if args.command == "audit":
-            return audit_command(args, settings.store_url)
-        commands = {"token": token_command, "keys": keys_command}
-        return commands[args.command](args, settings.state_dir)
+        return _admin(args)
     if args.command in ("usage", "budget"):
-        from tailagent.spending import budget_command, usage_command
-
-        flags = {"state_dir": args.state_dir, "store": args.store}
-        settings = _settings(flags, getattr(args, "config", None))
-        if settings is None:
-            return 2
-        return (usage_command if args.command == "usage" else budget_command)(args, settings)
+        return _spending(args)
     if args.command in ("merge", "discard", "diff", "conversations"):
         from tailagent.client.conversation import conversation_command
 
@@ -499,6 +471,69 @@ def main(argv: list[str] | None = None) -> int:
     from tailagent.client.call import call_command
 
     return call_command(args)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    """`doctor`: the settings `serve` would run with, checked; an agent named by a flag
+    is the one checked, over the one a running server runs."""
+    from tailagent.doctor import doctor_command
+
+    flags = {
+        "agent": args.agent,
+        "agent_command": args.agent_command,
+        "listen": args.listen,
+        "state_dir": args.state_dir,
+        "store": args.store,
+        "tailscale.socket": args.tailscale_socket,
+        "tsnet.enabled": args.tsnet,
+    }
+    settings = _settings(flags, args.config)
+    asked = args.agent is not None or args.agent_command is not None
+    return 2 if settings is None else doctor_command(settings, args.json, asked)
+
+
+def _service(args: argparse.Namespace) -> int:
+    """`service install|uninstall`: paths made absolute here, as the unit runs elsewhere."""
+    from tailagent.service import install, uninstall
+
+    if args.action == "install":
+        config = args.config.resolve() if args.config else None
+        key_file = args.auth_key_file.resolve() if args.auth_key_file else None
+        return install(
+            args.user, args.workspace, config, args.dest,
+            tsnet=args.tsnet, auth_key_file=key_file,
+        )  # fmt: skip
+    return uninstall(args.user, args.dest)
+
+
+def _admin(args: argparse.Namespace) -> int:
+    """`token`, `audit` and `keys`: the state dir's and the store's own records."""
+    from tailagent.admin import audit_command, token_command
+    from tailagent.card.commands import keys_command
+
+    # A bare `tailagent keys` has no options of its own: defaults.
+    flags = {
+        "state_dir": getattr(args, "state_dir", None),
+        "store": getattr(args, "store", None),
+    }
+    settings = _settings(flags, getattr(args, "config", None))
+    if settings is None:
+        return 2
+    if args.command == "audit":
+        return audit_command(args, settings.store_url)
+    commands = {"token": token_command, "keys": keys_command}
+    return commands[args.command](args, settings.state_dir)
+
+
+def _spending(args: argparse.Namespace) -> int:
+    """`usage` and `budget`: read from the store the settings name."""
+    from tailagent.spending import budget_command, usage_command
+
+    flags = {"state_dir": args.state_dir, "store": args.store}
+    settings = _settings(flags, getattr(args, "config", None))
+    if settings is None:
+        return 2
+    return (usage_command if args.command == "usage" else budget_command)(args, settings)
 
 
 def _serve(args: argparse.Namespace) -> int:
