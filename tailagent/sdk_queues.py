@@ -4,13 +4,13 @@ a2a-sdk moves every event of a task through queues it makes in one place
 (`a2a.utils._async_queue_compat`): on Python 3.13 and later they are asyncio's
 `Queue`, whose `shutdown` they need; before 3.13 they are culsans queues, which are
 also safe across threads and built on aiologic's primitives. The SDK uses them from
-the event loop only, so that safety buys nothing here, and on the quick SendMessage
-path culsans and aiologic were ~16 % of the server's busy samples (py-spy,
-docs/measured.md). `use_asyncio_queues`, called before a2a-sdk is imported, puts in
-that module's place one that makes the queues 3.13 makes, from the backport of its
-`Queue` (`backports.asyncio.queues`), so culsans and aiologic are never imported.
-Written for a2a-sdk 1.3.0's module (its three names); on another version the SDK's own
-queues stay (mends.py).
+the event loop only, so that safety buys nothing here, and on a streamed send it costs
+the server ~14 % more CPU (docs/measured.md, issue 36; a blocking send of a new task
+goes past the queues, bridge/quick.py). `use_asyncio_queues`, called before a2a-sdk is
+imported, puts in that module's place one that makes the queues 3.13 makes, from the
+backport of its `Queue` (`backports.asyncio.queues`), so culsans and aiologic are
+never imported. Written for a2a-sdk 1.3.0's module (its three names); on another
+version the SDK's own queues stay (mends.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ QUEUES_MEND = Mend(
     what=f"a2a-sdk's queues on asyncio's Queue ({COMPAT_MODULE} replaced, sdk_queues.py)",
     dist="a2a-sdk",
     written_for=("1.3.0",),
-    without="its queues stay culsans' (each SendMessage ~16 % slower, docs/measured.md)",
+    without="its queues stay culsans' (a stream costs the server ~14 % more CPU)",
 )
 
 
