@@ -132,7 +132,9 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     try:
         push_targets = PushTargets(presence.localapi, settings.push.allowed_hosts)
         signer = PushSigner(settings.state_dir, settings.advertised_url)
-        push = PushDispatcher(sdk, push_targets, signer, settings.push, presence.tailnet_proxy)
+        push = PushDispatcher(
+            sdk.push_configs, push_targets, signer, settings.push, presence.tailnet_proxy
+        )
         desk = Desk(lambda task_id: storage.tasks.with_owner(task_id))
         webpush = open_webpush(settings)
         webpush.start()
