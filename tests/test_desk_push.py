@@ -375,7 +375,10 @@ def test_a_person_lists_and_removes_their_devices_on_the_notifications_page(
     desk.subscribe("bob")
     phone = browser.new_context(viewport=PHONE)
     page = phone.new_page()
-    page.goto(desk.url("carol", "/desk/notifications"))
+    shown = page.goto(desk.url("carol", "/desk/notifications"))
+    assert (
+        shown is not None and "frame-ancestors 'none'" in shown.headers["content-security-policy"]
+    )
     devices = page.locator(".device")
     expect(devices).to_have_count(1)  # bob's is not carol's to see
     expect(devices.first.locator(".device-name")).to_have_text("carol-phone")

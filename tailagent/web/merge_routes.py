@@ -18,7 +18,7 @@ from tailagent.web import forms, render
 from tailagent.web.caller import call_context, current_caller
 from tailagent.web.route_kit import DeskKit, Refused, data_part, status_of, user_message
 
-# How a merge conflict's refusal words the request to send the agent (worktrees.py).
+# How a merge conflict's refusal words the request to send the agent (worktrees/errors.py).
 SUGGESTED = re.compile(r'ask the agent: "(.+)"\s*$', re.DOTALL)
 
 

@@ -6,12 +6,13 @@ ownership, the answer rules and loop protection are A2A's, not a copy. The page
 adds only what a browser needs: a form token per caller, action and task, and the
 channel ("web") that the audit log records.
 
-The pages' rules are here (a strict CSP and no caching on every response, a refusal
-shown as a page); the routes are in modules named for what they do: the list and
-task pages (page_routes.py), their live streams (stream_routes.py), the forms that
-drive tasks (form_routes.py), the merge (merge_routes.py), the local sign-in
-(signin_routes.py) and Web Push's JSON routes, which keep rules of their own
-(push_routes.py). Each is handed one `DeskKit` (route_kit.py).
+The pages' rules are here (a strict CSP and no caching on every response of the
+app, Web Push's included; a refusal shown as a page); the routes are in modules
+named for what they do: the list and task pages (page_routes.py), their live
+streams (stream_routes.py), the forms that drive tasks (form_routes.py), the merge
+(merge_routes.py), the local sign-in (signin_routes.py) and Web Push's JSON routes,
+which keep rules of their own (push_routes.py). Each is handed one `DeskKit`
+(route_kit.py).
 """
 
 from __future__ import annotations
@@ -38,17 +39,19 @@ CSP = (
 )
 
 
+async def security_headers(response: Response) -> Response:
+    """On every response of the desk's app, both blueprints: Web Push's notifications
+    page is a page too, and its service worker runs under the CSP it was served with."""
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
 def blueprint(kit: DeskKit) -> Blueprint:
     """The desk's pages, streams and forms under `/desk`, with the browser's rules."""
     desk_bp = Blueprint("desk", __name__, url_prefix="/desk", static_folder="static")
-
-    @desk_bp.after_request
-    async def security_headers(response: Response) -> Response:
-        response.headers["Content-Security-Policy"] = CSP
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["Referrer-Policy"] = "same-origin"
-        response.headers.setdefault("Cache-Control", "no-store")
-        return response
 
     @desk_bp.errorhandler(Refused)
     async def refused(exc: Refused) -> ResponseReturnValue:
@@ -66,6 +69,7 @@ def desk_app(parts: DeskParts) -> Quart:
     """The desk as a Quart app of its own (mounted lazily, see `LazyDesk`)."""
     kit = DeskKit(parts, TaskLists(parts.store, parts.desk))
     app = Quart("tailagent")
+    app.after_request(security_headers)
     app.register_blueprint(blueprint(kit))
     app.register_blueprint(push_blueprint(kit))
     return app
