@@ -32,7 +32,7 @@ from google.protobuf.json_format import MessageToDict
 from tailagent.access.identity import Caller
 from tailagent.agents.echo import COLOUR_QUESTION
 from tailagent.bridge.answers import AnswerRecord, decision_text, first_answer_text
-from tailagent.bridge.executor import VIA_KEY, answerer_of, audit_name
+from tailagent.bridge.requester import VIA_KEY, requester_of
 from tests.a2a_helpers import A2A, Turn, data_parts, kind_of, state_name, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.tailnet import FakeTailscaled, whois
@@ -143,16 +143,22 @@ def test_the_web_channel_and_the_device_are_named_in_words_and_in_the_audit() ->
         established_by="whois 100.64.0.9",
     )
     context = ServerCallContext(state={"caller": alice, VIA_KEY: "web"})
-    answerer = answerer_of(context)
+    requester = requester_of(context)
+    answerer = requester.answerer
     assert (answerer.by, answerer.node, answerer.via) == ("alice@example.com", "laptop", "web")
     denied = AnswerRecord("r1", "deny", "too risky", answerer)
     assert decision_text(denied) == "denied by alice@example.com from laptop via web: too risky"
-    assert audit_name(context) == "user:alice@example.com (whois 100.64.0.9) on laptop via web"
+    assert (
+        requester_of(context).audit_name
+        == "user:alice@example.com (whois 100.64.0.9) on laptop via web"
+    )
     refusal = first_answer_text("t1", "r1", denied)
     assert refusal.startswith("request r1 of task t1 was already answered: denied by alice")
     assert re.search(r" at \d\d:\d\d:\d\d UTC$", refusal)
     ci = Caller("tagged", "", node="ci-runner.tail1234.ts.net", tags=("tag:ci",))
-    allowed = AnswerRecord("r2", "allow", "", answerer_of(ServerCallContext(state={"caller": ci})))
+    allowed = AnswerRecord(
+        "r2", "allow", "", requester_of(ServerCallContext(state={"caller": ci})).answerer
+    )
     assert decision_text(allowed) == "allowed by tag:ci from ci-runner"
 
 

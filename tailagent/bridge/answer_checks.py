@@ -15,8 +15,9 @@ from a2a.utils.errors import InvalidRequestError
 
 from tailagent.access.identity import caller_of
 from tailagent.agents.events import PermissionAsked
+from tailagent.bridge.answering import reply_of
 from tailagent.bridge.answers import first_answer_text, reply_request_id
-from tailagent.bridge.executor import BridgeExecutor, reply_of
+from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.parked import waiting_of
 
 

@@ -31,11 +31,6 @@ from a2a.types.a2a_pb2 import SendMessageRequest, Task, TaskState
 from tailagent.agents.events import AgentBackend, PermissionAsked, Prompting
 from tailagent.bridge import tck
 from tailagent.bridge.answering import AnswerApplier
-
-# `reply_of`, `VIA_KEY`, `answerer_of` and `audit_name` are imported `as` themselves: still
-# read from here (handler.py, web/caller.py, tests/test_decisions.py), their homes are
-# `answering` and `requester`.
-from tailagent.bridge.answering import reply_of as reply_of
 from tailagent.bridge.answers import AnswerRecord
 from tailagent.bridge.audit import AuditLog
 from tailagent.bridge.claims import Claims, claim_of
@@ -44,9 +39,6 @@ from tailagent.bridge.parked import Waiting
 from tailagent.bridge.permissions import PermissionDecisions
 from tailagent.bridge.publish import Publisher, open_task, text_part
 from tailagent.bridge.pump import Pump
-from tailagent.bridge.requester import VIA_KEY as VIA_KEY
-from tailagent.bridge.requester import answerer_of as answerer_of
-from tailagent.bridge.requester import audit_name as audit_name
 from tailagent.bridge.requester import requester_of
 from tailagent.bridge.restore import Restorer
 from tailagent.bridge.runtime import Runtimes, TaskRuntime

@@ -55,13 +55,3 @@ def requester_of(context: ServerCallContext | None) -> Requester:
     # How the caller was established, then the device and the channel
     # (`user:a@b (whois …) on laptop via web`).
     return Requester(caller, answerer, caller.describe() + device + channel)
-
-
-def answerer_of(context: ServerCallContext | None) -> Answerer:
-    """Who a request answers as."""
-    return requester_of(context).answerer
-
-
-def audit_name(context: ServerCallContext | None) -> str:
-    """The audit log's `answered_by` for a request."""
-    return requester_of(context).audit_name
