@@ -10,6 +10,11 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tailagent"
 
+EXECUTOR_PARTS = ("runtime", "turn_start", "pump", "answering", "permissions", "turn_costs",
+                  "restore", "requester")  # fmt: skip
+HANDLER_PARTS = ("admission", "answer_checks", "ownership", "operations", "peer_tasks",
+                 "task_starts")  # fmt: skip
+
 # (importer prefix, imported prefix, why the arrow must not exist)
 FORBIDDEN = [
     ("tailagent.agents", "a2a", "agents know nothing of A2A"),
@@ -29,7 +34,37 @@ FORBIDDEN = [
     ("tailagent.webpush.subscriptions", "a2a", "subscriptions know nothing of tasks"),
     ("tailagent.webpush.actions", "a2a", "action tokens know nothing of tasks"),
     ("tailagent.push", "tailagent.bridge", "push delivers what the bridge hands it"),
+    # Inside the bridge: the executor's and the handler's parts are handed what they
+    # need; none reaches back up to the class that composes it.
+    *(
+        (f"tailagent.bridge.{part}", "tailagent.bridge.executor", "a part of the executor")
+        for part in EXECUTOR_PARTS
+    ),
+    *(
+        (f"tailagent.bridge.{part}", "tailagent.bridge.handler", "a part of the handler")
+        for part in HANDLER_PARTS
+    ),
 ]
+
+# The rooms of the house, bottom floor first: a room imports rooms on its own floor or
+# below, never above (so a change low down cannot need one high up). A new room is
+# given its floor here.
+FLOORS = [
+    ("what every room may use", {
+        "files", "visible", "metrics", "costs", "task_states", "tool_rules", "mcp_servers",
+        "memory", "notify", "probe", "statelock", "descriptors", "mends", "logs", "config",
+        "sdk_queues", "sdk_sql", "sdk_tracing"}),
+    ("the box and the network: who calls, on which socket, through which tailnet", {
+        "access", "listener", "secret_env", "serving", "tailnet", "presence", "tsnet",
+        "origin", "service"}),
+    ("the work, knowing nothing of A2A", {"agents", "workspace", "webpush"}),
+    ("A2A's edges: the card, the client, plain routes, push", {
+        "card", "client", "plain_routes", "push"}),
+    ("the bridge between A2A and the agent", {"bridge"}),
+    ("what people use: the desk and the admin commands", {
+        "web", "admin", "doctor", "spending"}),
+    ("wiring and commands", {"app", "server", "cli", "__main__", "binary"}),
+]  # fmt: skip
 
 
 def module_name(path: Path) -> str:
@@ -88,3 +123,37 @@ def test_no_circle() -> None:
     for module in sorted(modules):
         if module not in seen:
             visit(module)
+
+
+def room_of(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def test_every_import_between_rooms_goes_down_or_across() -> None:
+    floor_of = {room: n for n, (_, rooms) in enumerate(FLOORS) for room in rooms}
+    graph = imports()
+    rooms = {room_of(module) for module in graph} - {""}
+    assert sorted(rooms - set(floor_of)) == [], "a room with no floor: give it one in FLOORS"
+    upward = [
+        f"{importer} imports {imported}: {FLOORS[floor_of[room_of(importer)]][0]!r} is "
+        f"below {FLOORS[floor_of[room_of(imported)]][0]!r}"
+        for importer, imported_set in graph.items()
+        if room_of(importer)
+        for imported in imported_set
+        if imported.startswith("tailagent.")
+        and room_of(imported) in floor_of
+        and floor_of[room_of(imported)] > floor_of[room_of(importer)]
+    ]
+    assert upward == []
+
+
+def test_only_the_worktrees_package_face_imports_its_facade() -> None:
+    """The bridge talks to `Worktrees`; the concerns behind it are handed git, the
+    records and the lock, and never reach back to the object that composes them."""
+    package = "tailagent.workspace.worktrees"
+    reaching = sorted(
+        importer
+        for importer, imported in imports().items()
+        if importer.startswith(package + ".") and f"{package}.facade" in imported
+    )
+    assert reaching == []
