@@ -2,15 +2,17 @@
 written for.
 
 tailagent replaces a few private pieces of Hypercorn and a2a-sdk (serving.py,
-sdk_queues.py, sdk_tracing.py, sdk_sql.py). Each was written against one release's
-code; on another, a replaced method may no longer match what calls it, or a module put
-in place may miss a name, and an upgrade would break the server or quietly drop the
-mend. So each mend names the distribution and the version(s) it was written for, and
-`applies` lets it in only on those. A mend refused is not applied at all (never half),
-and the start says so, one WARNING line per mend (`say_refused`, before "serving on").
+sdk_queues.py, sdk_tracing.py, sdk_sql.py, bridge/jsonrpc.py). Each was written
+against one release's code; on another, a replaced method may no longer match what
+calls it, or a module put in place may miss a name, and an upgrade would break the
+server or quietly drop the mend. So each mend names the distribution and the
+version(s) it was written for, and `applies` lets it in only on those. A mend refused
+is not applied at all (never half), and the start says so, one WARNING line per mend
+(`say_refused`, before "serving on").
 
 Refused, rather than refusing to start: every one of these mends changes speed, memory
-held or a log line, never what a caller is answered or allowed, and the dependency's own
+held, a log line or the code of an error (-32602 for -32600), never whether a caller
+is answered or allowed, and the dependency's own
 code, which a refused mend leaves in place, is right for its own version. An operator
 whose pip brought a Hypercorn patch release (pyproject allows 0.18.x) keeps a working
 server, told at each start what it lacks and what to do; the one-file binary is built

@@ -20,13 +20,15 @@ from hypercorn.asyncio.tcp_server import TCPServer
 
 from bench.bench_core import rpc
 from tailagent import mends, sdk_queues, sdk_sql, sdk_tracing, serving
+from tailagent.bridge import jsonrpc
 from tests.conftest import start_server
 
-# Each group in the order a start meets them: a2a-sdk's at import (SQL, queues) and
-# before the server is imported (tracing), Hypercorn's with the server.
+# In the order a start meets them: a2a-sdk's at import (SQL, queues) and before the
+# server is imported (tracing), then the server's own imports: the JSON-RPC adapter
+# (with the app), Hypercorn's (with serving.py).
 SDK_MENDS = [sdk_sql.SQL_MEND, sdk_queues.QUEUES_MEND, sdk_tracing.TRACING_MEND]
 HYPERCORN_MENDS = [serving.LET_GO_MEND, serving.SAY_CUT_MEND]
-MENDS = [*SDK_MENDS, *HYPERCORN_MENDS]
+MENDS = [*SDK_MENDS, jsonrpc.PARAMS_MEND, *HYPERCORN_MENDS]
 PINS = Path(__file__).resolve().parent.parent / "tailagent" / "binary" / "pins.txt"
 
 # importlib.metadata answering with other versions of some distributions.
@@ -116,21 +118,25 @@ def test_on_another_a2a_sdk_its_queues_sql_and_tracing_are_left_as_the_sdk_has_t
         import tailagent.server
         from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
         print(JsonRpcDispatcher._handle_send_message.__code__.co_qualname)
+        from tailagent.bridge import jsonrpc
+        routes = jsonrpc.jsonrpc_routes(None, "/", None)
+        print(type(routes[0].endpoint.__self__._v03_adapter).__name__)
         print("culsans" in sys.modules, "sqlalchemy" in sys.modules)
         print(*mends.REFUSED, sep="\\n")
         """,
     )
     lines = out.splitlines()
-    assert lines[:5] == [
+    assert lines[:6] == [
         "False",
         "False",
         "False",
         "trace_function.<locals>.async_wrapper",
+        "JSONRPC03Adapter",
         "True True",
     ]
-    refused = lines[5:]
+    refused = lines[6:]
     assert [line.split(" is written for ")[0] for line in refused] == [
-        f"mend left out: {mend.what}" for mend in SDK_MENDS
+        f"mend left out: {mend.what}" for mend in [*SDK_MENDS, jsonrpc.PARAMS_MEND]
     ]
     assert all("a2a-sdk 1.3.0, and 1.4.0 is installed" in line for line in refused)
 
