@@ -419,6 +419,7 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
     config = hypercorn_config(sock)
     stop = asyncio.Event()
     _stop_on_signals(service, notifier, stop)
+    say_refused(log)  # those decided while the agent's side was built (ACP's)
     log.info(
         "serving on %s (agent %s, workspace %s, state %s, store %s)",
         where,

@@ -20,6 +20,7 @@ from hypercorn.asyncio.tcp_server import TCPServer
 
 from bench.bench_core import rpc
 from tailagent import mends, sdk_queues, sdk_sql, sdk_tracing, serving
+from tailagent.agents.acp import process as acp_process
 from tailagent.bridge import jsonrpc
 from tests.conftest import start_server
 
@@ -29,6 +30,7 @@ from tests.conftest import start_server
 SDK_MENDS = [sdk_sql.SQL_MEND, sdk_queues.QUEUES_MEND, sdk_tracing.TRACING_MEND]
 HYPERCORN_MENDS = [serving.LET_GO_MEND, serving.SAY_CUT_MEND]
 MENDS = [*SDK_MENDS, jsonrpc.PARAMS_MEND, *HYPERCORN_MENDS]
+ACP_MEND = acp_process.CANCEL_REQUEST_MEND
 PINS = Path(__file__).resolve().parent.parent / "tailagent" / "binary" / "pins.txt"
 
 # importlib.metadata answering with other versions of some distributions.
@@ -55,7 +57,7 @@ def with_versions(fake: dict[str, str], code: str) -> str:
     return done.stdout
 
 
-@pytest.mark.parametrize("mend", MENDS, ids=lambda mend: mend.what.split(" (")[0])
+@pytest.mark.parametrize("mend", [*MENDS, ACP_MEND], ids=lambda mend: mend.what.split(" (")[0])
 def test_each_mend_is_written_for_the_pinned_version_installed_here(mend: mends.Mend) -> None:
     assert pinned(mend.dist) in mend.written_for
     assert mends.installed_version(mend.dist) in mend.written_for
@@ -156,3 +158,23 @@ def test_a_start_on_other_versions_says_each_mend_left_out_and_serves(tmp_path: 
     said = re.findall(r"WARNING tailagent: mend left out: (.*?) is written for", log)
     assert said == [mend.what for mend in MENDS], log
     assert log.index("mend left out") < log.index("serving on"), log
+
+
+def test_on_another_acp_its_cancel_request_is_not_sent_and_the_start_says_so() -> None:
+    out = with_versions(
+        {"agent-client-protocol": "0.13.0"},
+        """
+        import logging, sys
+        logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(message)s")
+        from tailagent import mends
+        from tailagent.agents.acp import process
+        print(process.SENDS_RAW_NOTIFICATIONS)
+        mends.say_refused(logging.getLogger("tailagent"))
+        mends.say_refused(logging.getLogger("tailagent"))  # each line is said once
+        """,
+    )
+    sent, *said = out.splitlines()
+    assert sent == "False"
+    assert len(said) == 1, out
+    assert said[0].startswith(f"WARNING mend left out: {ACP_MEND.what} is written for ")
+    assert "agent-client-protocol 0.12.1, and 0.13.0 is installed" in said[0]

@@ -14,7 +14,6 @@ import logging
 import os
 import shutil
 from collections.abc import Awaitable, Callable
-from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,11 +31,18 @@ from acp.schema import (
 
 from tailagent import __version__
 from tailagent.agents.events import AgentStartError
+from tailagent.mends import Mend, applies
 
 # `connection._conn.send_notification` is acp's private side, read for 0.12.1 only: on
 # another version tailagent does not reach into it (the call is given up without the
 # notification) rather than guess.
-SENDS_RAW_NOTIFICATIONS = metadata.version("agent-client-protocol") == "0.12.1"
+CANCEL_REQUEST_MEND = Mend(
+    what="ACP's $/cancel_request sent through acp's private connection (acp/process.py)",
+    dist="agent-client-protocol",
+    written_for=("0.12.1",),
+    without="a session/close or session/resume given up on is not cancelled at the agent",
+)
+SENDS_RAW_NOTIFICATIONS = applies(CANCEL_REQUEST_MEND)
 
 log = logging.getLogger("tailagent.agent")
 
