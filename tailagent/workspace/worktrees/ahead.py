@@ -15,6 +15,7 @@ import json
 import logging
 import secrets
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tailagent.workspace.git import NO_HOOKS, NO_PROGRAMS, GitError, Repository, git
@@ -40,25 +41,18 @@ log = logging.getLogger("tailagent.workspace.worktrees")
 RACY_SECONDS = 1.1
 
 
+@dataclass
 class MadeAhead:
     """The worktrees of `repo` made ahead, under the records' root."""
 
-    def __init__(
-        self,
-        repo: WorkspaceRepo,
-        records: Records,
-        lock: WorktreeLock,
-        maker: Maker,
-        removal: Removal,
-    ) -> None:
-        self.repo = repo
-        self.records = records
-        self.lock = lock
-        self.maker = maker
-        self.removal = removal
-        # Worktrees made ahead and still being checked out: each future is done when it is.
-        self.making: dict[Path, asyncio.Future[None]] = {}
-        self._refreshing: set[asyncio.Task[None]] = set()
+    repo: WorkspaceRepo
+    records: Records
+    lock: WorktreeLock
+    maker: Maker
+    removal: Removal
+    # Worktrees made ahead and still being checked out: each future is done when it is.
+    making: dict[Path, asyncio.Future[None]] = field(default_factory=dict, init=False)
+    _refreshing: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     async def prepare(self) -> Path:
         """Makes a worktree ahead of the conversation that will take it (the next new

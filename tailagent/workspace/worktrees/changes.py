@@ -24,12 +24,12 @@ class WorktreeStatus:
     files: list[str]
 
 
+@dataclass
 class Changes:
     """The changes of the conversations of `repo`."""
 
-    def __init__(self, repo: WorkspaceRepo, records: Records) -> None:
-        self.repo = repo
-        self.records = records
+    repo: WorkspaceRepo
+    records: Records
 
     async def status(self, context_id: str) -> WorktreeStatus:
         """Commits ahead of and behind the base branch's current tip, and the files changed

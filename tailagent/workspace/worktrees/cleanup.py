@@ -34,24 +34,16 @@ class DiscardResult:
     files_uncommitted: list[str]
 
 
+@dataclass
 class Cleanup:
     """Discards and prunes the conversations' worktrees of `repo`."""
 
-    def __init__(
-        self,
-        repo: WorkspaceRepo,
-        records: Records,
-        lock: WorktreeLock,
-        ahead: MadeAhead,
-        idle: Idle,
-        removal: Removal,
-    ) -> None:
-        self.repo = repo
-        self.records = records
-        self.lock = lock
-        self.ahead = ahead
-        self.idle = idle
-        self.removal = removal
+    repo: WorkspaceRepo
+    records: Records
+    lock: WorktreeLock
+    ahead: MadeAhead
+    idle: Idle
+    removal: Removal
 
     async def would_lose(self, context_id: str) -> DiscardResult:
         """What `discard` would lose, so it can be said before anything is removed."""

@@ -8,7 +8,7 @@ kept while its branch is gone.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from tailagent.workspace.git import git
 from tailagent.workspace.worktrees.fs import is_dir
@@ -20,22 +20,15 @@ from tailagent.workspace.worktrees.removal import Removal
 from tailagent.workspace.worktrees.repository import WorkspaceRepo
 
 
+@dataclass
 class Idle:
     """Idles and wakes the conversations' worktrees of `repo`."""
 
-    def __init__(
-        self,
-        repo: WorkspaceRepo,
-        records: Records,
-        lock: WorktreeLock,
-        maker: Maker,
-        removal: Removal,
-    ) -> None:
-        self.repo = repo
-        self.records = records
-        self.lock = lock
-        self.maker = maker
-        self.removal = removal
+    repo: WorkspaceRepo
+    records: Records
+    lock: WorktreeLock
+    maker: Maker
+    removal: Removal
 
     async def release(self, context_id: str) -> bool:
         """After a turn that changed nothing: when the conversation's branch has nothing

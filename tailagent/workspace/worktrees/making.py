@@ -10,6 +10,7 @@ ahead and an idle conversation's waking, which differ in everything else.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from tailagent.workspace.git import GitError, git
@@ -20,14 +21,14 @@ from tailagent.workspace.worktrees.records import BRANCH_PREFIX, Records, Worktr
 from tailagent.workspace.worktrees.repository import WorkspaceRepo
 
 
+@dataclass
 class Maker:
     """Makes worktrees of `repo` under the records' root; `base` is the branch they start
     from (None: the workspace's current branch when each is made)."""
 
-    def __init__(self, repo: WorkspaceRepo, records: Records, base: str | None) -> None:
-        self.repo = repo
-        self.records = records
-        self.base = base
+    repo: WorkspaceRepo
+    records: Records
+    base: str | None
 
     async def base_branch(self, purpose: str) -> str:
         """The branch a new worktree starts from: `base`, or the workspace's current one."""

@@ -36,16 +36,14 @@ class MergeResult:
     removed: bool
 
 
+@dataclass
 class Merging:
     """Merges the conversations' branches of `repo` into their bases."""
 
-    def __init__(
-        self, repo: WorkspaceRepo, records: Records, lock: WorktreeLock, removal: Removal
-    ) -> None:
-        self.repo = repo
-        self.records = records
-        self.lock = lock
-        self.removal = removal
+    repo: WorkspaceRepo
+    records: Records
+    lock: WorktreeLock
+    removal: Removal
 
     async def merge(
         self, context_id: str, strategy: Strategy = "squash", keep: bool = False

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import secrets
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tailagent.workspace.git import GitError, git
@@ -28,13 +29,13 @@ log = logging.getLogger("tailagent.workspace.worktrees")
 TRASH = ".trash"
 
 
+@dataclass
 class Removal:
     """Removes worktrees of `repo` that the records name."""
 
-    def __init__(self, repo: WorkspaceRepo, records: Records) -> None:
-        self.repo = repo
-        self.records = records
-        self._sweeper: asyncio.Task[None] | None = None
+    repo: WorkspaceRepo
+    records: Records
+    _sweeper: asyncio.Task[None] | None = field(default=None, init=False)
 
     async def remove(self, worktree: Worktree, record: Path | None = None) -> None:
         """Removes exactly this worktree (by its path), its branch and then its record,
