@@ -23,6 +23,7 @@ import pytest
 from tests.conftest import RunningServer, start_server
 
 MiB = 1 << 20
+JSON_HEADERS = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 BODY_TIMEOUT = 2.0
 CONFIG = f"body_timeout = {BODY_TIMEOUT}\n"
 
@@ -225,3 +226,23 @@ def test_a_huge_message_is_refused_fast_while_others_are_served(
     assert refused.json()["error"]["code"] == -32600
     assert time.monotonic() - started < 3
     assert slowest < 0.5, f"/healthz took {slowest:.2f} s meanwhile"
+
+
+def test_a_refusal_before_the_body_says_the_connection_closes(local: RunningServer) -> None:
+    """The server ends a connection whose refused body it never took; its answer says
+    so, or a client keeping the connection alive sends its next request into the close
+    ("Server disconnected without sending a response", once in a suite run)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage"}).encode()
+    with socket.create_connection(address(local), timeout=10) as sock:
+        sock.sendall(head(len(body)))  # no token: refused before the body is read
+        time.sleep(0.2)  # the body comes after the answer, as it can on a busy box
+        sock.sendall(body)
+        answer = sock.makefile("rb").read()  # to the server's close
+    status, _, rest = answer.partition(b"\r\n")
+    assert status.startswith(b"HTTP/1.1 401"), answer[:200]
+    assert b"\r\nconnection: close\r\n" in rest.lower(), answer[:400]
+    with httpx.Client(base_url=local.url) as client:  # keeps connections alive
+        for _ in range(3):
+            sent = client.post("/", content=body, headers=JSON_HEADERS)
+            assert sent.status_code == 401
+        assert client.get("/healthz").status_code == 200

@@ -21,7 +21,14 @@ from urllib.parse import urlsplit
 
 from hypercorn.typing import ASGIReceiveEvent, ASGISendEvent
 
-from tailagent.access.bodies import BodyLimits, BodyRefused, answer_unread, read_body, shape_refused
+from tailagent.access.bodies import (
+    BodyLimits,
+    BodyRefused,
+    answer_unread,
+    closing,
+    read_body,
+    shape_refused,
+)
 from tailagent.access.browser import UID_KEY, BrowserSessions, is_page_request, local_uid
 from tailagent.access.identity import SCOPE_KEY, Caller
 from tailagent.access.localapi import LocalAPIUnavailable
@@ -244,11 +251,11 @@ class _Outcome:
 async def _refuse(
     outcome: _Outcome, receive: Any, send: Any, status: int, reason: str, code: int, message: str
 ) -> None:
-    """Answers a refused request in its binding's words, its body left unread, and counts
-    the refusal."""
+    """Answers a refused request in its binding's words, its body left unread (so the
+    connection closes after it), and counts the refusal."""
     outcome.decision, outcome.status = f"refused: {message}", status
     REFUSALS.labels(reason.lower().replace(" ", "_")).inc()
-    binding = outcome.binding
+    binding, send = outcome.binding, closing(send)
     await answer_unread(receive, lambda: _refusal(send, binding, status, reason, code, message))
 
 
