@@ -157,3 +157,16 @@ def test_only_the_worktrees_package_face_imports_its_facade() -> None:
         if importer.startswith(package + ".") and f"{package}.facade" in imported
     )
     assert reaching == []
+
+
+def test_no_class_over_300_lines_and_no_function_over_80() -> None:
+    """Past these a room holds several reasons to change; split it by concern."""
+    over = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                limit = 300 if isinstance(node, ast.ClassDef) else 80
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > limit:
+                    over.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} {lines}")
+    assert over == []
