@@ -47,10 +47,8 @@ class Mend:
         )
 
 
-# The lines of the mends refused in this process, said at start (say_refused), and
-# how many of them have been said.
+# The lines of the mends refused in this process and not said yet (say_refused).
 REFUSED: list[str] = []
-_said = 0
 
 
 def installed_version(dist: str) -> str:
@@ -76,7 +74,5 @@ def say_refused(log: logging.Logger) -> None:
     """At start: one WARNING line for each mend refused in this process and not said
     yet. Called as the start begins and again before "serving on", for the mends of
     modules the start itself imports (the ACP client's, with an ACP agent)."""
-    global _said
-    for line in REFUSED[_said:]:
-        log.warning("%s", line)
-    _said = len(REFUSED)
+    while REFUSED:
+        log.warning("%s", REFUSED.pop(0))

@@ -107,12 +107,8 @@ async def _discard(receive: Any, limit: int) -> None:
         seen += len(message.get("body", b""))
 
 
-def closing(send: Any) -> Any:
-    """`send`, with the response's head saying `Connection: close`. Hypercorn ends a
-    connection whose request body was not all taken when the answer ended, and says
-    nothing of it in the answer: a client keeping the connection alive sent its next
-    request on it and was cut ("Server disconnected without sending a response", seen
-    once in a suite run under load). Told, it opens a new one."""
+def _closing(send: Any) -> Any:
+    """`send`, with the response's head saying `Connection: close`."""
 
     async def send_closing(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
@@ -123,17 +119,20 @@ def closing(send: Any) -> Any:
     return send_closing
 
 
-async def answer_unread(receive: Any, answer: Any) -> None:
-    """Sends `answer()` (a refusal) for a request whose body nobody read.
+async def answer_unread(receive: Any, send: Any, answer: Any) -> None:
+    """Sends `answer(send)` (a refusal) for a request whose body nobody read.
 
     The body is not read, but what arrives meanwhile is taken and dropped: Hypercorn
     queues a body for the app (ten chunks), and when the answer ends it queues its own
     word that the request is over; with the queue full of a body nobody takes, that
     word, and the answer with it, would wait forever. Once the answer is out Hypercorn
-    closes a connection whose body is still coming, so this never reads much."""
+    closes a connection whose body is still coming, so this never reads much, and it
+    says nothing of it: the answer's head says `Connection: close`, or a client keeping
+    the connection alive sends its next request into the close ("Server disconnected
+    without sending a response", seen once in a suite run under load)."""
     taking = asyncio.ensure_future(_discard(receive, DISCARD_LIMIT))
     try:
-        await answer()
+        await answer(_closing(send))
         await asyncio.wait([taking], timeout=LET_GO_SECONDS)
     finally:
         taking.cancel()

@@ -25,7 +25,6 @@ from tailagent.access.bodies import (
     BodyLimits,
     BodyRefused,
     answer_unread,
-    closing,
     read_body,
     shape_refused,
 )
@@ -255,8 +254,10 @@ async def _refuse(
     connection closes after it), and counts the refusal."""
     outcome.decision, outcome.status = f"refused: {message}", status
     REFUSALS.labels(reason.lower().replace(" ", "_")).inc()
-    binding, send = outcome.binding, closing(send)
-    await answer_unread(receive, lambda: _refusal(send, binding, status, reason, code, message))
+    binding = outcome.binding
+    await answer_unread(
+        receive, send, lambda closing: _refusal(closing, binding, status, reason, code, message)
+    )
 
 
 def _count_and_log(scope: dict[str, Any], route: str, outcome: _Outcome) -> None:
