@@ -96,8 +96,7 @@ def _answer_message(posted: dict[str, list[str]]) -> Message:
     choice = (posted.get("choice") or [""])[0]
     request_id = (posted.get("requestId") or [""])[0]
     note = (posted.get("message") or [""])[0].strip()
-    message = user_message("")
-    del message.parts[:]
+    message = user_message()
     if request_id:
         message.metadata.update({"requestId": request_id})
     data: dict[str, Any] | None = None

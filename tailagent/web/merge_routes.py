@@ -31,9 +31,8 @@ def register_merge(desk_bp: Blueprint, kit: DeskKit) -> None:
         caller = current_caller()
         await kit.form(caller, "merge", task_id)
         task = await kit.visible_task(caller, task_id)
-        request_ = user_message("", context_id=task.context_id)
-        del request_.parts[:]
-        request_.parts.append(data_part({"kind": "merge", "strategy": "squash"}))
+        merge_part = data_part({"kind": "merge", "strategy": "squash"})
+        request_ = user_message(merge_part, context_id=task.context_id)
         back = f"/desk/tasks/{task_id}"
         try:
             reply = await kit.parts.handler.on_message_send(

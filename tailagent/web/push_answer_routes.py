@@ -8,16 +8,14 @@ answer rules, not with subscriptions.
 
 from __future__ import annotations
 
-import uuid
-
-from a2a.types.a2a_pb2 import Message, Role, SendMessageConfiguration, SendMessageRequest, Task
+from a2a.types.a2a_pb2 import Message, SendMessageConfiguration, SendMessageRequest, Task
 from a2a.utils.errors import A2AError
 from quart import Blueprint
 from quart.typing import ResponseReturnValue
 
 from tailagent.web.caller import call_context, current_caller
 from tailagent.web.push_json import PushRefused, json_body
-from tailagent.web.route_kit import DeskKit, data_part
+from tailagent.web.route_kit import DeskKit, data_part, user_message
 from tailagent.webpush.actions import ActionRefused
 
 
@@ -55,12 +53,6 @@ def register_answer(push_bp: Blueprint, kit: DeskKit) -> None:
 def _answer_message(task: Task, request_id: str, allow: bool) -> Message:
     decision = {"kind": "permission_response", "decision": "allow" if allow else "deny",
                 "requestId": request_id}  # fmt: skip
-    message = Message(
-        message_id=uuid.uuid4().hex,
-        role=Role.ROLE_USER,
-        task_id=task.id,
-        context_id=task.context_id,
-        parts=[data_part(decision)],
-    )
+    message = user_message(data_part(decision), context_id=task.context_id, task_id=task.id)
     message.metadata.update({"requestId": request_id})
     return message

@@ -136,13 +136,15 @@ def status_of(error: A2AError) -> int:
     return 403 if isinstance(error, InvalidRequestError) else 409
 
 
-def user_message(text: str, context_id: str = "") -> Message:
-    """A person's message, as the desk sends it through the A2A handler."""
+def user_message(*parts: Part | str, context_id: str = "", task_id: str = "") -> Message:
+    """A person's message, as the desk sends it through the A2A handler; a str part is
+    text."""
     return Message(
         message_id=uuid.uuid4().hex,
         role=Role.ROLE_USER,
         context_id=context_id,
-        parts=[Part(text=text)],
+        task_id=task_id,
+        parts=[Part(text=part) if isinstance(part, str) else part for part in parts],
     )
 
 
