@@ -10,6 +10,7 @@ that becomes the page a person reads.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -65,7 +66,6 @@ class DeskKit:
     async def task_viewer(self, caller: Caller, head: dict[str, Any]) -> render.Viewer:
         """The viewer of one task's page: with the directory its commands run in (the
         conversation's worktree, where it has one) and what became of its branch."""
-        you = self.viewer(caller)
         worktree = await _worktree(self.parts, head["context_id"])
         workdir = str(worktree.path) if worktree is not None else self.parts.workspace
         branch = head["worktree"].get("branch") if isinstance(head["worktree"], dict) else None
@@ -73,7 +73,7 @@ class DeskKit:
         if branch and (worktree is None or worktree.branch != branch):
             merged = self.parts.desk.merged
             note = merged.get(head["context_id"], "merged or discarded (it is gone)")
-        return render.Viewer(caller, you.token, workdir, note)
+        return dataclasses.replace(self.viewer(caller), workspace=workdir, branch_note=note)
 
     async def visible_task(self, caller: Caller, task_id: str) -> Task:
         task = await self.parts.store.get(task_id, call_context(caller))
