@@ -22,6 +22,7 @@ installed version, so a release never ships a mend refused.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from importlib import metadata
@@ -51,7 +52,9 @@ class Mend:
 REFUSED: list[str] = []
 
 
+@functools.cache
 def installed_version(dist: str) -> str:
+    """Looked up once per distribution: four mends ask for a2a-sdk's at start."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
