@@ -22,7 +22,7 @@ from tailagent.access.browser import load_secret
 from tailagent.access.guard import AccessGuard
 from tailagent.access.localapi import LocalAPIUnavailable, self_dns_name
 from tailagent.agents.events import AgentBackend, AgentStartError
-from tailagent.agents.registry import agent_label, make_backend
+from tailagent.agents.registry import agent_kind, agent_label, agent_programs, make_backend
 from tailagent.app import build_app
 from tailagent.bridge.conversations import Conversations, Isolated, Shared, choose
 from tailagent.bridge.database import StoreUnavailable, redacted
@@ -49,6 +49,8 @@ from tailagent.presence import BoxTailscaled, Presence, PresenceError, ServeEntr
 from tailagent.probe import healthy
 from tailagent.push.delivery import PushDispatcher, PushSigner
 from tailagent.push.targets import PushTargets
+from tailagent.sandbox.bwrap import SandboxUnavailable
+from tailagent.sandbox.fences import Sandbox
 from tailagent.serving import hypercorn_config
 from tailagent.statelock import StateDirBusy, StateLock
 from tailagent.web.live import Desk
@@ -72,6 +74,7 @@ class Service:
     conversations: Conversations
     webpush: WebPush
     desk: Desk
+    sandbox: Sandbox
 
     async def stop_turns(self) -> int:
         """Ends every running or waiting turn, saying the server stopped; returns how many."""
@@ -93,6 +96,7 @@ class Service:
         await self.webpush.aclose()
         await self.pool.aclose()
         await self.backend.aclose()
+        await self.sandbox.aclose()
         await self.conversations.aclose()
         await self.storage.aclose()
 
@@ -119,7 +123,8 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         workspace.git_programs,
     )
     isolated = conversations if isinstance(conversations, Isolated) else None
-    backend = make_backend(settings, isolated.spare_directory if isolated else None)
+    sandbox = make_sandbox(settings, isolated)
+    backend = make_backend(settings, isolated.spare_directory if isolated else None, sandbox)
     database = open_database(settings.store_url)
     await database.check()
     sdk = SdkStores(database)
@@ -148,7 +153,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
             push.watch(task.id)  # a push config may wait for this last state
             push.task_changed(task)
         pool = _open_pool(settings, backend, storage)
-        await _start_agent(settings, conversations, backend, storage)
+        await _start_agent(settings, conversations, backend, storage, sandbox)
         spending = Spending(storage.usage, settings.budgets)
         executor = _make_executor(settings, backend, pool, storage, conversations, spending)
         _restore_waiting(executor, storage, desk, webpush)
@@ -162,7 +167,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         signal_watch = _watch_signals(settings, storage, handler, push)
         return Service(
             app, executor, handler, storage, pool, backend, push, signal_watch, conversations,
-            webpush, desk,
+            webpush, desk, sandbox,
         )  # fmt: skip
     except BaseException:
         # A start that fails leaves no signer behind (it would wait on its stdin).
@@ -184,12 +189,46 @@ def _open_pool(settings: Settings, backend: AgentBackend, storage: Storage) -> S
     return pool
 
 
+def make_sandbox(settings: Settings, isolated: Isolated | None) -> Sandbox:
+    """The fence every agent process starts in: around a conversation's own repository
+    when each has one (the base checkout then hidden, but for the objects they borrow),
+    else around the workspace; hiding the server's and tailscaled's sockets and showing
+    the agent's own programs wherever they live."""
+    sockets = [settings.listen.path] if settings.listen.path is not None else []
+    if settings.tailscale.socket is not None:
+        sockets.append(settings.tailscale.socket)
+    return Sandbox(
+        settings.sandbox,
+        agent=agent_kind(settings),
+        state_dir=settings.state_dir,
+        base=settings.cwd if isolated is not None else None,
+        shared_objects=getattr(isolated.worktrees, "shared_objects", lambda: ())
+        if isolated is not None
+        else None,  # TEMPORARY until the worktrees land
+        sockets=sockets,
+        programs=agent_programs(settings),
+        runs_processes=agent_kind(settings) != "echo",
+    )
+
+
 async def _start_agent(
-    settings: Settings, conversations: Isolated | Shared, backend: AgentBackend, storage: Storage
+    settings: Settings,
+    conversations: Isolated | Shared,
+    backend: AgentBackend,
+    storage: Storage,
+    sandbox: Sandbox,
 ) -> None:
     """Starts the agent backend once the worktrees of conversations that no longer exist
-    are pruned (a spare agent may start in a worktree), and says how conversations are
-    kept apart."""
+    are pruned (a spare agent may start in a worktree), and once a fence can be made
+    around it; says how conversations are kept apart and fenced."""
+    try:
+        await sandbox.start()
+    except SandboxUnavailable as exc:
+        raise AgentStartError(f"cannot fence the agent: {exc}") from None
+    if sandbox.on:
+        log.info("sandbox: %s", sandbox.describe())
+    else:
+        log.warning("sandbox: %s", sandbox.describe())
     pruned = []
     if isinstance(conversations, Isolated):
         pruned = await conversations.worktrees.prune(await storage.contexts())

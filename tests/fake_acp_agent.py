@@ -43,14 +43,15 @@ words acted on in order of appearance:
                   tool's title, input and output, a file written (hostile.txt) and its
                   edit's diff, and a permission request's title and input
 
-A turn ends with "turn <n> of session <sid> in process <pid>" (plus the URIs of
+A turn ends with "turn <n> of session <sid> in process <pid>.<start>" (plus the URIs of
 embedded resources, if any) and stop reason end_turn.
 
 It offers session/resume and session/close (--no-resume, --no-close: it does not), and
 a config option of category model, "fast" or "smart" (--no-config-options: none).
 With --slow-close (--slow-resume) its session/close (session/resume) answers only when
 tailagent sends $/cancel_request for it (then with -32800, Request Cancelled). With
---log PATH it appends one line per lifecycle call it gets: "new|load|resume|close SID",
+--log PATH it appends one line per lifecycle call it gets: "new|load|resume|close SID"
+(--log - writes them to stderr as "lifecycle: …", which the server logs),
 "cancel_request ID", "close|resume SID cancelled", "elicitation answered ACTION".
 
 Run: python tests/fake_acp_agent.py [--no-load] [--no-resume] [--no-close] [--slow-close]
@@ -134,6 +135,14 @@ from acp.schema import (
     UsageUpdate,
 )
 
+def _process_token() -> str:
+    """Its pid and start time (tests/processes.py process_token): inside a sandbox's pid
+    namespace the pid alone is 2 in every agent."""
+    start = Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19]
+    return f"{os.getpid()}.{start}"
+
+
+_PROCESS = _process_token()
 AGENT_NAME = "fake-acp-agent"
 AGENT_VERSION = "1.0.0"
 DEFAULT_SLOW_TICKS = 3
@@ -395,9 +404,13 @@ class FakeAgent:
                 cancelled.set()
 
     def _note(self, line: str) -> None:
-        if self._log is not None:
-            with self._log.open("a") as log:
-                log.write(line + "\n")
+        if self._log is None:
+            return
+        if str(self._log) == "-":  # on stderr, which the server logs: out of any sandbox
+            print(f"lifecycle: {line}", file=sys.stderr, flush=True)
+            return
+        with self._log.open("a") as log:
+            log.write(line + "\n")
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         session = self._sessions.get(session_id)
@@ -434,7 +447,7 @@ class FakeAgent:
                     raise TurnCancelled
         except TurnCancelled:
             return PromptResponse(stop_reason="cancelled")
-        closing = f"turn {session.turns} of session {session_id} in process {os.getpid()}"
+        closing = f"turn {session.turns} of session {session_id} in process {_PROCESS}"
         if resources:
             closing += " resources: " + ", ".join(resources)
         await self._say(turn, closing)

@@ -16,6 +16,47 @@ def alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
+def process_token(pid: int) -> str:
+    """A process's name that holds inside a sandbox's pid namespace and outside it: its
+    pid there (every fenced agent is pid 2 in its own namespace) and its start time in
+    clock ticks since boot, which no namespace changes."""
+    start = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    return f"{pid}.{start}"
+
+
+def token_pid(token: str) -> int | None:
+    """The pid, seen from here, of the live process a `process_token` names: the same
+    start time, and that pid innermost in its namespaces."""
+    inner, _, start = token.partition(".")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, StopIteration):
+            if (entry / "stat").read_text().rpartition(")")[2].split()[19] != start:
+                continue
+            status = (entry / "status").read_text()
+            nspids = next(line for line in status.splitlines() if line.startswith("NSpid:"))
+            if nspids.split()[-1] == inner and alive(int(entry.name)):
+                return int(entry.name)
+    return None
+
+
+def token_alive(token: str) -> bool:
+    """Whether the process a `process_token` names still runs."""
+    return token_pid(token) is not None
+
+
+def ancestors(pid: int) -> list[int]:
+    """`pid`'s parent, its parent's parent, … up to init (a fenced agent's starts with
+    the sandbox's own processes, then the server's child)."""
+    found = []
+    with contextlib.suppress(OSError):
+        while pid > 1:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+            found.append(pid)
+    return found
+
+
 def children(pid: int) -> list[int]:
     """The live child processes of `pid` (say, a server's agent processes)."""
     path = Path(f"/proc/{pid}/task/{pid}/children")

@@ -18,11 +18,11 @@ from google.protobuf.json_format import MessageToDict
 
 from tests.a2a_helpers import A2A, data_parts, kind_of, state_name, texts, user_message
 from tests.conftest import RunningServer, start_server
-from tests.processes import alive, children
+from tests.processes import ancestors, children, token_alive, token_pid
 from tests.test_tokens_and_owners import add_token
 
 FAKE = Path(__file__).with_name("fake_acp_agent.py")
-TURN = re.compile(r"turn (\d+) of session (\w+) in process (\d+)")
+TURN = re.compile(r"turn (\d+) of session (\w+) in process (\d+\.\d+)")
 
 
 def agent_command(*flags: str) -> str:
@@ -43,10 +43,11 @@ def answer_text(turn) -> str:  # type: ignore[no-untyped-def]
     return "".join(texts(a.artifact) for a in turn.artifacts("response"))
 
 
-def turn_info(turn) -> tuple[int, str, int]:  # type: ignore[no-untyped-def]
+def turn_info(turn) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    """The turn's number, its session and its process (tests/processes.py process_token)."""
     match = TURN.search(answer_text(turn))
     assert match, answer_text(turn)
-    return int(match.group(1)), match.group(2), int(match.group(3))
+    return int(match.group(1)), match.group(2), match.group(3)
 
 
 @pytest.fixture(scope="module")
@@ -223,10 +224,10 @@ async def test_an_agent_deaf_to_cancel_is_killed_after_the_bound(agent: A2A) -> 
         assert time.monotonic() - started < 10
         await asyncio.wait_for(stream.aclose(), 5)
     for _ in range(50):
-        if not alive(pid):
+        if not token_alive(pid):
             break
         await asyncio.sleep(0.1)
-    assert not alive(pid)
+    assert not token_alive(pid)
     after = await agent.turn(user_message("after", context_id=before.context_id))
     assert after.final_state == "completed" and turn_info(after)[2] != pid
 
@@ -253,10 +254,10 @@ async def test_idle_processes_stop_and_the_context_resumes_with_session_load(
         first = await agent.turn("hello")
         _, session, pid = turn_info(first)
         for _ in range(50):
-            if not alive(pid):
+            if not token_alive(pid):
                 break
             await asyncio.sleep(0.1)
-        assert not alive(pid)
+        assert not token_alive(pid)
         again = await agent.turn(user_message("again", context_id=first.context_id))
         notices = [texts(s.status.message) for s in again.statuses if kind_of(s) == "notice"]
         assert "Resumed the agent session of this context (with session/load)." in notices
@@ -274,7 +275,7 @@ async def test_without_session_load_a_resumed_context_says_continuity_was_lost(
         first = await agent.turn("hello")
         pid = turn_info(first)[2]
         for _ in range(50):
-            if not alive(pid):
+            if not token_alive(pid):
                 break
             await asyncio.sleep(0.1)
         again = await agent.turn(user_message("again", context_id=first.context_id))
@@ -292,7 +293,7 @@ async def test_max_processes_evicts_only_idle_ones(tmp_path: Path) -> None:
         first = await agent.turn("hello")
         second = await agent.turn("other context")  # the idle first one is evicted
         assert second.final_state == "completed"
-        assert not alive(turn_info(first)[2])
+        assert not token_alive(turn_info(first)[2])
         parked = await agent.turn("ask")
         refused = await agent.turn("a third")
         assert refused.final_state == "failed"
@@ -309,7 +310,8 @@ async def test_a_warm_spare_is_ready_before_the_first_new_context(tmp_path: Path
         spare_pids = set(children(server.process.pid))
         assert len(spare_pids) == 1  # started and initialized before the first request
         turn = await agent.turn("hello")
-        assert turn_info(turn)[2] in spare_pids
+        agent_pid = token_pid(turn_info(turn)[2])
+        assert agent_pid is not None and spare_pids & {agent_pid, *ancestors(agent_pid)}
         for _ in range(50):  # and a new spare takes its place
             if len(set(children(server.process.pid))) == 2:
                 break

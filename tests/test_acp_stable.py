@@ -13,23 +13,27 @@ from tailagent.agents.acp.presets import CUSTOM
 from tailagent.agents.events import AgentEvent, PromptText, TurnDone, UsageUpdated
 from tailagent.config import AgentSettings
 from tests.a2a_helpers import A2A, kind_of, state_name, texts, user_message
-from tests.processes import alive
+from tests.conftest import RunningServer
+from tests.processes import token_alive
 from tests.test_acp import agent_command, answer_text, start_acp, turn_info
 from tests.test_call_cli import call, reply_lines, run_reply
 
 IDLE = "[agent]\nidle_timeout = 0.3\nwarm_spares = 0\ncancel_timeout = 1\n"
 
 
-async def gone(pid: int) -> None:
+async def gone(pid: str) -> None:
     for _ in range(100):
-        if not alive(pid):
+        if not token_alive(pid):
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"agent process {pid} still runs")
 
 
-def calls(log: Path) -> list[str]:
-    return log.read_text().splitlines() if log.exists() else []
+def calls(server: RunningServer) -> list[str]:
+    """The lifecycle calls the fake agents got, in order: they say them on stderr
+    (`--log -`), which the server logs; no file outside their sandbox could carry them."""
+    marker = "stderr: lifecycle: "
+    return [line.split(marker, 1)[1] for line in server.log().splitlines() if marker in line]
 
 
 def notices(turn) -> list[str]:  # type: ignore[no-untyped-def]
@@ -39,8 +43,7 @@ def notices(turn) -> list[str]:  # type: ignore[no-untyped-def]
 async def reaped_and_again(tmp_path: Path, *flags: str) -> tuple[str, list[str], list[str]]:
     """A turn, its idle process reaped, a second turn in the same context: the session
     id of the first, what the agents were asked, and the second turn's notices."""
-    log = tmp_path / "calls.log"
-    server = start_acp(tmp_path, "--log", str(log), *flags, config=IDLE)
+    server = start_acp(tmp_path, "--log", "-", *flags, config=IDLE)
     try:
         agent = A2A(server.url, server.token)
         first = await agent.turn("hello")
@@ -48,7 +51,7 @@ async def reaped_and_again(tmp_path: Path, *flags: str) -> tuple[str, list[str],
         await gone(pid)
         again = await agent.turn(user_message("again", context_id=first.context_id))
         assert again.final_state == "completed", answer_text(again)
-        return session, calls(log), notices(again)
+        return session, calls(server), notices(again)
     finally:
         server.stop()
 
@@ -79,29 +82,27 @@ async def test_an_agent_without_session_close_is_just_stopped(tmp_path: Path) ->
 
 
 async def test_a_server_stop_closes_the_sessions_it_holds(tmp_path: Path) -> None:
-    log = tmp_path / "calls.log"
-    server = start_acp(tmp_path, "--log", str(log))
+    server = start_acp(tmp_path, "--log", "-")
     try:
         turn = await A2A(server.url, server.token).turn("hello")
         session = turn_info(turn)[1]
     finally:
         assert server.stop() == 0
-    assert f"close {session}" in calls(log)
+    assert f"close {session}" in calls(server)
 
 
 # --- $/cancel_request ---------------------------------------------------------------------------
 
 
 async def test_a_session_close_left_unanswered_is_cancelled_by_request_id(tmp_path: Path) -> None:
-    log = tmp_path / "calls.log"
-    server = start_acp(tmp_path, "--log", str(log), "--slow-close", config=IDLE)
+    server = start_acp(tmp_path, "--log", "-", "--slow-close", config=IDLE)
     try:
         first = await A2A(server.url, server.token).turn("hello")
         _, session, pid = turn_info(first)
         await gone(pid)  # cancel_timeout (1 s), then $/cancel_request, then the stop
     finally:
         server.stop()
-    seen = calls(log)
+    seen = calls(server)
     assert seen[1] == f"close {session}"
     assert seen[2].startswith("cancel_request ") and seen[2].split()[1].isdigit()
     assert seen[3] == f"close {session} cancelled"
@@ -110,9 +111,8 @@ async def test_a_session_close_left_unanswered_is_cancelled_by_request_id(tmp_pa
 async def test_a_session_resume_left_unanswered_is_cancelled_and_load_takes_over(
     tmp_path: Path,
 ) -> None:
-    log = tmp_path / "calls.log"
     config = IDLE + "start_timeout = 2\n"
-    server = start_acp(tmp_path, "--log", str(log), "--slow-resume", config=config)
+    server = start_acp(tmp_path, "--log", "-", "--slow-resume", config=config)
     try:
         agent = A2A(server.url, server.token)
         first = await agent.turn("hello")
@@ -124,7 +124,7 @@ async def test_a_session_resume_left_unanswered_is_cancelled_and_load_takes_over
         said = notices(again)
     finally:
         server.stop()
-    seen = calls(log)
+    seen = calls(server)
     at = seen.index(f"resume {session}")
     assert seen[at + 1].startswith("cancel_request ")
     assert seen[at + 2 : at + 4] == [f"resume {session} cancelled", f"load {session}"]
@@ -240,8 +240,7 @@ def test_an_elicitation_is_a_question_per_field_answered_from_the_cli(tmp_path: 
 async def test_a_canceled_elicitation_is_answered_cancel_and_the_session_goes_on(
     tmp_path: Path,
 ) -> None:
-    log = tmp_path / "calls.log"
-    server = start_acp(tmp_path, "--log", str(log))
+    server = start_acp(tmp_path, "--log", "-")
     try:
         agent = A2A(server.url, server.token)
         asked = await agent.turn("elicit")
@@ -254,6 +253,6 @@ async def test_a_canceled_elicitation_is_answered_cancel_and_the_session_goes_on
         after = await agent.turn(user_message("after", context_id=asked.context_id))
         assert after.final_state == "completed"
         assert turn_info(after)[0] == 2
-        assert "elicitation answered cancel" in calls(log)
+        assert "elicitation answered cancel" in calls(server)
     finally:
         server.stop()

@@ -56,7 +56,7 @@ FLOORS = [
         "sdk_queues", "sdk_sql", "sdk_tracing"}),
     ("the box and the network: who calls, on which socket, through which tailnet", {
         "access", "listener", "secret_env", "serving", "tailnet", "presence", "tsnet",
-        "origin", "service"}),
+        "origin", "service", "sandbox"}),
     ("the work, knowing nothing of A2A", {"agents", "workspace", "webpush"}),
     ("A2A's edges: the card, the client, plain routes, push", {
         "card", "client", "plain_routes", "push"}),

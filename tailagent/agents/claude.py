@@ -69,11 +69,15 @@ from tailagent.agents.spares import Spares
 from tailagent.config import ClaudeSettings
 from tailagent.mcp_servers import McpServer
 from tailagent.origin import frozen
+from tailagent.sandbox.fences import Sandbox
 
 log = logging.getLogger("tailagent.agent")
 
 
 EDIT_TOOLS = ("Write", "Edit", "MultiEdit")
+# Claude Code's own refusal to read outside its working directories (2026), passed as
+# flag settings, which outrank every settings file.
+BLOCK_OUTSIDE_READS = json.dumps({"permissions": {"blockReadsOutsideWorkingDirectories": True}})
 STDERR_TAIL_LINES = 20
 _DONE = object()
 
@@ -213,8 +217,10 @@ class ClaudeSession:
         cli: Path,
         mcp_servers: tuple[McpServer, ...] = (),
         max_budget_usd: float | None = None,
+        launcher: Path | None = None,
     ):
         self._settings = settings
+        self._launcher = launcher or cli  # what runs (the CLI inside its sandbox)
         self._max_budget_usd = max_budget_usd
         # Claude Code's result restates the cost of its whole process (every turn it
         # served): a turn's cost is what that total grew by since the last result.
@@ -246,7 +252,9 @@ class ClaudeSession:
             setting_sources=list(s.setting_sources),  # type: ignore[arg-type]
             max_turns=s.max_turns,
             system_prompt={"type": "preset", "preset": "claude_code"},
-            cli_path=str(self._cli),
+            cli_path=str(self._launcher),
+            # A second layer under the sandbox, where Claude Code knows the setting.
+            settings=BLOCK_OUTSIDE_READS,
             resume=self._session_id if resume else None,
             session_id=None if resume else self._session_id,
             can_use_tool=self._can_use_tool,
@@ -481,8 +489,10 @@ class ClaudeBackend:
         warm_spares: int = 0,
         spare_directory: Callable[[], Awaitable[Path]] | None = None,
         max_budget_usd: float | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.settings = settings
+        self.sandbox = sandbox
         self.max_budget_usd = max_budget_usd  # `budgets.per_task_usd`
         self.mcp_servers = mcp_servers
         self.workspace = workspace
@@ -535,14 +545,19 @@ class ClaudeBackend:
 
     async def _connect(self, resume_id: str | None, cwd: Path | None = None) -> ClaudeSession:
         assert self._cli.path is not None  # start() checked it
+        directory = cwd or self.workspace
+        # The CLI, and every tool, hook and MCP server it starts, runs in the
+        # conversation's sandbox: the SDK is handed a launcher instead of the CLI.
+        fence = self.sandbox.fence(directory) if self.sandbox is not None else None
         session = ClaudeSession(
             self.settings,
-            cwd or self.workspace,
+            directory,
             resume_id or str(uuid.uuid4()),
             resume_id is not None,
             self._cli.path,
             self.mcp_servers,
             self.max_budget_usd,
+            launcher=fence.launcher(self._cli.path) if fence is not None else None,
         )
         try:
             await session.connect()

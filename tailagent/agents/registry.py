@@ -6,25 +6,63 @@ MCP) take ~0.9 s and tens of MB to load, which an echo or ACP server never uses.
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from tailagent.agents.acp.presets import CUSTOM, PRESETS
+from tailagent.agents.acp.presets import CUSTOM, PRESETS, command_line
 from tailagent.agents.events import AgentBackend
 from tailagent.config import Settings
+from tailagent.sandbox.fences import Sandbox
 
 
 def make_backend(
-    settings: Settings, spare_directory: Callable[[], Awaitable[Path]] | None = None
+    settings: Settings,
+    spare_directory: Callable[[], Awaitable[Path]] | None = None,
+    sandbox: Sandbox | None = None,
 ) -> AgentBackend:
     """`spare_directory`, when conversations get directories of their own, says where
-    an agent started ahead should start (only Claude Code's needs it: an ACP session is
-    given its directory when it opens, and echo starts nothing ahead)."""
-    backend = _backend(settings, spare_directory)
+    an agent started ahead should start (Claude Code's, whose directory is fixed when it
+    starts, and a fenced ACP agent's, whose sandbox is; echo starts nothing ahead).
+    `sandbox` fences every process an agent runs (echo runs none)."""
+    backend = _backend(settings, spare_directory, sandbox)
     if settings.agent_process.caller_modes is not None:
         # The operator's word, for an agent whose modes tailagent does not know.
         backend.caller_modes = settings.agent_process.caller_modes
     return backend
+
+
+def agent_kind(settings: Settings) -> str:
+    """Which agent runs, by the name its sandbox knows it: `claude` (Claude Code through
+    the SDK), a preset's name, `echo` (in the server's process), or `custom`."""
+    if settings.agent_command is None and settings.agent in ("claude", "echo"):
+        return settings.agent
+    if settings.agent in PRESETS:
+        return settings.agent
+    return "echo" if settings.agent_command is None else "custom"
+
+
+def agent_programs(settings: Settings) -> list[Path]:
+    """The agent's own files, which its sandbox shows even where they live in a place it
+    hides (a venv inside the checkout, a script under /tmp): the interpreter's prefixes,
+    its executable, and the files its command line names."""
+    programs = [Path(sys.prefix), Path(sys.base_prefix)]
+    kind = agent_kind(settings)
+    if kind == "claude":
+        from tailagent.agents.claude import find_cli
+
+        cli = find_cli(settings.claude).path
+        programs += [cli] if cli is not None else []
+    elif kind != "echo":
+        preset = PRESETS.get(settings.agent) or CUSTOM
+        argv = command_line(preset, settings.agent_process.package_version,
+                            settings.agent_command)  # fmt: skip
+        found = shutil.which(argv[0])
+        programs += [Path(found)] if found else []
+        programs += [Path(word) for word in argv[1:] if os.path.isabs(word) or os.sep in word]
+    return [p for p in programs if p.exists()]
 
 
 def agent_label(settings: Settings) -> str:
@@ -40,7 +78,9 @@ def agent_label(settings: Settings) -> str:
 
 
 def _backend(
-    settings: Settings, spare_directory: Callable[[], Awaitable[Path]] | None
+    settings: Settings,
+    spare_directory: Callable[[], Awaitable[Path]] | None,
+    sandbox: Sandbox | None,
 ) -> AgentBackend:
     preset = PRESETS.get(settings.agent)
     if settings.agent_command is None and settings.agent == "claude":
@@ -54,6 +94,7 @@ def _backend(
             warm_spares=settings.agent_process.warm_spares,
             spare_directory=spare_directory,
             max_budget_usd=settings.budgets.per_task_usd,
+            sandbox=sandbox,
         )
     if settings.agent_command is None and preset is None:
         from tailagent.agents.echo import EchoBackend
@@ -69,4 +110,6 @@ def _backend(
         settings.agent_process,
         settings.agent_command,
         settings.mcp_servers,
+        sandbox,
+        spare_directory,
     )

@@ -49,9 +49,10 @@ class Spares(Generic[T]):
         self._stale: list[T] = []  # spares whose directory went before they were taken
         self._refill: asyncio.Task[None] | None = None
 
-    def add(self, started: T) -> None:
-        """One started for another reason (a check at start-up) joins the spares."""
-        self._ready.append((None, started))
+    def add(self, started: T, directory: Path | None = None) -> None:
+        """One started for another reason (a check at start-up) joins the spares, as one
+        for `directory` when spares are started where conversations will work."""
+        self._ready.append((directory, started))
         self.top_up()
 
     def top_up(self) -> None:

@@ -150,7 +150,9 @@ class ClaudeSettings:
     permission_mode: str = "acceptEdits"
     model: str | None = None
     allowed_tools: tuple[str, ...] = ()
-    setting_sources: tuple[str, ...] = SETTING_SOURCES
+    # The person's own settings only: a repository's `.claude/settings*.json` (which the
+    # agent can write in its worktree) could allow tools tailagent would ask about.
+    setting_sources: tuple[str, ...] = ("user",)
     max_turns: int | None = None
     max_permission_denials: int | None = None
     permission_prompts: str = "input-required"
@@ -241,6 +243,26 @@ class WorkspaceSettings:
     max_worktrees_per_caller: int = 20
 
 
+SANDBOX_MODES = ("on", "off")
+SANDBOX_NETWORKS = ("on", "allowlist", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSettings:
+    """The fence around each conversation's agent (the `[sandbox]` table; see
+    tailagent/sandbox/). On unless the operator says `off`, which every report states."""
+
+    mode: str = "on"
+    # `on`: the agent reaches the network as the box does (its model's API), never the
+    # server's sockets; `allowlist`: only through tailagent's proxy to `allow_hosts`;
+    # `none`: no network at all.
+    network: str = "on"
+    # Hosts the allowlist's proxy lets through, beside the agent's own API hosts.
+    allow_hosts: tuple[str, ...] = ()
+    # More paths the agent must not see (beside the state dir and the usual secrets).
+    hide: tuple[Path, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class BudgetSettings:
     """What the agent's work may cost (the `[budgets]` table), in US dollars, as the agent
@@ -292,6 +314,7 @@ class Settings:
     tsnet: TsnetSettings = field(default_factory=TsnetSettings)
     workspace: WorkspaceSettings = field(default_factory=WorkspaceSettings)
     budgets: BudgetSettings = field(default_factory=BudgetSettings)
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
 
     @property
     def store_url(self) -> str:

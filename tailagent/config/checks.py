@@ -74,6 +74,16 @@ def string_list(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def path_list(value: Any) -> tuple[Path, ...]:
+    """Absolute paths (`~` is the service user's home); from the environment,
+    comma-separated."""
+    paths = tuple(Path(item).expanduser() for item in string_list(value))
+    relative = [str(p) for p in paths if not p.is_absolute()]
+    if relative:
+        raise ValueError(f"paths must be absolute (or start with ~): {', '.join(relative)}")
+    return paths
+
+
 def tag_list(value: Any) -> tuple[str, ...]:
     tags = string_list(value)
     bad = [t for t in tags if not t.startswith("tag:")]

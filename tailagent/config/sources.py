@@ -19,6 +19,8 @@ from tailagent.config import (
     ISOLATION_MODES,
     LOG_LEVELS,
     PERMISSION_MODES,
+    SANDBOX_MODES,
+    SANDBOX_NETWORKS,
     AccessSettings,
     AgentSettings,
     AttachmentSettings,
@@ -27,6 +29,7 @@ from tailagent.config import (
     ConfigError,
     DeskSettings,
     PushSettings,
+    SandboxSettings,
     Settings,
     TailscaleSettings,
     TsnetSettings,
@@ -114,6 +117,10 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "workspace.max_worktrees_per_caller": checks.positive_int,
     "budgets.per_caller_daily_usd": checks.dollars,
     "budgets.per_task_usd": checks.dollars,
+    "sandbox.mode": checks.one_of(SANDBOX_MODES),
+    "sandbox.network": checks.one_of(SANDBOX_NETWORKS),
+    "sandbox.allow_hosts": checks.string_list,
+    "sandbox.hide": checks.path_list,
 }
 # TOML table -> Settings field; `agent` is also a plain key (which agent), so its
 # table lands in `agent_process`.
@@ -128,6 +135,7 @@ SECTIONS = {
     "tsnet": "tsnet",
     "workspace": "workspace",
     "budgets": "budgets",
+    "sandbox": "sandbox",
 }
 SECTION_TYPES = {
     "access": AccessSettings,
@@ -140,6 +148,7 @@ SECTION_TYPES = {
     "tsnet": TsnetSettings,
     "workspace": WorkspaceSettings,
     "budgets": BudgetSettings,
+    "sandbox": SandboxSettings,
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from tailagent.agents.events import Notice, Skill
 from tailagent.agents.spares import Spares
 from tailagent.config import AgentSettings
 from tailagent.mcp_servers import McpServer
+from tailagent.sandbox.fences import Sandbox
 
 log = logging.getLogger("tailagent.agent")
 # Login methods that take an API key from the agent's environment (codex-acp 2.x).
@@ -50,7 +52,10 @@ class AcpBackend:
         settings: AgentSettings,
         custom_command: str | None = None,
         mcp_servers: tuple[McpServer, ...] = (),
+        sandbox: Sandbox | None = None,
+        spare_directory: Callable[[], Awaitable[Path]] | None = None,
     ) -> None:
+        self.sandbox = sandbox
         self.mcp_servers: list[Any] = [_acp_server(s) for s in mcp_servers]
         self.preset = preset
         self.name = preset.name
@@ -74,25 +79,33 @@ class AcpBackend:
                 examples=("Fix the failing test in calc.py", "Explain what this repository does"),
             ),
         )
-        # Spare processes start in the workspace: a session's directory is given (and
-        # the editor side fenced to it) only when a conversation takes one.
+        # Unfenced, a spare process starts in the workspace and serves whichever
+        # conversation takes it (its editor side is fenced to that conversation's
+        # directory only then). Fenced, a process lives in one conversation's sandbox from
+        # its first instruction, so a spare starts in the directory the next conversation
+        # will work in (a worktree made ahead) and serves only that one.
+        fenced = sandbox is not None and sandbox.on
         self._spares = Spares(
             settings.warm_spares,
-            lambda _: self._spawn(),
+            self._spawn,
             lambda p: p.stop(grace=2.0),
             "agent process",
+            where=spare_directory if fenced else None,
         )
+        self._spare_directory = spare_directory if fenced else None
 
-    def _process(self) -> AgentProcess:
+    def _process(self, directory: Path) -> AgentProcess:
+        fence = self.sandbox.fence(directory) if self.sandbox is not None else None
         return AgentProcess(
             self.argv,
             self.env,
-            self.workspace,
-            lambda p: HostClient(p, self.workspace, self.settings.max_file_bytes),
+            directory,
+            lambda p: HostClient(p, directory, self.settings.max_file_bytes),
+            fence,
         )
 
-    async def _spawn(self) -> AgentProcess:
-        process = self._process()
+    async def _spawn(self, directory: Path | None = None) -> AgentProcess:
+        process = self._process(directory or self.workspace)
         await process.start(self.settings.start_timeout)
         return process
 
@@ -104,6 +117,12 @@ class AcpBackend:
             "agent.start_timeout allows %.0f s)",
             shlex.join(self.argv), self.settings.start_timeout,
         )  # fmt: skip
+        if self._spare_directory is not None:
+            # Fenced: the first process starts where the next conversation will work.
+            directory = await self._spare_directory()
+            first = await self._spawn(directory)
+            self._spares.add(first, directory)
+            return
         first = await self._spawn()
         if self.settings.warm_spares:
             self._spares.add(first)
@@ -113,7 +132,8 @@ class AcpBackend:
     async def open_session(
         self, resume_id: str | None = None, cwd: Path | None = None
     ) -> AcpSession:
-        process = await self._spares.take()
+        by_directory = self._spare_directory is not None
+        process = await self._spares.take(cwd if by_directory else None)
         try:
             return await self._open(process, resume_id, cwd or self.workspace)
         except BaseException:
@@ -245,6 +265,7 @@ class AcpBackend:
                 root,
                 self.settings.terminal_output_limit,
                 self.settings.max_terminals_per_turn,
+                process.fence,
             ),
         )
 

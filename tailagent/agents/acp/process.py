@@ -32,6 +32,7 @@ from acp.schema import (
 from tailagent import __version__
 from tailagent.agents.events import AgentStartError
 from tailagent.mends import Mend, applies
+from tailagent.sandbox.fences import Fence
 
 # `connection._conn.send_notification` is acp's private side, read for 0.12.1 only: on
 # another version tailagent does not reach into it (the call is given up without the
@@ -64,10 +65,14 @@ class AgentProcess:
         env: dict[str, str],
         cwd: Path,
         host: Callable[[AgentProcess], Any],
+        fence: Fence | None = None,
     ) -> None:
         self.argv = argv
         self._env = env
         self._cwd = cwd
+        # The conversation's sandbox: the agent starts inside it, and so does every
+        # terminal command it is allowed to run (None: unfenced, sandbox.mode = off).
+        self.fence = fence or Fence(cwd, (), "unfenced")
         self._host_factory = host
         self.host: Any = None
         self.connection: acp.core.ClientSideConnection | None = None
@@ -138,10 +143,10 @@ class AgentProcess:
                 f"cannot start the agent: {self.argv[0]!r} {where}"
                 + (" (install Node.js and npm)" if self.argv[0] in ("npx", "node") else "")
             )
+        argv = self.fence.wrap([program, *self.argv[1:]])
         try:
             self._process = await asyncio.create_subprocess_exec(
-                program,
-                *self.argv[1:],
+                *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,

@@ -15,6 +15,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tailagent.sandbox.fences import Fence
+
 TERMINAL_ENV = ("PATH", "HOME", "LANG", "TMPDIR", "TERM", "SHELL", "USER", "TZ")
 
 
@@ -51,8 +53,9 @@ class TerminalLimit(Exception):
 class Terminals:
     """The terminals of one agent session."""
 
-    def __init__(self, workspace: Path, output_limit: int, per_turn: int) -> None:
+    def __init__(self, workspace: Path, output_limit: int, per_turn: int, fence: Fence) -> None:
         self._workspace = workspace
+        self._fence = fence  # the conversation's: an approved command runs inside it too
         self._output_limit = output_limit
         self._per_turn = per_turn
         self._started_this_turn = 0
@@ -65,8 +68,7 @@ class Terminals:
             raise TerminalLimit(f"at most {self._per_turn} terminals per turn")
         self._started_this_turn += 1
         process = await asyncio.create_subprocess_exec(
-            command,
-            *args,
+            *self._fence.wrap([command, *args], cwd=cwd),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,

@@ -1,0 +1,1 @@
+"""The fence around each conversation's agent (issue 41)."""

@@ -1,0 +1,90 @@
+"""bubblewrap: the program that makes each fence, and the check that it can make one here.
+
+tailagent writes no namespace code of its own: `bwrap` (Flatpak's sandbox, and Claude
+Code's on Linux) takes a list of mounts and namespaces on its command line and runs a
+program inside them. What can stop it is the box, not tailagent: no `bwrap` installed,
+user namespaces switched off (a sysctl, Ubuntu's AppArmor rule for unconfined programs,
+or a systemd unit's `RestrictNamespaces=`). The check runs the same kind of fence a
+conversation gets around `true`, so a box that passes it can fence every agent, and one
+that fails says which of those it is and what to do.
+
+The system's own `/usr/bin/bwrap` is used rather than a copy brought by pip: on Ubuntu
+24.04 and later only that path has the AppArmor profile that lets an unprivileged
+program make a user namespace, and its build is the distribution's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+
+INSTALL = (
+    "install bubblewrap (Debian, Ubuntu: `sudo apt-get install bubblewrap`; Fedora: "
+    "`sudo dnf install bubblewrap`; Arch: `sudo pacman -S bubblewrap`)"
+)
+OFF = 'or set sandbox.mode = "off" to run agents unfenced (every report then says so)'
+# The namespaces every fence asks for; a systemd unit must allow these (see systemd/).
+NAMESPACE_FLAGS = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try")
+PROBE_TIMEOUT = 10.0
+
+
+class SandboxUnavailable(Exception):
+    """No fence can be made on this box; str() is what the person reads, fix included."""
+
+
+def find() -> Path | None:
+    """The system's bwrap: on PATH, else where distributions put it."""
+    found = shutil.which("bwrap")
+    if found:
+        return Path(found)
+    standard = Path("/usr/bin/bwrap")
+    return standard if os.access(standard, os.X_OK) else None
+
+
+def probe_argv(bwrap: Path, network: bool) -> list[str]:
+    """A fence like a conversation's (read-only root, private /proc, no capabilities) around
+    `true`; with `network`, a namespace of its own too (sandbox.network allowlist/none)."""
+    argv = [str(bwrap), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    argv += ["--cap-drop", "ALL", *NAMESPACE_FLAGS, "--die-with-parent"]
+    if network:
+        argv.append("--unshare-net")
+    return [*argv, "--", shutil.which("true") or "/bin/true"]
+
+
+def explain(stderr: str) -> str:
+    """bwrap's own error, and the likely cause in words a person can act on."""
+    said = stderr.strip().splitlines()[-1] if stderr.strip() else "no message"
+    lowered = said.lower()
+    if "user namespace" in lowered or "uid map" in lowered or "operation not permitted" in lowered:
+        cause = (
+            "this box does not let programs make user namespaces: allow them "
+            "(`sudo sysctl kernel.unprivileged_userns_clone=1`; on Ubuntu 24.04+, bwrap's "
+            "AppArmor profile must be installed, as the bubblewrap package does; under systemd, "
+            "the unit's RestrictNamespaces= must allow user mnt pid ipc uts cgroup net)"
+        )
+    else:
+        cause = "bwrap could not make a sandbox here"
+    return f"{cause} (bwrap said: {said})"
+
+
+async def check(network: bool) -> Path:
+    """The bwrap to fence agents with, once a fence was made with it here; else
+    SandboxUnavailable saying why and what to do."""
+    bwrap = find()
+    if bwrap is None:
+        raise SandboxUnavailable(f"no bubblewrap (bwrap) on this box: {INSTALL}, {OFF}")
+    try:
+        child = await asyncio.create_subprocess_exec(
+            *probe_argv(bwrap, network),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, stderr = await asyncio.wait_for(child.communicate(), timeout=PROBE_TIMEOUT)
+    except (OSError, TimeoutError) as exc:
+        raise SandboxUnavailable(f"{bwrap} did not run: {exc}; {OFF}") from None
+    if child.returncode != 0:
+        raise SandboxUnavailable(f"{explain(stderr.decode(errors='replace'))}; {OFF}")
+    return bwrap

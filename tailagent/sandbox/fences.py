@@ -1,0 +1,325 @@
+"""Each conversation's fence: what its agent sees, as one bwrap command line.
+
+Asking covers what an agent asks about; the fence covers the rest (its own `open()`,
+`git`, signals, sockets). Every process tailagent starts for a conversation's agent (the
+agent, a warm spare made for that conversation's directory, each terminal command an
+answer approved) starts through `Fence.wrap`, and what those start inherits the fence.
+What a fenced agent has:
+
+- its conversation's directory, read-write; a private temporary directory kept beside
+  it on disk (`/tmp` and `TMPDIR` inside), shared by its agent and its terminals;
+- the rest of the system read-only, its own processes only (a pid namespace: nothing
+  of the server or of another conversation in `/proc`, no signal reaches them), no
+  capabilities even when the server runs as root;
+- the service user's home read-only, with private copies of the agent's own login state
+  (see home.py).
+
+What it does not have: the state dir (tokens, keys, the database, the other
+conversations' directories), the base checkout (only its git objects, read-only, which a
+conversation's repository borrows), `/run` (tailscaled's socket, the server's, a database
+server's, Docker's), the usual secrets, and whatever `sandbox.hide` names.
+
+Order matters to bwrap, so the command line is written in layers: what is hidden
+because it is not the agent's (the base, /run, /tmp), then the agent's own programs that
+live there, shown read-only (a venv inside the checkout), then what must stay hidden
+whatever was shown (the state dir, secrets), then the conversation's own pieces on top.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tailagent.config import SandboxSettings
+from tailagent.sandbox import bwrap, home
+from tailagent.sandbox.home import AgentHome
+
+log = logging.getLogger("tailagent.sandbox")
+
+PRIVATE_TMP = Path("/tmp")
+SANDBOXES = "sandboxes"  # <state dir>/sandboxes/<key>: one conversation's private things
+RUN_KEPT = (Path("/run/systemd/resolve"),)  # /etc/resolv.conf points here on some boxes
+
+
+@dataclass(frozen=True)
+class Fence:
+    """One conversation's sandbox. An empty `options` runs programs unfenced
+    (`sandbox.mode = "off"`): the same calls, nothing around them."""
+
+    directory: Path
+    options: tuple[str, ...]
+    network: str
+    private: Path | None = None  # where its launchers are written (outside its view)
+    inside: tuple[str, ...] = ()  # what runs first inside (the network bridge)
+
+    @property
+    def sandboxed(self) -> bool:
+        return bool(self.options)
+
+    def wrap(self, argv: Sequence[str], cwd: Path | None = None) -> list[str]:
+        """`argv` as it runs inside the fence, from `cwd` (the conversation's directory
+        by default)."""
+        if not self.options:
+            return list(argv)
+        where = str(cwd or self.directory)
+        return [*self.options, "--chdir", where, "--", *self.inside, *argv]
+
+    def launcher(self, program: Path) -> Path:
+        """An executable that runs `program` (with its arguments) inside the fence: for a
+        library that takes a program's path, not a command line (claude-agent-sdk's
+        `cli_path`). It lives outside every fence, so no agent can change it."""
+        if not self.options or self.private is None:
+            return program
+        script = self.private / f"launch-{program.name}"
+        body = "#!/bin/sh\nexec " + shlex.join(self.wrap([str(program)])) + ' "$@"\n'
+        temporary = script.with_suffix(".new")
+        temporary.write_text(body)
+        temporary.chmod(0o700)
+        temporary.replace(script)
+        return script
+
+
+@dataclass
+class _Mounts:
+    """bwrap's mount options, in order."""
+
+    args: list[str] = field(default_factory=list)
+
+    def ro(self, path: Path) -> None:
+        self.args += ["--ro-bind", str(path), str(path)]
+
+    def rw(self, source: Path, target: Path | None = None) -> None:
+        self.args += ["--bind", str(source), str(target or source)]
+
+    def hide(self, path: Path) -> None:
+        """An empty directory over a directory, an empty file over anything else."""
+        if path.is_dir() and not path.is_symlink():
+            self.args += ["--tmpfs", str(path)]
+        elif path.exists() or path.is_symlink():
+            self.args += ["--ro-bind", "/dev/null", str(path)]
+
+
+def _interpreter() -> str:
+    """The Python that runs the network bridge inside a fence (no venv needed)."""
+    return os.path.realpath(sys.executable)
+
+
+def _existing(paths: Iterable[Path]) -> list[Path]:
+    return [p for p in paths if p.exists() or p.is_symlink()]
+
+
+def _within(path: Path, roots: Iterable[Path]) -> bool:
+    return any(path == root or path.is_relative_to(root) for root in roots)
+
+
+class Sandbox:
+    """Makes the fence of each conversation's directory, the same way for every agent.
+
+    `base` is the person's checkout when conversations have repositories of their own
+    (worktree isolation); `shared_objects` names the git objects those borrow. `sockets`
+    are the server's and tailscaled's, hidden wherever they are. `programs` are the
+    agent's own files (its executable, its interpreter's prefix), shown read-only even
+    where they live in a hidden place.
+    """
+
+    def __init__(
+        self,
+        settings: SandboxSettings,
+        *,
+        agent: str,
+        state_dir: Path,
+        base: Path | None = None,
+        shared_objects: Callable[[], tuple[Path, ...]] | None = None,
+        sockets: Sequence[Path] = (),
+        programs: Sequence[Path] = (),
+        user_home: Path | None = None,
+        runs_processes: bool = True,
+    ) -> None:
+        self.settings = settings
+        # The echo agent runs inside the server's process: nothing to fence, no check.
+        self.needed = runs_processes
+        self.agent_home: AgentHome = home.agent_home(agent)
+        self._agent = agent
+        self._state_dir = state_dir.resolve()
+        self._base = base.resolve() if base is not None else None
+        self._shared_objects = shared_objects
+        self._sockets = [Path(s) for s in sockets]
+        self._programs = [Path(p) for p in programs]
+        self._home = (user_home or Path.home()).resolve()
+        self._bwrap: Path | None = None
+        self._proxy: object | None = None
+        self._network_inside: tuple[str, ...] = ()
+        self._network_options: tuple[str, ...] = ()
+
+    @property
+    def on(self) -> bool:
+        """Agent processes run fenced."""
+        return self.settings.mode == "on" and self.needed
+
+    def summary(self) -> dict[str, str]:
+        """What reports say: the start's log, /healthz, doctor, the desk, the audit."""
+        if not self.needed:
+            return {"mode": "none needed", "network": "none"}
+        if not self.on:
+            return {"mode": "off", "network": "unfenced"}
+        return {"mode": "on", "network": self.settings.network}
+
+    def describe(self) -> str:
+        if not self.needed:
+            return "none needed: the echo agent runs no process of its own"
+        if not self.on:
+            return "OFF (sandbox.mode = off): agents run unfenced, as the service user"
+        return f"on (bubblewrap; network: {self.settings.network})"
+
+    async def start(self) -> None:
+        """Checks a fence can be made here (SandboxUnavailable says why not and what to
+        do) and starts what the network mode needs."""
+        if not self.on:
+            return
+        self._bwrap = await bwrap.check(network=self.settings.network != "on")
+        if self.settings.network == "allowlist":
+            await self._start_proxy()
+        self._sweep()
+
+    async def _start_proxy(self) -> None:
+        from tailagent.sandbox.proxy import AllowlistProxy, bridge_argv, proxy_env
+
+        folder = self._state_dir / SANDBOXES / ".net"
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        socket = folder / "proxy.sock"
+        hosts = (*self.agent_home.hosts, *self.settings.allow_hosts)
+        proxy = AllowlistProxy(socket, hosts)
+        await proxy.start()
+        self._proxy = proxy
+        port = 3128
+        bridge = bridge_argv(_interpreter(), str(socket), port)
+        self._programs.append(Path(bridge[3]))  # the bridge's script, shown inside
+        self._network_inside = tuple(bridge)
+        env = proxy_env(port)
+        options = ["--bind", str(folder), str(folder)]
+        for name, value in env.items():
+            options += ["--setenv", name, value]
+        self._network_options = tuple(options)
+        log.info("sandbox: agents reach only %s, through tailagent's proxy", ", ".join(hosts))
+
+    async def aclose(self) -> None:
+        proxy = self._proxy
+        self._proxy = None
+        if proxy is not None:
+            await proxy.aclose()  # type: ignore[attr-defined]
+
+    @property
+    def proxy(self) -> object | None:
+        """The allowlist's proxy, when there is one (its refusals are counted)."""
+        return self._proxy
+
+    # ---- one conversation's fence ---------------------------------------------------
+
+    def private_dir(self, directory: Path) -> Path:
+        """Where a conversation's private things live: its temp dir, its home copies."""
+        key = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:20]
+        return self._state_dir / SANDBOXES / key
+
+    def fence(self, directory: Path) -> Fence:
+        """The fence of the conversation working in `directory`."""
+        directory = directory.resolve()
+        if not self.on:
+            return Fence(directory, (), "unfenced")
+        assert self._bwrap is not None, "Sandbox.start() checks bwrap first"
+        private = self.private_dir(directory)
+        tmp = private / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (private / "directory").write_text(str(directory))
+        mounts = _Mounts(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"])
+        self._hide_foreign(mounts, directory, tmp)
+        self._show_programs(mounts, directory)
+        self._hide_secrets(mounts)
+        self._home_layers(mounts, private / "home")
+        self._own(mounts, directory)
+        options = [str(self._bwrap), *mounts.args, "--setenv", "TMPDIR", str(PRIVATE_TMP)]
+        options += ["--cap-drop", "ALL", *bwrap.NAMESPACE_FLAGS]
+        options += ["--die-with-parent", "--new-session"]
+        if self.settings.network != "on":
+            options += ["--unshare-net", *self._network_options]
+        return Fence(directory, tuple(options), self.settings.network, private,
+                     self._network_inside)  # fmt: skip
+
+    def _hidden_roots(self, directory: Path) -> list[Path]:
+        """Places hidden because they are not the agent's, where its own programs may
+        still live (and are then shown)."""
+        roots = [PRIVATE_TMP, Path("/run")]
+        if self._base is not None and self._base != directory:
+            roots.append(self._base)
+        return roots
+
+    def _hide_foreign(self, mounts: _Mounts, directory: Path, tmp: Path) -> None:
+        mounts.args += ["--tmpfs", "/run"]
+        for kept in _existing(RUN_KEPT):
+            mounts.ro(kept)
+        mounts.rw(tmp, PRIVATE_TMP)
+        if self._base is not None and self._base != directory:
+            mounts.hide(self._base)
+            for objects in self._shared_objects() if self._shared_objects else ():
+                mounts.ro(objects)
+
+    def _show_programs(self, mounts: _Mounts, directory: Path) -> None:
+        roots = self._hidden_roots(directory)
+        seen: set[Path] = set()
+        for program in self._programs:
+            path = Path(os.path.realpath(program))
+            shown = path if path.is_dir() else path.parent
+            if shown in seen or not shown.exists() or not _within(shown, roots):
+                continue
+            if shown in roots:  # a program directly in /tmp: show the file, not all of /tmp
+                shown = path
+            seen.add(shown)
+            mounts.ro(shown)
+
+    def _hide_secrets(self, mounts: _Mounts) -> None:
+        mounts.hide(self._state_dir)
+        for secret in (*[self._home / s for s in home.SECRETS], *home.SYSTEM_SECRETS):
+            mounts.hide(secret)
+        for entry in home.others_logins(self._agent):
+            mounts.hide(self._home / entry)
+        for extra in self.settings.hide:
+            mounts.hide(extra)
+        for socket in self._sockets:
+            if not _within(socket, [self._state_dir, Path("/run"), PRIVATE_TMP]):
+                mounts.hide(socket)
+
+    def _home_layers(self, mounts: _Mounts, copies: Path) -> None:
+        agent = self.agent_home
+        for entry in agent.writable:
+            copy = copies / entry
+            home.seed(self._home / entry, copy)
+            mounts.rw(copy, self._home / entry)
+        for login in agent.logins:
+            real = self._home / login
+            if real.is_file() and not real.is_symlink():
+                mounts.rw(real)
+        for fixed in agent.fixed:
+            mounts.args += ["--ro-bind", str(home.fixed_file(self._home, copies, fixed)),
+                            str(self._home / fixed)]  # fmt: skip
+
+    def _own(self, mounts: _Mounts, directory: Path) -> None:
+        mounts.rw(directory)
+
+    def _sweep(self) -> None:
+        """Private things of directories that are gone (a conversation merged or
+        discarded while the server was down) go too."""
+        folder = self._state_dir / SANDBOXES
+        if not folder.is_dir():
+            return
+        for private in folder.iterdir():
+            marker = private / "directory"
+            if private.name.startswith(".") or not marker.is_file():
+                continue
+            if not Path(marker.read_text()).is_dir():
+                shutil.rmtree(private, ignore_errors=True)

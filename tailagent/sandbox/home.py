@@ -1,0 +1,196 @@
+"""The service user's home as a fenced agent sees it.
+
+Read-only, with its secrets hidden: an agent that could write `~/.bashrc`,
+`~/.claude/settings.json` or `~/.config/git/config` would plant a command in every later
+conversation. But an agent's login keeps state it must write (Claude Code its session
+transcripts and `~/.claude.json`, Codex and Gemini their own folders), so each of those
+entries gets a private copy per conversation, made from the person's own when the
+conversation starts and kept beside it: what one conversation's agent writes there is
+seen by that conversation alone. Two kinds of file in it are not the copy's:
+
+- the login itself (`~/.claude/.credentials.json`): bound to the real file, read-write,
+  because a refreshed OAuth token must reach the next conversation (a stale copy's
+  refresh token is revoked by the refresh);
+- the agent's own settings (`~/.claude/settings.json`, Codex's `config.toml`, Gemini's
+  `settings.json`): bound read-only, since they can allow tools without asking, add
+  hooks and MCP servers; the agent reads the person's, and cannot change them.
+
+Every other agent's entries (their logins) are hidden, as are the usual secrets.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("tailagent.sandbox")
+
+# What an agent never needs and a thief wants, relative to the home (`sandbox.hide` adds).
+SECRETS = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".config/gh",
+    ".config/hub",
+    ".netrc",
+    ".git-credentials",
+    ".docker",
+    ".kube",
+    ".npmrc",
+    ".pypirc",
+    ".pgpass",
+    ".password-store",
+    ".local/share/keyrings",
+    ".terraform.d",
+)
+# Outside any home: tailscaled's node keys and the system's password hashes (root reads
+# them by ownership even with no capabilities).
+SYSTEM_SECRETS = (
+    Path("/var/lib/tailscale"),
+    Path("/etc/shadow"),
+    Path("/etc/gshadow"),
+    Path("/etc/ssh/ssh_host_rsa_key"),
+    Path("/etc/ssh/ssh_host_ecdsa_key"),
+    Path("/etc/ssh/ssh_host_ed25519_key"),
+)
+# A private copy takes the person's small files, not the history of every other
+# conversation (Claude's `projects/`), nor caches, nor a copy of a login (which is bound
+# to the real file instead).
+COPY_SKIPS = frozenset(
+    {"projects", "shell-snapshots", "todos", "statsig", "logs", "cache", "tmp", "sessions"}
+    | {".credentials.json", "auth.json", "oauth_creds.json", "google_accounts.json"}
+)
+COPY_MAX_FILE = 1024 * 1024
+COPY_MAX_DEPTH = 4
+
+
+@dataclass(frozen=True)
+class AgentHome:
+    """What one agent keeps in the home, relative to it."""
+
+    writable: tuple[str, ...] = ()  # a private copy per conversation
+    logins: tuple[str, ...] = ()  # the real file, read-write (inside a writable entry)
+    # The person's file, read-only, inside a writable entry (the rest of the home is
+    # read-only already).
+    fixed: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()  # what sandbox.network = "allowlist" lets it reach
+
+
+CLAUDE = AgentHome(
+    writable=(".claude", ".claude.json"),
+    logins=(".claude/.credentials.json",),
+    fixed=(".claude/settings.json",),
+    hosts=("api.anthropic.com", "statsig.anthropic.com", "console.anthropic.com", "claude.ai"),
+)
+AGENT_HOMES: dict[str, AgentHome] = {
+    "claude": CLAUDE,
+    "claude-acp": CLAUDE,
+    "codex": AgentHome(
+        writable=(".codex",),
+        logins=(".codex/auth.json",),
+        fixed=(".codex/config.toml",),
+        hosts=("api.openai.com", "chatgpt.com", "auth.openai.com"),
+    ),
+    "gemini": AgentHome(
+        writable=(".gemini",),
+        logins=(".gemini/oauth_creds.json", ".gemini/google_accounts.json"),
+        fixed=(".gemini/settings.json",),
+        hosts=(
+            "generativelanguage.googleapis.com",
+            "cloudcode-pa.googleapis.com",
+            "oauth2.googleapis.com",
+        ),
+    ),
+    "opencode": AgentHome(
+        writable=(".local/share/opencode", ".local/state/opencode"),
+        logins=(".local/share/opencode/auth.json",),
+        hosts=("opencode.ai", "api.anthropic.com", "api.openai.com"),
+    ),
+    "copilot": AgentHome(
+        writable=(".copilot",),
+        fixed=(".copilot/config.json",),
+        hosts=("api.githubcopilot.com", "api.github.com", "github.com"),
+    ),
+    "qwen": AgentHome(
+        writable=(".qwen",),
+        logins=(".qwen/oauth_creds.json",),
+        fixed=(".qwen/settings.json",),
+        hosts=("chat.qwen.ai", "dashscope.aliyuncs.com"),
+    ),
+}
+
+
+def agent_home(agent: str) -> AgentHome:
+    """The home entries of the agent a configuration names (none for a custom command)."""
+    return AGENT_HOMES.get(agent, AgentHome())
+
+
+def others_logins(agent: str) -> tuple[str, ...]:
+    """Every other known agent's entries: their logins are no business of this one."""
+    mine = set(agent_home(agent).writable)
+    return tuple(
+        sorted({e for home in AGENT_HOMES.values() for e in home.writable if e not in mine})
+    )
+
+
+def seed(source: Path, copy: Path) -> None:
+    """Makes `copy` once from the person's `source` (small regular files, no links), so
+    a conversation's agent starts from their configuration and writes only its own."""
+    if copy.exists() or copy.is_symlink():
+        return
+    copy.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        info = source.lstat()
+    except OSError:
+        info = None
+    if info is not None and stat.S_ISREG(info.st_mode) and info.st_size <= COPY_MAX_FILE:
+        shutil.copyfile(source, copy)
+        return
+    if source.name.endswith(".json") and (info is None or not stat.S_ISDIR(info.st_mode)):
+        copy.write_text("{}")  # Claude's ~/.claude.json must be a JSON file to be written
+        return
+    copy.mkdir(mode=0o700)
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        _copy_tree(source, copy, COPY_MAX_DEPTH)
+
+
+def _copy_tree(source: Path, copy: Path, depth: int) -> None:
+    try:
+        entries = list(os.scandir(source))
+    except OSError as exc:
+        log.info("sandbox: could not read %s to copy it: %s", source, exc)
+        return
+    for entry in entries:
+        if entry.name in COPY_SKIPS or entry.is_symlink():
+            continue
+        target = copy / entry.name
+        try:
+            if entry.is_dir(follow_symlinks=False) and depth > 0:
+                target.mkdir(mode=0o700, exist_ok=True)
+                _copy_tree(Path(entry.path), target, depth - 1)
+            elif (
+                entry.is_file(follow_symlinks=False)
+                and entry.stat(follow_symlinks=False).st_size <= COPY_MAX_FILE
+            ):
+                shutil.copyfile(entry.path, target)
+        except OSError as exc:
+            log.info("sandbox: left %s out of the copy: %s", entry.path, exc)
+
+
+def fixed_file(home: Path, copy_root: Path, relative: str) -> Path:
+    """What the agent reads at a fixed path: the person's file, or an empty one of ours
+    (so the agent cannot create it either)."""
+    real = home / relative
+    if real.is_file() and not real.is_symlink():
+        return real
+    placeholder = copy_root / ".fixed" / relative.replace("/", "__")
+    placeholder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not placeholder.exists():
+        placeholder.write_text("{}" if relative.endswith(".json") else "")
+    return placeholder
