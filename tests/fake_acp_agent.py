@@ -135,6 +135,7 @@ from acp.schema import (
     UsageUpdate,
 )
 
+
 def _process_token() -> str:
     """Its pid and start time (tests/processes.py process_token): inside a sandbox's pid
     namespace the pid alone is 2 in every agent."""
