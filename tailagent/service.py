@@ -68,16 +68,18 @@ ReadWritePaths={workspace} -{home}/.claude -{home}/.claude.json -{home}/.codex \
 ProtectHome=no
 PrivateTmp=yes
 PrivateDevices=yes
-ProtectKernelTunables=yes
+# Relaxed: ProtectKernelTunables and ProtectKernelLogs cover parts of /proc, and the
+# kernel then refuses the /proc of each agent's own pid namespace ("bwrap: Can't mount
+# proc"); every agent's sandbox makes /proc/sys and the rest read-only for it instead.
 ProtectKernelModules=yes
-ProtectKernelLogs=yes
 ProtectControlGroups=yes
 ProtectClock=yes
 ProtectHostname=yes
 # AF_NETLINK: the kernel names a loopback connection's owner (sock_diag), and tsnet
 # watches the host's routes.
 RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
-RestrictNamespaces=yes
+# Exactly the kinds of namespace each agent's sandbox is made of (bubblewrap).
+RestrictNamespaces=user mnt pid ipc uts cgroup net
 RestrictRealtime=yes
 RestrictSUIDSGID=yes
 LockPersonality=yes
