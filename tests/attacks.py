@@ -1,0 +1,98 @@
+"""What a hostile agent tries on the system directly, not through anything it asks:
+plain `open()`, `os.listdir`, `git`, `os.kill`, sockets, a shell. Standard library only,
+so both hostile fakes (tests/hostile_acp_agent.py, and tests/fake_claude_cli.py's
+`attack` prompt) run it with any python3, as root or as `nobody`.
+
+A plan is a JSON object of lists, one per kind of attempt; the answer maps
+"kind target" to what happened: "ok: <what it got>" or "refused: <why>".
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SHOWN = 120  # characters of what an attempt got, enough to see a secret in it
+
+
+def _refused(exc: BaseException) -> str:
+    code = getattr(exc, "errno", None)
+    name = errno.errorcode.get(code, "") if isinstance(code, int) else ""
+    return f"refused: {name or type(exc).__name__} {exc}"[:200]
+
+
+def read(target: str) -> str:
+    return "ok: " + Path(target).read_text(errors="replace")[:SHOWN]
+
+
+def listing(target: str) -> str:
+    return "ok: " + " ".join(sorted(os.listdir(target))[:40])
+
+
+def write(target: str) -> str:
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as out:
+        out.write("planted by the agent\n")
+    return "ok: wrote"
+
+
+def signal(target: str) -> str:
+    os.kill(int(target), 0)
+    return "ok: can signal it"
+
+
+def connect(target: str) -> str:
+    """A unix socket path, or HOST:PORT."""
+    if target.startswith("/"):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(3)
+            s.connect(target)
+    else:
+        host, _, port = target.rpartition(":")
+        with socket.create_connection((host, int(port)), timeout=3):
+            pass
+    return "ok: connected"
+
+
+def run(target: str) -> str:
+    """A shell command line, run as the agent's own tools would."""
+    done = subprocess.run(
+        ["sh", "-c", target], capture_output=True, text=True, timeout=30, check=False
+    )
+    said = (done.stdout + done.stderr).strip().replace("\n", " | ")
+    return ("ok: " if done.returncode == 0 else f"refused: exit {done.returncode} ") + said[:SHOWN]
+
+
+def temp(_target: str) -> str:
+    with tempfile.NamedTemporaryFile("w", delete=False) as out:
+        out.write("scratch")
+    return f"ok: {out.name}"
+
+
+KINDS = {
+    "read": read,
+    "list": listing,
+    "write": write,
+    "signal": signal,
+    "connect": connect,
+    "run": run,
+    "temp": temp,
+}
+
+
+def carry_out(plan: dict[str, Any]) -> dict[str, str]:
+    """Every attempt of the plan, each on its own (one refused never stops the next)."""
+    results: dict[str, str] = {}
+    for kind, targets in plan.items():
+        for target in targets:
+            try:
+                results[f"{kind} {target}"] = KINDS[kind](str(target))
+            except Exception as exc:
+                results[f"{kind} {target}"] = _refused(exc)
+    return results

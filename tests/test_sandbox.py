@@ -1,0 +1,167 @@
+"""Each conversation's agent is fenced by the operating system (issue 41): tried as an
+attacker would, through a real server, with an agent that acts on the system directly.
+
+Two people, Alice and Bob, each with a conversation and so a repository of its own. The
+hostile agent (tests/hostile_acp_agent.py) carries out Bob's plan: read Alice's work and
+commits, the state dir's secrets, the service user's keys, the server's environment;
+plant files every later agent would run; signal the server; write into the base. Each
+attempt must fail, checked from outside the sandbox too; the controls (its own
+directory, git there, subprocesses, temp files, system files) must work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.a2a_helpers import A2A, data_parts, texts, user_message
+from tests.conftest import RunningServer, start_server
+from tests.test_isolation import make_project
+from tests.test_tokens_and_owners import add_token
+
+HOSTILE = Path(__file__).parent / "hostile_acp_agent.py"
+DB_PASSWORD = "hunter2-from-the-operator"
+SECRETS = {
+    ".ssh/id_ed25519": "-----BEGIN OPENSSH PRIVATE KEY----- the owner's",
+    ".aws/credentials": "[default]\naws_secret_access_key = the owner's",
+    ".config/gh/hosts.yml": "oauth_token: the owner's",
+}
+PLANTED = (".bashrc", ".claude/settings.json", ".npmrc", ".config/git/config", ".profile")
+
+
+@dataclass
+class Box:
+    server: RunningServer
+    home: Path
+    workspace: Path
+    alice: A2A
+    bob: A2A
+
+    def worktrees(self) -> list[Path]:
+        root = self.server.state_dir / "worktrees"
+        return [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+
+
+def make_home(home: Path) -> None:
+    """The service user's home: secrets, and the files an agent would plant in."""
+    for name, text in SECRETS.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(text)
+    for name in PLANTED:
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text("# the owner's\n")
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
+    tmp = tmp_path_factory.mktemp("fence")
+    home = tmp / "home"
+    make_home(home)
+    workspace = tmp / "workspace"
+    make_project(workspace, {"calc.py": "def add(a, b):\n    return a + b\n"})
+    env = {**os.environ, "HOME": str(home), "DB_PASSWORD": DB_PASSWORD}
+    command = f"{sys.executable} {HOSTILE}"
+    server = start_server(tmp, "--agent-command", command, "--isolation", "worktree", env=env)
+    try:
+        alice = A2A(server.url, add_token(server, "alice", "caller", "approver"))
+        bob = A2A(server.url, add_token(server, "bob", "caller", "approver"))
+        yield Box(server, home, workspace, alice, bob)
+    finally:
+        server.stop()
+
+
+async def attempt(agent: A2A, plan: dict[str, list[str]], context_id: str | None = None):  # type: ignore[no-untyped-def]
+    """Runs the plan in the agent's conversation; the results, and the turn."""
+    turn = await agent.turn(user_message(json.dumps(plan), context_id=context_id))
+    while turn.final_state == "input_required":  # a terminal command: a person allows it
+        assert data_parts(turn.last_message)[0]["kind"] == "permission_request"
+        turn = await agent.turn(user_message("allow", task_id=turn.task_id))
+    said = "".join(texts(a.artifact) for a in turn.artifacts("response"))
+    return json.loads(said[said.index("{") :]), turn
+
+
+def head_of(repository: Path) -> str:
+    """A conversation's last commit, read by the test's own git, outside any sandbox."""
+    return subprocess.run(
+        ["git", "-C", str(repository), "log", "-1", "--format=%H"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+def refused(results: dict[str, str]) -> dict[str, str]:
+    """The attempts that got through: each must be empty."""
+    return {k: v for k, v in results.items() if not v.startswith("refused")}
+
+
+async def test_bob_s_agent_reaches_nothing_that_is_not_his(box: Box) -> None:
+    state = box.server.state_dir
+    secret = "alice's secret plan"
+    wrote, alice_turn = await attempt(box.alice, {"run": [f"echo '{secret}' > secret.txt"]})
+    assert wrote == {f"run echo '{secret}' > secret.txt": "ok: "}
+    [alice_tree] = box.worktrees()
+    commit = head_of(alice_tree)
+    assert (alice_tree / "secret.txt").read_text().strip() == secret
+
+    server_pid = str(box.server.process.pid)
+    plan = {
+        "list": [str(alice_tree), str(state), str(box.home / ".ssh"), f"/proc/{server_pid}/fd"],
+        "read": [
+            str(alice_tree / "secret.txt"),
+            str(state / "local-token"),
+            str(state / "tokens.json"),
+            str(state / "signing-keys.json"),
+            str(state / "desk-secret"),
+            f"/proc/{server_pid}/environ",
+            *(str(box.home / name) for name in SECRETS),
+            str(box.workspace / "calc.py"),
+        ],
+        "write": [
+            *(str(box.home / name) for name in PLANTED),
+            str(box.workspace / "planted.py"),
+            str(state / "planted"),
+        ],
+        "signal": [server_pid],
+        "run": [
+            f"git show {commit}:secret.txt",
+            f"git cat-file -p {commit}",
+            "git log --all -p | grep -c 'secret plan'",
+            f"cat {state}/local-token",
+        ],
+        "terminal": [f"cat {state}/local-token; cat {alice_tree}/secret.txt; env"],
+    }
+    got, bob_turn = await attempt(box.bob, plan)
+
+    terminal = got.pop(f"terminal {plan['terminal'][0]}")
+    assert refused(got) == {}
+    assert terminal.startswith("ran: ")  # it ran (approved), and saw none of it:
+    for leaked in (secret, box.server.token, DB_PASSWORD):
+        assert leaked not in json.dumps(got) and leaked not in terminal
+    # From outside: nothing planted, the server untouched and serving.
+    for name in PLANTED:
+        assert (box.home / name).read_text() == "# the owner's\n", name
+    assert not (box.workspace / "planted.py").exists() and not (state / "planted").exists()
+    assert box.server.process.poll() is None
+    again = await box.alice.turn(user_message("{}", context_id=alice_turn.context_id))
+    assert again.final_state == "completed"
+    assert bob_turn.final_state == "completed"
+
+
+async def test_the_agent_works_in_its_own_directory(box: Box) -> None:
+    plan = {
+        "write": ["notes.txt"],
+        "read": ["notes.txt", "calc.py", "/etc/hostname", "/etc/os-release"],
+        "run": ["git status --short", "python3 -c 'print(6 * 7)'", "ls /proc | grep -c ."],
+        "temp": ["-"],
+    }
+    got, _ = await attempt(box.bob, plan)
+    assert [k for k, v in got.items() if not v.startswith("ok")] == [], got
+    assert got["run python3 -c 'print(6 * 7)'"] == "ok: 42"
+    assert "notes.txt" in got["run git status --short"]
+    assert got["temp -"].startswith("ok: /tmp/")
