@@ -42,7 +42,9 @@ def build_app(
     webpush: WebPush,
     publisher: CardPublisher,
     conversations: Conversations,
+    fence: dict[str, str],
 ) -> AccessGuard:
+    """`fence` is how agents are sandboxed (Sandbox.summary), for /healthz and the desk."""
     context_builder = CallerContextBuilder()
     routes = [
         *jsonrpc_routes(handler, "/", context_builder),
@@ -58,16 +60,18 @@ def build_app(
     tokens.ensure_local()
     secret = load_secret(settings.state_dir)
     sessions = BrowserSessions(secret, tokens)
-    page = LazyDesk(
-        DeskParts(store, handler, desk, sessions, secret, str(settings.cwd), webpush, conversations)
+    workspace = str(settings.cwd)
+    parts = DeskParts(
+        store, handler, desk, sessions, secret, workspace, webpush, conversations, fence
     )
+    page = LazyDesk(parts)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: object) -> AsyncIterator[None]:
         yield
         await page.aclose()
 
-    router = Router(routes=[*routes, *plain_routes(publisher)], lifespan=lifespan)
+    router = Router(routes=[*routes, *plain_routes(publisher, fence)], lifespan=lifespan)
     served = mount(page, router)
 
     return AccessGuard(

@@ -28,7 +28,11 @@ FAVICON_PATH = "/favicon.ico"
 FAVICON_MAX_AGE = 86400
 
 
-def plain_routes(publisher: CardPublisher) -> list[BaseRoute]:
+def plain_routes(publisher: CardPublisher, fence: dict[str, str] | None = None) -> list[BaseRoute]:
+    """`fence` (how agents are sandboxed) is part of /healthz's answer: a probe that
+    watches the service sees it run unfenced."""
+    health = {"status": "ok", "sandbox": fence or {}}
+
     async def agent_card(request: Request) -> Response:
         await publisher.refresh()
         wants_strict = request.headers.get("A2A-Version", "").strip().startswith("1.")
@@ -56,7 +60,7 @@ def plain_routes(publisher: CardPublisher) -> list[BaseRoute]:
         return Response(exposition(), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(_request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse(health)
 
     icon = (files("tailagent.web") / "static" / "icon-192.png").read_bytes()
 

@@ -155,15 +155,18 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         pool = _open_pool(settings, backend, storage)
         await _start_agent(settings, conversations, backend, storage, sandbox)
         spending = Spending(storage.usage, settings.budgets)
-        executor = _make_executor(settings, backend, pool, storage, conversations, spending)
+        executor = _make_executor(
+            settings, backend, pool, storage, conversations, spending, sandbox.summary()
+        )
         _restore_waiting(executor, storage, desk, webpush)
         handler = _make_handler(
             settings, backend, executor, storage, pool, push, push_targets, conversations, spending
         )
         await signing
         app = build_app(
-            settings, presence, handler, storage.tasks, desk, webpush, publisher, conversations
-        )
+            settings, presence, handler, storage.tasks, desk, webpush, publisher, conversations,
+            sandbox.summary(),
+        )  # fmt: skip
         signal_watch = _watch_signals(settings, storage, handler, push)
         return Service(
             app, executor, handler, storage, pool, backend, push, signal_watch, conversations,
@@ -253,6 +256,7 @@ def _make_executor(
     storage: Storage,
     conversations: Isolated | Shared,
     spending: Spending,
+    fence: dict[str, str],
 ) -> BridgeExecutor:
     """The bridge that runs turns; Claude's own denial limit wins over the general one."""
     denials = settings.max_permission_denials
@@ -268,6 +272,7 @@ def _make_executor(
         workspace=settings.cwd,
         attachment_settings=settings.attachments,
         spending=spending,
+        fence=fence,
     )
 
 

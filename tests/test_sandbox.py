@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +64,8 @@ def make_home(home: Path) -> None:
 @pytest.fixture(scope="module")
 def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
     tmp = tmp_path_factory.mktemp("fence")
-    home = tmp / "home"
+    # Not under /tmp, which every sandbox replaces with its own: a real home is elsewhere.
+    home = Path(tempfile.mkdtemp(prefix="tailagent-home-", dir="/var/tmp"))
     make_home(home)
     workspace = tmp / "workspace"
     make_project(workspace, {"calc.py": "def add(a, b):\n    return a + b\n"})
@@ -75,6 +78,7 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
         yield Box(server, home, workspace, alice, bob)
     finally:
         server.stop()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 async def attempt(agent: A2A, plan: dict[str, list[str]], context_id: str | None = None):  # type: ignore[no-untyped-def]
@@ -95,17 +99,24 @@ def head_of(repository: Path) -> str:
     ).stdout.strip()  # fmt: skip
 
 
-def refused(results: dict[str, str]) -> dict[str, str]:
-    """The attempts that got through: each must be empty."""
-    return {k: v for k, v in results.items() if not v.startswith("refused")}
+def got_through(results: dict[str, str]) -> dict[str, str]:
+    """The attempts that reached anything. A listing of a hidden directory may answer
+    with the empty place that hides it (the path down to the agent's own directory is
+    made of such places), so a listing got through only if it names something there."""
+    allowed_listing = {"ok: ", "ok: worktrees"}
+    return {
+        k: v
+        for k, v in results.items()
+        if not v.startswith("refused") and not (k.startswith("list ") and v in allowed_listing)
+    }
 
 
 async def test_bob_s_agent_reaches_nothing_that_is_not_his(box: Box) -> None:
     state = box.server.state_dir
-    secret = "alice's secret plan"
+    secret = "the secret plan of alice"
     wrote, alice_turn = await attempt(box.alice, {"run": [f"echo '{secret}' > secret.txt"]})
     assert wrote == {f"run echo '{secret}' > secret.txt": "ok: "}
-    [alice_tree] = box.worktrees()
+    [alice_tree] = [tree for tree in box.worktrees() if (tree / "secret.txt").exists()]
     commit = head_of(alice_tree)
     assert (alice_tree / "secret.txt").read_text().strip() == secret
 
@@ -139,7 +150,7 @@ async def test_bob_s_agent_reaches_nothing_that_is_not_his(box: Box) -> None:
     got, bob_turn = await attempt(box.bob, plan)
 
     terminal = got.pop(f"terminal {plan['terminal'][0]}")
-    assert refused(got) == {}
+    assert got_through(got) == {}
     assert terminal.startswith("ran: ")  # it ran (approved), and saw none of it:
     for leaked in (secret, box.server.token, DB_PASSWORD):
         assert leaked not in json.dumps(got) and leaked not in terminal

@@ -34,6 +34,14 @@ class AuditEntry:
     reason: str
     answered_by: str
     at: str = ""
+    # How the agent was fenced when the step ran: "sandbox on, network on" ("" in rows
+    # written before tailagent had a sandbox).
+    fence: str = ""
+
+
+def fence_words(fence: dict[str, str]) -> str:
+    """A sandbox summary (Sandbox.summary) as the audit log keeps it."""
+    return f"sandbox {fence.get('mode', '?')}, network {fence.get('network', '?')}"
 
 
 def summarize(tool_input: dict[str, Any]) -> str:
@@ -50,6 +58,19 @@ class AuditLog:
     async def initialize(self) -> None:
         key = "SERIAL PRIMARY KEY" if self._db.postgres else "INTEGER PRIMARY KEY"
         await self._db.execute(_CREATE.format(key=key))
+        if "fence" not in await self._columns():  # a store from before the sandbox
+            await self._db.execute(
+                "ALTER TABLE audit_log ADD COLUMN fence TEXT NOT NULL DEFAULT ''"
+            )
+
+    async def _columns(self) -> set[str]:
+        if self._db.postgres:
+            rows = await self._db.fetch(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'audit_log'"
+            )
+        else:
+            rows = await self._db.fetch("SELECT name FROM pragma_table_info('audit_log')")
+        return {str(row[0]) for row in rows}
 
     async def record(self, entry: AuditEntry) -> None:
         row = asdict(entry)
@@ -59,10 +80,11 @@ class AuditLog:
 
     async def read(self, since: datetime | None = None) -> list[AuditEntry]:
         """The entries, oldest first (no server needed: `tailagent audit` reads the store)."""
-        columns = ", ".join(f.name for f in fields(AuditEntry))
         start = (since or datetime.min.replace(tzinfo=UTC)).isoformat()
         if not await self._exists():
             return []  # no decision recorded yet
+        kept = await self._columns()  # a store not yet opened by this version has no fence
+        columns = ", ".join(f.name if f.name in kept else "''" for f in fields(AuditEntry))
         rows = await self._db.fetch(
             f"SELECT {columns} FROM audit_log WHERE at >= :start ORDER BY id", {"start": start}
         )

@@ -63,14 +63,17 @@ class BridgeExecutor(AgentExecutor):
         attachment_settings: AttachmentSettings | None = None,
         conversations: Conversations | None = None,
         spending: Spending | None = None,
+        fence: dict[str, str] | None = None,
     ) -> None:
+        """`fence` says how agent processes are sandboxed (mode, network): kept with each
+        turn's task and each audited decision."""
         conversations = conversations or Shared("not configured")
         workspace = workspace or Path.cwd()
         costs = TurnCosts(spending)
         self._backend = backend
         self._claims = Claims()
         self._runtimes = Runtimes(pool, self._claims)
-        self._decisions = PermissionDecisions(audit, rules, workspace, self._runtimes)
+        self._decisions = PermissionDecisions(audit, rules, workspace, self._runtimes, fence)
         self._restorer = Restorer(backend.name, conversations, pool, self._claims, self._runtimes)
         self._starter = TurnStarter(
             conversations,
@@ -79,6 +82,7 @@ class BridgeExecutor(AgentExecutor):
             costs,
             workspace,
             attachment_settings or AttachmentSettings(),
+            fence,
         )
         self._answers = AnswerApplier(self._claims, self._decisions, max_permission_denials)
         self._pump = Pump(pool, self._runtimes, self._decisions, costs, conversations)

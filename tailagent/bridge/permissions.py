@@ -17,7 +17,7 @@ from a2a.server.tasks import TaskUpdater
 
 from tailagent.agents.events import Notice, PermissionAsked, PermissionDecision, QuestionAsked
 from tailagent.bridge.answers import deny_message
-from tailagent.bridge.audit import AuditEntry, AuditLog, summarize
+from tailagent.bridge.audit import AuditEntry, AuditLog, fence_words, summarize
 from tailagent.bridge.parked import Waiting
 from tailagent.bridge.rules import first_match
 from tailagent.bridge.runtime import DRAIN_TIMEOUT, Runtimes, TaskRuntime, log
@@ -31,8 +31,15 @@ def request_key(event: PermissionAsked) -> str:
 
 class PermissionDecisions:
     def __init__(
-        self, audit: AuditLog, rules: tuple[Rule, ...], workspace: Path, runtimes: Runtimes
+        self,
+        audit: AuditLog,
+        rules: tuple[Rule, ...],
+        workspace: Path,
+        runtimes: Runtimes,
+        fence: dict[str, str] | None = None,
     ) -> None:
+        # How the step ran if allowed, on every row: "sandbox on, network on".
+        self._fence = fence_words(fence) if fence else ""
         self._audit = audit
         self._rules = rules
         self._workspace = workspace
@@ -58,6 +65,7 @@ class PermissionDecisions:
             decision="allow" if allow else "deny",
             reason=reason,
             answered_by=by,
+            fence=self._fence,
         )
         try:
             await self._audit.record(entry)

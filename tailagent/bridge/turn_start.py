@@ -73,7 +73,9 @@ class TurnStarter:
         costs: TurnCosts,
         workspace: Path,
         attachment_settings: AttachmentSettings,
+        fence: dict[str, str] | None = None,
     ) -> None:
+        self._fence = fence or {}
         self._conversations = conversations
         self._pool = pool
         self._runtimes = runtimes
@@ -116,7 +118,7 @@ class TurnStarter:
         )
         runtime.session_cost_before = self._costs.session_cost(session.session_id)
         self._runtimes.add(runtime)
-        await self._announce(runtime, message, requester, resumed, updater)
+        await self._announce(runtime, message, requester, resumed, updater, self._fence)
         return runtime
 
     async def _session(
@@ -154,9 +156,10 @@ class TurnStarter:
         requester: Requester,
         resumed: bool,
         updater: TaskUpdater,
+        fence: dict[str, str],
     ) -> None:
-        """Publishes the turn's start, with who asked kept in the task's metadata for
-        every view of it (the desk's list)."""
+        """Publishes the turn's start, with who asked and how the agent was fenced
+        (sandbox mode, network) kept in the task's metadata for every view of it."""
         asker = requester.answerer
         runtime.turn = TurnRecord(
             runtime.task_id,
@@ -164,7 +167,9 @@ class TurnStarter:
             subject_of(message),
             signature(asker.by, asker.node),
         )
-        requested = {"requestedBy": {"who": asker.by, "device": asker.node}}
+        requested: dict[str, object] = {"requestedBy": {"who": asker.by, "device": asker.node}}
+        if fence:
+            requested["sandbox"] = fence
         publisher = runtime.publisher
         await publisher.status(updater, TaskState.TASK_STATE_WORKING, "started", metadata=requested)
         if resumed:

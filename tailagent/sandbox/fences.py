@@ -91,17 +91,26 @@ class _Mounts:
     """bwrap's mount options, in order."""
 
     args: list[str] = field(default_factory=list)
+    emptied: list[Path] = field(default_factory=list)  # hidden under an empty tmpfs
 
     def ro(self, path: Path) -> None:
         self.args += ["--ro-bind", str(path), str(path)]
+
+    def sealed(self) -> list[str]:
+        """The options that end the list: every emptied place made read-only (what is
+        mounted inside one, the conversation's directory, stays as it was mounted)."""
+        return [arg for path in self.emptied for arg in ("--remount-ro", str(path))]
 
     def rw(self, source: Path, target: Path | None = None) -> None:
         self.args += ["--bind", str(source), str(target or source)]
 
     def hide(self, path: Path) -> None:
-        """An empty directory over a directory, an empty file over anything else."""
+        """An empty directory over a directory, an empty file over anything else. The
+        empty directories are made read-only once everything is mounted (`sealed`), so
+        nothing written there looks kept."""
         if path.is_dir() and not path.is_symlink():
             self.args += ["--tmpfs", str(path)]
+            self.emptied.append(path)
         elif path.exists() or path.is_symlink():
             self.args += ["--ro-bind", "/dev/null", str(path)]
 
@@ -243,7 +252,8 @@ class Sandbox:
         self._hide_secrets(mounts)
         self._home_layers(mounts, private / "home")
         self._own(mounts, directory)
-        options = [str(self._bwrap), *mounts.args, "--setenv", "TMPDIR", str(PRIVATE_TMP)]
+        options = [str(self._bwrap), *mounts.args, *mounts.sealed()]
+        options += ["--setenv", "TMPDIR", str(PRIVATE_TMP)]
         options += ["--cap-drop", "ALL", *bwrap.NAMESPACE_FLAGS]
         options += ["--die-with-parent", "--new-session"]
         if self.settings.network != "on":
@@ -261,6 +271,7 @@ class Sandbox:
 
     def _hide_foreign(self, mounts: _Mounts, directory: Path, tmp: Path) -> None:
         mounts.args += ["--tmpfs", "/run"]
+        mounts.emptied.append(Path("/run"))
         for kept in _existing(RUN_KEPT):
             mounts.ro(kept)
         mounts.rw(tmp, PRIVATE_TMP)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tailagent.access.browser import BrowserSessions
 from tailagent.bridge.conversations import Conversations
@@ -22,3 +22,5 @@ class DeskParts:
     workspace: str
     webpush: WebPush
     conversations: Conversations  # where each conversation works (its worktree)
+    # How agents are fenced (Sandbox.summary): the header says so when they are not.
+    fence: dict[str, str] = field(default_factory=dict)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -113,6 +113,12 @@ class Viewer:
     token: Callable[[str, str], str]  # (action, task id) -> form token
     workspace: str
     branch_note: str = ""
+    fence: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def unfenced(self) -> bool:
+        """Agents run with no sandbox (sandbox.mode = off): every page's header says so."""
+        return self.fence.get("mode") == "off"
 
     @property
     def name(self) -> str:
