@@ -1,0 +1,711 @@
+"""The one way out of a sandbox whose network is `allowlist`: tailagent's proxy.
+
+A fenced agent with a network namespace of its own (`bwrap --unshare-net`) has a loopback
+interface and nothing else. Without this module it could reach nothing; with a proxy that
+simply forwards, it could reach everything the server can: the tailnet's other machines
+(100.64.0.0/10), tailscaled's and the cloud's metadata addresses, whatever listens on the
+box's loopback, the home network. So the proxy, running in the server outside the fence,
+decides every connection itself:
+
+1. the host the agent asked for must be named in `sandbox.allow_hosts` (a name exactly,
+   case aside; `*.example.com` for its subdomains only; an address or a CIDR), on the
+   port the entry names (`host:8443`) or else on 80 or 443;
+2. the proxy resolves the name itself, and every address it gets must be public (one
+   refused address refuses the request): a loopback, private, link-local, tailnet,
+   multicast or reserved address (an IPv4-mapped or NAT64 form of one too) is refused
+   unless that address or a CIDR around it is named in `allow_hosts` for that port. A
+   name never unlocks such an address, or a name whose DNS the agent controls could
+   point at anything (DNS rebinding);
+3. it connects to exactly the address it checked, never resolving the name again.
+
+A refusal is a `403` whose one-line body says why, logged once per host at INFO under
+`tailagent.sandbox`, and counted in `refused`. The proxy listens on a unix socket (mode
+0600) that the sandbox gets bound in; `netbridge.py`, run inside the sandbox ahead of the
+agent, turns the sandbox's own `127.0.0.1:PORT` into that socket, and `proxy_env` points
+the agent's HTTP clients at it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import re
+import socket
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Self
+
+log = logging.getLogger("tailagent.sandbox")
+
+NETBRIDGE = Path(__file__).resolve().with_name("netbridge.py")
+DEFAULT_PORTS = frozenset({80, 443})
+HEAD_LIMIT = 16 * 1024
+RESPONSE_HEAD_LIMIT = 64 * 1024
+HEAD_TIMEOUT = 10.0
+CONNECT_TIMEOUT = 10.0
+MAX_TUNNELS = 256
+CHUNK = 64 * 1024
+# After an error answer, what the proxy still reads (and drops) before closing, so the
+# client reads the answer instead of a reset for the bytes it had sent on.
+LINGER_SECONDS = 1.0
+# Refusals are counted per host; past this many hosts, under one name (memory is bounded).
+MAX_COUNTED_HOSTS = 1024
+OTHER_HOSTS = "(other hosts)"
+
+TAILNET = (ipaddress.ip_network("100.64.0.0/10"), ipaddress.ip_network("fd7a:115c:a1e0::/48"))
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+REQUEST_LINE = re.compile(rf"({TOKEN}) (\S+) HTTP/1\.([01])")
+HEADER = re.compile(rf"({TOKEN}):[ \t]*(.*?)[ \t]*")
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+NAME = re.compile(rf"{LABEL}(?:\.{LABEL})*")
+DIGITS = re.compile(r"[0-9]{1,18}")
+CHUNK_SIZE = re.compile(rb"([0-9a-fA-F]{1,15})(?:;[^\r\n]*)?\r?\n")
+# The proxy's own headers and those about one hop only (RFC 9110 7.6.1), never forwarded.
+HOP_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "upgrade",
+        "host",
+    }
+)
+REASONS = {
+    400: "Bad Request",
+    403: "Forbidden",
+    408: "Request Timeout",
+    431: "Request Header Fields Too Large",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def bridge_argv(python: str, socket_inside: str, port: int) -> list[str]:
+    """The command-line prefix that runs the bridge inside the sandbox; the agent's own
+    argv follows it. `python` must run inside the sandbox (a system one: the bridge
+    needs the standard library only)."""
+    return [python, "-I", "-S", str(NETBRIDGE), socket_inside, str(port), "--"]
+
+
+def proxy_env(port: int) -> dict[str, str]:
+    """The environment that sends the agent's HTTP clients to the bridge on `port`; an
+    inherited NO_PROXY is emptied, so nothing skips the proxy by name."""
+    url = f"http://127.0.0.1:{port}"
+    names = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
+    env = {name: url for name in names} | {name.lower(): url for name in names}
+    return env | {"NO_PROXY": "", "no_proxy": ""}
+
+
+class ProxyAnswer(Exception):
+    """What the proxy answers instead of forwarding: a status and one line for a person."""
+
+    def __init__(self, status: int, text: str, refused_host: str | None = None) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+        self.refused_host = refused_host
+
+
+def address_kind(address: IPAddress) -> str | None:
+    """Why an address is not public ("loopback", "tailnet"...), or None if it is. An IPv6
+    address carrying an IPv4 one (mapped, 6to4, NAT64) is judged by the IPv4 one too."""
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is None and address in NAT64:
+            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if embedded is not None and (kind := address_kind(embedded)):
+            return kind
+    checks = (
+        ("unspecified", address.is_unspecified),
+        ("loopback", address.is_loopback),
+        ("link-local", address.is_link_local),
+        ("tailnet", any(address in net for net in TAILNET)),
+        ("multicast", address.is_multicast),
+        ("private", address.is_private),
+        ("reserved", address.is_reserved),
+        ("non-public", not address.is_global),
+    )
+    return next((kind for kind, matches in checks if matches), None)
+
+
+def literal(host: str) -> IPAddress | None:
+    """The address `host` spells, IPv4-mapped IPv6 read as the IPv4 it maps; else None."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        return address.ipv4_mapped
+    return address
+
+
+def split_port(text: str) -> tuple[str, int | None]:
+    """`host:port`, `[v6]:port`, a bare IPv6 address or CIDR -> (host, port or None)."""
+    if text.startswith("["):
+        match = re.fullmatch(r"\[([^\]]+)\](?::(\d{1,5}))?", text)
+        if not match:
+            raise ValueError(f"not a host: {text}")
+        host, port_text = match[1], match[2]
+    elif text.count(":") >= 2:
+        host, port_text = text, None  # IPv6 without brackets: no port
+    elif ":" in text:
+        host, port_text = text.rsplit(":", 1)
+        if not re.fullmatch(r"\d{1,5}", port_text):
+            raise ValueError(f"not a port: {port_text!r} in {text}")
+    else:
+        host, port_text = text, None
+    port = None if port_text is None else int(port_text)
+    if port is not None and not 0 < port < 65536:
+        raise ValueError(f"not a port: {port} in {text}")
+    return host, port
+
+
+def name_of(host: str) -> str | None:
+    """A host name in the one form the allowlist compares (lower case, no final dot)."""
+    name = host.lower().removesuffix(".")
+    return name if len(name) <= 253 and NAME.fullmatch(name) else None
+
+
+@dataclass
+class Allowlist:
+    """`sandbox.allow_hosts`, read. Each entry is a name (`example.com`), a subdomain
+    pattern (`*.example.com`: `a.example.com`, `a.b.example.com`, not `example.com`), an
+    address or a CIDR (`10.0.0.5`, `10.0.0.0/8`, `[fd00::1]:8080`, `fd00::/8`); a `:port`
+    suffix allows that port only, else 80 and 443."""
+
+    names: dict[str, set[int]] = field(default_factory=dict)
+    suffixes: list[tuple[str, frozenset[int]]] = field(default_factory=list)
+    networks: list[tuple[IPNetwork, frozenset[int]]] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, entries: Iterable[str]) -> Allowlist:
+        """ValueError, saying which entry, for one that is none of the above."""
+        allow = cls()
+        for entry in entries:
+            try:
+                allow.add(entry)
+            except ValueError as exc:
+                raise ValueError(f"sandbox.allow_hosts: {entry!r}: {exc}") from None
+        return allow
+
+    def add(self, entry: str) -> None:
+        host, port = split_port(entry.strip().lower())
+        ports = DEFAULT_PORTS if port is None else frozenset({port})
+        if host and (host[0].isdigit() or ":" in host):
+            with contextlib.suppress(ValueError):
+                network = ipaddress.ip_network(host)  # strict: 10.0.0.1/8 is a typo
+                self.networks.append((network, ports))
+                return
+        pattern = host.startswith("*.")
+        name = name_of(host[2:] if pattern else host)
+        if name is None:
+            raise ValueError("not a host name, *.domain, address or CIDR")
+        if pattern:
+            self.suffixes.append(("." + name, ports))
+        else:
+            self.names.setdefault(name, set()).update(ports)
+
+    def name_ports(self, name: str) -> set[int] | None:
+        """The ports allowed for a host name, or None if no entry names it."""
+        ports = set(self.names.get(name, ()))
+        for suffix, suffix_ports in self.suffixes:
+            if name.endswith(suffix):
+                ports |= suffix_ports
+        return ports if ports or name in self.names else None
+
+    def names_address(self, address: IPAddress, port: int) -> bool:
+        """Whether an entry names this address (or a network around it) on this port."""
+        return any(
+            port in ports and address.version == net.version and address in net
+            for net, ports in self.networks
+        )
+
+    def host_refusal(self, host: str, port: int) -> str | None:
+        """Why a host name (step 1) or an address spelt out (steps 1 and 2 at once) is
+        refused; None if the proxy may go on to resolve and check its addresses."""
+        address = literal(host)
+        if address is not None:
+            if self.names_address(address, port):
+                return None
+            kind = address_kind(address)
+            if kind:
+                return (
+                    f"{kind} address refused: {address} (name it in sandbox.allow_hosts to allow)"
+                )
+            if not any(address in net for net, _ in self.networks):
+                return f"not in sandbox.allow_hosts: {address}"
+            return f"port {port} of {address} not in sandbox.allow_hosts"
+        ports = self.name_ports(host)
+        if ports is None:
+            return f"not in sandbox.allow_hosts: {host}"
+        if port not in ports:
+            allowed = ", ".join(str(p) for p in sorted(ports))
+            return f"port {port} of {host} not in sandbox.allow_hosts (it allows {allowed})"
+        return None
+
+    def address_refusal(self, address: IPAddress, port: int, host: str) -> str | None:
+        """Why an address `host` resolved to is refused (step 2), or None."""
+        kind = address_kind(address)
+        if kind is None or self.names_address(address, port):
+            return None
+        return (
+            f"{kind} address refused: {address} for {host} "
+            "(name it in sandbox.allow_hosts to allow)"
+        )
+
+
+@dataclass
+class Request:
+    method: str
+    target: str
+    version: str
+    headers: list[tuple[str, str]]
+
+    def values(self, name: str) -> list[str]:
+        return [value for key, value in self.headers if key.lower() == name]
+
+
+async def read_head(reader: asyncio.StreamReader, limit: int, what: str) -> list[str]:
+    """The lines of an HTTP head up to its empty line; EOFError if the peer closed before
+    sending a byte, ProxyAnswer 400/431 if it is cut short or too long."""
+    lines: list[str] = []
+    size = 0
+    while True:
+        try:
+            raw = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            if not lines and not exc.partial:
+                raise EOFError from None
+            raise ProxyAnswer(400, f"the {what} ended before its head did") from None
+        except asyncio.LimitOverrunError:
+            raise ProxyAnswer(431, f"{what} head over {limit} bytes") from None
+        size += len(raw)
+        if size > limit:
+            raise ProxyAnswer(431, f"{what} head over {limit} bytes")
+        line = raw.removesuffix(b"\n").removesuffix(b"\r").decode("latin-1")
+        if line:
+            lines.append(line)
+        elif lines:
+            return lines
+
+
+def parse_request(lines: list[str]) -> Request:
+    match = REQUEST_LINE.fullmatch(lines[0])
+    if not match:
+        raise ProxyAnswer(400, "not an HTTP/1 request line")
+    headers = []
+    for line in lines[1:]:
+        header = HEADER.fullmatch(line)
+        if not header or CONTROL.search(header[2]):
+            raise ProxyAnswer(400, "a malformed header line")
+        headers.append((header[1], header[2]))
+    return Request(match[1], match[2], f"HTTP/1.{match[3]}", headers)
+
+
+def authority(text: str, default_port: int | None) -> tuple[str, int]:
+    """(host, port) of `host:port` or `[v6]:port`; the host a normalized name or address."""
+    try:
+        host, port = split_port(text)
+    except ValueError as exc:
+        raise ProxyAnswer(400, str(exc)) from None
+    port = port if port is not None else default_port
+    if port is None:
+        raise ProxyAnswer(400, f"no port in {text}")
+    address = literal(host)
+    if address is not None:
+        return str(address), port
+    if text.startswith("[") or (name := name_of(host)) is None:
+        raise ProxyAnswer(400, f"not a host: {text}")
+    return name, port
+
+
+def forward_head(request: Request) -> tuple[str, int, bytes]:
+    """An absolute-form request's host, port and head for the origin: origin-form target,
+    Host from the URI, no hop-by-hop or proxy headers, Connection: close."""
+    if not request.target.lower().startswith("http://"):
+        raise ProxyAnswer(400, "a proxy request names an http:// URI (https goes by CONNECT)")
+    rest = request.target[len("http://") :]
+    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    host_text, path = rest[:end], rest[end:].split("#", 1)[0]
+    if "@" in host_text:
+        raise ProxyAnswer(400, "no user information in a proxied URI")
+    host, port = authority(host_text, 80)
+    path = path if path.startswith("/") else "/" + path
+    lengths, codings = request.values("content-length"), request.values("transfer-encoding")
+    if codings and (lengths or [c.lower() for c in codings] != ["chunked"]):
+        raise ProxyAnswer(400, "only a chunked body without Content-Length is forwarded")
+    if len(set(lengths)) > 1 or (lengths and not DIGITS.fullmatch(lengths[0])):
+        raise ProxyAnswer(400, "a malformed Content-Length")
+    dropped = HOP_HEADERS | {
+        token.strip().lower()
+        for value in request.values("connection")
+        for token in value.split(",")
+    }
+    lines = [f"{request.method} {path} {request.version}", f"Host: {host_text}"]
+    lines += [f"{key}: {value}" for key, value in request.headers if key.lower() not in dropped]
+    lines += ["Connection: close", "", ""]
+    return host, port, "\r\n".join(lines).encode("latin-1")
+
+
+async def copy_body(
+    request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """The request's body, as framed (Content-Length or chunked), to the origin."""
+    if request.values("transfer-encoding"):
+        await copy_chunked(reader, writer)
+    elif lengths := request.values("content-length"):
+        await copy_exactly(int(lengths[0]), reader, writer)
+
+
+async def copy_exactly(
+    count: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    while count > 0:
+        data = await reader.read(min(count, CHUNK))
+        if not data:
+            raise EOFError
+        writer.write(data)
+        await writer.drain()
+        count -= len(data)
+
+
+async def copy_chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A chunked body, its framing checked (the origin must read it as the proxy did)."""
+    while True:
+        line = await reader.readuntil(b"\n")
+        size = CHUNK_SIZE.fullmatch(line)
+        if size is None:
+            raise EOFError
+        writer.write(line)
+        if int(size[1], 16) == 0:
+            break
+        await copy_exactly(int(size[1], 16) + 2, reader, writer)  # the chunk and its CRLF
+    while (line := await reader.readuntil(b"\n")).strip():  # trailers
+        writer.write(line)
+    writer.write(line)
+    await writer.drain()
+
+
+async def relay_response(origin: asyncio.StreamReader, client: asyncio.StreamWriter) -> None:
+    """The origin's answer to the client: interim (1xx) heads as they are, the final head
+    saying Connection: close, then every byte until the origin closes."""
+    while True:
+        lines = await read_head(origin, RESPONSE_HEAD_LIMIT, "response")
+        status = lines[0].split(" ", 2)
+        if len(status) < 2 or not status[0].startswith("HTTP/") or not status[1].isdigit():
+            raise ProxyAnswer(502, "the origin's answer is not HTTP")
+        if status[1].startswith("1") and status[1] != "101":
+            client.write("\r\n".join([*lines, "", ""]).encode("latin-1"))
+            continue
+        kept = [lines[0]] + [
+            line
+            for line in lines[1:]
+            if line.split(":", 1)[0].strip().lower()
+            not in {"connection", "keep-alive", "proxy-connection"}
+        ]
+        client.write("\r\n".join([*kept, "Connection: close", "", ""]).encode("latin-1"))
+        break
+    while data := await origin.read(CHUNK):
+        client.write(data)
+        await client.drain()
+
+
+async def tunnel(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    origin_reader: asyncio.StreamReader,
+    origin_writer: asyncio.StreamWriter,
+) -> None:
+    """Both ways at once, each closing on its own (a client may send EOF and read on)."""
+    await asyncio.gather(
+        pipe(reader, origin_writer, writer), pipe(origin_reader, writer, origin_writer)
+    )
+
+
+async def pipe(
+    source: asyncio.StreamReader, sink: asyncio.StreamWriter, other: asyncio.StreamWriter
+) -> None:
+    """Bytes one way until EOF, then EOF that way too; a reset ends both ways."""
+    try:
+        while data := await source.read(CHUNK):
+            sink.write(data)
+            await sink.drain()
+        if sink.can_write_eof():
+            sink.write_eof()
+    except (OSError, RuntimeError):
+        sink.transport.abort()
+        other.transport.abort()
+
+
+def listening_socket(path: Path) -> socket.socket:
+    """A unix socket bound at `path` with mode 0600 before it listens, so no one can
+    connect while it has the umask's mode. A stale socket there is replaced."""
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise FileExistsError(f"{path} exists and is not a socket")
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+        os.chmod(path, 0o600)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class AllowlistProxy:
+    """An HTTP proxy on a unix socket that opens connections to `allow_hosts` only (see the
+    module's docstring): `CONNECT host:port` tunnels, and plain `GET http://host/...`
+    requests forwarded one per connection."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        allow_hosts: Iterable[str] | Allowlist,
+        *,
+        label: str = "",
+        max_tunnels: int = MAX_TUNNELS,
+        head_limit: int = HEAD_LIMIT,
+        head_timeout: float = HEAD_TIMEOUT,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ) -> None:
+        self.path = Path(path)
+        self.allow = (
+            allow_hosts if isinstance(allow_hosts, Allowlist) else Allowlist.parse(allow_hosts)
+        )
+        self.label = label
+        self.max_tunnels = max_tunnels
+        self.head_limit = head_limit
+        self.head_timeout = head_timeout
+        self.connect_timeout = connect_timeout
+        # Refusals per host asked for (past MAX_COUNTED_HOSTS hosts, under OTHER_HOSTS),
+        # and connections turned away for being over max_tunnels: for /metrics.
+        self.refused: dict[str, int] = {}
+        self.turned_away = 0
+        self._server: asyncio.Server | None = None
+        self._inode: tuple[int, int] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._tasks)
+
+    async def start(self) -> None:
+        sock = listening_socket(self.path)
+        info = self.path.stat()
+        self._inode = (info.st_dev, info.st_ino)
+        self._server = await asyncio.start_unix_server(
+            self._serve, sock=sock, limit=self.head_limit, backlog=max(100, self.max_tunnels)
+        )
+
+    async def aclose(self) -> None:
+        """Stops listening and ends every open connection, tunnels included."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._closing = True
+        server.close()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+        with contextlib.suppress(FileNotFoundError):
+            info = self.path.stat()
+            if (info.st_dev, info.st_ino) == self._inode:
+                self.path.unlink()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            try:
+                await self._answer(reader, writer)
+            except ProxyAnswer as answer:
+                with contextlib.suppress(OSError, RuntimeError):
+                    await self._refuse(reader, writer, answer)
+            except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                pass
+            await self._close(writer)
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise  # not aclose's own cancel, which ends quietly
+        finally:
+            self._tasks.discard(task)
+            writer.transport.abort()  # nothing if closed already; at once on aclose
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._tasks) > self.max_tunnels:
+            self.turned_away += 1
+            raise ProxyAnswer(503, f"over {self.max_tunnels} connections through the proxy")
+        try:
+            async with asyncio.timeout(self.head_timeout):
+                lines = await read_head(reader, self.head_limit, "request")
+        except TimeoutError:
+            raise ProxyAnswer(408, f"no request head within {self.head_timeout:g} s") from None
+        request = parse_request(lines)
+        if request.method == "CONNECT":
+            host, port = authority(request.target, None)
+            origin_reader, origin_writer = await self._open(host, port)
+            try:
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                await tunnel(reader, writer, origin_reader, origin_writer)
+            finally:
+                origin_writer.transport.abort()
+            return
+        host, port, head = forward_head(request)
+        origin_reader, origin_writer = await self._open(host, port)
+        try:
+            await self._forward(request, head, reader, writer, origin_reader, origin_writer)
+        finally:
+            origin_writer.transport.abort()
+
+    async def _forward(
+        self,
+        request: Request,
+        head: bytes,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        origin_reader: asyncio.StreamReader,
+        origin_writer: asyncio.StreamWriter,
+    ) -> None:
+        """One request to the origin, its body beside the answer coming back (an origin
+        may answer before the body is all sent: a 100 Continue, a 413)."""
+
+        async def send_body() -> None:
+            try:
+                await copy_body(request, reader, origin_writer)
+            except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                origin_writer.transport.abort()  # the origin would wait for the rest
+
+        origin_writer.write(head)
+        body = asyncio.create_task(send_body())
+        try:
+            await relay_response(origin_reader, writer)
+        except ProxyAnswer as answer:
+            raise ProxyAnswer(502, f"from {request.target}: {answer.text}") from None
+        except EOFError:
+            raise ProxyAnswer(502, f"{request.target} closed without an answer") from None
+        finally:
+            body.cancel()
+            await asyncio.gather(body, return_exceptions=True)
+
+    async def _open(
+        self, host: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to `host:port` if the allowlist lets it (else ProxyAnswer 403),
+        made to an address checked here, within the connect timeout (else 504)."""
+        reason = self.allow.host_refusal(host, port)
+        if reason:
+            raise ProxyAnswer(403, reason, refused_host=host)
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                return await self._connect(host, port, await self._resolve(host, port))
+        except TimeoutError:
+            raise ProxyAnswer(504, f"timed out connecting to {host}:{port}") from None
+
+    async def _resolve(self, host: str, port: int) -> list[tuple[int, tuple[object, ...]]]:
+        """The (family, socket address) pairs to try, every one of them checked."""
+        address = literal(host)
+        if address is not None:
+            family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+            return [(family, (str(address), port))]
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+            )
+        except socket.gaierror as exc:
+            raise ProxyAnswer(502, f"cannot resolve {host}: {exc.strerror}") from None
+        targets: list[tuple[int, tuple[object, ...]]] = []
+        for family, _, _, _, sockaddr in infos:
+            address = literal(str(sockaddr[0]))
+            if address is None:
+                raise ProxyAnswer(502, f"{host} resolved to {sockaddr[0]!r}, not an address")
+            reason = self.allow.address_refusal(address, port, host)
+            if reason:
+                raise ProxyAnswer(403, reason, refused_host=host)
+            if (family, sockaddr) not in targets:
+                targets.append((family, sockaddr))
+        return targets
+
+    async def _connect(
+        self, host: str, port: int, targets: list[tuple[int, tuple[object, ...]]]
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        loop = asyncio.get_running_loop()
+        failure: OSError | None = None
+        for family, sockaddr in targets:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.setblocking(False)
+                await loop.sock_connect(sock, sockaddr)
+                return await asyncio.open_connection(sock=sock, limit=RESPONSE_HEAD_LIMIT)
+            except OSError as exc:
+                sock.close()
+                failure = exc
+            except BaseException:
+                sock.close()
+                raise
+        said = failure.strerror if failure and failure.strerror else failure or "no address"
+        raise ProxyAnswer(502, f"cannot connect to {host}:{port}: {said}")
+
+    async def _refuse(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: ProxyAnswer
+    ) -> None:
+        """The answer, then EOF, then whatever the client still sends read and dropped for
+        a moment, so it reads the answer rather than a reset."""
+        if answer.refused_host is not None:
+            self._count(answer.refused_host, answer.text)
+        body = answer.text.encode() + b"\n"
+        head = (
+            f"HTTP/1.1 {answer.status} {REASONS.get(answer.status, 'Error')}\r\n"
+            "Content-Type: text/plain; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        writer.write(head.encode() + body)
+        if writer.can_write_eof():
+            writer.write_eof()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LINGER_SECONDS):
+                while await reader.read(CHUNK):
+                    pass
+
+    def _count(self, host: str, reason: str) -> None:
+        key = host if host in self.refused or len(self.refused) < MAX_COUNTED_HOSTS else OTHER_HOSTS
+        if key not in self.refused:
+            where = f" ({self.label})" if self.label else ""
+            log.info("sandbox proxy%s refused %s: %s", where, host, reason)
+        self.refused[key] = self.refused.get(key, 0) + 1
+
+    async def _close(self, writer: asyncio.StreamWriter) -> None:
+        """Closed once what was written is out, for a moment at most."""
+        writer.close()
+        try:
+            async with asyncio.timeout(LINGER_SECONDS):
+                await writer.wait_closed()
+        except (TimeoutError, OSError):
+            writer.transport.abort()
