@@ -129,6 +129,27 @@ def _agent(settings: Settings) -> Check:
                     settings.agent_process.package_version)  # fmt: skip
 
 
+async def _sandbox(settings: Settings) -> Check:
+    """Whether each agent's sandbox can be made here, as `serve` would make it."""
+    from tailagent.sandbox import bwrap
+
+    mode, network = settings.sandbox.mode, settings.sandbox.network
+    facts: dict[str, str | bool | None] = {"mode": mode, "network": network}
+    if settings.agent == "echo" and settings.agent_command is None:
+        return Check("sandbox", True, "none needed: the echo agent runs no process", facts=facts)
+    if mode == "off":
+        return Check(
+            "sandbox", True, "OFF (sandbox.mode = off): agents run unfenced, as the service user",
+            'set sandbox.mode = "on" (the default) to fence each conversation\'s agent',
+            facts,
+        )  # fmt: skip
+    try:
+        found = await bwrap.check(network != "on", settings.sandbox.bwrap)
+    except bwrap.SandboxUnavailable as exc:
+        return Check("sandbox", False, "no sandbox can be made here", str(exc), facts)
+    return Check("sandbox", True, f"on ({found}; network: {network})", facts=facts)
+
+
 def latest_version(package: str) -> str | None:
     """The registry's latest version of `package` (`npm view`), or None when npm is
     missing or the registry does not answer in NPM_TIMEOUT: doctor runs offline too."""
@@ -322,7 +343,8 @@ async def diagnose(settings: Settings, asked_agent: bool) -> list[Check]:
     checked, whose = _agent_to_check(settings, server, asked_agent)
     agent = _agent(checked)
     agent = replace(agent, detail=agent.detail + whose)
-    checks += [_key(settings), agent, _state_dir(settings), await _store(settings)]
+    checks += [_key(settings), agent, await _sandbox(checked), _state_dir(settings)]
+    checks += [await _store(settings)]
     return [Check("install", True, origin.describe()), *checks, await _listener(settings, server)]
 
 

@@ -48,7 +48,8 @@ The session id is --session-id, else --resume (unless --fork-session), else a ne
 uuid4. The process stays up for any number of turns and exits when stdin closes
 (status 1 if the last result was an error, as the CLI does).
 
-If FAKE_CLAUDE_LOG names a file, one JSON line per event is appended to it:
+If FAKE_CLAUDE_LOG names a file, one JSON line per event is appended to it (with
+FAKE_CLAUDE_LOG=-, written to stderr as "fake-claude-log: <json>", which tailagent logs):
 {"argv": [...], "cwd": ...} (the whole argv, and where it runs) at start, {"user": text}
 per user message, {"permission_response": ...} per answer to a can_use_tool prompt (the `response`
 object of a success control_response, e.g. {"behavior": "deny", "message": ...,
@@ -233,6 +234,11 @@ class FakeClaude:
 
     def log(self, entry: dict[str, Any]) -> None:
         if not self.log_path:
+            return
+        if self.log_path == "-":  # on stderr, which tailagent logs: out of any sandbox
+            line = json.dumps(entry, ensure_ascii=False)
+            with self._log_lock:
+                print(f"fake-claude-log: {line}", file=sys.stderr, flush=True)
             return
         with self._log_lock, open(self.log_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(entry, ensure_ascii=False) + "\n")

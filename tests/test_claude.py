@@ -33,13 +33,25 @@ def start_claude(
 
 
 class FakeLog:
+    """What the fake CLIs of the servers started in a folder said they saw. They say it on
+    stderr (FAKE_CLAUDE_LOG=-), which tailagent logs: from inside their sandboxes no file
+    of the test's is theirs to write. `path` is the folder's `fake.log` for the shape of
+    the calls; what FAKE_CLAUDE_LOG is given is `str(log.path)`, "-"."""
+
+    MARKER = "fake-claude-log: "
+
     def __init__(self, path: Path) -> None:
-        self.path = path
+        self.folder = path.parent
+        self.path = "-"
 
     def entries(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line]
+        lines = [
+            line.split(self.MARKER, 1)[1]
+            for log in sorted(self.folder.glob("server-*.log"))
+            for line in log.read_text().splitlines()
+            if self.MARKER in line
+        ]
+        return [json.loads(line) for line in lines]
 
     def permission_responses(self) -> list[dict[str, Any]]:
         return [e["permission_response"] for e in self.entries() if "permission_response" in e]

@@ -25,6 +25,7 @@ from tests.postgres import postgres_missing, running_postgres
 from tests.serve_proxy import ServeProxy
 from tests.tailnet import FakeTailscaled, whois
 from tests.test_acp import start_acp
+from tests.test_claude import FakeLog
 from tests.test_tokens_and_owners import add_token, tailagent
 
 PEOPLE = {
@@ -279,10 +280,9 @@ def test_claude_turns_cost_their_share_and_stop_at_the_task_budget(tmp_path: Pat
     """Claude Code's result restates its whole process's cost: each turn counts what it
     added. `budgets.per_task_usd` is its --max-budget-usd, and its stop says why."""
     fake = Path(__file__).with_name("fake_claude_cli.py")
-    log = tmp_path / "fake.log"
     config = tmp_path / "claude.toml"
     config.write_text(f'[claude]\ncli_path = "{fake}"\n[budgets]\nper_task_usd = 1\n')
-    env = {**os.environ, "FAKE_CLAUDE_LOG": str(log)}
+    env = {**os.environ, "FAKE_CLAUDE_LOG": "-"}  # said on stderr: no file of ours inside
     server = start_server(tmp_path, "--agent", "claude", "--config", str(config), env=env)
     try:
         one = _rpc_send(server, "first cost:0.25")
@@ -300,7 +300,7 @@ def test_claude_turns_cost_their_share_and_stop_at_the_task_budget(tmp_path: Pat
         "counts over its whole session; this task cost $0.50."
     )
     assert three["metadata"]["conversationCost"]["usd"] == 1.25
-    argvs = [json.loads(line)["argv"] for line in log.read_text().splitlines() if '"argv"' in line]
+    argvs = FakeLog(tmp_path / "fake.log").argvs()
     assert argvs and all(a[a.index("--max-budget-usd") + 1] == "1.0" for a in argvs)
 
 

@@ -79,6 +79,7 @@ EDIT_TOOLS = ("Write", "Edit", "MultiEdit")
 # flag settings, which outrank every settings file.
 BLOCK_OUTSIDE_READS = json.dumps({"permissions": {"blockReadsOutsideWorkingDirectories": True}})
 STDERR_TAIL_LINES = 20
+STDERR_LOG_LINES = 200  # per session; past this, stderr is kept but no longer logged
 _DONE = object()
 
 
@@ -235,6 +236,7 @@ class ClaudeSession:
         self._workspace = workspace
         self._session_id = session_id
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr_logged = 0
         self._queue: asyncio.Queue[Any] | None = None
         self._answers: dict[str, asyncio.Future[Answer]] = {}
         self._dead = False
@@ -259,13 +261,17 @@ class ClaudeSession:
             session_id=None if resume else self._session_id,
             can_use_tool=self._can_use_tool,
             mcp_servers=self._mcp,
-            stderr=self._stderr.append,
+            stderr=self._said_on_stderr,
             max_budget_usd=self._max_budget_usd,
         )
 
-    @property
-    def session_id(self) -> str:
-        return self._session_id
+    def _said_on_stderr(self, line: str) -> None:
+        """Kept to quote when the CLI fails, and logged (bounded), as an ACP agent's are:
+        from inside its sandbox, stderr is what the CLI can still tell the operator."""
+        self._stderr.append(line)
+        if self._stderr_logged < STDERR_LOG_LINES:
+            self._stderr_logged += 1
+            log.info("claude %s stderr: %s", self._session_id[:8], line[:500])
 
     @property
     def alive(self) -> bool:

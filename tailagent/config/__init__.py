@@ -261,6 +261,8 @@ class SandboxSettings:
     allow_hosts: tuple[str, ...] = ()
     # More paths the agent must not see (beside the state dir and the usual secrets).
     hide: tuple[Path, ...] = ()
+    # The bubblewrap to use; None: `bwrap` on PATH, else /usr/bin/bwrap.
+    bwrap: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)

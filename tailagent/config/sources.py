@@ -121,6 +121,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "sandbox.network": checks.one_of(SANDBOX_NETWORKS),
     "sandbox.allow_hosts": checks.string_list,
     "sandbox.hide": checks.path_list,
+    "sandbox.bwrap": checks.file_path,
 }
 # TOML table -> Settings field; `agent` is also a plain key (which agent), so its
 # table lands in `agent_process`.

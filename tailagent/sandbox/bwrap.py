@@ -34,8 +34,11 @@ class SandboxUnavailable(Exception):
     """No fence can be made on this box; str() is what the person reads, fix included."""
 
 
-def find() -> Path | None:
-    """The system's bwrap: on PATH, else where distributions put it."""
+def find(configured: Path | None = None) -> Path | None:
+    """The bwrap `sandbox.bwrap` names, else the system's: on PATH, else where
+    distributions put it."""
+    if configured is not None:
+        return configured if os.access(configured, os.X_OK) else None
     found = shutil.which("bwrap")
     if found:
         return Path(found)
@@ -69,10 +72,12 @@ def explain(stderr: str) -> str:
     return f"{cause} (bwrap said: {said})"
 
 
-async def check(network: bool) -> Path:
+async def check(network: bool, configured: Path | None = None) -> Path:
     """The bwrap to fence agents with, once a fence was made with it here; else
     SandboxUnavailable saying why and what to do."""
-    bwrap = find()
+    bwrap = find(configured)
+    if bwrap is None and configured is not None:
+        raise SandboxUnavailable(f"sandbox.bwrap: {configured} is not an executable; {OFF}")
     if bwrap is None:
         raise SandboxUnavailable(f"no bubblewrap (bwrap) on this box: {INSTALL}, {OFF}")
     try:

@@ -192,7 +192,7 @@ class Sandbox:
         do) and starts what the network mode needs."""
         if not self.on:
             return
-        self._bwrap = await bwrap.check(network=self.settings.network != "on")
+        self._bwrap = await bwrap.check(self.settings.network != "on", self.settings.bwrap)
         if self.settings.network == "allowlist":
             await self._start_proxy()
         self._sweep()
