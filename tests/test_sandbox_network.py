@@ -404,6 +404,26 @@ async def test_a_connect_that_hangs_times_out(sockdir: Path) -> None:
         assert time.monotonic() - started < 3
 
 
+async def test_an_address_that_hangs_leaves_time_for_the_next(
+    sockdir: Path, echo_port: int
+) -> None:
+    """A name's addresses are tried in order, each with its share of the time left, so
+    one that drops packets does not use up the next one's (called with the addresses a
+    name would give, since no name here resolves to two)."""
+    async with running(sockdir, [], connect_timeout=1.0) as proxy:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        targets = [
+            (socket.AF_INET, ("192.0.2.1", 443)),
+            (socket.AF_INET, ("127.0.0.1", echo_port)),
+        ]
+        reader, writer = await proxy._connect("two.example", 443, targets, started + 1.0)
+        assert loop.time() - started < 0.9
+        writer.write(b"ping")
+        assert await reader.readexactly(4) == b"ping"
+        writer.close()
+
+
 async def test_connections_past_the_limit_are_turned_away(sockdir: Path, echo_port: int) -> None:
     async with running(sockdir, [f"127.0.0.1:{echo_port}"], max_tunnels=2) as proxy:
         held = []

@@ -623,9 +623,11 @@ class AllowlistProxy:
         reason = self.allow.host_refusal(host, port)
         if reason:
             raise ProxyAnswer(403, reason, refused_host=host)
+        deadline = asyncio.get_running_loop().time() + self.connect_timeout
         try:
-            async with asyncio.timeout(self.connect_timeout):
-                return await self._connect(host, port, await self._resolve(host, port))
+            async with asyncio.timeout_at(deadline):
+                targets = await self._resolve(host, port)
+                return await self._connect(host, port, targets, deadline)
         except TimeoutError:
             raise ProxyAnswer(504, f"timed out connecting to {host}:{port}") from None
 
@@ -654,24 +656,34 @@ class AllowlistProxy:
         return targets
 
     async def _connect(
-        self, host: str, port: int, targets: list[tuple[int, tuple[object, ...]]]
+        self,
+        host: str,
+        port: int,
+        targets: list[tuple[int, tuple[object, ...]]],
+        deadline: float,
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The first of `targets` to accept, in order, each given an equal share of the
+        time left (an IPv6 address that drops packets does not use up the IPv4 one's)."""
         loop = asyncio.get_running_loop()
-        failure: OSError | None = None
-        for family, sockaddr in targets:
+        failure = "no address"
+        for index, (family, sockaddr) in enumerate(targets):
             sock = socket.socket(family, socket.SOCK_STREAM)
             try:
                 sock.setblocking(False)
-                await loop.sock_connect(sock, sockaddr)
+                async with asyncio.timeout((deadline - loop.time()) / (len(targets) - index)):
+                    await loop.sock_connect(sock, sockaddr)
                 return await asyncio.open_connection(sock=sock, limit=RESPONSE_HEAD_LIMIT)
+            except TimeoutError:
+                sock.close()
+                failure = "timed out"
             except OSError as exc:
                 sock.close()
-                failure = exc
+                failure = exc.strerror or str(exc)
             except BaseException:
                 sock.close()
                 raise
-        said = failure.strerror if failure and failure.strerror else failure or "no address"
-        raise ProxyAnswer(502, f"cannot connect to {host}:{port}: {said}")
+        status = 504 if failure == "timed out" else 502
+        raise ProxyAnswer(status, f"cannot connect to {host}:{port}: {failure}")
 
     async def _refuse(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: ProxyAnswer
