@@ -1,12 +1,14 @@
-"""Tool-use rules approve only what they say (issue 32): every form of a command or a
-path that once slipped through an allow rule, or past a deny rule, one table row each;
-then the same attacks through a real server with tests/fake_acp_agent.py."""
+"""Tool-use rules approve only what they say (issues 32 and 41): every form of a command
+or a path that once slipped through an allow rule, or past a deny rule, one table row
+each; then the same attacks through a real server with tests/fake_acp_agent.py."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -17,7 +19,9 @@ from typing import Any
 import pytest
 
 from tailagent.agents.events import PermissionAsked
+from tailagent.bridge import shell_programs
 from tailagent.bridge.rules import first_match
+from tailagent.bridge.shell_programs import trusted_shell
 from tailagent.tool_rules import CommandPattern, Rule, parse_rules
 from tests.a2a_helpers import A2A, kind_of, texts, user_message
 from tests.conftest import RunningServer
@@ -53,9 +57,12 @@ APPROVED = [
     'p"y"test -k "a or b"',
     "pytest -k 'not slow; really'",  # a quoted ; is a character of an argument
     "PYTHONUNBUFFERED=1 LC_ALL=C pytest -q",
-    "bash -lc 'pytest -q'",  # Codex's way: the script is the command
+    "bash -c 'pytest -q'",  # a shell's plain -c: the script is the command
+    "bash -c -- 'pytest -q'",
+    "sh -c 'pytest -q'",
+    "dash -c 'pytest -q'",
     ["pytest", "-q"],
-    ["bash", "-lc", "pytest -q"],
+    ["bash", "-c", "pytest -q"],
 ]
 
 ASKED_OF_A_PERSON = [
@@ -102,6 +109,25 @@ ASKED_OF_A_PERSON = [
     "bash -c 'pytest; rm -rf ~'",
     "bash -c 'LD_PRELOAD=/tmp/x.so pytest'",
     "bash -c 'pytest' extra",
+    "bash -lc 'pytest -q'",  # issue 41: a login shell reads startup files first
+    ["bash", "-lc", "pytest -q"],  # (Codex's way, asked since issue 41)
+    "bash -ic 'pytest -q'",
+    "bash -kc 'pytest -q LD_PRELOAD=/tmp/x.so'",
+    "bash -ec 'pytest -q'",
+    "bash +e -c 'pytest -q'",
+    "bash --rcfile /tmp/rc -c 'pytest -q'",
+    "bash -o xtrace -c 'pytest -q'",
+    "bash -- -c 'pytest -q'",
+    "bash -c 'pytest -q' --",
+    "./bash -c 'pytest -q'",
+    "/tmp/x/bash -c 'pytest -q'",
+    "//usr/bin/bash -c 'pytest -q'",
+    "rbash -c 'pytest -q'",
+    "zsh -c 'pytest -q'",
+    "ksh -c 'pytest -q'",
+    "fish -c 'pytest -q'",
+    "busybox -c 'pytest -q'",
+    "busybox sh -c 'pytest -q'",
     ["sh", "-c", "pytest && rm -rf ~"],
     ["pytest", "-q", 3],
     {"argv": ["pytest"]},
@@ -118,18 +144,107 @@ def test_anything_else_is_asked_whatever_the_rule_says(command: Any, root: Path)
     assert decide(PYTEST, "Bash", {"command": command}, root) is ASKED
 
 
-@pytest.mark.parametrize("command", ["pytest; rm -rf ~", "pytest $(id)", "a | b", "x > y"])
+@pytest.mark.parametrize(
+    "command",
+    ["pytest; rm -rf ~", "pytest $(id)", "a | b", "x > y", "bash -c 'a; b'", "bash -kc 'a X=1'",
+     "sh -lc make", "/tmp/x/sh -c make"],
+)  # fmt: skip
 def test_not_even_a_rule_for_every_command_approves_a_compound_one(
     command: str, root: Path
 ) -> None:
     everything = parse_rules([{"tool": "*", "decision": "allow"}])
     assert decide(everything, "Bash", {"command": command}, root) is ASKED
     assert decide(everything, "Bash", {"command": "make test"}, root) == "allow"
+    assert decide(everything, "Bash", {"command": "bash -c 'make test'"}, root) == "allow"
+    assert decide(everything, "Bash", {"command": "bash build.sh"}, root) == "allow"
 
 
 def test_a_command_run_outside_the_workspace_is_asked(root: Path) -> None:
     assert decide(PYTEST, "Bash", {"command": "pytest", "cwd": str(root / "src")}, root) == "allow"
     assert decide(PYTEST, "Bash", {"command": "pytest", "cwd": "/tmp"}, root) is ASKED
+
+
+# --- a shell is one only at a trusted path, given only a plain -c (issue 41) -------------------
+
+SHELL_RULES = parse_rules(
+    [
+        {"tool": "Bash", "command": "git status*", "decision": "allow"},
+        {"tool": "Bash", "command": "ls*", "decision": "allow"},
+    ]
+)
+FSMONITOR_WORDS = "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0=touch\\ M"
+SYSTEM_BASH = pytest.mark.skipif(
+    not trusted_shell("/usr/bin/bash"), reason="no root-owned /usr/bin/bash here"
+)
+
+SHELL_FORMS = [
+    ("git status", "allow"),
+    ("git status --short", "allow"),
+    ("bash -c 'git status --short'", "allow"),  # the controls: a plain -c, a bare name
+    ("bash -c -- 'git status --short'", "allow"),
+    ("sh -c 'ls -d .'", "allow"),
+    pytest.param("/usr/bin/bash -c 'git status --short'", "allow", marks=SYSTEM_BASH),
+    pytest.param("/bin/sh -c 'git status --short'", "allow", marks=SYSTEM_BASH),
+    (f"bash -kc 'git status --short {FSMONITOR_WORDS}'", ASKED),  # -k: words into the env
+    ("bash -kc 'ls -d . LD_PRELOAD=/tmp/x.so'", ASKED),
+    ("bash -k -c 'ls -d . LD_PRELOAD=/tmp/x.so'", ASKED),
+    ("bash -ic 'git status'", ASKED),  # -i and -l read startup files
+    ("bash -lc 'git status'", ASKED),
+    ("bash -i -c 'git status'", ASKED),
+    ("bash --login -c 'git status'", ASKED),
+    ("bash --rcfile /tmp/rc -c 'git status'", ASKED),
+    ("bash --norc -c 'git status'", ASKED),
+    ("bash -o xtrace -c 'git status'", ASKED),
+    ("bash -c 'git status' x", ASKED),
+    ("/tmp/x/bash -c 'git status --short'", ASKED),  # another user's program
+    ("/usr/bin/../../tmp/x/bash -c 'git status'", ASKED),
+    ("/usr/bin/x/bash -c 'git status'", ASKED),
+    ("bin/bash -c 'git status'", ASKED),
+    ("busybox -c 'git status'", ASKED),
+    ("rbash -c 'git status'", ASKED),
+    ("zsh -c 'git status'", ASKED),  # zsh -c reads ~/.zshenv
+    ("fish -c 'git status'", ASKED),
+    ("bash5.2 -c 'git status'", ASKED),
+    ("lsblk", ASKED),
+]
+
+
+@pytest.mark.parametrize(("command", "want"), SHELL_FORMS, ids=repr)
+def test_a_shell_is_read_into_only_at_a_trusted_path_given_a_plain_c(
+    command: str, want: str | None, root: Path
+) -> None:
+    assert decide(SHELL_RULES, "Bash", {"command": command}, root) == want
+
+
+def test_a_shell_elsewhere_is_no_shell_to_an_allow_rule_but_is_to_a_deny_rule(
+    tmp_path: Path, root: Path
+) -> None:
+    real = shutil.which("bash") or "/usr/bin/bash"
+    linked, copied = tmp_path / "linked" / "bash", tmp_path / "copied" / "bash"
+    linked.parent.mkdir()
+    linked.symlink_to(real)  # a link another user owns could point anywhere tomorrow
+    copied.parent.mkdir()
+    shutil.copy(real, copied)
+    for shell in (linked, copied):
+        assert not trusted_shell(str(shell))
+        asked = {"command": f"{shell} -c 'git status --short'"}
+        assert decide(SHELL_RULES, "Bash", asked, root) is ASKED
+        assert decide(NO_RM, "Bash", {"command": f"{shell} -c 'rm -rf /'"}, root) == "deny"
+
+
+def test_a_trusted_directory_is_one_only_root_may_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shell = tmp_path / "bin" / "bash"
+    shell.parent.mkdir()
+    shutil.copy(shutil.which("bash") or "/usr/bin/bash", shell)
+    listed = (*shell_programs.TRUSTED_DIRS, str(shell.parent))
+    monkeypatch.setattr(shell_programs, "TRUSTED_DIRS", listed)
+    os.chmod(shell.parent, 0o775)  # listed, but a group may write it
+    assert not trusted_shell(str(shell))
+    os.chmod(shell.parent, 0o755)
+    os.chmod(shell, 0o775)
+    assert not trusted_shell(str(shell))
 
 
 # --- a deny rule catches the command wherever it hides -------------------------------------------
@@ -178,9 +293,84 @@ DENIED = [
     "pytest 'unterminated; rm -rf /",
     ["rm", "-fr", "/"],
     ["sh", "-c", "rm -rf /"],
+    # issue 41: every wrapper that runs its arguments as a command line
+    "bash -c -- 'rm -rf V'",
+    "bash -o xtrace -c 'rm -rf V'",
+    "bash --rcfile=/dev/null -c 'rm -rf V'",
+    "sh -c '\"$@\"' sh rm -rf V",
+    "/tmp/x/bash -c 'rm -rf V'",
+    "bash5.2 -c 'rm -rf V'",
+    "rm -Rf V",
+    "rm -R -f V",
+    "rm --recursive --force V",
+    "rm --rec -f V",
+    "flock L -c 'rm -rf V'",
+    "flock L --command='rm -rf V'",
+    "flock L rm -rf V",
+    "env -S 'rm -rf V'",
+    "env -S'rm -rf V'",
+    "env -iS 'rm -rf V'",
+    "env --split-string='rm -rf V'",
+    "script -qc 'rm -rf V'",
+    "script -c 'rm -rf V' /dev/null",
+    "script --command 'rm -rf V'",
+    "rbash -c 'rm -rf V'",
+    "dash -c 'rm -rf V'",
+    "ksh -c 'rm -rf V'",
+    "mksh -c 'rm -rf V'",
+    "zsh -c 'rm -rf V'",
+    "fish -c 'rm -rf V'",
+    "fish --command='rm -rf V'",
+    "busybox rm -rf V",
+    "busybox rm -Rf V",
+    "busybox sh -c 'rm -rf V'",
+    "su -c 'rm -rf V'",
+    "su - root -c 'rm -rf V'",
+    "su -c'rm -rf V' root",
+    "runuser -u nobody -- rm -rf V",
+    "runuser -l nobody -c 'rm -rf V'",
+    "setpriv --reuid=1000 --init-groups rm -rf V",
+    "unshare -r --fork rm -rf V",
+    "chroot / rm -rf V",
+    "nsenter -t 1 -m rm -rf V",
+    "watch 'rm -rf V'",
+    "watch -n 5 rm -rf V",
+    "watch -n 5 'rm' '-rf V'",
+    "coproc rm -rf V",
+    "coproc N { rm -rf V; }",
+    "trap 'rm -rf V' EXIT",
+    "trap -- 'rm -rf V' EXIT",
+    "nohup sh -c 'rm -rf V'",
+    "nice -n 5 busybox rm -Rf V",
+    "ionice -c 3 rm -rf V",
+    "stdbuf -oL rm -rf V",
+    "taskset 1 rm -rf V",
+    "time rm -rf V",
+    "doas rm -rf V",
+    "sudo -u root -- sh -c 'rm -rf V'",
+    "xargs -I{} sh -c 'rm -rf {}'",
+    "sg wheel 'rm -rf V'",
+    "ssh host 'rm -rf V'",
+    "ssh -o ProxyCommand='rm -rf V' host",
+    "parallel 'rm -rf {}' ::: V",
+    "builtin eval 'rm -rf V'",
+    ["flock", "L", "-c", "rm -rf V"],
 ]
 
-NOT_DENIED = ["rm x", "rm -r x", "echo rm -rf", "git commit -m 'rm -rf /'", "rmdir -p x"]
+NOT_DENIED = [
+    "rm x",
+    "rm -r x",
+    "echo rm -rf",
+    "git commit -m 'rm -rf /'",
+    "rmdir -p x",
+    "rm -R x",  # -r without -f
+    "rm --force x",
+    "chmod -R 755 x",  # not rm
+    "ls -Rf",
+    "sudo git commit -m 'rm -rf /'",
+    "trap 'echo rm -rf' EXIT",
+    "script -q typescript",
+]
 
 
 @pytest.mark.parametrize("command", DENIED, ids=repr)
@@ -206,6 +396,8 @@ def nested(command: str, levels: int) -> str:
         "sudo " * 300 + "rm -rf /",  # more commands than it follows
         "eval " * 300 + "rm -rf /",
         "find -exec " * 300 + "rm -rf /",
+        "sh -c x " * 8000 + "; rm -rf /",  # more words than it looks through
+        "watch " * 10000 + "rm -rf /",  # more text than it parses
         "true " + "x" * 70_000 + "; rm -rf /",  # longer than it reads
     ],
     ids=lambda c: repr(c[:30]),
@@ -467,3 +659,25 @@ async def test_a_terminal_setting_git_config_is_asked_showing_it(ruled: RunningS
     # A program by another name is asked too, environment or not.
     other = await agent.turn(terminal(git, {}))
     assert other.final_state == "input_required"
+
+
+async def test_a_shell_given_k_is_asked_and_git_never_runs_its_fsmonitor(
+    ruled: RunningServer,
+) -> None:
+    agent = A2A(ruled.url, ruled.token)
+    plain = await agent.turn(terminal(["bash", "-c", "git status --short"], {}))
+    assert plain.final_state == "completed"  # a plain -c: the script is the command
+    assert any(n.startswith("Allowed by rule 2") for n in notices(plain))
+
+    marker = ruled.state_dir.parent / "fsmonitor-ran-under-k"
+    value = shlex.quote(f"touch {marker}")
+    script = (
+        "git status --short GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor "
+        f"GIT_CONFIG_VALUE_0={value}"
+    )
+    asked = await agent.turn(terminal(["bash", "-kc", script], {}))
+    assert asked.final_state == "input_required"  # -k: bash puts those words in git's env
+    assert not any(n.startswith("Allowed") for n in notices(asked))
+    refused = await agent.turn(user_message("no", task_id=asked.task_id))
+    assert "terminal refused" in answer_text(refused)
+    assert not marker.exists()  # approved, git status would have run the command

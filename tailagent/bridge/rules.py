@@ -10,8 +10,11 @@ An allow rule approves narrowly, and deny and ask rules catch broadly, because a
 wrong allow runs something nobody approved while a wrong deny or ask only costs a
 question. So an allow rule matches only a command that is one simple command of
 plain words (`shell.simple_command`), run with no environment beyond `HARMLESS_ENV`,
-whose paths all lie in the workspace; a deny or ask rule matches when any command a
-shell could run from the line matches (`shell.reading`), or any form of any path.
+whose paths all lie in the workspace; it reads into a shell's script only for a
+shell at a trusted path given a plain `-c`, and a shell given anything else is asked
+whatever the rules say. A deny or ask rule matches when any command a shell could
+run from the line matches (`shell.reading`, through every wrapper `shell_programs`
+knows), or any form of any path.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from tailagent.bridge.shell import (
     TooIntricate,
     Words,
     reading,
+    shell_given_options,
     shell_script,
 )
 from tailagent.bridge.shell import simple_command as parse_simple
+from tailagent.bridge.shell_programs import same_flag
 from tailagent.tool_rules import CommandPattern, Rule
 
 # Variables an approved command may set: none of them names a program to run, a file
@@ -167,7 +172,9 @@ class Seen:
     tool: str
     has_command: bool
     # The command as one simple command, and the script of its `sh -c` if that is one
-    # too (setting only harmless variables); empty when the command is anything else.
+    # too (setting only harmless variables); empty when the command is anything else,
+    # a shell given options its script included (`shell.shell_given_options`), unless
+    # they are a trusted shell's plain `-c` and that script is one.
     simple: tuple[SimpleCommand, ...]
     reading: Reading | None
     env: tuple[str, ...]
@@ -188,11 +195,12 @@ class Seen:
         read, intricate = None, None
         if line is not None:
             if (outer := parse_simple(line)) is not None:
-                simple.append(outer)
                 script = shell_script(outer.words)
                 inner = parse_simple(script) if script is not None else None
                 if inner is not None and all(harmless(n) for n, _ in inner.assignments):
-                    simple.append(inner)
+                    simple += [outer, inner]
+                elif not shell_given_options(outer.words):
+                    simple.append(outer)  # a shell's unclear script leaves `simple` empty
             try:
                 read = reading(line)
             except TooIntricate as exc:
@@ -233,9 +241,10 @@ def _program_is(pattern: CommandPattern, program: str, *, loosely: bool) -> bool
     return program == pattern.program or (loosely and os.path.basename(program) == pattern.program)
 
 
-def _flag_letters(words: list[str] | Words) -> tuple[set[str], list[str]]:
-    """The letters of single-letter flag clusters (`-rf`, `-r -f`), and the other
-    words; words after `--` are never flags."""
+def _flag_letters(program: str, words: list[str] | Words) -> tuple[set[str], list[str]]:
+    """The letters of single-letter flag clusters (`-rf`, `-r -f`), each as the letter
+    `program` documents it the same as (rm's `-R` and `--recursive` are `-r`), and the
+    other words; words after `--` are never flags."""
     letters: set[str] = set()
     rest: list[str] = []
     for index, word in enumerate(words):
@@ -243,13 +252,15 @@ def _flag_letters(words: list[str] | Words) -> tuple[set[str], list[str]]:
             rest.extend(words[index:])
             break
         if FLAG_CLUSTER.fullmatch(word):
-            letters |= set(word[1:])
+            letters |= {same_flag(program, letter) for letter in word[1:]}
+        elif word.startswith("--") and len(letter := same_flag(program, word)) == 1:
+            letters.add(letter)
         else:
             rest.append(word)
     return letters, rest
 
 
-def _pattern_flags(arguments: str) -> tuple[set[str], str]:
+def _pattern_flags(program: str, arguments: str) -> tuple[set[str], str]:
     """A rule's flag clusters as letters and the rest of its glob: `-rf*` is `-rf *`."""
     words: list[str] = []
     for word in arguments.split(" "):
@@ -257,7 +268,7 @@ def _pattern_flags(arguments: str) -> tuple[set[str], str]:
             words += [word[:-1], "*"]
         else:
             words.append(word)
-    letters, rest = _flag_letters(words)
+    letters, rest = _flag_letters(program, words)
     return letters, " ".join(rest)
 
 
@@ -270,13 +281,15 @@ def approves(pattern: CommandPattern, words: Words) -> bool:
 
 def catches(pattern: CommandPattern, words: Words) -> bool:
     """As `approves`, and more: the program by its name without a directory, and flag
-    clusters as sets of letters (`-fr`, `-r -f` and `-rfv` all have the rule's `-rf`)."""
+    clusters as sets of letters (`-fr`, `-r -f` and `-rfv` all have the rule's `-rf`;
+    rm's `-Rf` too)."""
     if not words or not _program_is(pattern, words[0], loosely=True):
         return False
     if fnmatchcase(" ".join(words[1:]), pattern.arguments):
         return True
-    wanted, glob = _pattern_flags(pattern.arguments)
-    letters, rest = _flag_letters(words[1:])
+    program = pattern.program or words[0]
+    wanted, glob = _pattern_flags(program, pattern.arguments)
+    letters, rest = _flag_letters(words[0], words[1:])
     return bool(wanted) and wanted <= letters and fnmatchcase(" ".join(rest), glob)
 
 

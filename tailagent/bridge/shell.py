@@ -6,7 +6,8 @@ substitution, expansion, redirection, here-doc, glob or newline, so that what th
 rule's glob saw is exactly the program and arguments that will run. A deny (or ask)
 rule should catch the command wherever it hides (`reading`): every simple
 command in the line, in substitutions and here-doc bodies, inside `sh -c '…'`,
-`eval`, `find -exec`, and after wrappers such as `env`, `sudo` or `timeout`.
+`eval`, `find -exec`, and after wrappers such as `env`, `sudo` or `flock -c` (what
+each program runs is `shell_programs`'s to know).
 
 tree-sitter-bash is a maintained grammar of bash (MIT, as tree-sitter is) with wheels
 that carry the compiled parser; what it cannot parse is marked as an error, which
@@ -24,23 +25,21 @@ from functools import cache
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
+from tailagent.bridge.shell_programs import command_lines, is_shell, runs_of, trusted_shell
+
 Words = tuple[str, ...]
 
 # Characters a shell expands in an unquoted word (pathname and brace expansion, the
 # tilde): a word with one of them is not a plain word.
 EXPANDING = frozenset("*?[]{}~$`")
-# Programs that run another program named by a later word.
-WRAPPERS = frozenset(
-    ("env", "sudo", "doas", "nice", "ionice", "timeout", "nohup", "command", "exec",
-     "builtin", "time", "stdbuf", "setsid", "xargs", "chrt", "taskset", "flock", "watch")
-)  # fmt: skip
-SHELLS = frozenset(("sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"))
 OPERATORS = "();<>|&"
 FIND_EXEC = frozenset(("-exec", "-execdir", "-ok", "-okdir"))
 # The bounds of a reading for deny rules (`reading`); a line past them is asked.
 MAX_DEPTH = 4  # `sh -c` scripts, here-docs and `find -exec` within each other
 MAX_COMMANDS = 256  # simple commands and the ones they run (wrappers count each word)
 MAX_LINE = 65536  # characters
+MAX_PARSED = 4 * MAX_LINE  # characters parsed in all, the line and the lines within it
+MAX_SCANNED = MAX_LINE // 2  # words looked through for the lines programs hand a shell
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,13 +149,19 @@ def simple_command(line: str) -> SimpleCommand | None:
 
 
 def shell_script(words: Words) -> str | None:
-    """The script of `sh -c SCRIPT` (`-c` alone or in a cluster such as `-lc`), when
-    those are all the words; a shell given more runs the same script."""
-    if len(words) == 3 and os.path.basename(words[0]) in SHELLS:
-        flag = words[1]
-        if flag.startswith("-") and not flag.startswith("--") and "c" in flag:
-            return words[2]
-    return None
+    """The script of `SH -c SCRIPT` or `SH -c -- SCRIPT`, when those are all the words
+    and SH is a shell that only root could have put where it is
+    (`shell_programs.trusted_shell`); None for anything else."""
+    plain = words[1:] in (("-c", words[-1]), ("-c", "--", words[-1]))
+    return words[-1] if len(words) > 2 and plain and trusted_shell(words[0]) else None
+
+
+def shell_given_options(words: Words) -> bool:
+    """Whether `words` run a program named as a shell (in any directory: it may be one)
+    with an option first. Beyond `shell_script`'s form such a line is unclear to an
+    allow rule: `-k` puts a script's `NAME=value` words into the environment, `-i` and
+    `-l` read startup files, `--rcfile` and `-o` take values that look like scripts."""
+    return len(words) > 1 and is_shell(words[0]) and words[1][:1] in ("-", "+")
 
 
 # --- every command a line could run, for deny rules ------------------------------------------
@@ -217,6 +222,8 @@ class _Reader:
     def __init__(self) -> None:
         self.commands: dict[Words, None] = {}
         self.targets: list[str] = []
+        self.parsed = 0  # characters handed to the parser
+        self.scanned = 0  # words looked through by `runs`
 
     def add(self, words: Words) -> None:
         self.commands[words] = None
@@ -228,6 +235,9 @@ class _Reader:
         substitutions, functions, here-doc bodies), each with what it runs in turn."""
         if depth > MAX_DEPTH:
             raise TooIntricate(f"commands within commands, more than {MAX_DEPTH} deep")
+        self.parsed += len(line)
+        if self.parsed > MAX_PARSED:
+            raise TooIntricate(f"more than {MAX_PARSED} characters to parse")
         root = _parse(line)
         found: list[Words] = []
         stack = [root]
@@ -249,35 +259,38 @@ class _Reader:
             self.command(words, depth)
 
     def command(self, words: Words, depth: int) -> None:
-        """`words` and what they run in turn: after leading assignments, after a
-        wrapper (every later word is tried as the program: its options are not
-        known), the script of a shell's `-c`, `eval`'s words and `find -exec`'s."""
+        """`words` and what they run in turn: after leading assignments; after a
+        program that execs its arguments (a wrapper such as `sudo`, a shell's
+        `"$@"`), every later word tried as the program, since its options are not
+        known; and the lines and commands `runs` finds in each of those."""
         self.add(words)
         start = 0
         while start < len(words) and _is_assignment(words[start]):
             start += 1
         if start == len(words):
             return
-        self.add(words[start:])
-        if os.path.basename(words[start]) in WRAPPERS:
-            for index in range(start + 1, len(words)):
+        words = words[start:]
+        self.add(words)
+        how = runs_of(words[0])
+        if how is not None and how.argv:
+            for index in range(1, len(words)):
                 if not words[index].startswith("-") and not _is_assignment(words[index]):
                     self.add(words[index:])
                     self.runs(words[index:], depth)
-        else:
-            self.runs(words[start:], depth)
+        self.runs(words, depth)
 
     def runs(self, words: Words, depth: int) -> None:
-        """What a shell, `eval` or `find -exec` named first in `words` runs."""
-        program = os.path.basename(words[0])
-        if program in SHELLS:
-            for index, word in enumerate(words[1:-1], 1):
-                if word.startswith("-") and not word.startswith("--") and "c" in word:
-                    self.line(words[index + 1], depth + 1)
-                    return
-        elif program == "eval":
-            self.line(" ".join(words[1:]), depth + 1)
-        elif program == "find":
+        """The command lines the program named first in `words` hands a shell (a
+        shell's script, `flock -c`'s, `eval`'s words, …), and `find -exec`'s command.
+        What it execs from its later words is `command`'s to try."""
+        how = runs_of(words[0])
+        if how is not None and how.hands_lines:
+            self.scanned += len(words)
+            if self.scanned > MAX_SCANNED:
+                raise TooIntricate(f"more than {MAX_SCANNED} words to look through")
+        for line in dict.fromkeys(command_lines(words)):
+            self.line(line, depth + 1)
+        if os.path.basename(words[0]) == "find":
             index = 1
             while index < len(words):
                 if words[index] not in FIND_EXEC:
