@@ -20,7 +20,9 @@ class CommandPattern:
     """A rule's `command` read as words, as a shell would read them: the first is the
     program, matched as a whole word ("" for any program), and the rest a glob over
     the command's arguments joined by single spaces. A `*` glued to the program
-    stands for the arguments: `pytest*` is `pytest *`, which `pytest-evil` is not."""
+    stands for the arguments: `pytest*` is `pytest *`, which `pytest-evil` is not;
+    to an allow rule one glued to the last word after a letter or digit stands for
+    the words after it too: `git status*` is not `git statusx` (`bridge/rules.py`)."""
 
     program: str
     arguments: str

@@ -170,6 +170,8 @@ SHELL_RULES = parse_rules(
     [
         {"tool": "Bash", "command": "git status*", "decision": "allow"},
         {"tool": "Bash", "command": "ls*", "decision": "allow"},
+        {"tool": "Bash", "command": "npm run test:*", "decision": "allow"},
+        {"tool": "Bash", "command": "pytest tests/*", "decision": "allow"},
     ]
 )
 FSMONITOR_WORDS = "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0=touch\\ M"
@@ -185,6 +187,8 @@ SHELL_FORMS = [
     ("sh -c 'ls -d .'", "allow"),
     pytest.param("/usr/bin/bash -c 'git status --short'", "allow", marks=SYSTEM_BASH),
     pytest.param("/bin/sh -c 'git status --short'", "allow", marks=SYSTEM_BASH),
+    ("npm run test:unit", "allow"),  # a * after another character is the word's
+    ("pytest tests/test_x.py", "allow"),
     (f"bash -kc 'git status --short {FSMONITOR_WORDS}'", ASKED),  # -k: words into the env
     ("bash -kc 'ls -d . LD_PRELOAD=/tmp/x.so'", ASKED),
     ("bash -k -c 'ls -d . LD_PRELOAD=/tmp/x.so'", ASKED),
@@ -205,6 +209,9 @@ SHELL_FORMS = [
     ("zsh -c 'git status'", ASKED),  # zsh -c reads ~/.zshenv
     ("fish -c 'git status'", ASKED),
     ("bash5.2 -c 'git status'", ASKED),
+    ("git statusx", ASKED),  # the rule's last word is a whole word
+    ("git status-x", ASKED),
+    ("bash -c 'git statusx'", ASKED),
     ("lsblk", ASKED),
 ]
 

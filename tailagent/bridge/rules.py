@@ -10,11 +10,11 @@ An allow rule approves narrowly, and deny and ask rules catch broadly, because a
 wrong allow runs something nobody approved while a wrong deny or ask only costs a
 question. So an allow rule matches only a command that is one simple command of
 plain words (`shell.simple_command`), run with no environment beyond `HARMLESS_ENV`,
-whose paths all lie in the workspace; it reads into a shell's script only for a
-shell at a trusted path given a plain `-c`, and a shell given anything else is asked
-whatever the rules say. A deny or ask rule matches when any command a shell could
-run from the line matches (`shell.reading`, through every wrapper `shell_programs`
-knows), or any form of any path.
+whose paths all lie in the workspace, its last word as a whole word; it reads into a
+shell's script only for a shell at a trusted path given a plain `-c`, and a shell
+given anything else is asked whatever the rules say. A deny or ask rule matches when
+any command a shell could run from the line matches (`shell.reading`, through every
+wrapper `shell_programs` knows), or any form of any path.
 """
 
 from __future__ import annotations
@@ -272,17 +272,29 @@ def _pattern_flags(program: str, arguments: str) -> tuple[set[str], str]:
     return letters, " ".join(rest)
 
 
+def _arguments_approved(glob: str, arguments: Words) -> bool:
+    """The arguments joined by single spaces match the glob, where a `*` glued to the
+    end of its last word after a letter or digit stands for the words after it, as it
+    does after the program: `status*` is `status` alone or `status *`, not `statusx`.
+    After any other character it is the word's (`tests/*`, `test:*`)."""
+    joined = " ".join(arguments)
+    if len(glob) > 1 and glob.endswith("*") and glob[-2].isalnum():
+        return fnmatchcase(joined, glob[:-1]) or fnmatchcase(joined, glob[:-1] + " *")
+    return fnmatchcase(joined, glob)
+
+
 def approves(pattern: CommandPattern, words: Words) -> bool:
-    """The program is the rule's, word for word; its arguments match the rule's glob."""
-    return _program_is(pattern, words[0], loosely=False) and fnmatchcase(
-        " ".join(words[1:]), pattern.arguments
+    """The program is the rule's, word for word; its arguments match the rule's glob,
+    its last word as a whole word (`_arguments_approved`)."""
+    return _program_is(pattern, words[0], loosely=False) and _arguments_approved(
+        pattern.arguments, words[1:]
     )
 
 
 def catches(pattern: CommandPattern, words: Words) -> bool:
-    """As `approves`, and more: the program by its name without a directory, and flag
-    clusters as sets of letters (`-fr`, `-r -f` and `-rfv` all have the rule's `-rf`;
-    rm's `-Rf` too)."""
+    """More than `approves`: the program by its name without a directory, the glob
+    over the arguments as written (`status*` has `statusx`), and flag clusters as sets
+    of letters (`-fr`, `-r -f` and `-rfv` all have the rule's `-rf`; rm's `-Rf` too)."""
     if not words or not _program_is(pattern, words[0], loosely=True):
         return False
     if fnmatchcase(" ".join(words[1:]), pattern.arguments):
