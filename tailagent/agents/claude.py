@@ -80,6 +80,7 @@ EDIT_TOOLS = ("Write", "Edit", "MultiEdit")
 BLOCK_OUTSIDE_READS = json.dumps({"permissions": {"blockReadsOutsideWorkingDirectories": True}})
 STDERR_TAIL_LINES = 20
 STDERR_LOG_LINES = 200  # per session; past this, stderr is kept but no longer logged
+STDERR_LINE_CHARS = 4000  # of one line, logged
 _DONE = object()
 
 
@@ -271,7 +272,11 @@ class ClaudeSession:
         self._stderr.append(line)
         if self._stderr_logged < STDERR_LOG_LINES:
             self._stderr_logged += 1
-            log.info("claude %s stderr: %s", self._session_id[:8], line[:500])
+            log.info("claude %s stderr: %s", self._session_id[:8], line[:STDERR_LINE_CHARS])
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
 
     @property
     def alive(self) -> bool:

@@ -310,7 +310,8 @@ class Sandbox:
         for entry in agent.writable:
             copy = copies / entry
             home.seed(self._home / entry, copy)
-            mounts.rw(copy, self._home / entry)
+            if home.mount_point(self._home / entry, copy):
+                mounts.rw(copy, self._home / entry)
         for login in agent.logins:
             real = self._home / login
             if real.is_file() and not real.is_symlink():

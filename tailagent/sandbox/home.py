@@ -183,6 +183,25 @@ def _copy_tree(source: Path, copy: Path, depth: int) -> None:
             log.info("sandbox: left %s out of the copy: %s", entry.path, exc)
 
 
+def mount_point(real: Path, copy: Path) -> bool:
+    """Makes sure the home has the entry its copy is mounted over (the agent's first run
+    makes it anyway: an empty folder, or an empty JSON file); False when it cannot be
+    made (a home that is read-only even outside), and the agent goes without a copy."""
+    if real.exists():
+        return real.is_dir() == copy.is_dir() and not real.is_symlink()
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if copy.is_dir():
+            real.mkdir(mode=0o700)
+        else:
+            real.touch(mode=0o600)
+    except OSError as exc:
+        log.warning("sandbox: %s is not there and cannot be made (%s): the agent runs "
+                    "without a private copy of it", real, exc)  # fmt: skip
+        return False
+    return True
+
+
 def fixed_file(home: Path, copy_root: Path, relative: str) -> Path:
     """What the agent reads at a fixed path: the person's file, or an empty one of ours
     (so the agent cannot create it either)."""
