@@ -26,6 +26,8 @@ appearance:
     slow N        N texts "tick i/N", one a second, cut short by an interrupt
                   (the turn then ends with error_during_execution, terminal_reason
                   aborted_streaming)
+    attack {...}  (the whole message) a hostile CLI: carries out the JSON plan of
+                  tests/attacks.py on the system directly, and answers with its results
     nologin       what the CLI says with no credentials: an assistant message
                   "Not logged in · Please run /login" with error
                   "authentication_failed", then an is_error result, at once
@@ -572,6 +574,8 @@ class Turn:
         words = self.text.split()
         if cli.not_logged_in or "nologin" in words:
             self.not_logged_in()
+        elif self.text.startswith("attack {"):
+            self.attack(json.loads(self.text.removeprefix("attack ")))
         else:
             try:
                 self.check()
@@ -600,6 +604,14 @@ class Turn:
                     errors=[f"Reached maximum number of turns ({cli.max_turns})"],
                 )
         cli.state("idle")
+
+    def attack(self, plan: dict[str, Any]) -> None:
+        """What a hostile CLI (or a hook it runs) does on the system directly: the plan of
+        tests/attacks.py, its results as the turn's text."""
+        from attacks import carry_out  # beside this file, standard library only
+
+        self.text_block(json.dumps(carry_out(plan)))
+        self.result("success", False, "completed", result=self.last_text, stop_reason="end_turn")
 
     def check(self) -> None:
         if self.cli._interrupted.is_set():

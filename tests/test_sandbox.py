@@ -176,3 +176,85 @@ async def test_the_agent_works_in_its_own_directory(box: Box) -> None:
     assert got["run python3 -c 'print(6 * 7)'"] == "ok: 42"
     assert "notes.txt" in got["run git status --short"]
     assert got["temp -"].startswith("ok: /tmp/")
+
+
+# --- Claude Code: the CLI, and whatever it runs (its tools, hooks, MCP servers) ------------
+
+
+FAKE_CLI = Path(__file__).parent / "fake_claude_cli.py"
+
+
+@pytest.fixture(scope="module")
+def claude_box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
+    """Claude Code through the Claude Agent SDK, its CLI a hostile fake speaking the real
+    stream-json protocol; the service user's home has a Claude login and settings."""
+    tmp = tmp_path_factory.mktemp("claude-fence")
+    home = Path(tempfile.mkdtemp(prefix="tailagent-home-", dir="/var/tmp"))
+    make_home(home)
+    (home / ".claude" / ".credentials.json").write_text('{"claudeAiOauth": "the owner\'s"}')
+    workspace = tmp / "workspace"
+    make_project(workspace, {"calc.py": "def add(a, b):\n    return a + b\n"})
+    config = tmp / "tailagent.toml"
+    config.write_text(f'[claude]\ncli_path = "{FAKE_CLI}"\n')
+    env = {**os.environ, "HOME": str(home), "DB_PASSWORD": DB_PASSWORD, "FAKE_CLAUDE_LOG": "-"}
+    server = start_server(tmp, "--agent", "claude", "--config", str(config), env=env)
+    try:
+        alice = A2A(server.url, add_token(server, "alice", "caller", "approver"))
+        bob = A2A(server.url, add_token(server, "bob", "caller", "approver"))
+        yield Box(server, home, workspace, alice, bob)
+    finally:
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+async def claude_attempt(agent: A2A, plan: dict[str, list[str]]) -> dict[str, str]:
+    turn = await agent.turn("attack " + json.dumps(plan))
+    assert turn.final_state == "completed", texts(turn.last_message)
+    said = "".join(texts(a.artifact) for a in turn.artifacts("response"))
+    return json.loads(said[said.index("{") :])
+
+
+async def test_claude_code_and_what_it_runs_are_fenced_too(claude_box: Box) -> None:
+    box = claude_box
+    state = box.server.state_dir
+    wrote = await claude_attempt(box.alice, {"write": ["secret.txt"]})
+    assert wrote == {"write secret.txt": "ok: wrote"}
+    [alice_tree] = [tree for tree in box.worktrees() if (tree / "secret.txt").exists()]
+    server_pid = str(box.server.process.pid)
+    plan = {
+        "read": [
+            str(alice_tree / "secret.txt"),
+            str(state / "local-token"),
+            f"/proc/{server_pid}/environ",
+            *(str(box.home / name) for name in SECRETS),
+        ],
+        "write": [str(box.home / name) for name in PLANTED] + [str(box.workspace / "x.py")],
+        "signal": [server_pid],
+        "list": [str(alice_tree), str(state)],
+    }
+    got = await claude_attempt(box.bob, plan)
+    assert got_through(got) == {}
+    for name in PLANTED:
+        assert (box.home / name).read_text() == "# the owner's\n", name
+    # Its own login it reads (and may refresh); its settings it reads and cannot change.
+    own = await claude_attempt(
+        box.bob,
+        {
+            "read": [str(box.home / ".claude" / ".credentials.json")],
+            "write": [str(box.home / ".claude" / "settings.json"), str(box.home / ".claude.json")],
+        },
+    )
+    assert own[f"read {box.home / '.claude' / '.credentials.json'}"].startswith("ok: ")
+    assert own[f"write {box.home / '.claude' / 'settings.json'}"].startswith("refused")
+    assert own[f"write {box.home / '.claude.json'}"] == "ok: wrote"  # its private copy
+    assert not (box.home / ".claude.json").read_text()  # the person's, untouched
+
+
+async def test_a_repositorys_own_claude_settings_are_not_read(claude_box: Box) -> None:
+    """A repository's `.claude/settings*.json` (which the agent may write in its
+    worktree) could allow tools without asking: only the person's own settings load."""
+    await claude_box.alice.turn("hello")
+    log = claude_box.server.log()
+    argvs = [line for line in log.splitlines() if 'fake-claude-log: {"argv"' in line]
+    assert argvs and all("--setting-sources=user" in line for line in argvs)
+    assert all("blockReadsOutsideWorkingDirectories" in line for line in argvs)
