@@ -11,19 +11,24 @@ directory, git there, subprocesses, temp files, system files) must work.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
+from google.protobuf.json_format import MessageToDict
 
-from tests.a2a_helpers import A2A, data_parts, texts, user_message
+from tests.a2a_helpers import A2A, Turn, data_parts, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.test_isolation import make_project
 from tests.test_tokens_and_owners import add_token
@@ -258,3 +263,117 @@ async def test_a_repositorys_own_claude_settings_are_not_read(claude_box: Box) -
     argvs = [line for line in log.splitlines() if 'fake-claude-log: {"argv"' in line]
     assert argvs and all("--setting-sources=user" in line for line in argvs)
     assert all("blockReadsOutsideWorkingDirectories" in line for line in argvs)
+
+
+# --- the network modes, mode = off, and a box with no sandbox ------------------------------
+
+
+@pytest.fixture
+def origin() -> Iterator[str]:
+    """An HTTP server on the host's loopback, at 127.0.0.2 (not in the fence's NO_PROXY,
+    so a client inside sends to it through the proxy)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), OriginHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.2:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+class OriginHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"from the origin"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+async def metadata(server: RunningServer, turn: Turn) -> dict[str, Any]:
+    """The task's metadata as a client reads it (GetTask)."""
+    task = await A2A(server.url, server.token).get(turn.task_id)
+    return MessageToDict(task).get("metadata", {})
+
+
+def fetch(url: str) -> str:
+    """A command line that GETs `url` with Python's urllib (which honours the proxy
+    variables, as agents' HTTP clients do)."""
+    return f"python3 -c \"import urllib.request as u; print(u.urlopen('{url}').read().decode())\""
+
+
+def start_fenced(tmp: Path, config: str) -> RunningServer:
+    path = tmp / "tailagent.toml"
+    path.write_text(config)
+    make_project(tmp / "workspace")
+    command = f"{sys.executable} {HOSTILE}"
+    return start_server(tmp, "--agent-command", command, "--config", str(path))
+
+
+async def test_network_none_reaches_nothing(tmp_path: Path, origin: str) -> None:
+    server = start_fenced(tmp_path, '[sandbox]\nnetwork = "none"\n')
+    try:
+        port = server.url.rsplit(":", 1)[1]
+        got, _ = await attempt(
+            A2A(server.url, server.token),
+            {"connect": [f"127.0.0.1:{port}", origin], "run": [fetch(f"http://{origin}/")]},
+        )
+        assert got_through(got) == {}
+    finally:
+        server.stop()
+
+
+async def test_network_allowlist_reaches_only_what_it_names(tmp_path: Path, origin: str) -> None:
+    config = f'[sandbox]\nnetwork = "allowlist"\nallow_hosts = ["{origin}"]\n'
+    server = start_fenced(tmp_path, config)
+    try:
+        port = server.url.rsplit(":", 1)[1]
+        other = origin.replace("127.0.0.2", "127.0.0.3")
+        plan = {
+            "connect": [f"127.0.0.1:{port}", origin],  # direct: no way out at all
+            "run": [
+                fetch(f"http://{origin}/"),
+                fetch(f"http://{other}/"),  # the same origin under an address not named
+                fetch(f"http://127.0.0.1:{port}/healthz"),  # loopback: the fence's own
+            ],
+        }
+        got, turn = await attempt(A2A(server.url, server.token), plan)
+        allowed = got.pop(f"run {fetch(f'http://{origin}/')}")
+        assert allowed == "ok: from the origin"
+        assert got_through(got) == {}
+        assert (await metadata(server, turn))["sandbox"] == {"mode": "on", "network": "allowlist"}
+    finally:
+        server.stop()
+
+
+async def test_mode_off_is_said_everywhere(tmp_path: Path) -> None:
+    server = start_fenced(tmp_path, '[sandbox]\nmode = "off"\n')
+    try:
+        async with httpx.AsyncClient() as client:
+            health = (await client.get(f"{server.url}/healthz")).json()
+        assert health["sandbox"] == {"mode": "off", "network": "unfenced"}
+        assert "WARNING tailagent: sandbox: OFF (sandbox.mode = off)" in server.log()
+        got, turn = await attempt(
+            A2A(server.url, server.token), {"read": [str(server.state_dir / "local-token")]}
+        )
+        assert got_through(got) != {}  # unfenced, it reads the state dir: what off means
+        assert (await metadata(server, turn))["sandbox"]["mode"] == "off"
+    finally:
+        server.stop()
+
+
+def test_with_no_sandbox_to_be_had_serve_refuses_and_says_what_to_do(tmp_path: Path) -> None:
+    config = tmp_path / "tailagent.toml"
+    config.write_text(f'[sandbox]\nbwrap = "{tmp_path / "no-bwrap"}"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "tailagent", "serve", "--listen", "127.0.0.1:0",
+         "--state-dir", str(tmp_path / "state"), "--config", str(config),
+         "--agent-command", f"{sys.executable} {HOSTILE}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("tailagent: cannot fence the agent: sandbox.bwrap: ")
+    assert 'sandbox.mode = "off"' in last

@@ -40,6 +40,7 @@ from pathlib import Path
 from tailagent.config import SandboxSettings
 from tailagent.sandbox import bwrap, home
 from tailagent.sandbox.home import AgentHome
+from tailagent.sandbox.proxy import AllowlistProxy, bridge_argv, proxy_env
 
 log = logging.getLogger("tailagent.sandbox")
 
@@ -163,7 +164,7 @@ class Sandbox:
         self._programs = [Path(p) for p in programs]
         self._home = (user_home or Path.home()).resolve()
         self._bwrap: Path | None = None
-        self._proxy: object | None = None
+        self._proxy: AllowlistProxy | None = None
         self._network_inside: tuple[str, ...] = ()
         self._network_options: tuple[str, ...] = ()
 
@@ -198,7 +199,6 @@ class Sandbox:
         self._sweep()
 
     async def _start_proxy(self) -> None:
-        from tailagent.sandbox.proxy import AllowlistProxy, bridge_argv, proxy_env
 
         folder = self._state_dir / SANDBOXES / ".net"
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -211,7 +211,9 @@ class Sandbox:
         bridge = bridge_argv(_interpreter(), str(socket), port)
         self._programs.append(Path(bridge[3]))  # the bridge's script, shown inside
         self._network_inside = tuple(bridge)
-        env = proxy_env(port)
+        # Inside, loopback is the sandbox's own (a test server the agent starts): direct.
+        env = {**proxy_env(port), "NO_PROXY": "localhost,127.0.0.1,::1"}
+        env["no_proxy"] = env["NO_PROXY"]
         options = ["--bind", str(folder), str(folder)]
         for name, value in env.items():
             options += ["--setenv", name, value]
@@ -222,10 +224,10 @@ class Sandbox:
         proxy = self._proxy
         self._proxy = None
         if proxy is not None:
-            await proxy.aclose()  # type: ignore[attr-defined]
+            await proxy.aclose()
 
     @property
-    def proxy(self) -> object | None:
+    def proxy(self) -> AllowlistProxy | None:
         """The allowlist's proxy, when there is one (its refusals are counted)."""
         return self._proxy
 
@@ -252,12 +254,12 @@ class Sandbox:
         self._hide_secrets(mounts)
         self._home_layers(mounts, private / "home")
         self._own(mounts, directory)
+        if self.settings.network != "on":  # before the sealing: it mounts in the state dir
+            mounts.args += ["--unshare-net", *self._network_options]
         options = [str(self._bwrap), *mounts.args, *mounts.sealed()]
         options += ["--setenv", "TMPDIR", str(PRIVATE_TMP)]
         options += ["--cap-drop", "ALL", *bwrap.NAMESPACE_FLAGS]
         options += ["--die-with-parent", "--new-session"]
-        if self.settings.network != "on":
-            options += ["--unshare-net", *self._network_options]
         return Fence(directory, tuple(options), self.settings.network, private,
                      self._network_inside)  # fmt: skip
 
