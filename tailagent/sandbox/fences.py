@@ -233,14 +233,22 @@ class Sandbox:
 
     # ---- one conversation's fence ---------------------------------------------------
 
+    def show(self, path: Path) -> None:
+        """One more of the agent's own files to show read-only in every fence made from
+        now on (an agent tailagent installed)."""
+        self._programs.append(path)
+
     def private_dir(self, directory: Path) -> Path:
         """Where a conversation's private things live: its temp dir, its home copies."""
         key = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:20]
         return self._state_dir / SANDBOXES / key
 
-    def fence(self, directory: Path) -> Fence:
-        """The fence of the conversation working in `directory`."""
+    def fence(self, directory: Path, network: str | None = None, home: bool = True) -> Fence:
+        """The fence of the conversation working in `directory`. `network` and `home`
+        are for tailagent's own work in a fence (installing an agent: the network on, no
+        copies of an agent's login)."""
         directory = directory.resolve()
+        network = network or self.settings.network
         if not self.on:
             return Fence(directory, (), "unfenced")
         assert self._bwrap is not None, "Sandbox.start() checks bwrap first"
@@ -252,16 +260,17 @@ class Sandbox:
         self._hide_foreign(mounts, directory, tmp)
         self._show_programs(mounts, directory)
         self._hide_secrets(mounts)
-        self._home_layers(mounts, private / "home")
+        if home:
+            self._home_layers(mounts, private / "home")
         self._own(mounts, directory)
-        if self.settings.network != "on":  # before the sealing: it mounts in the state dir
+        if network != "on":  # before the sealing: it mounts in the state dir
             mounts.args += ["--unshare-net", *self._network_options]
         options = [str(self._bwrap), *mounts.args, *mounts.sealed()]
         options += ["--setenv", "TMPDIR", str(PRIVATE_TMP)]
         options += ["--cap-drop", "ALL", *bwrap.NAMESPACE_FLAGS]
         options += ["--die-with-parent", "--new-session"]
-        return Fence(directory, tuple(options), self.settings.network, private,
-                     self._network_inside)  # fmt: skip
+        inside = self._network_inside if network == "allowlist" else ()
+        return Fence(directory, tuple(options), network, private, inside)
 
     def _hidden_roots(self, directory: Path) -> list[Path]:
         """Places hidden because they are not the agent's, where its own programs may

@@ -20,6 +20,7 @@ import acp
 from acp import RequestError
 from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio
 
+from tailagent.agents.acp.install import installed, program
 from tailagent.agents.acp.presets import Preset, agent_environment, command_line
 from tailagent.agents.acp.process import AgentProcess
 from tailagent.agents.acp.session import AUTH_REQUIRED, AcpSession, AgentNeedsLogin, HostClient
@@ -93,6 +94,8 @@ class AcpBackend:
             where=spare_directory if fenced else None,
         )
         self._spare_directory = spare_directory if fenced else None
+        # Fenced, a preset's package is installed by tailagent, not fetched by npx.
+        self._package = preset.package if fenced and custom_command is None else None
 
     def _process(self, directory: Path) -> AgentProcess:
         fence = self.sandbox.fence(directory) if self.sandbox is not None else None
@@ -112,6 +115,16 @@ class AcpBackend:
     async def start(self) -> None:
         """Starts the first process now: a missing npx or a broken command stops the
         server at start-up, with one line, not the first caller's task."""
+        if self._package is not None:
+            assert self.sandbox is not None
+            sandbox = self.sandbox
+            folder = await installed(
+                self._package,
+                self.settings.package_version,
+                lambda where: sandbox.fence(where, network="on", home=False),
+            )
+            sandbox.show(folder)  # read-only, wherever the home is
+            self.argv = [str(program(folder, self._package)), *self.preset.args]
         log.info(
             "starting the agent: %s (a first start through npx downloads it; "
             "agent.start_timeout allows %.0f s)",
