@@ -117,7 +117,10 @@ class _Mounts:
 
 
 def _interpreter() -> str:
-    """The Python that runs the network bridge inside a fence (no venv needed)."""
+    """The Python that runs the network bridge inside a fence (it needs no venv): the
+    server's own, or the system's under the one-file binary, which carries none."""
+    if getattr(sys, "frozen", False):
+        return shutil.which("python3") or "/usr/bin/python3"
     return os.path.realpath(sys.executable)
 
 
