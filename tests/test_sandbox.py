@@ -305,6 +305,8 @@ def fetch(url: str) -> str:
 
 
 def start_fenced(tmp: Path, config: str) -> RunningServer:
+    """A server in `tmp` running the hostile agent under `config`."""
+    tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / "tailagent.toml"
     path.write_text(config)
     make_project(tmp / "workspace")
