@@ -104,6 +104,15 @@ def head_of(repository: Path) -> str:
     ).stdout.strip()  # fmt: skip
 
 
+def audit(state: Path) -> list[dict[str, Any]]:
+    """`tailagent audit --json`: the decisions, as the operator reads them."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tailagent", "audit", "--json", "--state-dir", str(state)],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
 def got_through(results: dict[str, str]) -> dict[str, str]:
     """The attempts that reached anything. A listing of a hidden directory may answer
     with the empty place that hides it (the path down to the agent's own directory is
@@ -164,6 +173,9 @@ async def test_bob_s_agent_reaches_nothing_that_is_not_his(box: Box) -> None:
         assert (box.home / name).read_text() == "# the owner's\n", name
     assert not (box.workspace / "planted.py").exists() and not (state / "planted").exists()
     assert box.server.process.poll() is None
+    # The person's allowing of the terminal is audited with how the command was fenced.
+    [row] = [entry for entry in audit(state) if "local-token" in entry["input"]]
+    assert row["decision"] == "allow" and row["fence"] == "sandbox on, network on"
     again = await box.alice.turn(user_message("{}", context_id=alice_turn.context_id))
     assert again.final_state == "completed"
     assert bob_turn.final_state == "completed"
@@ -379,3 +391,21 @@ def test_with_no_sandbox_to_be_had_serve_refuses_and_says_what_to_do(tmp_path: P
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("tailagent: cannot fence the agent: sandbox.bwrap: ")
     assert 'sandbox.mode = "off"' in last
+
+
+def test_doctor_says_whether_a_sandbox_can_be_made_here(tmp_path: Path) -> None:
+    def doctor(config: str) -> str:
+        path = tmp_path / "tailagent.toml"
+        path.write_text(config)
+        done = subprocess.run(
+            [sys.executable, "-m", "tailagent", "doctor", "--agent-command", "hostile",
+             "--config", str(path), "--state-dir", str(tmp_path / "state"), "--json"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        [check] = [c for c in json.loads(done.stdout) if c["name"] == "sandbox"]
+        return f"{check['ok']} {check['detail']} | {check['fix']}"
+
+    assert doctor("").startswith("True on (")
+    missing = doctor(f'[sandbox]\nbwrap = "{tmp_path / "no-bwrap"}"\n')
+    assert missing.startswith("False no sandbox can be made here | sandbox.bwrap: ")
+    assert doctor('[sandbox]\nmode = "off"\n').startswith("True OFF (sandbox.mode = off)")
