@@ -33,6 +33,7 @@ import os
 import shlex
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ log = logging.getLogger("tailagent.sandbox")
 
 PRIVATE_TMP = Path("/tmp")
 SANDBOXES = "sandboxes"  # <state dir>/sandboxes/<key>: one conversation's private things
+SWEEP_EVERY = 600.0  # seconds between looks for the private things of gone conversations
 RUN_KEPT = (Path("/run/systemd/resolve"),)  # /etc/resolv.conf points here on some boxes
 
 
@@ -170,6 +172,7 @@ class Sandbox:
         self._proxy: AllowlistProxy | None = None
         self._network_inside: tuple[str, ...] = ()
         self._network_options: tuple[str, ...] = ()
+        self._swept = 0.0
 
     @property
     def on(self) -> bool:
@@ -255,6 +258,8 @@ class Sandbox:
         if not self.on:
             return Fence(directory, (), "unfenced")
         assert self._bwrap is not None, "Sandbox.start() checks bwrap first"
+        if time.monotonic() - self._swept > SWEEP_EVERY:
+            self._sweep()  # the private things of conversations merged or discarded since
         private = self.private_dir(directory)
         tmp = private / "tmp"
         tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -338,8 +343,9 @@ class Sandbox:
         mounts.rw(directory)
 
     def _sweep(self) -> None:
-        """Private things of directories that are gone (a conversation merged or
-        discarded while the server was down) go too."""
+        """Private things (temp files, login copies) of directories that are gone go
+        too: a conversation merged or discarded, here or while the server was down."""
+        self._swept = time.monotonic()
         folder = self._state_dir / SANDBOXES
         if not folder.is_dir():
             return
