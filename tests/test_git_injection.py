@@ -1,31 +1,35 @@
-"""No file an agent writes in its worktree becomes a command tailagent's own git runs.
+"""No file an agent writes in its directory becomes a command tailagent's own git runs.
 
-An agent may write any file of its worktree without asking (Claude Code's `acceptEdits`,
-the echo agent's `edit:PATH`), `.git` and `.gitattributes` included. Each test plants one
-way such a file could make git start a program (a `.git` naming a git dir whose config
-sets `core.fsmonitor` or `core.hooksPath`; a `.gitattributes` sending files through a
-filter, diff or merge driver the person's config defines), or the person's own hooks,
-then runs everything tailagent runs there (turn commits, status, diff, merge, discard)
-and checks that no marker file was made. `workspace.git_programs` brings the person's
-hooks and drivers back. The last test does it through a real server and the echo agent.
+An agent may write any file of its directory without asking (Claude Code's `acceptEdits`,
+the echo agent's `edit:PATH`), `.git` and `.gitattributes` included; and `.git` is its
+conversation's own repository, config, hooks and all. Each test plants one way such a
+file could make git start a program (its own config setting `core.fsmonitor`,
+`core.hooksPath`, signing or a mailmap; a `.git` file naming a git dir whose config does;
+a `.gitattributes` sending files through a filter, diff or merge driver the person's
+config defines), or the person's own hooks, then runs everything tailagent runs there
+(turn commits, status, diff, merge, discard) and checks that no marker file was made.
+`workspace.git_programs` brings the person's hooks and drivers back, never the agent's.
+The last test does it through a real server and the echo agent. (What a merge's fetch
+from the conversation's repository could run: tests/test_conversation_repos.py.)
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 from a2a.utils.errors import UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict
 
-from tailagent.workspace import MergeConflict, Worktrees
+from tailagent.workspace import GitError, MergeConflict, Worktrees
 from tailagent.workspace.worktrees import WorktreeTampered
 from tests import test_worktrees
 from tests.a2a_helpers import A2A, user_message
 from tests.conftest import start_server
 from tests.test_isolation import worktree_path
-from tests.test_worktrees import PERSON, TRAILERS, commit_all, lines, read, sh, write
+from tests.test_worktrees import PERSON, TRAILERS, commit_all, has, lines, read, sh, write
 
 # The worktree tests' fixtures: a throwaway repository, its Worktrees, no git identity.
 no_identity = test_worktrees.no_identity
@@ -138,7 +142,56 @@ async def test_the_person_may_let_their_hooks_and_drivers_run(repo: Path, tmp_pa
     assert marker.exists()
 
 
-# ---- a .git that names another git dir --------------------------------------------------
+# ---- the agent's own config, and a .git that names another git dir ----------------------
+
+
+def agents_config(worktree: Path, variant: str, marker: Path) -> None:
+    """What the agent can write in its own repository's config to have a program run: the
+    fsmonitor, hooks (every hook, in its own `.git/hooks`), or signing and mailmap."""
+    git_dir = worktree / ".git"
+    if variant == "core.fsmonitor":
+        sh(worktree, "config", "core.fsmonitor", touch(marker))
+    elif variant == "core.hooksPath":
+        for name in HOOKS:
+            write(git_dir / "hooks" / name, f"#!/bin/sh\n{touch(marker)}\n")
+            (git_dir / "hooks" / name).chmod(0o755)
+        sh(worktree, "config", "core.hooksPath", str(git_dir / "hooks"))
+    else:  # a signed commit (a rebase's), a shown signature, a mailmap read
+        program = git_dir / "gpg"
+        write(program, f"#!/bin/sh\n{touch(marker)}\nexit 1\n")
+        program.chmod(0o755)
+        for key, value in (("commit.gpgSign", "true"), ("gpg.program", str(program)),
+                           ("log.showSignature", "true"), ("gc.auto", "1"),
+                           ("diff.external", str(program))):  # fmt: skip
+            sh(worktree, "config", key, value)
+
+
+@pytest.mark.parametrize("variant", ["core.fsmonitor", "core.hooksPath", "signing"])
+async def test_the_agents_own_config_runs_nothing(
+    repo: Path, wts: Worktrees, tmp_path: Path, variant: str
+) -> None:
+    """Its config is the agent's to write (it is not refused): every setting that could run
+    a program is overridden on each of tailagent's calls."""
+    marker = tmp_path / "marker"
+    worktree = await wts.ensure("ctx")
+    agents_config(worktree.path, variant, marker)
+    write(worktree.path / "a.txt", lines(10, {9: "the agent's line 9"}))
+    assert await wts.commit_turn("ctx", "first", TRAILERS)
+    write(worktree.path / "b.txt", "not committed\n")
+    assert (await wts.status("ctx")).files == ["a.txt", "b.txt"]
+    assert "+not committed" in await wts.diff("ctx")
+    assert await wts.commit_turn("ctx", "second", TRAILERS)
+    assert len((await wts.would_lose("ctx")).commits_lost) == 2  # its log, signatures off
+    person_commits_beside(repo)
+    await wts.merge("ctx", "rebase")  # replayed in the conversation's own repository
+    assert read(repo / "b.txt") == "not committed\n"
+    await wts.aclose()
+    assert not marker.exists()
+
+
+def person_commits_beside(repo: Path) -> None:
+    write(repo / "person.txt", "the person's\n")
+    person_commits(repo, "the person goes on")
 
 
 def plant_git_dir(worktree: Path, variant: str, marker: Path) -> None:
@@ -165,8 +218,9 @@ async def test_a_rewritten_dot_git_is_reported_and_never_followed(
     worktree = await wts.ensure("ctx")
     write(worktree.path / "a.txt", "the first turn\n")
     assert await wts.commit_turn("ctx", "first", TRAILERS)
-    tip = sh(repo, "rev-parse", worktree.branch).strip()
+    tip = sh(worktree.path, "rev-parse", worktree.branch).strip()
     plant_git_dir(worktree.path, variant, marker)
+    (worktree.path / ".git").rename(worktree.path / "own")  # kept, but not where git looks
     write(worktree.path / ".git", "gitdir: evilgit\n")
     write(worktree.path / "a.txt", "the second turn\n")
 
@@ -176,24 +230,28 @@ async def test_a_rewritten_dot_git_is_reported_and_never_followed(
     assert f"the .git of the worktree {worktree.path} was changed" in message
     assert "nothing there is committed" in message and "\n" not in message
     assert not marker.exists()
-    assert sh(repo, "rev-parse", worktree.branch).strip() == tip
+    own = ("--git-dir", str(worktree.path / "own"))
+    assert sh(worktree.path, *own, "rev-parse", worktree.branch).strip() == tip
     for attempt in (wts.status, wts.diff, wts.merge):
         with pytest.raises(WorktreeTampered):
             await attempt("ctx")
         assert not marker.exists()
-    lost = await wts.discard("ctx")
-    assert "a.txt" in lost.files_uncommitted and len(lost.commits_lost) == 1
+    assert not has(repo, tip)
+    lost = await wts.discard("ctx")  # what it holds cannot be read: nothing is said lost
+    assert lost.files_uncommitted == [] and lost.commits_lost == []
     await wts.aclose()
     assert not marker.exists() and not worktree.path.exists()
     assert "tailagent" not in sh(repo, "worktree", "list") + sh(repo, "branch")
 
 
-async def test_a_dot_git_gone_or_made_a_directory_is_reported(repo: Path, wts: Worktrees):
+async def test_a_dot_git_gone_or_made_anew_is_refused(repo: Path, wts: Worktrees):
     worktree = await wts.ensure("ctx")
-    (worktree.path / ".git").unlink()
-    sh(worktree.path, "init", "-q")  # the agent's own repository, in its worktree
+    shutil.rmtree(worktree.path / ".git")
     write(worktree.path / "a.txt", "changed\n")
-    with pytest.raises(WorktreeTampered):
+    with pytest.raises(WorktreeTampered, match=r"there is no \.git"):
+        await wts.commit_turn("ctx", "edit", [])
+    sh(worktree.path, "init", "-q")  # the agent's own repository, in its directory
+    with pytest.raises(GitError, match="not on its branch tailagent/ctx"):
         await wts.commit_turn("ctx", "edit", [])
     assert sh(worktree.path, "log", "--all", "--oneline", check=False) == ""
     await wts.discard("ctx")
@@ -208,10 +266,11 @@ async def test_drivers_named_in_gitattributes_do_not_run(
     repo: Path, wts: Worktrees, tmp_path: Path
 ) -> None:
     """The person's config defines a filter, a long-running filter process, a diff and a
-    merge driver (as Git LFS or a merge helper would); the agent's `.gitattributes` sends
-    its files through them."""
+    merge driver (as Git LFS or a merge helper would), and so does the agent's own (its
+    repository's config is its to write); the agent's `.gitattributes` sends its files
+    through them."""
     marker = tmp_path / "marker"
-    for key, value in (
+    drivers = (
         ("filter.evil.clean", f"{touch(marker)}; cat"),
         ("filter.evil.smudge", f"{touch(marker)}; cat"),
         ("filter.evil.required", "true"),
@@ -219,9 +278,12 @@ async def test_drivers_named_in_gitattributes_do_not_run(
         ("diff.evil.textconv", f"{touch(marker)}; cat"),
         ("diff.evil.command", f"{touch(marker)}; true"),
         ("merge.evil.driver", f"{touch(marker)}; false"),
-    ):
+    )
+    for key, value in drivers:
         sh(repo, "config", key, value)
     worktree = await wts.ensure("ctx")
+    for key, value in drivers:
+        sh(worktree.path, "config", key, value)
     write(
         worktree.path / ".gitattributes",
         "* filter=evil diff=evil merge=evil\np.dat filter=evilproc\n",
@@ -229,7 +291,7 @@ async def test_drivers_named_in_gitattributes_do_not_run(
     write(worktree.path / "p.dat", "data\n")
     assert await wts.commit_turn("ctx", "attributes", TRAILERS)
     assert not marker.exists()
-    assert sh(repo, "show", f"{worktree.branch}:p.dat") == "data\n"  # taken as it is
+    assert sh(worktree.path, "show", f"{worktree.branch}:p.dat") == "data\n"  # as it is
     write(worktree.path / "a.txt", lines(10, {9: "the agent's line 9"}))
     assert "a.txt" in (await wts.status("ctx")).files
     patch = await wts.diff("ctx")
@@ -269,16 +331,23 @@ async def test_through_a_real_server_with_the_echo_agent(tmp_path: Path) -> None
         assert info["commit"] and info["files"] == [".gitattributes"], info
         assert not filtered.exists()
 
-        path = worktree_path(repo, info["branch"])
-        plant_git_dir(path, "core.fsmonitor", followed)  # as an agent writing folders can
+        path = worktree_path(server.state_dir, info["branch"])
+        sh(path, "config", "core.fsmonitor", touch(followed))  # its own config: the agent's
+        other = await a2a.turn("the other's secret\nedit:secret.txt")
+        other_info = MessageToDict((await a2a.get(other.task_id)).metadata)["worktree"]
+        others = worktree_path(server.state_dir, other_info["branch"]) / ".git" / "objects"
+        # The first conversation's agent points its alternates at the other's objects.
         second = await a2a.turn(
-            user_message("gitdir: evilgit\nedit:.git", context_id=first.context_id)
+            user_message(
+                f"{others}\nedit:.git/objects/info/alternates", context_id=first.context_id
+            )
         )
         assert second.final_state == "completed"
         error = MessageToDict((await a2a.get(second.task_id)).metadata)["worktree"]["error"]
         assert "was changed" in error and "nothing there is committed" in error
+        assert "alternates" in error
         assert not followed.exists()
-        assert sh(repo, "rev-list", "--count", f"main..{info['branch']}") == "1\n"
+        assert sh(path, "rev-list", "--count", f"main..{info['branch']}") == "1\n"
 
         for refused in ({"kind": "diff"}, {"kind": "merge"}):
             with pytest.raises(UnsupportedOperationError, match="was changed"):
@@ -286,5 +355,6 @@ async def test_through_a_real_server_with_the_echo_agent(tmp_path: Path) -> None
         await a2a.send(user_message(context_id=first.context_id, data={"kind": "discard"}))
         assert not followed.exists() and not filtered.exists()
         assert not path.exists()
+        assert not has(repo, other_info["commit"])  # the other's commit: still its own
     finally:
         server.stop()

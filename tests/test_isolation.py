@@ -1,14 +1,17 @@
-"""A git worktree per conversation, through a real server and the real CLI.
+"""A repository of its own per conversation, through a real server and the real CLI.
 
 The workspace is a throwaway git repository; the echo agent's `edit:PATH` really
 writes files in the directory its conversation works in. What a person would check
-is checked with git itself: the main checkout, the branches, the trailers.
+is checked with git itself: the main checkout, the branches, the trailers. A
+conversation's branch lives in its directory's own repository (`git -C <its directory>`),
+and the person's repository gets nothing of it until a merge.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -46,8 +49,8 @@ def attempt(repo: Path, *args: str) -> int:
 
 
 def snapshot(repo: Path) -> dict[str, str]:
-    """Every file's hash in the main checkout, its status and the person's own branches
-    (a conversation's `tailagent/…` branch is tailagent's, and expected to move)."""
+    """Every file's hash in the main checkout, its status and its branches (all the
+    person's: a conversation's `tailagent/…` branch is in its own repository)."""
     files = {
         str(p.relative_to(repo)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(repo.rglob("*"))
@@ -56,11 +59,7 @@ def snapshot(repo: Path) -> dict[str, str]:
     return {
         **files,
         "(status)": git(repo, "status", "--porcelain"),
-        "(refs)": "".join(
-            line
-            for line in git(repo, "for-each-ref", "refs/heads").splitlines(keepends=True)
-            if "refs/heads/tailagent/" not in line
-        ),
+        "(refs)": git(repo, "for-each-ref"),
     }
 
 
@@ -82,13 +81,16 @@ def cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def worktree_path(repo: Path, branch: str) -> Path:
-    """Where the branch is checked out, as `git worktree list` says."""
-    listed = git(repo, "worktree", "list", "--porcelain").split("\n\n")
-    for entry in listed:
-        if f"branch refs/heads/{branch}" in entry.splitlines():
-            return Path(entry.splitlines()[0].removeprefix("worktree "))
-    raise AssertionError(f"no worktree has {branch}: {listed}")
+def worktree_path(state_dir: Path, branch: str) -> Path:
+    """The directory (and repository) of the conversation whose branch is `branch`, as
+    its record in the state dir says (`git worktree list` no longer lists it: it is a
+    repository of its own, not a worktree of the person's)."""
+    records = sorted((state_dir / "worktrees").glob("*.json"))
+    for record in records:
+        data = json.loads(record.read_text())
+        if data["branch"] == branch:
+            return Path(data["path"])
+    raise AssertionError(f"no conversation has {branch}: {records}")
 
 
 async def test_two_conversations_do_not_see_each_others_changes(
@@ -109,7 +111,7 @@ async def test_two_conversations_do_not_see_each_others_changes(
         info = MessageToDict(task.metadata).get("worktree") or {}
         assert info["ahead"] == 1 and info["files"] == ["notes.txt"], info
         branch = info["branch"]
-        trees[branch] = git(repo, "show", f"{branch}:notes.txt")
+        trees[branch] = git(worktree_path(server.state_dir, branch), "show", f"{branch}:notes.txt")
     listed = await asyncio.to_thread(cli, server, "tasks")
     for branch in trees:  # each task's conversation, as its branch names it
         assert f"  {branch.removeprefix('tailagent/')}\n" in listed.stdout, listed.stdout
@@ -138,12 +140,14 @@ async def test_a_commit_names_who_asked_and_who_allowed(
     )
     assert done.final_state == "completed"
     branch = "tailagent/" + asked.context_id[:8]
-    trailers = git(repo, "log", "-1", "--format=%(trailers)", branch)
+    own = worktree_path(server.state_dir, branch)
+    trailers = git(own, "log", "-1", "--format=%(trailers)", branch)
     assert "Requested-by: token:local" in trailers
     assert "Approved-by: token:local: Bash" in trailers
     assert f"A2A-Task: {asked.task_id}" in trailers
     assert f"A2A-Context: {asked.context_id}" in trailers
-    assert git(repo, "log", "-1", "--format=%s", branch).strip() == "ask edit"
+    assert git(own, "log", "-1", "--format=%s", branch).strip() == "ask edit"
+    assert git(repo, "branch", "--list", "tailagent/*") == ""  # not in the person's
 
 
 async def test_merge_refuses_a_dirty_base_then_squashes_and_removes_the_branch(
@@ -185,7 +189,8 @@ async def test_a_conflict_leaves_the_base_as_it_was_and_says_what_to_do(
     # What the agent would do when asked to rebase and resolve (echo has no shell), in
     # the conversation's worktree (one made ahead keeps the name it was made under).
     task = await a2a.get(second.task_id)
-    worktree = worktree_path(repo, MessageToDict(task.metadata)["worktree"]["branch"])
+    branch = MessageToDict(task.metadata)["worktree"]["branch"]
+    worktree = worktree_path(server.state_dir, branch)
     attempt(worktree, "merge", "-q", "main")  # conflicts, as the agent would find
     (worktree / "notes.txt").write_text("both, resolved\n")
     git(worktree, "add", "notes.txt")
@@ -203,11 +208,12 @@ async def test_discard_says_what_is_lost_and_removes_it(
     turn = await a2a.turn("edit:draft.txt a draft")
     asked = cli(server, "discard", turn.context_id)  # no terminal, no --yes: nothing happens
     assert asked.returncode == 2 and "draft" in asked.stdout
-    assert git(repo, "branch", "--list", "tailagent/*").strip()
+    own = worktree_path(server.state_dir, "tailagent/" + turn.context_id[:8])
+    assert git(own, "branch", "--list", "tailagent/*").strip()  # in its own repository
     gone = cli(server, "discard", turn.context_id, "--yes")
     assert gone.returncode == 0, gone.stderr
     assert not git(repo, "branch", "--list", "tailagent/*").strip()
-    assert not (server.state_dir / "worktrees" / turn.context_id).exists()
+    assert not own.exists()
 
 
 async def test_bad_requests_get_one_line_and_change_nothing(

@@ -62,14 +62,36 @@ def in_terminal(server: RunningServer, *args: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", seen.decode()).replace("\r\n", "\n")
 
 
-def branches(repo: Path) -> list[str]:
-    return git(repo, "branch", "--list", "--format=%(refname:short)", "tailagent/*").split()
+def records(state_dir: Path, repo: Path) -> list[dict[str, object]]:
+    """The records of the conversations (and those made ahead) of `repo` in the state dir."""
+    found = [json.loads(r.read_text()) for r in sorted((state_dir / "worktrees").glob("*.json"))]
+    return [r for r in found if Path(str(r["repository"])) == (repo / ".git").resolve()]
 
 
-def made_ahead(repo: Path) -> list[str]:
-    """The worktrees made ahead and not taken yet: detached, under the state dir."""
-    listed = git(repo, "worktree", "list").splitlines()
-    return [line for line in listed if "/+ready-" in line and "(detached HEAD)" in line]
+def branches(state_dir: Path, repo: Path) -> list[str]:
+    """The `tailagent/…` branches of `repo`'s conversations: each in the conversation's own
+    repository (the person's has none: checked here too)."""
+    assert git(repo, "branch", "--list", "tailagent/*") == ""
+    found = []
+    for record in records(state_dir, repo):
+        path = Path(str(record["path"]))
+        if path.is_dir() and record["context_id"]:  # not one made ahead
+            found += git(
+                path, "branch", "--list", "--format=%(refname:short)", "tailagent/*"
+            ).split()
+    return found
+
+
+def made_ahead(state_dir: Path, repo: Path) -> list[str]:
+    """The directories made ahead for `repo` and not taken yet: detached, under the state
+    dir (each a repository of its own, not a worktree `git worktree list` shows)."""
+    return [
+        str(record["path"])
+        for record in records(state_dir, repo)
+        if str(record["context_id"]) == ""
+        and Path(str(record["path"])).is_dir()
+        and git(Path(str(record["path"])), "branch", "--show-current").strip() == ""
+    ]
 
 
 def context_of(called: subprocess.CompletedProcess[str]) -> str:
@@ -100,12 +122,13 @@ def test_hellos_leave_no_branch_and_their_conversations_go_on(tmp_path: Path) ->
         first_log = server.log()
         hellos = [run(server, "call", "hello") for _ in range(3)]
         assert [h.returncode for h in hellos] == [0, 0, 0], [h.stderr for h in hellos]
-        assert branches(repo) == []  # was: one tailagent/… branch per hello
+        assert branches(server.state_dir, repo) == []  # was: one tailagent/… branch per hello
         went_on = context_of(hellos[0])
         edit = run(server, "call", "edit:notes.txt went on", "--context", went_on)
         assert edit.returncode == 0, edit.stderr
-        assert branches(repo) == [f"tailagent/{went_on[:8]}"]
-        assert git(repo, "show", f"tailagent/{went_on[:8]}:notes.txt") == "edit:notes.txt went on\n"
+        assert branches(server.state_dir, repo) == [f"tailagent/{went_on[:8]}"]
+        own = Path(str(record(server, went_on)["path"]))
+        assert git(own, "show", f"tailagent/{went_on[:8]}:notes.txt") == "edit:notes.txt went on\n"
     finally:
         server.stop()
     assert FIRST_START in first_log and "--cwd DIR" in first_log
@@ -118,8 +141,9 @@ def test_hellos_leave_no_branch_and_their_conversations_go_on(tmp_path: Path) ->
         assert not Path(str(record(server, idle)["path"])).exists()  # gone at the start
         later = run(server, "call", "edit:later.txt later", "--context", idle)
         assert later.returncode == 0, later.stderr
-        assert git(repo, "show", f"tailagent/{idle[:8]}:later.txt") == "edit:later.txt later\n"
-        assert sorted(branches(repo)) == sorted([f"tailagent/{went_on[:8]}",
+        own = Path(str(record(server, idle)["path"]))
+        assert git(own, "show", f"tailagent/{idle[:8]}:later.txt") == "edit:later.txt later\n"
+        assert sorted(branches(server.state_dir, repo)) == sorted([f"tailagent/{went_on[:8]}",
                                                  f"tailagent/{idle[:8]}"])  # fmt: skip
     finally:
         server.stop()
@@ -215,7 +239,7 @@ def test_switching_cwd_on_a_state_dir_says_so_once(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
     finally:
         server.stop()
-    assert made_ahead(first)  # one for the next conversation, in the first repository
+    assert made_ahead(server.state_dir, first)  # one for the next conversation, of the first
 
     logs = []
     for _ in range(2):
@@ -225,10 +249,10 @@ def test_switching_cwd_on_a_state_dir_says_so_once(tmp_path: Path) -> None:
     common = first / ".git"
     assert f"removed a worktree made ahead for the repository at {common}" in logs[0]
     assert (
-        f"1 conversation with a branch in the repository at {common} (served before from this "
-        f"state dir): left alone while {second} is served" in logs[0]
+        f"1 conversation of the repository at {common} (served before from this state dir): "
+        f"left alone while {second} is served" in logs[0]
     ), logs[0]
     assert "conversation 's" not in logs[0] + logs[1]
-    assert "made ahead" not in logs[1] and "with a branch in" not in logs[1], logs[1]
-    assert not made_ahead(first)
-    assert branches(first) == [f"tailagent/{context_of(done)[:8]}"]  # its work is kept
+    assert "made ahead" not in logs[1] and "conversation of the" not in logs[1], logs[1]
+    assert not made_ahead(server.state_dir, first)
+    assert branches(server.state_dir, first) == [f"tailagent/{context_of(done)[:8]}"]  # kept

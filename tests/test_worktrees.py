@@ -1,8 +1,13 @@
-"""A worktree and branch per conversation, against throwaway git repositories.
+"""A repository and branch per conversation, against throwaway git repositories.
 
 Every test runs with an empty HOME and no system git config, so no git identity is
 configured anywhere unless a test sets one (tailagent must commit anyway). The person's
 own commits in these repositories name an identity on the command line.
+
+A conversation's branch and commits live in its own directory's repository (`sh(path,
+...)` finds it there), not in the person's (`sh(repo, ...)`): the person's repository
+gains none of them until a merge, which the tests check where they used to look for a
+`tailagent/*` branch there.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tailagent.workspace import (
+    DiscardResult,
     GitError,
     MergeConflict,
     MergeRefused,
@@ -136,6 +142,11 @@ def log(repo: Path, *args: str) -> list[str]:
     return sh(repo, "log", "--format=%s", *args).splitlines()
 
 
+def has(repo: Path, sha: str) -> bool:
+    """Whether the repository at `repo` can read the object `sha`."""
+    return subprocess.run(["git", "-C", str(repo), "cat-file", "-e", sha]).returncode == 0
+
+
 async def two_turns(wts: Worktrees, context: str = "ctx-aaaa-1") -> Path:
     """A conversation with two committed turns: one edits a.txt, one adds d.txt."""
     worktree = await wts.ensure(context)
@@ -176,10 +187,12 @@ async def test_two_conversations_are_separate(repo: Path, wts: Worktrees) -> Non
     assert await wts.get("11111111-aaaa") == one
     assert await wts.get("33333333") is None
 
-    after = snapshot(repo)
-    for key in ("<worktrees>", "<refs>"):  # two worktrees and branches more, of course
-        before.pop(key), after.pop(key)
-    assert after == before
+    # The person's repository did not change at all: no worktree, branch or object more.
+    assert snapshot(repo) == before
+    for path in (one.path, two.path):
+        assert sh(path, "branch", "--show-current").strip().startswith("tailagent/")
+        tip = sh(path, "rev-parse", "HEAD").strip()
+        assert not has(repo, tip)
 
 
 async def test_commit_turn_writes_trailers(repo: Path, wts: Worktrees) -> None:
@@ -193,15 +206,17 @@ async def test_commit_turn_writes_trailers(repo: Path, wts: Worktrees) -> None:
     sha = await wts.commit_turn("ctx-aaaa-1", prompt, TRAILERS)
     assert sha == sh(worktree.path, "rev-parse", "HEAD").strip()
 
-    subject = sh(repo, "log", "-1", "--format=%s", sha).strip()
+    own = worktree.path  # the commit is in the conversation's own repository only
+    assert not has(repo, sha)
+    subject = sh(own, "log", "-1", "--format=%s", sha).strip()
     assert subject.startswith("#12 fix xxx") and subject.endswith("…")
     assert len(subject) == 72
-    trailers = sh(repo, "log", "-1", "--format=%(trailers)", sha).strip()
+    trailers = sh(own, "log", "-1", "--format=%(trailers)", sha).strip()
     assert trailers.splitlines() == [f"{key}: {value}" for key, value in TRAILERS]
-    assert sh(repo, "log", "-1", "--format=%an <%ae>|%cn <%ce>", sha).strip() == (
+    assert sh(own, "log", "-1", "--format=%an <%ae>|%cn <%ce>", sha).strip() == (
         "tailagent <tailagent@localhost>|tailagent <tailagent@localhost>"
     )
-    files = sh(repo, "show", "--name-only", "--format=", sha).split()
+    files = sh(own, "show", "--name-only", "--format=", sha).split()
     assert sorted(files) == ["a.txt", "new/file.txt"]
     assert (worktree.path / "build.log").exists()
     assert await wts.commit_turn("ctx-aaaa-1", "again", TRAILERS) is None
@@ -211,7 +226,7 @@ async def test_commit_turn_writes_trailers(repo: Path, wts: Worktrees) -> None:
     sh(worktree.path, "add", "b.txt")
     sh(worktree.path, *PERSON, "commit", "-q", "-m", "agent's own commit")
     assert await wts.commit_turn("ctx-aaaa-1", "", TRAILERS) is None
-    assert log(repo, "-2", "tailagent/ctx-aaaa") == ["agent's own commit", subject]
+    assert log(own, "-2", "tailagent/ctx-aaaa") == ["agent's own commit", subject]
 
 
 async def test_commits_as_the_configured_user(repo: Path, wts: Worktrees) -> None:
@@ -221,7 +236,7 @@ async def test_commits_as_the_configured_user(repo: Path, wts: Worktrees) -> Non
     write(worktree.path / "a.txt", "changed\n")
     sha = await wts.commit_turn("ctx", "   \n  change it  ", [])
     assert sha is not None
-    assert sh(repo, "log", "-1", "--format=%an <%ae>|%s", sha).strip() == (
+    assert sh(worktree.path, "log", "-1", "--format=%an <%ae>|%s", sha).strip() == (
         "Alice <alice@example.com>|change it"
     )
 
@@ -285,7 +300,8 @@ async def test_squash(repo: Path, wts: Worktrees) -> None:
 async def test_merge_commit_and_keep(repo: Path, wts: Worktrees) -> None:
     path = await two_turns(wts)
     old_main = sh(repo, "rev-parse", "main").strip()
-    tip = sh(repo, "rev-parse", "tailagent/ctx-aaaa").strip()
+    tip = sh(path, "rev-parse", "tailagent/ctx-aaaa").strip()
+    assert not has(repo, tip)
 
     result = await wts.merge("ctx-aaaa-1", "merge", keep=True)
     assert not result.removed
@@ -293,7 +309,8 @@ async def test_merge_commit_and_keep(repo: Path, wts: Worktrees) -> None:
     assert parents == [old_main, tip]
     assert log(repo, "-1", "main") == ["Merge branch 'tailagent/ctx-aaaa' into main"]
     assert path.is_dir() and await wts.get("ctx-aaaa-1") is not None
-    assert sh(repo, "rev-parse", "tailagent/ctx-aaaa").strip() == tip
+    assert sh(path, "rev-parse", "tailagent/ctx-aaaa").strip() == tip
+    assert sh(repo, "branch", "--list", "tailagent/*") == ""  # the commits came, no branch
 
     with pytest.raises(MergeRefused, match="nothing to merge"):
         await wts.merge("ctx-aaaa-1", "merge")
@@ -354,13 +371,14 @@ async def test_dirty_base_is_refused(repo: Path, wts: Worktrees) -> None:
 async def test_untracked_file_in_the_way_is_refused(repo: Path, wts: Worktrees) -> None:
     await two_turns(wts)
     write(repo / "d.txt", "the person's own d.txt\n")
+    path = (await wts.ensure("ctx-aaaa-1")).path
     before = snapshot(repo)
-    branch_tip = sh(repo, "rev-parse", "tailagent/ctx-aaaa").strip()
+    branch_tip = sh(path, "rev-parse", "tailagent/ctx-aaaa").strip()
     for strategy in ("squash", "rebase"):
         with pytest.raises(MergeRefused, match=r"overwrite .*\(d\.txt\)"):
             await wts.merge("ctx-aaaa-1", strategy)  # type: ignore[arg-type]
         assert snapshot(repo) == before
-        assert sh(repo, "rev-parse", "tailagent/ctx-aaaa").strip() == branch_tip
+        assert sh(path, "rev-parse", "tailagent/ctx-aaaa").strip() == branch_tip
     assert read(repo / "d.txt") == "the person's own d.txt\n"
 
 
@@ -383,7 +401,7 @@ async def test_conflict_aborts_then_follow_up_resolves(repo: Path, wts: Worktree
     write(repo / "a.txt", lines(10, {2: "person's line 2"}))
     commit_all(repo, "person edits line 2")
     before = snapshot(repo)
-    branch_tip = sh(repo, "rev-parse", "tailagent/ctx-aaaa").strip()
+    branch_tip = sh(path, "rev-parse", "tailagent/ctx-aaaa").strip()
 
     for strategy in ("squash", "merge", "rebase"):
         with pytest.raises(MergeConflict) as conflict:
@@ -396,7 +414,8 @@ async def test_conflict_aborts_then_follow_up_resolves(repo: Path, wts: Worktree
         )
         assert snapshot(repo) == before
         assert sh(path, "status", "--porcelain") == ""
-        assert sh(repo, "rev-parse", "tailagent/ctx-aaaa").strip() == branch_tip
+        assert sh(path, "rev-parse", "tailagent/ctx-aaaa").strip() == branch_tip
+        assert not has(repo, branch_tip)  # a conflict brings none of its objects over
 
     # The agent follows up: rebases onto main, resolves, continues.
     sh(path, "rebase", "main", check=False)
@@ -422,7 +441,7 @@ async def test_rebase_conflict_leaves_the_conversation_as_it_was(
     await wts.commit_turn("ctx", "change it back, add d.txt", [])
     write(repo / "a.txt", lines(10, {2: "person's line 2"}))
     commit_all(repo, "person")
-    before, tip = snapshot(repo), sh(repo, "rev-parse", "tailagent/ctx").strip()
+    before, tip = snapshot(repo), sh(worktree.path, "rev-parse", "tailagent/ctx").strip()
     # The conversation's index is rewritten by `rebase --abort` (same entries, new stat
     # data), so its entries are compared rather than its bytes.
     worktree_before = snapshot(worktree.path) | {"<index>": sh(worktree.path, "ls-files", "-s")}
@@ -432,8 +451,12 @@ async def test_rebase_conflict_leaves_the_conversation_as_it_was(
     assert conflict.value.paths == ["a.txt"]
     assert snapshot(repo) == before
     worktree_after = snapshot(worktree.path) | {"<index>": sh(worktree.path, "ls-files", "-s")}
+    # But for its view of main, now where the conflict is (what it is asked to rebase onto).
+    main = sh(repo, "rev-parse", "main").strip()
+    assert f"refs/heads/main {main}\n" in worktree_after["<refs>"]
+    worktree_before.pop("<refs>"), worktree_after.pop("<refs>")
     assert worktree_after == worktree_before
-    assert sh(repo, "rev-parse", "tailagent/ctx").strip() == tip
+    assert sh(worktree.path, "rev-parse", "tailagent/ctx").strip() == tip
 
 
 async def test_refusals_before_anything_happens(repo: Path, wts: Worktrees) -> None:
@@ -469,15 +492,13 @@ async def test_discard_says_what_is_lost(repo: Path, wts: Worktrees) -> None:
     assert await wts.discard("ctx-aaaa-1") == lost
     assert not path.exists()
     assert await wts.get("ctx-aaaa-1") is None
-    after = snapshot(repo)
-    assert after == {**before, "<refs>": after["<refs>"], "<worktrees>": after["<worktrees>"]}
-    assert "tailagent" not in after["<refs>"] + after["<worktrees>"]
+    assert snapshot(repo) == before  # it never had anything in the person's repository
     with pytest.raises(NoWorktree):
         await wts.discard("ctx-aaaa-1")
 
 
 async def test_prune_only_touches_tailagents_own(repo: Path, wts: Worktrees, tmp_path: Path):
-    await two_turns(wts, "live-conversation")  # with commits: its branch stays
+    live = await two_turns(wts, "live-conversation")  # with commits: its branch stays
     gone = await wts.ensure("gone-conversation")
     # A person's branch and worktree under a tailagent-looking name, with no record.
     persons = tmp_path / "persons"
@@ -490,28 +511,33 @@ async def test_prune_only_touches_tailagents_own(repo: Path, wts: Worktrees, tmp
     assert await wts.get("gone-conversation") is None
     assert await wts.get("live-conversation") is not None
     branches = sh(repo, "branch", "--list", "--format=%(refname:short)", "tailagent/*").split()
-    assert branches == ["tailagent/live-con", "tailagent/mine", "tailagent/other"]
+    assert branches == ["tailagent/mine", "tailagent/other"]  # the person's, untouched
+    assert sh(live, "branch", "--show-current") == "tailagent/live-con\n"  # in its own
     assert persons.is_dir() and str(persons) in sh(repo, "worktree", "list")
     assert (wts.root / "stray" / "file.txt").exists()
     assert await wts.prune({"live-conversation"}) == []
 
 
 async def test_deleted_by_hand(repo: Path, wts: Worktrees) -> None:
+    """Its branch and commits went with its directory (they were in its repository): a
+    merge, a diff or a status says so; the conversation's next turn starts it again."""
     path = await two_turns(wts)
     shutil.rmtree(path)
-    for attempt in (wts.ensure, wts.status, wts.diff, wts.merge):
+    for attempt in (wts.status, wts.diff, wts.merge):
         with pytest.raises(WorktreeDeleted) as deleted:
             await attempt("ctx-aaaa-1")
         assert str(deleted.value) == (
-            f"the worktree of conversation ctx-aaaa-1 ({path}) was deleted by hand; its "
-            "branch tailagent/ctx-aaaa is still there: run `tailagent discard ctx-aaaa-1` "
-            "to drop it"
+            f"the worktree of conversation ctx-aaaa-1 ({path}) was deleted by hand, and its "
+            "repository with it (its branch tailagent/ctx-aaaa and commits): run `tailagent "
+            "discard ctx-aaaa-1` to drop what is left"
         )
     assert not path.exists()
-    lost = await wts.discard("ctx-aaaa-1")
-    assert len(lost.commits_lost) == 2 and lost.files_uncommitted == []
+    assert await wts.would_lose("ctx-aaaa-1") == DiscardResult([], [])
+    again = await wts.ensure("ctx-aaaa-1")
+    assert again.path == path and sh(path, "status", "--porcelain") == ""
+    assert sh(path, "rev-parse", "HEAD") == sh(repo, "rev-parse", "main")
+    await wts.discard("ctx-aaaa-1")
     assert "tailagent" not in sh(repo, "worktree", "list") + sh(repo, "branch")
-    assert (await wts.ensure("ctx-aaaa-1")).path == path
 
 
 # ---- names, bases and probes --------------------------------------------------------
@@ -581,8 +607,8 @@ async def test_base_moved_meanwhile_is_refused(
     if not checked_out:
         sh(repo, "switch", "-q", "-c", "dev")
     wts = Worktrees(repo, tmp_path / "state" / "worktrees", base="main")
-    await two_turns(wts)
-    tip = sh(repo, "rev-parse", "tailagent/ctx-aaaa").strip()
+    path = await two_turns(wts)
+    tip = sh(path, "rev-parse", "tailagent/ctx-aaaa").strip()
     build = wts._merging.merged_tree
 
     async def person_commits_meanwhile(*args: object) -> str:
@@ -596,7 +622,7 @@ async def test_base_moved_meanwhile_is_refused(
     with pytest.raises(MergeRefused, match="main moved while merging"):
         await wts.merge("ctx-aaaa-1", strategy)  # type: ignore[arg-type]
     assert log(repo, "-1", "main") == ["meanwhile"]
-    assert sh(repo, "rev-parse", "tailagent/ctx-aaaa").strip() == tip
+    assert sh(path, "rev-parse", "tailagent/ctx-aaaa").strip() == tip
     assert sh(repo, "status", "--porcelain") == ""
 
 
@@ -613,19 +639,20 @@ async def test_concurrent_conversations(repo: Path, wts: Worktrees) -> None:
 
 async def test_git_never_wanders_out_of_a_broken_worktree(repo: Path, tmp_path: Path) -> None:
     """The state dir inside another repository (a home directory kept in git): a worktree
-    that lost its `.git` file must not make tailagent commit to that repository."""
+    that lost its `.git` must not make tailagent commit to that repository."""
     home = tmp_path / "home-repo"
     sh(tmp_path, "init", "-q", "-b", "main", str(home))
     write(home / "dotfile", "x\n")
     commit_all(home, "dotfiles")
     wts = Worktrees(repo, home / ".local" / "state" / "worktrees")
     worktree = await wts.ensure("ctx")
-    (worktree.path / ".git").unlink()
+    shutil.rmtree(worktree.path / ".git")
     write(worktree.path / "a.txt", "changed\n")
     for attempt in (lambda ctx: wts.commit_turn(ctx, "edit", []), wts.status, wts.diff):
         with pytest.raises(GitError, match=r"the \.git of the worktree .* was changed"):
             await attempt("ctx")
-    assert (await wts.would_lose("ctx")).files_uncommitted == ["a.txt"]  # its own git dir
+    # Its repository went with its .git: nothing is read there, the home's least of all.
+    assert await wts.would_lose("ctx") == DiscardResult([], [])
     assert log(home) == ["dotfiles"]
     assert sh(home, "status", "--porcelain") == "?? .local/\n"
 
@@ -655,7 +682,7 @@ async def test_records_decide_what_is_tailagents(repo: Path, wts: Worktrees, tmp
     with pytest.raises(GitError, match="belongs to the repository at"):
         await elsewhere.discard("ctx")
     assert await elsewhere.prune(set()) == []
-    assert (await wts.get("ctx")) is not None and "tailagent/ctx" in sh(repo, "branch")
+    assert (await wts.get("ctx")) is not None and "tailagent/ctx" in sh(worktree.path, "branch")
 
 
 async def test_git_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -673,6 +700,8 @@ async def test_git_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def registered(repo: Path) -> list[str]:
+    """The person's repository's worktrees, as `git worktree list` says: a conversation's
+    directory is a repository of its own now, and never one of them."""
     listing = sh(repo, "worktree", "list", "--porcelain")
     return [line.removeprefix("worktree ") for line in listing.splitlines() if "worktree " in line]
 
@@ -709,7 +738,7 @@ async def test_a_worktree_made_ahead_that_someone_wrote_in_is_not_given(
     assert worktree.path != ahead and not (worktree.path / "stray.txt").exists()
     assert not ahead.exists() and wts.ready() == []
     await wts.aclose()
-    assert registered(repo) == [str(repo), str(worktree.path)]
+    assert registered(repo) == [str(repo)] and list((wts.root / ".trash").iterdir()) == []
 
 
 async def test_prune_keeps_whole_worktrees_made_ahead_and_finishes_cut_adoptions(
@@ -732,21 +761,19 @@ async def test_a_merged_worktree_goes_at_once_and_its_files_in_the_background(
     repo: Path, wts: Worktrees
 ) -> None:
     path = await two_turns(wts)
-    before = registered(repo)
     await wts.merge("ctx-aaaa-1")
     assert not path.exists()  # out of the way at once, under .trash until deleted
     assert "tailagent/ctx-aaaa" not in sh(repo, "branch")
     await wts.aclose()
-    assert registered(repo) == [str(repo)] and before != [str(repo)]
+    assert registered(repo) == [str(repo)]
     assert list((wts.root / ".trash").iterdir()) == []
-    # A stop in the middle leaves a retired worktree in .trash: the next start sweeps it.
+    # A stop in the middle leaves a retired directory in .trash: the next start sweeps it.
     other = await wts.ensure("ctx-bbbb-2")
-    sh(repo, "worktree", "move", str(other.path), str(wts.root / ".trash" / "left"))
+    other.path.rename(wts.root / ".trash" / "left")
     later = Worktrees(repo, wts.root)
     await later.prune({"ctx-bbbb-2"})
     await later.aclose()
     assert not (wts.root / ".trash" / "left").exists()
-    assert str(wts.root / ".trash" / "left") not in registered(repo)
 
 
 async def test_a_new_conversation_waits_for_the_worktree_being_made_ahead(
@@ -765,5 +792,5 @@ async def test_a_new_conversation_waits_for_the_worktree_being_made_ahead(
         await asyncio.sleep(0.01)
     worktree = await wts.ensure("ctx-waits-1")
     assert worktree.path == await making
-    assert registered(repo) == [str(repo), str(worktree.path)]
+    assert registered(repo) == [str(repo)] and list(wts.root.glob("ctx-waits-1*")) != []
     await wts.aclose()

@@ -1,4 +1,4 @@
-"""Workspace isolation: a git worktree and branch per conversation (see worktrees/)."""
+"""Workspace isolation: a repository of its own and a branch per conversation (worktrees/)."""
 
 from tailagent.workspace.git import GitError, GitResult, git
 from tailagent.workspace.worktrees import (

@@ -1,21 +1,25 @@
 """Running git so that no file it finds steers it into running a program, and saying in
 one line what went wrong.
 
-An agent may write any file of its worktree without asking, `.git` included, and git
-takes its repository, and with it a config, from whatever `.git` names: a config whose
-`core.fsmonitor` or `core.hooksPath` is a command has git run it at the next `git status`.
-So git is never left to find the repository of a conversation: a `Repository` names its
-git dir and work tree outright (`GIT_DIR`, `GIT_WORK_TREE`), paths taken from git's own
-records (see worktrees/gitdirs.py). Only the person's own checkout is ever found from a
-directory (`git(path, ...)`: `probe`, and the first look at the workspace).
+An agent may write any file of its directory without asking, `.git` included (it is its
+conversation's own repository), and git takes its repository, and with it a config, from
+whatever `.git` names: a config whose `core.fsmonitor` or `core.hooksPath` is a command
+has git run it at the next `git status`. So git is never left to find the repository of a
+conversation: a `Repository` names its git dir and work tree outright (`GIT_DIR`,
+`GIT_WORK_TREE`), the paths tailagent's records give, after a look at that `.git`
+(worktrees/guard.py). Only the person's own checkout is ever found from a directory
+(`git(path, ...)`: `probe`, and the first look at the workspace).
 
 Every call also carries settings (as `GIT_CONFIG_KEY_n`, which outrank every config file)
 under which git starts none of the programs a config may name: no fsmonitor, no
-transport (so no ssh command, remote helper or `ext::` command: tailagent's git never
-fetches), no git run inside a submodule (found from a `.git` the agent can write), and,
-unless the person lets them (`workspace.git_programs`), no hooks and none of the filter
-and merge drivers that a `.gitattributes` the agent writes could send its files through
-(`without_drivers`). Diffs are asked for with `--no-ext-diff --no-textconv` by callers.
+transport (so no ssh command, remote helper or `ext::` command; a merge's fetch from a
+conversation's repository allows `file` for that call only: worktrees/quarantine.py), no
+git run inside a submodule (found from a `.git` the agent can write), and, unless the
+person lets them (`workspace.git_programs`), no hooks and none of the filter and merge
+drivers that a `.gitattributes` the agent writes could send its files through
+(`without_drivers`). Diffs are asked for with `--no-ext-diff --no-textconv` by callers. A
+conversation's repository has more switched off (worktrees/repository.py): its config is
+the agent's.
 
 Every call is a subprocess (never a shell: paths and branch names come from callers),
 with a fixed environment so the output is parseable (`LC_ALL=C`) and git never waits for
@@ -81,6 +85,8 @@ NO_HOOKS: tuple[Setting, ...] = (("core.hooksPath", os.devnull),)
 
 # Configured filter and merge drivers: `<filter|merge>.<driver>.<key>`.
 _DRIVER_KEYS = r"^(filter|merge)\..+\.(clean|smudge|process|driver)$"
+# All that defines one (the programs and how they are used).
+_DRIVER_DEFINITIONS = r"^(filter|merge)\..+\.(clean|smudge|process|driver|required|recursive|name)$"
 
 
 @dataclass(frozen=True)
@@ -94,17 +100,19 @@ class GitResult:
 
 @dataclass(frozen=True)
 class Repository:
-    """A repository named outright, as every call in a conversation's worktree names it:
-    the git dir and the work tree git is to use (it looks for neither), and the settings
-    each call carries."""
+    """A repository named outright, as every call in a conversation's repository names it:
+    the git dir and the work tree git is to use (it looks for neither), the settings each
+    call carries, and variables of git's own environment (`env`: where new objects go
+    during a merge, no replace refs in a conversation's repository)."""
 
     git_dir: Path
     work_tree: Path
     settings: tuple[Setting, ...] = NO_PROGRAMS + NO_HOOKS
+    env: tuple[Setting, ...] = ()
 
-    def linked(self, git_dir: Path, work_tree: Path) -> Repository:
-        """Another worktree of this repository, under the same settings."""
-        return replace(self, git_dir=git_dir, work_tree=work_tree)
+    def with_settings(self, *settings: Setting) -> Repository:
+        """This repository with `settings` added (a later one wins over an earlier)."""
+        return replace(self, settings=self.settings + settings)
 
 
 class GitError(Exception):
@@ -163,7 +171,8 @@ async def git(
     if isinstance(at, Repository):
         where = at.work_tree
         settings = at.settings
-        env = {"GIT_DIR": str(at.git_dir), "GIT_WORK_TREE": str(at.work_tree)} | (env or {})
+        named = {"GIT_DIR": str(at.git_dir), "GIT_WORK_TREE": str(at.work_tree)}
+        env = named | dict(at.env) | (env or {})
     else:
         where, settings = at, NO_PROGRAMS + NO_HOOKS
     try:
@@ -221,4 +230,17 @@ async def without_drivers(repo: Repository) -> Repository:
         else:
             off += [(f"filter.{driver}.{key}", "") for key in ("clean", "smudge", "process")]
             off.append((f"filter.{driver}.required", "false"))
-    return replace(repo, settings=repo.settings + tuple(dict.fromkeys(off)))
+    return repo.with_settings(*dict.fromkeys(off))
+
+
+async def drivers(repo: Repository) -> tuple[Setting, ...]:
+    """The filter and merge drivers `repo`'s config defines, as settings: the person's
+    own, carried (with `workspace.git_programs`) to a conversation's repository, whose
+    own config the agent writes and which therefore has its drivers switched off."""
+    found = await git(repo, "config", "-z", "--get-regexp", _DRIVER_DEFINITIONS, ok=(0, 1))
+    settings: list[Setting] = []
+    for item in found.out.split("\0"):
+        key, newline, value = item.partition("\n")
+        if key and newline:
+            settings.append((key, value))
+    return tuple(settings)

@@ -1,28 +1,34 @@
-"""A git worktree and branch per conversation, merged back only on request.
+"""A repository and branch per conversation, merged back only on request.
 
 Conversations served at the same time must not edit one working directory: one
 caller's half-finished change would land in another's test run. So each A2A context
-gets its own worktree (`<root>/<context>`) on its own branch (`tailagent/<short id>`),
-made from the workspace's branch at the conversation's start, and a commit per turn.
+gets its own directory (`<root>/<context>`), a git repository of its own on its own
+branch (`tailagent/<short id>`), made from the workspace's branch at the conversation's
+start, and a commit per turn. The repository borrows the workspace's objects read-only
+(`objects/info/alternates`, as `git clone --shared` makes) and keeps its own: its
+commits, objects and refs are written in its directory only, so no other conversation
+can read them (its sandbox sees its own directory, and the base's objects read-only), and
+the person's repository holds none of them until a merge lands.
 
 What is tailagent's is decided by a record, `<root>/<context>.json`, written before the
-worktree exists and removed after it is gone: a worktree or branch without a record is
+directory exists and removed after it is gone: a directory or branch without a record is
 never touched, whatever its name. Merging back never touches a person's work: the
-result is built in git's object store first (`git merge-tree`, `git commit-tree`), a
+result is built in a scratch repository first (`git merge-tree`, `git commit-tree`), a
 checkout is only fast-forwarded when it is clean, and every refusal or conflict leaves
-the base branch, its working tree and its index as they were.
+the base branch, its working tree, its index and its objects as they were.
 
-The agent may write any file of its worktree, `.git` included. So git is always told
-which git dir a worktree has: the one git made for it, found from git's own record in the
-repository (`<common dir>/worktrees/<name>/gitdir` names the worktree), never from the
-worktree's `.git`. A `.git` that no longer names that git dir is reported
-(WorktreeTampered) and not followed; the turn's changes are not committed.
+The agent may write any file of its directory, `.git` included. So tailagent's git names
+the git dir and work tree itself, overrides every setting of the conversation's config
+that could run a program, and first looks at the `.git` (guard.py): one whose alternates,
+`commondir` or symbolic links could have git read another conversation's objects is
+reported (WorktreeTampered) and not used; the turn's changes are not committed.
 
 The bridge talks to `Worktrees` (facade.py) only; each concern has its own file: records
-(what is tailagent's), lock, making and ahead (the worktree made ahead and its adoption),
+(what is tailagent's), lock, making and ahead (the directory made ahead and its adoption),
 idle, turns (turn commits and their trailers), changes (status and diff), removal and
-cleanup (discard, prune, sweep), merging, merge_commit and base_checkout; repository and
-gitdirs run and guard git for all of them.
+cleanup (discard, prune, sweep), merging, quarantine, merge_commit and base_checkout,
+legacy (an older tailagent's `git worktree`s converted); repository, guard and gitdirs
+run and guard git for all of them.
 """
 
 from tailagent.workspace.worktrees.changes import WorktreeStatus

@@ -1,10 +1,10 @@
 """The worktree made ahead of the conversation that will take it, and its adoption.
 
 A checkout takes 0.2 s to seconds on a big repository, which a new conversation would
-otherwise wait for: one is made ahead (detached, `+ready-<hex>`), refreshed once its files'
-times are in the past, and given to the next new conversation, moved to the base's tip
-and onto a branch of its own. What a restart finds of them is kept or cleared here too.
-This changes for speed's reasons, not for merging's or a turn's.
+otherwise wait for: one is made ahead (a repository of its own, detached, `+ready-<hex>`),
+refreshed once its files' times are in the past, and given to the next new conversation,
+moved to the base's tip and onto a branch of its own. What a restart finds of them is
+kept or cleared here too. This changes for speed's reasons, not for merging's or a turn's.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tailagent.workspace.git import NO_HOOKS, NO_PROGRAMS, GitError, Repository, git
+from tailagent.workspace.git import GitError, Repository, git
 from tailagent.workspace.worktrees.fs import is_dir, is_file, text, unlink
+from tailagent.workspace.worktrees.gitdirs import forget
 from tailagent.workspace.worktrees.lock import WorktreeLock
 from tailagent.workspace.worktrees.making import Maker
 from tailagent.workspace.worktrees.records import (
@@ -87,11 +88,11 @@ class MadeAhead:
         async with self.lock.exclusive():
             if is_file(record) and is_dir(path):  # not taken away meanwhile
                 try:
-                    linked = await self.repo.linked(path)
+                    own = await self.repo.conversation(path)
                 except GitError as error:  # it is not given to anyone then (`adopt`)
                     log.warning("the worktree made ahead %s: %s", path, error)
                     return
-                await git(linked, "update-index", "-q", "--refresh", ok=(0, 1))
+                await git(own, "update-index", "-q", "--refresh", ok=(0, 1))
 
     def ready(self) -> list[Path]:
         """The worktrees made ahead and not yet taken, oldest (next to be taken) first."""
@@ -108,14 +109,15 @@ class MadeAhead:
         is no longer clean or whole is removed and the next tried. Under the lock."""
         base_commit = await self.repo.tip(base_branch)
         for path in self.ready():
-            linked = await self._usable(path, base_commit)
-            if linked is None:
+            own = await self._usable(path, base_commit)
+            if own is None:
                 continue
             branch = await self.maker.free_branch(context_id)
-            # Made detached (no branch for `git branch` to show before it is anyone's):
-            # the conversation's branch starts here, and the worktree moves onto it.
-            await git(await self.repo.main(), "branch", branch, base_commit)
-            await git(linked, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+            # Made detached (no branch before it is anyone's): the conversation's branch
+            # starts here, in its own repository, and HEAD moves onto it.
+            await git(own, "update-ref", f"refs/heads/{branch}", base_commit)
+            await git(own, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+            await self.repo.show_base(own, base_branch, base_commit)
             adopted = fresh(context_id, path, branch, base_branch, base_commit)
             await self.records.save(adopted)
             self.records.ready_record(path).unlink()
@@ -130,16 +132,16 @@ class MadeAhead:
             ready = await self.records.read(record, "")
             if ready is None:
                 return None
-            linked = await self.repo.intact(path) if is_dir(path) else None
-            if linked is None or await self.repo.uncommitted(linked):
+            own = await self.repo.trusted(path) if is_dir(path) else None
+            if own is None or await self.repo.uncommitted(own):
                 await self.removal.remove(ready, record)
                 return None
-            if (await git(linked, "rev-parse", "HEAD")).out.strip() != base_commit:
-                await git(linked, "reset", "-q", "--hard", base_commit)
+            if (await git(own, "rev-parse", "HEAD")).out.strip() != base_commit:
+                await git(own, "reset", "-q", "--hard", base_commit)
         except GitError as error:
             log.warning("a worktree made ahead (%s) is not usable: %s", path, error)
             return None
-        return linked
+        return own
 
     async def check_ready(self) -> None:
         """Keeps the worktrees made ahead that are whole (a restart need not make them
@@ -178,9 +180,7 @@ class MadeAhead:
             return False
         if Path(data.get("path", "")) != path or path.parent != self.records.root.resolve():
             return False
-        if is_dir(repository / "worktrees"):  # that repository's record of it goes too
-            other = Repository(repository, repository.parent, NO_PROGRAMS + NO_HOOKS)
-            await git(other, "worktree", "remove", "--force", str(path), ok=(0, 128))
+        forget(repository, path)  # an older tailagent's: that repository's entry goes too
         if is_dir(path):
             await asyncio.to_thread(shutil.rmtree, path, ignore_errors=True)
         unlink(record)

@@ -1,6 +1,7 @@
 """What a conversation changed, for people to read: where its branch stands against its
 base (status) and the whole of it as a patch (diff). Read-only, so it takes no lock and
-changes only when what is shown changes."""
+changes only when what is shown changes. Read from the conversation's own repository,
+which holds its branch and reads the base's commits through its alternates."""
 
 from __future__ import annotations
 
@@ -37,17 +38,16 @@ class Changes:
         worktree = await self.records.require(context_id)
         if worktree.idle:
             return WorktreeStatus(worktree.branch, worktree.base_branch, 0, 0, [])
-        linked = await self.repo.linked(worktree.path)
-        main = await self.repo.main()
+        own = await self.repo.conversation(worktree.path)
         base_tip = await self.repo.tip(worktree.base_branch)
-        tip = await self.repo.tip(worktree.branch)
-        counts = await git(main, "rev-list", "--left-right", "--count", f"{tip}...{base_tip}")
+        tip = await self.repo.tip(worktree.branch, own)
+        counts = await git(own, "rev-list", "--left-right", "--count", f"{tip}...{base_tip}")
         ahead, behind = (int(n) for n in counts.out.split())
-        merge_base = await git(main, "merge-base", base_tip, tip)
+        merge_base = await git(own, "merge-base", base_tip, tip)
         changed = await git(
-            main, "diff", "--name-only", "-z", "--no-renames", merge_base.out.strip(), tip
+            own, "diff", "--name-only", "-z", "--no-renames", merge_base.out.strip(), tip
         )
-        files = split_z(changed.out) + await self.repo.uncommitted(linked)
+        files = split_z(changed.out) + await self.repo.uncommitted(own)
         return WorktreeStatus(
             branch=worktree.branch,
             base_branch=worktree.base_branch,
@@ -60,28 +60,28 @@ class Changes:
         """The whole conversation as a patch against where it left its base, followed,
         under a line of its own, by what is changed in the worktree but not committed.
 
-        The uncommitted part is built in a throwaway index, so the worktree's own index
-        (which the agent may be using) is left as it is. No diff driver of a config runs
+        The uncommitted part is built in a throwaway index (in the state dir, not the
+        agent's `.git`), so the worktree's own index (which the agent may be using) is
+        left as it is. No diff driver of a config runs
         (`--no-ext-diff`, `--no-textconv`): the agent's `.gitattributes` could pick one.
         """
         worktree = await self.records.require(context_id)
         if worktree.idle:
             return ""
-        linked = await self.repo.linked(worktree.path)
-        main = await self.repo.main()
-        tip = await self.repo.tip(worktree.branch)
+        own = await self.repo.conversation(worktree.path)
+        tip = await self.repo.tip(worktree.branch, own)
         base_tip = await self.repo.tip(worktree.base_branch)
-        merge_base = (await git(main, "merge-base", base_tip, tip)).out.strip()
+        merge_base = (await git(own, "merge-base", base_tip, tip)).out.strip()
         options = ("--no-color", "--no-ext-diff", "--no-textconv", "--binary")
-        committed = await git(main, "diff", *options, merge_base, tip)
+        committed = await git(own, "diff", *options, merge_base, tip)
         text = committed.out
-        if await self.repo.uncommitted(linked):
-            index = linked.git_dir / f"tailagent-diff-index-{secrets.token_hex(4)}"
+        if await self.repo.uncommitted(own):
+            index = self.records.root / f".diff-index-{secrets.token_hex(4)}"
             env = {"GIT_INDEX_FILE": str(index)}
             try:
-                await git(linked, "read-tree", "HEAD", env=env)
-                await git(linked, "add", "-A", env=env)
-                pending = await git(linked, "diff", *options, "--cached", "HEAD", env=env)
+                await git(own, "read-tree", "HEAD", env=env)
+                await git(own, "add", "-A", env=env)
+                pending = await git(own, "diff", *options, "--cached", "HEAD", env=env)
             finally:
                 index.unlink(missing_ok=True)
             text += (

@@ -1,5 +1,6 @@
-"""Ending conversations' worktrees: a discard a person asks for (saying first what it
-loses), and the prune at each start of those whose conversations no longer exist.
+"""Ending conversations' directories (each with its repository): a discard a person asks
+for (saying first what it loses), and the prune at each start of those whose
+conversations no longer exist.
 
 Only what a record names as tailagent's is touched; a record that does not add up, or
 one of another repository, is left alone and said. Separate from removal (how one
@@ -15,8 +16,10 @@ from dataclasses import dataclass
 from tailagent.files import write_private
 from tailagent.workspace.git import GitError, git
 from tailagent.workspace.worktrees.ahead import MadeAhead
+from tailagent.workspace.worktrees.fs import is_dir
 from tailagent.workspace.worktrees.idle import Idle
 from tailagent.workspace.worktrees.lock import WorktreeLock
+from tailagent.workspace.worktrees.quarantine import sweep as sweep_merges
 from tailagent.workspace.worktrees.records import READY_PREFIX, Records, Worktree
 from tailagent.workspace.worktrees.removal import Removal
 from tailagent.workspace.worktrees.repository import WorkspaceRepo
@@ -51,6 +54,33 @@ class Cleanup:
         return await self._losses(worktree)
 
     async def _losses(self, worktree: Worktree) -> DiscardResult:
+        """The commits on the conversation's branch that none of the base's branches, tags
+        or remote-tracking branches holds, and the files not committed. Nothing is read
+        from a directory whose `.git` guard.py refuses (it is said, and lost all the same);
+        for an older tailagent's worktree, from its branch in the base."""
+        if not worktree.own_repository:
+            return await self._legacy_losses(worktree)
+        if not is_dir(worktree.path):
+            return DiscardResult(commits_lost=[], files_uncommitted=[])
+        own = await self.repo.trusted(worktree.path)
+        if own is None:
+            log.warning(
+                "conversation %s: what its repository holds cannot be read (its .git was "
+                "changed), so what a discard loses is not said",
+                worktree.context_id,
+            )
+            return DiscardResult(commits_lost=[], files_uncommitted=[])
+        commits: list[str] = []
+        head = await git(own, "rev-parse", "--verify", "-q", "HEAD^{commit}", ok=(0, 1))
+        if head.code == 0:
+            exclude = "".join(f"^{sha}\n" for sha in await self.repo.base_commits())
+            result = await git(own, "log", "--format=%h %s", "--stdin", "--branches", "HEAD",
+                               "--", input=exclude)  # fmt: skip
+            commits = result.out.splitlines()
+        files = await self.repo.uncommitted(own)
+        return DiscardResult(commits_lost=commits, files_uncommitted=files)
+
+    async def _legacy_losses(self, worktree: Worktree) -> DiscardResult:
         commits: list[str] = []
         if await self.repo.ref_exists(f"refs/heads/{worktree.branch}"):
             result = await git(
@@ -66,10 +96,7 @@ class Cleanup:
                 "--",
             )
             commits = result.out.splitlines()
-        files = []
-        if worktree.path.is_dir():
-            files = await self.repo.uncommitted(await self.repo.linked(worktree.path, check=False))
-        return DiscardResult(commits_lost=commits, files_uncommitted=files)
+        return DiscardResult(commits_lost=commits, files_uncommitted=[])
 
     async def discard(self, context_id: str) -> DiscardResult:
         """Removes the conversation's worktree, branch and record; returns what was lost.
@@ -91,6 +118,7 @@ class Cleanup:
             return pruned
         self.removal.sweep()  # what a stop left in .trash
         async with self.lock.exclusive():
+            sweep_merges(root)  # and of a merge under way
             await self.ahead.check_ready()
             self.records.forget_merges(live)
             elsewhere: dict[str, int] = {}
@@ -135,8 +163,8 @@ class Cleanup:
         state dir served another --cwd before): once, not at every start, unless that
         changes (remembered in `<root>/.elsewhere`)."""
         lines = [
-            f"{count} conversation{'s' if count > 1 else ''} with a branch in the "
-            f"repository at {repository} (served before from this state dir): left alone "
+            f"{count} conversation{'s' if count > 1 else ''} of the repository at "
+            f"{repository} (served before from this state dir): left alone "
             f"while {self.repo.repo} is served; serve that workspace (--cwd) to merge or "
             "discard them"
             for repository, count in sorted(elsewhere.items())

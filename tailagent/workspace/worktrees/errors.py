@@ -19,26 +19,21 @@ class NoWorktree(GitError):
 
 
 class WorktreeDeleted(GitError):
-    """The conversation's worktree directory was deleted by hand; its branch may still hold
-    its commits. It is not recreated silently: the person decides (`tailagent discard`)."""
+    """The conversation's directory was deleted by hand, and its repository with it. It is
+    not recreated silently for a merge or a diff: the person decides (`tailagent discard`)."""
 
 
 class WorktreeTampered(GitError):
-    """The worktree's `.git` no longer names the git dir git made for it (the agent may
-    write it): git is not let follow it, and nothing is committed until it is put back or
-    the conversation discarded."""
+    """The conversation's `.git` is not as tailagent made it in a way that could steer its
+    git out of the conversation's directory (see guard.py): git is not run there, and
+    nothing is committed or merged until it is put back or the conversation discarded."""
 
-    def __init__(self, path: Path, git_dir: Path) -> None:
+    def __init__(self, path: Path, reason: str) -> None:
         super().__init__(
-            f"the .git of the worktree {path} was changed: it no longer names {git_dir}, "
-            "the git dir git made for it, and tailagent's git does not follow it, so nothing "
-            f"there is committed or merged until a .git reading `gitdir: {git_dir}` is put "
-            "back (or the conversation is discarded)"
+            f"the .git of the worktree {path} was changed ({reason}): tailagent's git does "
+            "not use it, so nothing there is committed or merged until it is put back as "
+            "tailagent made it (or the conversation is discarded)"
         )
-
-
-class NoRecord(GitError):
-    """A directory git keeps no worktree record of: not one of this repository's."""
 
 
 class MergeRefused(GitError):

@@ -15,6 +15,7 @@ from tailagent.workspace.worktrees.ahead import MadeAhead
 from tailagent.workspace.worktrees.changes import Changes, WorktreeStatus
 from tailagent.workspace.worktrees.cleanup import Cleanup, DiscardResult
 from tailagent.workspace.worktrees.idle import Idle
+from tailagent.workspace.worktrees.legacy import Legacy
 from tailagent.workspace.worktrees.lock import WorktreeLock
 from tailagent.workspace.worktrees.making import Maker
 from tailagent.workspace.worktrees.merging import MergeResult, Merging, Strategy
@@ -25,7 +26,8 @@ from tailagent.workspace.worktrees.turns import TurnCommits
 
 
 class Worktrees:
-    """The worktrees of one workspace repository's conversations.
+    """The worktrees of one workspace repository's conversations: each a repository of
+    its own under `root`, borrowing the workspace's objects (see making.py).
 
     `root` is `<state dir>/worktrees`. `base` is the branch conversations start from and
     merge back into; None means the repository's current branch when each starts.
@@ -51,6 +53,20 @@ class Worktrees:
         self._changes = Changes(git, records)
         self._cleanup = Cleanup(git, records, lock, ahead, idle, removal)
         self._merging = Merging(git, records, lock, removal)
+        self._legacy = Legacy(git, records)
+
+    async def _converted(self) -> None:
+        """Once per process, before anything else: an older tailagent's worktrees made
+        repositories of their own (see legacy.py)."""
+        if not self._legacy.done:
+            async with self._lock.exclusive():
+                await self._legacy.convert_all()
+
+    def shared_objects(self) -> tuple[Path, ...]:
+        """The object stores a conversation's repository borrows (the base's own, and
+        those its alternates name): all a conversation needs outside its directory, which
+        the sandbox shows it read-only."""
+        return self._git.shared_objects()
 
     # ---- what is tailagent's ------------------------------------------------------
 
@@ -86,10 +102,11 @@ class Worktrees:
         made ahead it is waited for: it is nearer done than a new one would be, and two
         checkouts at once only slow each other down.
 
-        The record is written before `git worktree add`, so a crash in between leaves a
-        record (which `discard` and `prune` clear) rather than an unmarked worktree that
+        The record is written before the directory is made, so a crash in between leaves
+        a record (which `discard` and `prune` clear) rather than an unmarked directory that
         tailagent would then never dare to touch.
         """
+        await self._converted()
         while True:
             async with self._lock.exclusive():
                 existing = await self._records.load(context_id)
@@ -98,10 +115,10 @@ class Worktrees:
                 if existing is not None:
                     if existing.path.is_dir():
                         return existing
-                    if await self._git.ref_exists(f"refs/heads/{existing.branch}"):
+                    if not existing.own_repository:  # its commits on a branch of the base
                         await self._records.require(context_id)  # raises WorktreeDeleted
-                    # A record without its branch: a creation cut short. Nothing to lose;
-                    # clear what git may have registered of it, then start again.
+                    # A record without its directory: a creation cut short, or deleted by
+                    # hand, its repository with it. Nothing left to lose: start again.
                     await self._removal.remove(existing)
                 base_branch = await self._maker.base_branch(context_id)
                 adopted = await self._ahead.adopt(context_id, base_branch)
@@ -116,10 +133,12 @@ class Worktrees:
     async def release(self, context_id: str) -> bool:
         """After a turn that changed nothing, the branch goes and the worktree waits
         idle for the next turn (see Idle.release); True when it was released."""
+        await self._converted()
         return await self._idle.release(context_id)
 
     async def prepare(self) -> Path:
         """Makes a worktree ahead of the next new conversation; returns its path."""
+        await self._converted()
         return await self._ahead.prepare()
 
     def ready(self) -> list[Path]:
@@ -131,30 +150,36 @@ class Worktrees:
     ) -> str | None:
         """Commits what the turn changed, with who asked in its trailers (see TurnCommits);
         the commit's sha, or None when nothing changed."""
+        await self._converted()
         return await self._turns.commit(context_id, subject, trailers)
 
     # ---- status and diff ----------------------------------------------------------
 
     async def status(self, context_id: str) -> WorktreeStatus:
         """Where the conversation's branch stands against its base's current tip."""
+        await self._converted()
         return await self._changes.status(context_id)
 
     async def diff(self, context_id: str) -> str:
         """The whole conversation as a patch, then what is not committed yet."""
+        await self._converted()
         return await self._changes.diff(context_id)
 
     # ---- cleanup ------------------------------------------------------------------
 
     async def would_lose(self, context_id: str) -> DiscardResult:
         """What `discard` would lose, so it can be said before anything is removed."""
+        await self._converted()
         return await self._cleanup.would_lose(context_id)
 
     async def discard(self, context_id: str) -> DiscardResult:
         """Removes the conversation's worktree, branch and record; returns what was lost."""
+        await self._converted()
         return await self._cleanup.discard(context_id)
 
     async def prune(self, live: set[str]) -> list[str]:
         """Removes what tailagent keeps of conversations not in `live`; their ids."""
+        await self._converted()
         return await self._cleanup.prune(live)
 
     async def aclose(self) -> None:
@@ -169,4 +194,5 @@ class Worktrees:
     ) -> MergeResult:
         """Merges the conversation's branch into its base, then, unless `keep`, removes
         its worktree and branch (see Merging.merge for what is refused)."""
+        await self._converted()
         return await self._merging.merge(context_id, strategy, keep)

@@ -4,6 +4,7 @@ are too quick to be worth a thread."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -18,6 +19,16 @@ def is_file(path: Path) -> bool:
 
 def is_dir(path: Path) -> bool:
     return path.is_dir()
+
+
+def lexists(path: Path) -> bool:
+    """Whether anything is at `path`, a symbolic link included (not followed)."""
+    return os.path.lexists(path)
+
+
+def is_real_dir(path: Path) -> bool:
+    """A directory, not a symbolic link to one."""
+    return path.is_dir() and not path.is_symlink()
 
 
 def unlink(path: Path) -> None:

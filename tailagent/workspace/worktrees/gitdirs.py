@@ -1,19 +1,23 @@
-"""What git keeps in its git dirs, read from the files themselves: which git dir git made
-for a worktree, whether the worktree's `.git` still names it, and what operation someone
-left half-done.
+"""What git keeps in its git dirs, read from the files themselves: the object stores a
+repository reads (its own and those its alternates name), what operation someone left
+half-done, and, for the worktrees of an older tailagent (`git worktree add`, see
+legacy.py), which git dir git made for one and whether its `.git` still names it.
 
-The agent may write any file of its worktree, `.git` included, so a worktree's git dir is
-found from git's own record in the repository (`<common dir>/worktrees/<name>/gitdir`
-names the worktree), never from the worktree's `.git`. Plain file reads, no git call:
-they are what decides whether git may be run there at all.
+A linked worktree's git dir is found from git's own record in the repository
+(`<common dir>/worktrees/<name>/gitdir` names the worktree), never from the worktree's
+`.git`, which the agent may have written. Plain file reads, no git call.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import stat
 from pathlib import Path
+
+# How deep git follows alternates of alternates (`MAX_ALTERNATES`... in its sources, 5).
+ALTERNATES_DEPTH = 5
 
 _IN_PROGRESS = (
     ("rebase-merge", "a rebase"),
@@ -74,12 +78,71 @@ def links_to(path: Path, git_dir: Path) -> bool:
     return os.path.normpath(named) == os.path.normpath(git_dir)
 
 
-def relink(path: Path, git_dir: Path) -> None:
-    """Writes the worktree's `.git` as git wrote it, so git will move and remove the
-    worktree (it refuses one whose `.git` names another git dir): only on its way out."""
-    dot_git = path / ".git"
-    if dot_git.is_dir() and not dot_git.is_symlink():
-        shutil.rmtree(dot_git)
-    else:
-        dot_git.unlink(missing_ok=True)
-    dot_git.write_text(f"gitdir: {git_dir}\n")
+def forget(common: Path, path: Path) -> bool:
+    """Removes git's record of the linked worktree at `path` from the repository whose
+    common dir is `common` (what `git worktree prune` does for a worktree that is gone,
+    for this one only); True when there was one."""
+    entry = git_dir_of(common, path)
+    if entry is None:
+        return False
+    shutil.rmtree(entry, ignore_errors=True)
+    return True
+
+
+def stale(common: Path, under: Path) -> list[Path]:
+    """git's records of linked worktrees under `under` whose `.git` is gone (with their
+    directory) or is a directory now (a repository of its own): theirs to forget. One
+    whose `.git` file was rewritten is not: that worktree is left as it is."""
+    found = []
+    for entry in sorted((common / "worktrees").glob("*")):
+        try:
+            named = Path(os.path.normpath(entry / (entry / "gitdir").read_text().strip()))
+        except OSError:
+            continue
+        if not named.parent.is_relative_to(under):
+            continue
+        if not os.path.lexists(named) or (named.is_dir() and not named.is_symlink()):
+            found.append(entry)
+    return found
+
+
+def common_dir_of(top: Path) -> Path:
+    """The common git dir of the checkout at `top`, as git finds it: `.git` itself, or
+    the git dir a `.git` file names, and the `commondir` that one names (for a caller
+    that cannot wait for git: WorkspaceRepo asks git itself when it can)."""
+    git_dir = top / ".git"
+    if git_dir.is_file():
+        git_dir = top / git_dir.read_text().removeprefix("gitdir: ").strip()
+    common = git_dir / "commondir"
+    if common.is_file():
+        git_dir = git_dir / common.read_text().strip()
+    return Path(os.path.normpath(git_dir.resolve()))
+
+
+def borrowed_objects(common: Path) -> tuple[Path, ...]:
+    """The object stores a repository whose common dir is `common` reads: its own, then
+    those its `objects/info/alternates` names, and theirs in turn (as deep as git goes),
+    each once, as absolute paths."""
+    found: list[Path] = []
+    waiting = [((common / "objects").resolve(), 0)]
+    while waiting:
+        objects, depth = waiting.pop(0)
+        if objects in found:
+            continue
+        found.append(objects)
+        if depth >= ALTERNATES_DEPTH:
+            continue
+        try:
+            lines = (objects / "info" / "alternates").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if not line.strip() or line.startswith("#"):
+                continue
+            if line.startswith('"'):  # C-quoted, as git writes a path with odd characters
+                try:
+                    line = ast.literal_eval("b" + line).decode(errors="surrogateescape")
+                except (ValueError, SyntaxError, AttributeError):
+                    continue
+            waiting.append(((objects / line).resolve(), depth + 1))
+    return tuple(found)

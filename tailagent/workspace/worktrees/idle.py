@@ -1,6 +1,7 @@
 """A conversation whose turns changed nothing: its branch goes (a "hello" leaves none
-behind) and its worktree waits, detached, for the next turn, which makes the branch again
+behind) and its directory waits, detached, for the next turn, which makes the branch again
 at the base's tip in the same place (its agent session finds its directory where it was).
+The branch is in the conversation's own repository, so that is where it goes and comes.
 
 Apart from making and removal because it is the one state between the two: a worktree
 kept while its branch is gone.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tailagent.workspace.git import git
+from tailagent.workspace.git import GitError, git
 from tailagent.workspace.worktrees.fs import is_dir
 from tailagent.workspace.worktrees.gitdirs import in_progress
 from tailagent.workspace.worktrees.lock import WorktreeLock
@@ -44,22 +45,27 @@ class Idle:
         worktree = await self.records.load(context_id)
         if worktree is None or worktree.idle or not is_dir(worktree.path):
             return False
-        main = await self.repo.main()
-        branch, base = f"refs/heads/{worktree.branch}", f"refs/heads/{worktree.base_branch}"
-        if not await self.repo.ref_exists(branch) or not await self.repo.ref_exists(base):
+        if not worktree.own_repository:  # an older tailagent's, not converted (legacy.py)
             return False
-        ahead = await git(main, "rev-list", "--count", branch, "--not", base)
+        own = await self.repo.trusted(worktree.path)
+        if own is None or not await self.repo.ref_exists(f"refs/heads/{worktree.base_branch}"):
+            return False
+        branch = f"refs/heads/{worktree.branch}"
+        try:
+            tip = await self.repo.tip(worktree.branch, own)
+        except GitError:
+            return False
+        base_tip = await self.repo.tip(worktree.base_branch)
+        ahead = await git(own, "rev-list", "--count", tip, "--not", base_tip)
         if int(ahead.out) != 0:
             return False
-        linked = await self.repo.intact(worktree.path)
-        if linked is None or in_progress(linked.git_dir) or await self.repo.uncommitted(linked):
+        if in_progress(own.git_dir) or await self.repo.uncommitted(own):
             return False
-        head = await git(linked, "symbolic-ref", "-q", "HEAD", ok=(0, 1))
+        head = await git(own, "symbolic-ref", "-q", "HEAD", ok=(0, 1))
         if head.out.strip() != branch:
             return False
-        tip = await self.repo.tip(worktree.branch)
-        await git(linked, "update-ref", "--no-deref", "HEAD", tip)
-        await git(main, "branch", "-D", worktree.branch)
+        await git(own, "update-ref", "--no-deref", "HEAD", tip)
+        await git(own, "update-ref", "-d", branch, tip)
         await self.records.save(replace(worktree, idle=True))
         return True
 
@@ -76,14 +82,15 @@ class Idle:
             await self.records.save(woken)
             await self.maker.check_out(woken, record)
             return woken
-        linked = await self.repo.linked(idle.path)
-        if await self.repo.uncommitted(linked):  # written meanwhile: kept, the branch starts here
-            base_commit = (await git(linked, "rev-parse", "HEAD")).out.strip()
+        own = await self.repo.conversation(idle.path)
+        if await self.repo.uncommitted(own):  # written meanwhile: kept, the branch starts here
+            base_commit = (await git(own, "rev-parse", "HEAD")).out.strip()
             woken = replace(woken, base_commit=base_commit)
         else:
-            await git(await self.repo.content(linked), "reset", "-q", "--hard", base_commit)
-        await git(await self.repo.main(), "branch", branch, base_commit)
-        await git(linked, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+            await git(own, "reset", "-q", "--hard", base_commit)
+        await git(own, "update-ref", f"refs/heads/{branch}", base_commit)
+        await git(own, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+        await self.repo.show_base(own, base_branch, base_commit)
         await self.records.save(woken)
         return woken
 
@@ -95,6 +102,6 @@ class Idle:
         worktree = await self.records.require(context_id, present=False)
         if not worktree.idle or not is_dir(worktree.path):
             return
-        linked = await self.repo.intact(worktree.path)
-        if linked is not None and not await self.repo.uncommitted(linked):
-            await self.removal.retire(worktree.path)
+        own = await self.repo.trusted(worktree.path)
+        if own is not None and not await self.repo.uncommitted(own):
+            self.removal.retire(worktree.path)

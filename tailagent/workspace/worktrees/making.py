@@ -1,10 +1,23 @@
-"""Making a worktree: its branch's name, the branch it starts from, its record and then
-`git worktree add`.
+"""Making a conversation's directory: its branch's name, the branch it starts from, its
+record and then a repository of its own checked out there.
 
-The order is the point: the record is written before the worktree exists, so a crash in
-between leaves a record (which discard and prune clear) and never an unmarked worktree
-tailagent would then not dare to touch. Shared by a conversation's own worktree, one made
-ahead and an idle conversation's waking, which differ in everything else.
+The order is the point: the record is written before the directory exists, so a crash in
+between leaves a record (which discard and prune clear) and never an unmarked directory
+tailagent would then not dare to touch. Shared by a conversation's own directory, one
+made ahead and an idle conversation's waking, which differ in everything else.
+
+The repository is made by `git init` in the directory, its `objects/info/alternates`
+naming the base's object stores (what `git clone --shared` writes), its branch made at the
+base commit by the checkout. Not `git clone --shared`: a clone copies every branch and tag
+of the base into the conversation's refs (an agent would see the person's other branches,
+and `refs/remotes/origin` would name the base's path) and writes the base's path into its
+config as `origin`; `git init` starts it with nothing but the commit it needs, which the
+alternates make readable, and the base branch as it was then under its own name (`main`:
+what the agent reads the base's work by and rebases onto; see WorkspaceRepo.show_base).
+Nothing is copied: a new conversation costs a `git init` and an `update-ref` more than
+`git worktree add` did, and its own commits, objects and refs are written in its own
+directory, where no other conversation can read them (its sandbox sees only it, and the
+base's objects read-only).
 """
 
 from __future__ import annotations
@@ -69,28 +82,33 @@ class Maker:
         return worktree, record
 
     async def check_out(self, worktree: Worktree, record: Path, detach: bool = False) -> None:
-        """`git worktree add`: on the worktree's new branch, or `detach`ed (one made ahead,
-        whose branch is made when a conversation takes it)."""
+        """Makes the directory a repository of its own (see the module's docstring) and
+        checks the base commit out there: on the conversation's new branch, or `detach`ed
+        (one made ahead, whose branch is made when a conversation takes it)."""
         path = worktree.path
-        on = ["--detach"] if detach else ["-b", worktree.branch]
+        on = ["--detach"] if detach else ["-B", worktree.branch]
         try:
-            main = await self.repo.content(await self.repo.main())
-            await git(main, "worktree", "add", "-q", *on, str(path), worktree.base_commit)
+            await self.repo.init_conversation(path, worktree.branch)
+            own = await self.repo.conversation(path)
+            await git(own, "checkout", "-q", "-f", *on, worktree.base_commit)
+            await self.repo.show_base(own, worktree.base_branch, worktree.base_commit, fresh=True)
         except BaseException:
-            # Git undoes a failed `worktree add`, but not one where only the person's
-            # post-checkout hook failed: then the worktree is there, and the record stays
-            # so that it is known as tailagent's (and discard or prune can remove it).
+            # Once the directory is there (a checkout that failed, or only the person's
+            # post-checkout hook), the record stays so that it is known as tailagent's
+            # (and discard or prune can remove it).
             if not is_dir(path):
                 unlink(record)
             raise
 
     async def free_branch(self, context_id: str) -> str:
         """`tailagent/<first 8 characters>`, or a longer or numbered name when another
-        branch has it already (context ids need not be random)."""
+        conversation's record has it already (context ids need not be random). Branches
+        live in each conversation's own repository, so the records are what keeps the
+        names people use for them (`tailagent merge <short>`) unique."""
         clean = re.sub(r"[^A-Za-z0-9_-]", "-", context_id) or "conversation"
         candidates = [clean[:8], clean[:40]] + [f"{clean[:40]}-{n}" for n in range(2, 100)]
+        taken = self.records.branches(but=context_id)
         for short in unique(candidates):
-            branch = BRANCH_PREFIX + short
-            if not await self.repo.ref_exists(f"refs/heads/{branch}"):
-                return branch
+            if BRANCH_PREFIX + short not in taken:
+                return BRANCH_PREFIX + short
         raise GitError(f"no free branch name for conversation {context_id}")

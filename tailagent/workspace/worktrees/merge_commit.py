@@ -1,6 +1,7 @@
 """The commit a merge lands, built from the conversation's branch: the message of a squash
-or merge commit (the turns' subjects and trailers gathered), and a rebase replayed in the
-conversation's own worktree. Nothing here touches the base branch or a person's checkout.
+or merge commit (the turns' subjects and trailers gathered, read by the base's git from a
+merge's scratch repository), and a rebase replayed in the conversation's own repository.
+Nothing here touches the base branch or a person's checkout.
 """
 
 from __future__ import annotations
@@ -53,12 +54,13 @@ async def message(
 
 
 async def rebase(
-    worktree: Worktree, linked: Repository, base_tip: str, tip: str, identity: list[str]
+    worktree: Worktree, own: Repository, base_tip: str, tip: str, identity: list[str]
 ) -> str:
-    """Replays the branch onto the base tip in the conversation's own worktree; on a
-    conflict aborts (the worktree is as it was) and raises MergeConflict."""
+    """Replays the branch onto the base tip in the conversation's own repository (the
+    base's commits are there through its alternates); on a conflict aborts (the worktree
+    is as it was) and raises MergeConflict."""
     result = await git(
-        linked,
+        own,
         *identity,
         "-c",
         "rebase.autoStash=false",
@@ -67,12 +69,13 @@ async def rebase(
         "--no-autosquash",
         "--no-update-refs",
         "--no-verify",
+        "--no-gpg-sign",
         base_tip,
         ok=(0, 1),
     )
     if result.code != 0:
-        conflicted = await git(linked, "diff", "--name-only", "-z", "--diff-filter=U")
-        await git(linked, "rebase", "--abort")
+        conflicted = await git(own, "diff", "--name-only", "-z", "--diff-filter=U")
+        await git(own, "rebase", "--abort")
         paths = unique(split_z(conflicted.out))
         if not paths:
             raise MergeRefused(
@@ -80,9 +83,9 @@ async def rebase(
                 f"undone: {one_line(result.err or result.out)}"
             )
         raise MergeConflict.between(worktree.branch, worktree.base_branch, paths)
-    new = (await git(linked, "rev-parse", "HEAD")).out.strip()
+    new = (await git(own, "rev-parse", "HEAD")).out.strip()
     if new == base_tip:
-        await git(linked, "reset", "-q", "--hard", tip)
+        await git(own, "reset", "-q", "--hard", tip)
         raise MergeRefused(
             f"nothing to merge: {worktree.base_branch} already has every change on "
             f"{worktree.branch}"

@@ -1,15 +1,19 @@
 """Merging a conversation's branch back into its base, on request only.
 
-The result is built in git's object store first (`git merge-tree`, `git commit-tree`, or
-a rebase in the conversation's own worktree), and only then is the base moved
-(base_checkout.py): a refusal or a conflict at any step leaves the base branch, its
-working tree and its index as they were. This file holds the order of those steps.
+The result is built before the base is touched: the conversation's branch is fetched into
+a scratch repository (quarantine.py), the merged tree and commit are made there by the
+base's own git (`git merge-tree`, `git commit-tree`), or by a rebase in the conversation's
+own repository, and only then is the merged commit brought into the base's objects and the
+base moved (base_checkout.py): a refusal or a conflict at any step leaves the base branch,
+its working tree, its index and its objects as they were. This file holds the order of
+those steps.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from tailagent.workspace.git import GitError, Repository, git
 from tailagent.workspace.worktrees.base_checkout import advance, base_checkout
@@ -17,6 +21,7 @@ from tailagent.workspace.worktrees.errors import MergeConflict, MergeRefused
 from tailagent.workspace.worktrees.lock import WorktreeLock
 from tailagent.workspace.worktrees.merge_commit import STRATEGIES, Strategy, message, rebase
 from tailagent.workspace.worktrees.porcelain import listing, unique
+from tailagent.workspace.worktrees.quarantine import Scratch, scratch
 from tailagent.workspace.worktrees.records import Records, Worktree
 from tailagent.workspace.worktrees.removal import Removal
 from tailagent.workspace.worktrees.repository import WorkspaceRepo
@@ -59,23 +64,14 @@ class Merging:
         if strategy not in STRATEGIES:
             raise GitError(f"unknown merge strategy {strategy!r}: use squash, merge or rebase")
         async with self.lock.exclusive():
-            worktree, linked, base_tip, tip = await self._mergeable(context_id)
+            worktree, own, base_tip, tip = await self._mergeable(context_id)
             base = worktree.base_branch
             checkout = await base_checkout(self.repo, base)
-            merged = await self.merged_tree(worktree, base_tip, tip)
-            base_tree = await git(await self.repo.main(), "rev-parse", f"{base_tip}^{{tree}}")
-            if strategy == "squash" and merged == base_tree.out.strip():
-                raise MergeRefused(
-                    f"nothing to merge: {base} already has every change on {worktree.branch}"
-                )
-            new = await self._new_commit(worktree, linked, strategy, merged, base_tip, tip)
             try:
-                await advance(self.repo, worktree, checkout, base_tip, new, strategy)
-            except BaseException:
-                if strategy == "rebase":
-                    # Put the conversation's branch back where it was (its worktree was
-                    # clean, so nothing else is there to lose).
-                    await git(linked, "reset", "-q", "--hard", tip)
+                new = await self._land(worktree, own, strategy, base_tip, tip, checkout)
+            except MergeConflict:
+                # What the agent is asked to rebase onto, in its own repository.
+                await self.repo.show_base(own, base, base_tip)
                 raise
             self.records.remember_merge(worktree, base, new, strategy)
             removed = False
@@ -83,11 +79,46 @@ class Merging:
                 try:
                     await self.removal.remove(worktree)
                     removed = True
-                except GitError as error:
+                except (GitError, OSError) as error:
                     log.warning(
                         "merged conversation %s but kept its worktree: %s", context_id, error
                     )
             return MergeResult(commit=new, strategy=strategy, base_branch=base, removed=removed)
+
+    async def _land(
+        self,
+        worktree: Worktree,
+        own: Repository,
+        strategy: Strategy,
+        base_tip: str,
+        tip: str,
+        checkout: Path | None,
+    ) -> str:
+        """Builds the merged commit in a scratch repository, brings it into the base and
+        moves the base branch there; the commit. Nothing of the base changes on the way
+        to a refusal or a conflict."""
+        base = worktree.base_branch
+        async with scratch(self.repo, self.records.root) as made:
+            if await made.take(own, worktree.branch) != tip:
+                raise MergeRefused(f"{worktree.branch} moved while merging: merge again")
+            merged = await self.merged_tree(worktree, base_tip, tip, made.base)
+            base_tree = await git(made.base, "rev-parse", f"{base_tip}^{{tree}}")
+            if strategy == "squash" and merged == base_tree.out.strip():
+                raise MergeRefused(
+                    f"nothing to merge: {base} already has every change on {worktree.branch}"
+                )
+            try:
+                new = await self._new_commit(worktree, own, strategy, merged, base_tip, tip, made)
+                await made.deliver(new, await self.repo.main())
+                await advance(self.repo, worktree, checkout, base_tip, new, strategy)
+            except BaseException:
+                if strategy == "rebase":
+                    # Put the conversation's branch back where it was (its worktree was
+                    # clean, so nothing else is there to lose; a rebase that failed
+                    # aborted itself, and left it there).
+                    await git(own, "reset", "-q", "--hard", tip)
+                raise
+        return new
 
     async def _mergeable(self, context_id: str) -> tuple[Worktree, Repository, str, str]:
         """The conversation's worktree, git for it, its base's tip and its branch's tip,
@@ -98,9 +129,9 @@ class Merging:
                 f"nothing to merge: conversation {context_id} has changed nothing "
                 f"(its branch {worktree.branch} is made again at its next turn)"
             )
-        linked = await self.repo.linked(worktree.path)
-        await check_worktree(worktree, linked)
-        pending = await self.repo.uncommitted(linked)
+        own = await self.repo.conversation(worktree.path)
+        await check_worktree(worktree, own)
+        pending = await self.repo.uncommitted(own)
         if pending:
             raise MergeRefused(
                 f"conversation {context_id}'s worktree has changes not committed yet "
@@ -109,19 +140,22 @@ class Merging:
             )
         base = worktree.base_branch
         base_tip = await self.repo.tip(base)
-        tip = await self.repo.tip(worktree.branch)
-        ahead = await git(await self.repo.main(), "rev-list", "--count", f"{base_tip}..{tip}")
+        tip = await self.repo.tip(worktree.branch, own)
+        ahead = await git(own, "rev-list", "--count", f"{base_tip}..{tip}")
         if int(ahead.out) == 0:
             raise MergeRefused(
                 f"nothing to merge: {worktree.branch} has no commits that {base} lacks"
             )
-        return worktree, linked, base_tip, tip
+        return worktree, own, base_tip, tip
 
-    async def merged_tree(self, worktree: Worktree, base_tip: str, tip: str) -> str:
-        """The tree of base + branch, written to the object store only (no checkout or
-        index is touched); MergeConflict when they conflict."""
+    async def merged_tree(
+        self, worktree: Worktree, base_tip: str, tip: str, base: Repository
+    ) -> str:
+        """The tree of base + branch, written to the object store of `base` (the base's
+        git, writing to a merge's scratch repository) only: no checkout or index is
+        touched; MergeConflict when they conflict."""
         result = await git(
-            await self.repo.content(await self.repo.main()),
+            await self.repo.content(base),
             "merge-tree",
             "--write-tree",
             "--name-only",
@@ -140,19 +174,25 @@ class Merging:
     async def _new_commit(
         self,
         worktree: Worktree,
-        linked: Repository,
+        own: Repository,
         strategy: Strategy,
         merged: str,
         base_tip: str,
         tip: str,
+        made: Scratch,
     ) -> str:
-        """The commit the base is to move to: the branch rebased onto the base, or a
-        commit of the merged tree (a squash on the base alone, a merge on both)."""
+        """The commit the base is to move to: the branch rebased onto the base (in the
+        conversation's repository, then taken into the scratch one), or a commit of the
+        merged tree (a squash on the base alone, a merge on both)."""
         identity = await self.repo.identity()
         if strategy == "rebase":
-            return await rebase(worktree, linked, base_tip, tip, identity)
-        main = await self.repo.main()
-        text = await message(main, worktree, strategy, base_tip, tip)
+            new = await rebase(worktree, own, base_tip, tip, identity)
+            if await made.take(own, worktree.branch) != new:
+                raise MergeRefused(f"{worktree.branch} moved while merging: merge again")
+            return new
+        text = await message(made.base, worktree, strategy, base_tip, tip)
         parents = ["-p", base_tip] + (["-p", tip] if strategy == "merge" else [])
-        made = await git(main, *identity, "commit-tree", merged, *parents, "-F", "-", input=text)
-        return made.out.strip()
+        commit = await git(
+            made.base, *identity, "commit-tree", merged, *parents, "-F", "-", input=text
+        )
+        return commit.out.strip()

@@ -1,8 +1,8 @@
-"""What is tailagent's: the records in the state dir of the worktrees and branches it made,
-and of the merges it did.
+"""What is tailagent's: the records in the state dir of the conversations' directories
+(each a repository of its own, on its branch) it made, and of the merges it did.
 
-A worktree or branch without a record is never touched, whatever its name: the record,
-`<root>/<context>.json`, is written before the worktree exists and removed after it is
+A directory or branch without a record is never touched, whatever its name: the record,
+`<root>/<context>.json`, is written before the directory exists and removed after it is
 gone. Records live in the state dir, where no agent writes, so they are what every other
 concern trusts; how they are named, read and checked changes here only.
 """
@@ -52,6 +52,9 @@ class Worktree:
     # A conversation whose turns changed nothing: its branch is gone (none is left behind
     # for a "hello"), its worktree waits detached, and its next turn makes the branch again.
     idle: bool = False
+    # False for a record of an older tailagent, whose worktree was a `git worktree` of the
+    # base and its branch a branch there (legacy.py converts them).
+    own_repository: bool = True
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ class Records:
                 base_commit=data["base_commit"],
                 created=data["created"],
                 idle=data.get("idle") is True,
+                own_repository=data.get("own_repository") is True,
             )
             repository = data["repository"]
         except (KeyError, TypeError):
@@ -148,12 +152,42 @@ class Records:
         if worktree is None:
             raise NoWorktree(f"no worktree for conversation {context_id}")
         if present and not worktree.idle and not worktree.path.is_dir():
+            went = (
+                f"and its repository with it (its branch {worktree.branch} and commits)"
+                if worktree.own_repository
+                else f"its branch {worktree.branch} is still there"
+            )
             raise WorktreeDeleted(
                 f"the worktree of conversation {context_id} ({worktree.path}) was deleted by "
-                f"hand; its branch {worktree.branch} is still there: run `tailagent discard "
-                f"{context_id}` to drop it"
+                f"hand, {went}: run `tailagent discard {context_id}` to drop what is left"
             )
         return worktree
+
+    def branches(self, but: str) -> set[str]:
+        """The branches the records give conversations other than `but`, idle or not."""
+        taken = set()
+        for context_id in self.conversations(idle=True):
+            if context_id != but:
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                    taken.add(json.loads(self.record_path(context_id).read_text())["branch"])
+        return taken
+
+    async def every(self) -> list[tuple[Path, Worktree]]:
+        """Every record of this repository (made ahead ones too) and its path; one that
+        cannot be read, or is another repository's, is left out."""
+        found = []
+        for record in sorted(self.root.glob("*.json")) if self.root.is_dir() else ():
+            try:
+                context_id = json.loads(text(record))["context_id"]
+                worktree = await self.read(record, context_id)
+            except (GitError, OSError, ValueError, KeyError, TypeError):
+                continue
+            if worktree is not None and record in (
+                self.record_path(context_id),
+                self.ready_record(worktree.path),
+            ):
+                found.append((record, worktree))
+        return found
 
     def conversations(self, idle: bool = False) -> list[str]:
         """The conversations that hold a worktree and branch now, by their records (a

@@ -55,16 +55,16 @@ def commit_message(subject: str, trailers: list[tuple[str, str]]) -> str:
     return "\n\n".join([turn_subject(subject), *(["\n".join(lines)] if lines else [])]) + "\n"
 
 
-async def check_worktree(worktree: Worktree, linked: Repository) -> None:
+async def check_worktree(worktree: Worktree, own: Repository) -> None:
     """Refuses to commit or merge from a worktree that is not on its branch or is in
     the middle of the agent's own rebase or merge."""
-    doing = in_progress(linked.git_dir)
+    doing = in_progress(own.git_dir)
     if doing:
         raise GitError(
             f"{doing} is in progress in conversation {worktree.context_id}'s worktree "
             f"({worktree.path}): ask the agent to finish or abort it"
         )
-    head = await git(linked, "symbolic-ref", "-q", "HEAD", ok=(0, 1))
+    head = await git(own, "symbolic-ref", "-q", "HEAD", ok=(0, 1))
     if head.out.strip() != f"refs/heads/{worktree.branch}":
         where = head.out.strip().removeprefix("refs/heads/") or "a detached HEAD"
         raise GitError(
@@ -89,7 +89,8 @@ class TurnCommits:
         what, the task and context), so `git log` says who is behind every change.
 
         Returns the commit's sha, or None when nothing changed; WorktreeTampered (nothing
-        committed) when the worktree's `.git` was changed. The agent's own commits stay as
+        committed) when the worktree's `.git` could steer git elsewhere (guard.py). The
+        commit is made in the conversation's own repository. The agent's own commits stay as
         they are. No hooks run (unless `git_programs`), pre-commit and commit-msg never
         (`--no-verify`), and the commit is not signed: this is a checkpoint on tailagent's
         own branch, not the person's commit (a failing linter hook must not stop the
@@ -98,14 +99,14 @@ class TurnCommits:
         """
         async with self.lock.exclusive():
             worktree = await self.records.require(context_id)
-            linked = await self.repo.linked(worktree.path)
-            if not await self.repo.uncommitted(linked, refresh=True):
+            own = await self.repo.conversation(worktree.path)
+            if not await self.repo.uncommitted(own, refresh=True):
                 return None
-            await check_worktree(worktree, linked)
+            await check_worktree(worktree, own)
             message = commit_message(subject, trailers)
-            await git(linked, "add", "-A")
+            await git(own, "add", "-A")
             await git(
-                linked,
+                own,
                 *await self.repo.identity(),
                 "commit",
                 "-q",
@@ -116,5 +117,5 @@ class TurnCommits:
                 "-",
                 input=message,
             )
-            head = await git(linked, "rev-parse", "HEAD")
+            head = await git(own, "rev-parse", "HEAD")
             return head.out.strip()
