@@ -194,9 +194,10 @@ def first_start(workspace: Path, root: Path) -> str:
     own = Path(__file__).resolve().is_relative_to(workspace.resolve())
     which = "tailagent's own checkout" if own else "a git repository"
     return (
-        f"{workspace} is {which}: each conversation that changes files gets a branch of "
-        f"it, tailagent/<8 characters of its id>, and a worktree in {root}, until you "
-        "`tailagent merge` or `tailagent discard` it (one that changes nothing leaves no "
+        f"{workspace} is {which}: each conversation that changes files gets a branch, "
+        f"tailagent/<8 characters of its id>, in a repository of its own in {root} that "
+        "borrows this one's objects, until you `tailagent merge` or `tailagent discard` it "
+        "(nothing reaches this repository before; one that changes nothing leaves no "
         "branch). To have the agent work on another project, start it there or with "
         "--cwd DIR; to let it edit this checkout itself, --isolation shared. (Said once "
         "for this repository.)"
