@@ -205,9 +205,7 @@ def make_sandbox(settings: Settings, isolated: Isolated | None) -> Sandbox:
         agent=agent_kind(settings),
         state_dir=settings.state_dir,
         base=settings.cwd if isolated is not None else None,
-        shared_objects=getattr(isolated.worktrees, "shared_objects", lambda: ())
-        if isolated is not None
-        else None,  # TEMPORARY until the worktrees land
+        shared_objects=isolated.worktrees.shared_objects if isolated is not None else None,
         sockets=sockets,
         programs=agent_programs(settings),
         runs_processes=agent_kind(settings) != "echo",
