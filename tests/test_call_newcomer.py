@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import RunningServer, start_server
-from tests.test_isolation import git, make_project
+from tests.test_isolation import git, make_project, worktree_path
 
 RUN_AS = "python -m tailagent"  # how the follow-up commands name the CLI these tests run
 
@@ -188,7 +188,9 @@ def test_a_turn_that_changed_files_ends_with_its_branch_and_what_to_do(
         f"changes on tailagent/{short} (+1 commit, calc.py) —",
         f"  {RUN_AS} diff {short} · {RUN_AS} merge {short}",
     ], out
-    assert git(repo, "diff", "--name-only", "main", f"tailagent/{short}") == "calc.py\n"
+    own = worktree_path(server.state_dir, f"tailagent/{short}")  # in its own repository
+    assert git(own, "diff", "--name-only", "main", f"tailagent/{short}") == "calc.py\n"
+    assert git(repo, "branch", "--list", "tailagent/*") == ""
 
     # --json: the last event says so in a field, its counts (and all others) integers.
     lines = tailagent(server, "call", "edit", "--json").stdout.splitlines()

@@ -190,7 +190,9 @@ def test_diff_merge_and_discard_of_another_persons_conversation_are_not_found(
     # An id nobody has is refused in the same words.
     not_found(team.operate("carol", "no-such-one", {"kind": "merge"}), "no-such-one")
     assert git(team.repo, "rev-parse", "main") == base
-    assert git(team.repo, "branch", "--list", "tailagent/*").strip()
+    # Nothing of it reached the person's repository (its branch is in its own; the
+    # owner's diff below shows it is still there).
+    assert "SECRET" not in git(team.repo, "log", "--all", "-p")
     # The owner, and an admin, see it.
     mine = result(team.operate("alice", context_id, {"kind": "diff"}))
     assert "+A SECRET" in mine["parts"][0]["text"]
