@@ -226,14 +226,14 @@ async def _start_agent(
         await sandbox.start()
     except SandboxUnavailable as exc:
         raise AgentStartError(f"cannot fence the agent: {exc}") from None
-    if sandbox.on:
-        log.info("sandbox: %s", sandbox.describe())
-    else:
-        log.warning("sandbox: %s", sandbox.describe())
     pruned = []
     if isinstance(conversations, Isolated):
         pruned = await conversations.worktrees.prune(await storage.contexts())
     await backend.start()  # after the pruning: a spare agent may start in a worktree
+    if sandbox.on or not sandbox.needed:
+        log.info("sandbox: %s", sandbox.describe())
+    else:
+        log.warning("sandbox: %s", sandbox.describe())
     if isinstance(conversations, Isolated):
         conversations.start()
         log.info(

@@ -381,8 +381,12 @@ def test_a_command_that_cannot_start_stops_the_server_with_one_line(tmp_path: Pa
     assert "missing.py" in result.stderr
 
 
-def test_a_missing_npx_is_one_clear_line(tmp_path: Path) -> None:
-    env = {**os.environ, "PATH": str(tmp_path)}
+@pytest.mark.parametrize(
+    ("sandbox", "program"), [("off", "npx"), ("on", "npm")], ids=["unfenced", "fenced"]
+)
+def test_a_missing_npx_is_one_clear_line(tmp_path: Path, sandbox: str, program: str) -> None:
+    """Unfenced, npx runs the preset; fenced, tailagent installs it with npm."""
+    env = {**os.environ, "PATH": str(tmp_path), "TAILAGENT_SANDBOX_MODE": sandbox}
     result = subprocess.run(
         [
             sys.executable,
@@ -403,7 +407,7 @@ def test_a_missing_npx_is_one_clear_line(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
-        "tailagent: cannot start the agent: 'npx' is not on PATH (install Node.js and npm)"
+        f"tailagent: cannot start the agent: '{program}' is not on PATH (install Node.js and npm)"
     )
 
 

@@ -6,6 +6,7 @@ attack is made by tests/fake_acp_agent.py itself, as an agent would make it."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -132,13 +133,14 @@ async def test_a_hard_link_to_a_file_outside_is_neither_read_nor_written(
     precious = tmp_path / "precious.txt"
     precious.write_text("the owner's file\n")
     (root / "linked.txt").unlink(missing_ok=True)
-    answer = answer_text(
-        await agent.turn(f"hardlink:linked.txt:{precious} read:linked.txt write:linked.txt")
-    )
-    assert "linked linked.txt" in answer
+    fenced = await agent.turn(f"hardlink:linked.txt:{precious}")
+    assert "linked linked.txt" not in answer_text(fenced)  # the file is not even in its view
+    # As an agent without a fence could: the server's own file access must still refuse.
+    os.link(precious, root / "linked.txt")
+    answer = answer_text(await agent.turn("read:linked.txt write:linked.txt"))
     assert "read refused" in answer and "has 2 hard links" in answer
     assert "write refused" in answer
-    assert "the owner's file" not in answer.split("linked linked.txt", 1)[1]
+    assert "the owner's file" not in answer
     assert precious.read_text() == "the owner's file\n"
 
 

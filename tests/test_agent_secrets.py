@@ -65,7 +65,14 @@ async def test_an_agent_cannot_read_the_servers_secrets_in_its_environ(
     key, password = marker(), marker()
     # A store URL is where a database password goes; this one names a SQLite file.
     store = tmp_path / f"{password}.db"
-    environment = {"TS_AUTHKEY": key, "TAILAGENT_STORE": f"sqlite+aiosqlite:///{store}"}
+    # Unfenced (sandbox.mode = off), where the agent sees the server's /proc: the
+    # server's own environment must then hold no secret. Fenced, it sees no /proc of the
+    # server at all (below).
+    environment = {
+        "TS_AUTHKEY": key,
+        "TAILAGENT_STORE": f"sqlite+aiosqlite:///{store}",
+        "TAILAGENT_SANDBOX_MODE": "off",
+    }
     server = started_with(tmp_path, environment)
     try:
         environ = f"/proc/{server.process.pid}/environ"
@@ -82,6 +89,25 @@ async def test_an_agent_cannot_read_the_servers_secrets_in_its_environ(
         # there) but not the secrets, which it does see in another process's.
         assert seen == [(parent, "no"), (parent, "no"), (parent, "yes"), (parent, "yes")], answer
         assert store.exists()  # the server still used its setting
+    finally:
+        assert server.stop() == 0
+
+
+async def test_a_fenced_agent_sees_no_process_of_the_server_or_the_box(
+    tmp_path: Path, a_process_with_a_secret: tuple[int, str]
+) -> None:
+    key = marker()
+    server = started_with(tmp_path, {"TS_AUTHKEY": key})
+    try:
+        other_pid, other_secret = a_process_with_a_secret
+        answer = answer_text(
+            await A2A(server.url, server.token).turn(
+                f"peek:/proc/{server.process.pid}/environ {key} "
+                f"peek:/proc/{other_pid}/environ {other_secret}"
+            )
+        )
+        gone = re.findall(r"peek /proc/(\d+)/environ parent=1 error=No such file", answer)
+        assert gone == [str(server.process.pid), str(other_pid)], answer
     finally:
         assert server.stop() == 0
 

@@ -45,7 +45,9 @@ async def _npm_view(package: str) -> tuple[int, str, str]:
     """`npm view PACKAGE version`: the registry's latest, within VIEW_TIMEOUT."""
     npm = shutil.which("npm")
     if npm is None:
-        raise AgentStartError("cannot install the agent: npm is not on PATH (install Node.js)")
+        raise AgentStartError(
+            "cannot start the agent: 'npm' is not on PATH (install Node.js and npm)"
+        )
     child = await asyncio.create_subprocess_exec(
         npm, "view", package, "version", stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
