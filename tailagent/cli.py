@@ -38,8 +38,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument(
         "--isolation",
         choices=("worktree", "shared"),
-        help="worktree: each conversation in a git worktree of its own (the default, in a "
-        "git repository); shared: all in the workspace",
+        help="worktree: each conversation in a repository and branch of its own, borrowing "
+        "the workspace's objects (the default, in a git repository); shared: all in the "
+        "workspace",
     )
     p.add_argument(
         "--listen",
