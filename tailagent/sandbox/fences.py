@@ -331,10 +331,12 @@ class Sandbox:
             home.seed(self._home / entry, copy)
             if home.mount_point(self._home / entry, copy):
                 mounts.rw(copy, self._home / entry)
+        keyed = any(os.environ.get(name) for name in agent.keys)
         for login in agent.logins:
             real = self._home / login
             if real.is_file() and not real.is_symlink():
-                mounts.rw(real)
+                # Written only for a refresh: with a key in the environment, read-only.
+                (mounts.ro if keyed else mounts.rw)(real)
         for fixed in agent.fixed:
             mounts.args += ["--ro-bind", str(home.fixed_file(self._home, copies, fixed)),
                             str(self._home / fixed)]  # fmt: skip

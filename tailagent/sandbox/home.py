@@ -80,6 +80,9 @@ class AgentHome:
     # read-only already).
     fixed: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()  # what sandbox.network = "allowlist" lets it reach
+    # Variables that log the agent in without its login file: with one set, the login
+    # file is only read, never written (no agent can swap in another account's login).
+    keys: tuple[str, ...] = ()
 
 
 CLAUDE = AgentHome(
@@ -87,6 +90,7 @@ CLAUDE = AgentHome(
     logins=(".claude/.credentials.json",),
     fixed=(".claude/settings.json",),
     hosts=("api.anthropic.com", "statsig.anthropic.com", "console.anthropic.com", "claude.ai"),
+    keys=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
 )
 AGENT_HOMES: dict[str, AgentHome] = {
     "claude": CLAUDE,
@@ -96,6 +100,7 @@ AGENT_HOMES: dict[str, AgentHome] = {
         logins=(".codex/auth.json",),
         fixed=(".codex/config.toml",),
         hosts=("api.openai.com", "chatgpt.com", "auth.openai.com"),
+        keys=("CODEX_API_KEY", "OPENAI_API_KEY"),
     ),
     "gemini": AgentHome(
         writable=(".gemini",),
@@ -106,6 +111,7 @@ AGENT_HOMES: dict[str, AgentHome] = {
             "cloudcode-pa.googleapis.com",
             "oauth2.googleapis.com",
         ),
+        keys=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
     ),
     "opencode": AgentHome(
         writable=(".local/share/opencode", ".local/state/opencode"),
