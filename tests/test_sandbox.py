@@ -104,6 +104,71 @@ def head_of(repository: Path) -> str:
     ).stdout.strip()  # fmt: skip
 
 
+def bobs_plan(box: Box, alice_tree: Path, commit: str, server_pid: int) -> dict[str, list[str]]:
+    """Everything Bob's agent tries on what is not his: Alice's work and commits, the
+    state dir, the service user's secrets, the server's process, planted files, the
+    base; and the same through a terminal a person allows."""
+    state, home, pid = box.server.state_dir, box.home, str(server_pid)
+    return {
+        "list": [str(alice_tree), str(state), str(home / ".ssh"), f"/proc/{pid}/fd"],
+        "read": [
+            str(alice_tree / "secret.txt"),
+            str(state / "local-token"),
+            str(state / "tokens.json"),
+            str(state / "signing-keys.json"),
+            str(state / "desk-secret"),
+            f"/proc/{pid}/environ",
+            *(str(home / name) for name in SECRETS),
+            str(box.workspace / "calc.py"),
+        ],
+        "write": [
+            *(str(home / name) for name in PLANTED),
+            str(box.workspace / "planted.py"),
+            str(state / "planted"),
+        ],
+        "signal": [pid],
+        "run": [
+            f"git show {commit}:secret.txt",
+            f"git cat-file -p {commit}",
+            "git log --all -p | grep -c 'secret plan'",
+            f"cat {state}/local-token",
+        ],
+        "terminal": [f"cat {state}/local-token; cat {alice_tree}/secret.txt; env"],
+    }
+
+
+def nothing_got_through(
+    box: Box, got: dict[str, str], plan: dict[str, list[str]], secret: str
+) -> None:
+    """Each attempt refused, the approved terminal ran and saw none of it, and from
+    outside: nothing planted in the home, the base or the state dir."""
+    terminal = got.pop(f"terminal {plan['terminal'][0]}")
+    assert got_through(got) == {}
+    assert terminal.startswith("ran: ")  # it ran (approved), and saw none of it:
+    for leaked in (secret, box.server.token, DB_PASSWORD):
+        assert leaked not in json.dumps(got) and leaked not in terminal
+    for name in PLANTED:
+        assert (box.home / name).read_text() == "# the owner's\n", name
+    state = box.server.state_dir
+    assert not (box.workspace / "planted.py").exists() and not (state / "planted").exists()
+
+
+# What an agent does in its own directory, which the fence must leave working.
+OWN_WORK = {
+    "write": ["notes.txt"],
+    "read": ["notes.txt", "calc.py", "/etc/hostname", "/etc/os-release"],
+    "run": ["git status --short", "python3 -c 'print(6 * 7)'", "ls /proc | grep -c ."],
+    "temp": ["-"],
+}
+
+
+def own_work_done(got: dict[str, str]) -> None:
+    assert [k for k, v in got.items() if not v.startswith("ok")] == [], got
+    assert got["run python3 -c 'print(6 * 7)'"] == "ok: 42"
+    assert "notes.txt" in got["run git status --short"]
+    assert got["temp -"].startswith("ok: /tmp/")
+
+
 def audit(state: Path) -> list[dict[str, Any]]:
     """`tailagent audit --json`: the decisions, as the operator reads them."""
     done = subprocess.run(
@@ -131,47 +196,12 @@ async def test_bob_s_agent_reaches_nothing_that_is_not_his(box: Box) -> None:
     wrote, alice_turn = await attempt(box.alice, {"run": [f"echo '{secret}' > secret.txt"]})
     assert wrote == {f"run echo '{secret}' > secret.txt": "ok: "}
     [alice_tree] = [tree for tree in box.worktrees() if (tree / "secret.txt").exists()]
-    commit = head_of(alice_tree)
     assert (alice_tree / "secret.txt").read_text().strip() == secret
 
-    server_pid = str(box.server.process.pid)
-    plan = {
-        "list": [str(alice_tree), str(state), str(box.home / ".ssh"), f"/proc/{server_pid}/fd"],
-        "read": [
-            str(alice_tree / "secret.txt"),
-            str(state / "local-token"),
-            str(state / "tokens.json"),
-            str(state / "signing-keys.json"),
-            str(state / "desk-secret"),
-            f"/proc/{server_pid}/environ",
-            *(str(box.home / name) for name in SECRETS),
-            str(box.workspace / "calc.py"),
-        ],
-        "write": [
-            *(str(box.home / name) for name in PLANTED),
-            str(box.workspace / "planted.py"),
-            str(state / "planted"),
-        ],
-        "signal": [server_pid],
-        "run": [
-            f"git show {commit}:secret.txt",
-            f"git cat-file -p {commit}",
-            "git log --all -p | grep -c 'secret plan'",
-            f"cat {state}/local-token",
-        ],
-        "terminal": [f"cat {state}/local-token; cat {alice_tree}/secret.txt; env"],
-    }
+    plan = bobs_plan(box, alice_tree, head_of(alice_tree), box.server.process.pid)
     got, bob_turn = await attempt(box.bob, plan)
 
-    terminal = got.pop(f"terminal {plan['terminal'][0]}")
-    assert got_through(got) == {}
-    assert terminal.startswith("ran: ")  # it ran (approved), and saw none of it:
-    for leaked in (secret, box.server.token, DB_PASSWORD):
-        assert leaked not in json.dumps(got) and leaked not in terminal
-    # From outside: nothing planted, the server untouched and serving.
-    for name in PLANTED:
-        assert (box.home / name).read_text() == "# the owner's\n", name
-    assert not (box.workspace / "planted.py").exists() and not (state / "planted").exists()
+    nothing_got_through(box, got, plan, secret)
     assert box.server.process.poll() is None
     # The person's allowing of the terminal is audited with how the command was fenced.
     [row] = [entry for entry in audit(state) if "local-token" in entry["input"]]
@@ -182,17 +212,8 @@ async def test_bob_s_agent_reaches_nothing_that_is_not_his(box: Box) -> None:
 
 
 async def test_the_agent_works_in_its_own_directory(box: Box) -> None:
-    plan = {
-        "write": ["notes.txt"],
-        "read": ["notes.txt", "calc.py", "/etc/hostname", "/etc/os-release"],
-        "run": ["git status --short", "python3 -c 'print(6 * 7)'", "ls /proc | grep -c ."],
-        "temp": ["-"],
-    }
-    got, _ = await attempt(box.bob, plan)
-    assert [k for k, v in got.items() if not v.startswith("ok")] == [], got
-    assert got["run python3 -c 'print(6 * 7)'"] == "ok: 42"
-    assert "notes.txt" in got["run git status --short"]
-    assert got["temp -"].startswith("ok: /tmp/")
+    got, _ = await attempt(box.bob, OWN_WORK)
+    own_work_done(got)
 
 
 # --- Claude Code: the CLI, and whatever it runs (its tools, hooks, MCP servers) ------------

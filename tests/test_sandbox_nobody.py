@@ -17,7 +17,6 @@ root's, 0700), given to nobody and removed afterwards.
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import shutil
@@ -39,13 +38,14 @@ from tests.test_isolation import make_project
 from tests.test_sandbox import (
     DB_PASSWORD,
     HOSTILE,
-    PLANTED,
-    SECRETS,
+    OWN_WORK,
     Box,
     attempt,
-    got_through,
+    bobs_plan,
     head_of,
     make_home,
+    nothing_got_through,
+    own_work_done,
 )
 
 USER = "nobody"
@@ -200,53 +200,16 @@ def alive(box: NobodyBox) -> bool:
 
 async def test_bob_s_agent_reaches_nothing_that_is_not_his(box: NobodyBox) -> None:
     """tests/test_sandbox.py's, with the server (and so every agent) run by nobody."""
-    state = box.server.state_dir
     secret = "the secret plan of alice"
     wrote, alice_turn = await attempt(box.alice, {"run": [f"echo '{secret}' > secret.txt"]})
     assert wrote == {f"run echo '{secret}' > secret.txt": "ok: "}
     [alice_tree] = [tree for tree in box.worktrees() if (tree / "secret.txt").exists()]
-    commit = head_of(alice_tree)
     assert (alice_tree / "secret.txt").read_text().strip() == secret
     assert (alice_tree / "secret.txt").stat().st_uid == pwd.getpwnam(USER).pw_uid
-
-    server_pid = str(box.pid)
-    plan = {
-        "list": [str(alice_tree), str(state), str(box.home / ".ssh"), f"/proc/{server_pid}/fd"],
-        "read": [
-            str(alice_tree / "secret.txt"),
-            str(state / "local-token"),
-            str(state / "tokens.json"),
-            str(state / "signing-keys.json"),
-            str(state / "desk-secret"),
-            f"/proc/{server_pid}/environ",
-            *(str(box.home / name) for name in SECRETS),
-            str(box.workspace / "calc.py"),
-        ],
-        "write": [
-            *(str(box.home / name) for name in PLANTED),
-            str(box.workspace / "planted.py"),
-            str(state / "planted"),
-        ],
-        "signal": [server_pid],
-        "run": [
-            f"git show {commit}:secret.txt",
-            f"git cat-file -p {commit}",
-            "git log --all -p | grep -c 'secret plan'",
-            f"cat {state}/local-token",
-        ],
-        "terminal": [f"cat {state}/local-token; cat {alice_tree}/secret.txt; env"],
-    }
+    plan = bobs_plan(box, alice_tree, head_of(alice_tree), box.pid)
     got, bob_turn = await attempt(box.bob, plan)
 
-    terminal = got.pop(f"terminal {plan['terminal'][0]}")
-    assert got_through(got) == {}
-    assert terminal.startswith("ran: ")  # it ran (approved), and saw none of it:
-    for leaked in (secret, box.server.token, DB_PASSWORD):
-        assert leaked not in json.dumps(got) and leaked not in terminal
-    # From outside: nothing planted, the server untouched and serving.
-    for name in PLANTED:
-        assert (box.home / name).read_text() == "# the owner's\n", name
-    assert not (box.workspace / "planted.py").exists() and not (state / "planted").exists()
+    nothing_got_through(box, got, plan, secret)
     assert alive(box)
     again = await box.alice.turn(user_message("{}", context_id=alice_turn.context_id))
     assert again.final_state == "completed"
@@ -254,14 +217,5 @@ async def test_bob_s_agent_reaches_nothing_that_is_not_his(box: NobodyBox) -> No
 
 
 async def test_the_agent_works_in_its_own_directory(box: NobodyBox) -> None:
-    plan = {
-        "write": ["notes.txt"],
-        "read": ["notes.txt", "calc.py", "/etc/hostname", "/etc/os-release"],
-        "run": ["git status --short", "python3 -c 'print(6 * 7)'", "ls /proc | grep -c ."],
-        "temp": ["-"],
-    }
-    got, _ = await attempt(box.bob, plan)
-    assert [k for k, v in got.items() if not v.startswith("ok")] == [], got
-    assert got["run python3 -c 'print(6 * 7)'"] == "ok: 42"
-    assert "notes.txt" in got["run git status --short"]
-    assert got["temp -"].startswith("ok: /tmp/")
+    got, _ = await attempt(box.bob, OWN_WORK)
+    own_work_done(got)
