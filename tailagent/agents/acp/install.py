@@ -41,23 +41,27 @@ def _folder_name(package: str, version: str) -> str:
     return re.sub(r"[^A-Za-z0-9._@+-]", "_", package.replace("/", "+")) + "@" + version
 
 
-async def _npm_view(package: str) -> tuple[int, str, str]:
-    """`npm view PACKAGE version`: the registry's latest, within VIEW_TIMEOUT."""
+def _npm() -> str:
     npm = shutil.which("npm")
     if npm is None:
         raise AgentStartError(
             "cannot start the agent: 'npm' is not on PATH (install Node.js and npm)"
         )
+    return npm
+
+
+async def _run(argv: list[str], within: float) -> tuple[int, str, str]:
+    """`argv`'s exit status, stdout and stderr; -1 and why, when it ran past `within`."""
     child = await asyncio.create_subprocess_exec(
-        npm, "view", package, "version", stdin=asyncio.subprocess.DEVNULL,
+        *argv, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        out, err = await asyncio.wait_for(child.communicate(), timeout=VIEW_TIMEOUT)
+        out, err = await asyncio.wait_for(child.communicate(), within)
     except TimeoutError:
         child.kill()
         await child.wait()
-        return -1, "", f"npm gave no answer within {VIEW_TIMEOUT:.0f} s"
+        return -1, "", f"{Path(argv[0]).name} gave no answer within {within:.0f} s"
     return child.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
 
 
@@ -66,7 +70,7 @@ async def _version(package: str, pinned: str | None) -> str:
     newest already installed here."""
     if pinned:
         return pinned
-    code, out, err = await _npm_view(package)
+    code, out, err = await _run([_npm(), "view", package, "version"], VIEW_TIMEOUT)
     if code == 0 and out.strip():
         return out.strip().splitlines()[-1].strip()
     prefix = _folder_name(package, "")
@@ -98,26 +102,15 @@ async def installed(package: str, pinned: str | None, fence_for: Callable[[Path]
     log.info("installing %s@%s for fenced agents, once (into %s)", package, version, folder)
     fence = fence_for(partial)
     cache = partial / ".npm-cache"
-    npm = shutil.which("npm") or "npm"
     argv = fence.wrap([
         "env", f"npm_config_cache={cache}", "npm_config_update_notifier=false",
-        "npm_config_logs_max=0", npm, "install", "--no-audit", "--no-fund", "--no-save",
+        "npm_config_logs_max=0", _npm(), "install", "--no-audit", "--no-fund", "--no-save",
         "--prefix", str(partial), f"{package}@{version}",
     ], cwd=partial)  # fmt: skip
-    child = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        _, err = await asyncio.wait_for(child.communicate(), timeout=INSTALL_TIMEOUT)
-    except TimeoutError:
-        child.kill()
-        await child.wait()
-        err = f"no end within {INSTALL_TIMEOUT:.0f} s".encode()
-    if child.returncode != 0:
+    code, _, err = await _run(argv, INSTALL_TIMEOUT)
+    if code != 0:
         shutil.rmtree(partial, ignore_errors=True)
-        said = err.decode(errors="replace").strip()[-400:]
-        raise AgentStartError(f"could not install {package}@{version}: {said}")
+        raise AgentStartError(f"could not install {package}@{version}: {err.strip()[-400:]}")
     shutil.rmtree(cache, ignore_errors=True)
     (partial / COMPLETE).write_text(f"{package}@{version}\n")
     if folder.exists():  # another server installed it meanwhile
