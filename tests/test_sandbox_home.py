@@ -72,3 +72,13 @@ async def test_settings_are_fixed_and_the_rest_is_a_private_copy(
     assert other.returncode != 0  # conversation b's copy never had it
     again = await fenced(tmp_path, "a", f"cat {home}/.claude/notes.md")
     assert again.stdout.strip() == "mine"  # a's copy is kept for a's next process
+
+
+async def test_a_secret_behind_a_symbolic_link_is_hidden_too(home: Path, tmp_path: Path) -> None:
+    keys = home / "keys"
+    keys.mkdir()
+    (keys / "id_ed25519").write_text("the owner's key")
+    (home / ".ssh").symlink_to(keys)
+    (home / ".netrc").symlink_to(keys / "id_ed25519")
+    read = await fenced(tmp_path, "a", f"cat {home}/.ssh/id_ed25519 {home}/.netrc; ls {keys}")
+    assert "the owner's key" not in read.stdout and "id_ed25519" not in read.stdout

@@ -108,13 +108,18 @@ class _Mounts:
         self.args += ["--bind", str(source), str(target or source)]
 
     def hide(self, path: Path) -> None:
-        """An empty directory over a directory, an empty file over anything else. The
+        """An empty directory over a directory, an empty file over anything else; a
+        symbolic link's target is what gets hidden (bwrap mounts over the target). The
         empty directories are made read-only once everything is mounted (`sealed`), so
         nothing written there looks kept."""
-        if path.is_dir() and not path.is_symlink():
+        if path.is_symlink():
+            path = path.resolve()
+        if any(path.is_relative_to(empty) for empty in self.emptied):
+            return  # inside a place already emptied (a mount point there would show)
+        if path.is_dir():
             self.args += ["--tmpfs", str(path)]
             self.emptied.append(path)
-        elif path.exists() or path.is_symlink():
+        elif path.exists():
             self.args += ["--ro-bind", "/dev/null", str(path)]
 
 
