@@ -82,3 +82,20 @@ async def test_a_secret_behind_a_symbolic_link_is_hidden_too(home: Path, tmp_pat
     (home / ".netrc").symlink_to(keys / "id_ed25519")
     read = await fenced(tmp_path, "a", f"cat {home}/.ssh/id_ed25519 {home}/.netrc; ls {keys}")
     assert "the owner's key" not in read.stdout and "id_ed25519" not in read.stdout
+
+
+async def test_shared_caches_are_private_to_the_conversation(home: Path, tmp_path: Path) -> None:
+    """A tool that writes its cache (pip, go build, npm) works, and writes it where no
+    other conversation's agent reads it."""
+    (home / ".cache").mkdir()
+    line = (
+        "mkdir -p $XDG_CACHE_HOME/pip $npm_config_cache $GOMODCACHE && "
+        "touch $XDG_CACHE_HOME/pip/x $npm_config_cache/x $GOMODCACHE/x && "
+        f"echo $XDG_CACHE_HOME $npm_config_cache $GOMODCACHE; touch {home}/.cache/planted"
+    )
+    done = await fenced(tmp_path, "a", line)
+    assert done.stdout.split() == ["/tmp/.cache", "/tmp/.npm", "/tmp/go/pkg/mod"], done.stderr
+    assert "Read-only file system" in done.stderr  # the person's own cache: read-only
+    assert not (home / ".cache" / "planted").exists()
+    other = await fenced(tmp_path, "b", "ls $XDG_CACHE_HOME/pip/x")
+    assert other.returncode != 0  # conversation b has its own

@@ -279,11 +279,29 @@ class Sandbox:
         if network != "on":  # before the sealing: it mounts in the state dir
             mounts.args += ["--unshare-net", *self._network_options]
         options = [str(self._bwrap), *mounts.args, *mounts.sealed()]
-        options += ["--setenv", "TMPDIR", str(PRIVATE_TMP)]
+        for name, value in self._private_caches().items():
+            options += ["--setenv", name, value]
         options += ["--cap-drop", "ALL", *bwrap.NAMESPACE_FLAGS]
         options += ["--die-with-parent", "--new-session"]
         inside = self._network_inside if network == "allowlist" else ()
         return Fence(directory, tuple(options), network, private, inside)
+
+    def _private_caches(self) -> dict[str, str]:
+        """The temp dir and the caches agents share, private to the conversation: the
+        person's are read-only inside (a cache one agent could write would feed the
+        next), and a tool that cannot write its cache fails (`go build`, `npm install`).
+        Go still reads the person's module downloads, as its first proxy."""
+        caches = {
+            "TMPDIR": str(PRIVATE_TMP),
+            "XDG_CACHE_HOME": f"{PRIVATE_TMP}/.cache",  # pip's, go build's, and most
+            "npm_config_cache": f"{PRIVATE_TMP}/.npm",
+            "GOMODCACHE": f"{PRIVATE_TMP}/go/pkg/mod",
+        }
+        downloads = self._home / "go" / "pkg" / "mod" / "cache" / "download"
+        if downloads.is_dir():
+            after = os.environ.get("GOPROXY") or "https://proxy.golang.org,direct"
+            caches["GOPROXY"] = f"file://{downloads},{after}"
+        return caches
 
     def _hidden_roots(self, directory: Path) -> list[Path]:
         """Places hidden because they are not the agent's, where its own programs may
