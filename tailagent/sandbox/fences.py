@@ -323,17 +323,21 @@ class Sandbox:
                 mounts.ro(objects)
 
     def _show_programs(self, mounts: _Mounts, directory: Path) -> None:
+        """Each of the agent's own files that lives in a hidden place is shown read-only
+        with the whole folder it came in: the first one below that place (a checkout in
+        /tmp, a venv in the base). A program is seldom alone: an npm package's program
+        links into its package, which needs its `node_modules` beside it."""
         roots = self._hidden_roots(directory)
-        seen: set[Path] = set()
+        shown: set[Path] = set()
         for program in self._programs:
             path = Path(os.path.realpath(program))
-            shown = path if path.is_dir() else path.parent
-            if shown in seen or not shown.exists() or not _within(shown, roots):
+            root = next((r for r in roots if path != r and path.is_relative_to(r)), None)
+            if root is None or not path.exists():
                 continue
-            if shown in roots:  # a program directly in /tmp: show the file, not all of /tmp
-                shown = path
-            seen.add(shown)
-            mounts.ro(shown)
+            folder = root / path.relative_to(root).parts[0]
+            if folder not in shown:
+                shown.add(folder)
+                mounts.ro(folder)
 
     def _hide_secrets(self, mounts: _Mounts) -> None:
         mounts.hide(self._state_dir)
