@@ -329,10 +329,12 @@ class Sandbox:
         links into its package, which needs its `node_modules` beside it."""
         roots = self._hidden_roots(directory)
         shown: set[Path] = set()
-        for program in self._programs:
-            path = Path(os.path.realpath(program))
+        # A program as named (a venv's python link) and where it leads (the interpreter).
+        paths = {Path(os.path.abspath(p)) for p in self._programs}
+        paths |= {Path(os.path.realpath(p)) for p in self._programs}
+        for path in sorted(paths):
             root = next((r for r in roots if path != r and path.is_relative_to(r)), None)
-            if root is None or not path.exists():
+            if root is None or not (path.exists() or path.is_symlink()):
                 continue
             folder = root / path.relative_to(root).parts[0]
             if folder not in shown:
