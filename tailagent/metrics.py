@@ -25,6 +25,11 @@ AGENT_PROCESSES = Gauge(
     "tailagent_agent_sessions", "Live agent sessions (for ACP and Claude: processes).",
     registry=REGISTRY,
 )  # fmt: skip
+SANDBOX_PROXY_REFUSED = Gauge(
+    "tailagent_sandbox_proxy_refused",
+    "Connections the allowlist's proxy refused to fenced agents since the start.",
+    registry=REGISTRY,
+)  # fmt: skip
 AGENT_SESSIONS_HELD = Gauge(
     "tailagent_agent_sessions_held",
     "Agent sessions lent to a task, running or waiting for an answer (idle ones give way).",

@@ -43,7 +43,7 @@ from tailagent.files import NotPrivate, close_dir
 from tailagent.listener import listener_url, open_listener
 from tailagent.memory import trim_when_quiet
 from tailagent.mends import say_refused
-from tailagent.metrics import AGENT_PROCESSES, AGENT_SESSIONS_HELD
+from tailagent.metrics import AGENT_PROCESSES, AGENT_SESSIONS_HELD, SANDBOX_PROXY_REFUSED
 from tailagent.notify import Notifier
 from tailagent.presence import BoxTailscaled, Presence, PresenceError, ServeEntryPresence
 from tailagent.probe import healthy
@@ -226,6 +226,9 @@ async def _start_agent(
         await sandbox.start()
     except SandboxUnavailable as exc:
         raise AgentStartError(f"cannot fence the agent: {exc}") from None
+    proxy = sandbox.proxy
+    if proxy is not None:
+        SANDBOX_PROXY_REFUSED.set_function(lambda: sum(proxy.refused.values()))
     pruned = []
     if isinstance(conversations, Isolated):
         pruned = await conversations.worktrees.prune(await storage.contexts())

@@ -378,6 +378,9 @@ async def test_network_allowlist_reaches_only_what_it_names(tmp_path: Path, orig
         allowed = got.pop(f"run {fetch(f'http://{origin}/')}")
         assert allowed == "ok: from the origin"
         assert got_through(got) == {}
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {server.token}"}) as c:
+            metrics = (await c.get(f"{server.url}/metrics")).text
+        assert "tailagent_sandbox_proxy_refused 1.0" in metrics  # the address not named
         assert (await metadata(server, turn))["sandbox"] == {"mode": "on", "network": "allowlist"}
     finally:
         server.stop()

@@ -62,10 +62,6 @@ class Fence:
     private: Path | None = None  # where its launchers are written (outside its view)
     inside: tuple[str, ...] = ()  # what runs first inside (the network bridge)
 
-    @property
-    def sandboxed(self) -> bool:
-        return bool(self.options)
-
     def wrap(self, argv: Sequence[str], cwd: Path | None = None) -> list[str]:
         """`argv` as it runs inside the fence, from `cwd` (the conversation's directory
         by default)."""
