@@ -11,6 +11,7 @@ directory, git there, subprocesses, temp files, system files) must work.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -76,11 +77,19 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
     make_project(workspace, {"calc.py": "def add(a, b):\n    return a + b\n"})
     env = {**os.environ, "HOME": str(home), "DB_PASSWORD": DB_PASSWORD}
     command = f"{sys.executable} {HOSTILE}"
-    server = start_server(tmp, "--agent-command", command, "--isolation", "worktree", env=env)
+    with two_people(tmp, home, env, "--agent-command", command, "--isolation", "worktree") as box:
+        yield box
+
+
+@contextlib.contextmanager
+def two_people(tmp: Path, home: Path, env: dict[str, str], *serve: str) -> Iterator[Box]:
+    """A server started with `serve` and the service user's `home`, and Alice and Bob,
+    each with a token of their own; the home goes with the server."""
+    server = start_server(tmp, *serve, env=env)
     try:
         alice = A2A(server.url, add_token(server, "alice", "caller", "approver"))
         bob = A2A(server.url, add_token(server, "bob", "caller", "approver"))
-        yield Box(server, home, workspace, alice, bob)
+        yield Box(server, home, tmp / "workspace", alice, bob)
     finally:
         server.stop()
         shutil.rmtree(home, ignore_errors=True)
@@ -235,14 +244,8 @@ def claude_box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
     config = tmp / "tailagent.toml"
     config.write_text(f'[claude]\ncli_path = "{FAKE_CLI}"\n')
     env = {**os.environ, "HOME": str(home), "DB_PASSWORD": DB_PASSWORD, "FAKE_CLAUDE_LOG": "-"}
-    server = start_server(tmp, "--agent", "claude", "--config", str(config), env=env)
-    try:
-        alice = A2A(server.url, add_token(server, "alice", "caller", "approver"))
-        bob = A2A(server.url, add_token(server, "bob", "caller", "approver"))
-        yield Box(server, home, workspace, alice, bob)
-    finally:
-        server.stop()
-        shutil.rmtree(home, ignore_errors=True)
+    with two_people(tmp, home, env, "--agent", "claude", "--config", str(config)) as box:
+        yield box
 
 
 async def claude_attempt(agent: A2A, plan: dict[str, list[str]]) -> dict[str, str]:
