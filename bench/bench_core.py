@@ -31,7 +31,7 @@ from tests.conftest import RunningServer, start_server
 
 HEADERS = {"A2A-Version": "1.0"}
 ISOLATION_LOG = {
-    "worktree": "isolation: each conversation in a git worktree",
+    "worktree": "isolation: each conversation in a repository",
     "shared": "isolation: shared",
 }
 

@@ -240,7 +240,7 @@ async def _start_agent(
     if isinstance(conversations, Isolated):
         conversations.start()
         log.info(
-            "isolation: each conversation in a git worktree and branch of its own, from %s "
+            "isolation: each conversation in a repository and branch of its own, from %s "
             "(merged back only on request: tailagent merge CONTEXT)%s",
             settings.cwd,
             f"; pruned {len(pruned)} left by conversations that no longer exist" if pruned else "",

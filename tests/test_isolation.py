@@ -104,7 +104,7 @@ async def test_two_conversations_do_not_see_each_others_changes(
     )
     assert first.final_state == second.final_state == "completed"
     assert snapshot(repo) == before  # the person's checkout is untouched
-    assert "isolation: each conversation in a git worktree" in server.log()
+    assert "isolation: each conversation in a repository" in server.log()
     trees = {}
     for turn in (first, second):
         task = await a2a.get(turn.task_id)
