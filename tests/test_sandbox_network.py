@@ -28,7 +28,8 @@ from typing import Any
 
 import pytest
 
-from tailagent.sandbox.proxy import NETBRIDGE, Allowlist, AllowlistProxy, bridge_argv, proxy_env
+from tailagent.sandbox.allowlist import Allowlist
+from tailagent.sandbox.proxy import NETBRIDGE, AllowlistProxy, bridge_argv, proxy_env
 
 BWRAP = Path("/usr/bin/bwrap")
 PYTHON = str(Path(sys.executable).resolve())
