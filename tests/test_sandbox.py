@@ -40,6 +40,7 @@ SECRETS = {
     ".ssh/id_ed25519": "-----BEGIN OPENSSH PRIVATE KEY----- the owner's",
     ".aws/credentials": "[default]\naws_secret_access_key = the owner's",
     ".config/gh/hosts.yml": "oauth_token: the owner's",
+    ".config/chromium/Default/Cookies": "the owner's desk sign-in cookie",
 }
 PLANTED = (".bashrc", ".claude/settings.json", ".npmrc", ".config/git/config", ".profile")
 

@@ -48,6 +48,15 @@ SECRETS = (
     ".password-store",
     ".local/share/keyrings",
     ".terraform.d",
+    # Browsers' profiles: their cookies include the desk's own local sign-in, which is
+    # bound to the unix user, and an agent runs as that user.
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/BraveSoftware",
+    ".config/microsoft-edge",
+    "snap/firefox",
+    "snap/chromium",
 )
 # Outside any home: tailscaled's node keys and the system's password hashes (root reads
 # them by ownership even with no capabilities).
