@@ -28,10 +28,10 @@ FAVICON_PATH = "/favicon.ico"
 FAVICON_MAX_AGE = 86400
 
 
-def plain_routes(publisher: CardPublisher, fence: dict[str, str] | None = None) -> list[BaseRoute]:
+def plain_routes(publisher: CardPublisher, fence: dict[str, str]) -> list[BaseRoute]:
     """`fence` (how agents are sandboxed) is part of /healthz's answer: a probe that
     watches the service sees it run unfenced."""
-    health = {"status": "ok", "sandbox": fence or {}}
+    health = {"status": "ok", "sandbox": fence}
 
     async def agent_card(request: Request) -> Response:
         await publisher.refresh()

@@ -59,6 +59,12 @@ def a_process_with_a_secret() -> Iterator[tuple[int, str]]:
     process.wait()
 
 
+async def peek(server: RunningServer, *looks: tuple[str, str]) -> str:
+    """The fake agent's answer to peeking at each file for its marker."""
+    words = " ".join(f"peek:{path} {marker_}" for path, marker_ in looks)
+    return answer_text(await A2A(server.url, server.token).turn(words))
+
+
 async def test_an_agent_cannot_read_the_servers_secrets_in_its_environ(
     tmp_path: Path, a_process_with_a_secret: tuple[int, str]
 ) -> None:
@@ -77,12 +83,10 @@ async def test_an_agent_cannot_read_the_servers_secrets_in_its_environ(
     try:
         environ = f"/proc/{server.process.pid}/environ"
         other_pid, other_secret = a_process_with_a_secret
-        answer = answer_text(
-            await A2A(server.url, server.token).turn(
-                f"peek:{environ} {key} peek:{environ} {password} peek:{environ} PATH= "
-                f"peek:/proc/{other_pid}/environ {other_secret}"
-            )
-        )
+        answer = await peek(
+            server, (environ, key), (environ, password), (environ, "PATH="),
+            (f"/proc/{other_pid}/environ", other_secret),
+        )  # fmt: skip
         seen = re.findall(r"peek /proc/\d+/environ parent=(\d+) bytes=\d+ marker=(\w+)", answer)
         parent = str(server.process.pid)
         # The agent's parent is the server; it reads the server's environ (PATH is
@@ -100,11 +104,10 @@ async def test_a_fenced_agent_sees_no_process_of_the_server_or_the_box(
     server = started_with(tmp_path, {"TS_AUTHKEY": key})
     try:
         other_pid, other_secret = a_process_with_a_secret
-        answer = answer_text(
-            await A2A(server.url, server.token).turn(
-                f"peek:/proc/{server.process.pid}/environ {key} "
-                f"peek:/proc/{other_pid}/environ {other_secret}"
-            )
+        answer = await peek(
+            server,
+            (f"/proc/{server.process.pid}/environ", key),
+            (f"/proc/{other_pid}/environ", other_secret),
         )
         gone = re.findall(r"peek /proc/(\d+)/environ parent=1 error=No such file", answer)
         assert gone == [str(server.process.pid), str(other_pid)], answer

@@ -39,9 +39,7 @@ def agent_kind(settings: Settings) -> str:
     the SDK), a preset's name, `echo` (in the server's process), or `custom`."""
     if settings.agent_command is None and settings.agent in ("claude", "echo"):
         return settings.agent
-    if settings.agent in PRESETS:
-        return settings.agent
-    return "echo" if settings.agent_command is None else "custom"
+    return settings.agent if settings.agent in PRESETS else "custom"
 
 
 def agent_programs(settings: Settings) -> list[Path]:
