@@ -359,6 +359,15 @@ def unix_request(
     return response.status, json.loads(data)
 
 
+def test_unix_forwarded_request_is_the_peer(unix_server, fake: FakeTailscaled) -> None:  # type: ignore[no-untyped-def]
+    server, socket_path = unix_server
+    fake.peers["100.64.0.40"] = whois("alice@example.com", ip="100.64.0.40")
+    fake.write()
+    status, _ = unix_request(socket_path, "unix-peer", {"X-Forwarded-For": "100.64.0.40", **FORGED})
+    assert status == 200
+    assert "user:alice@example.com (tailscale serve (unix socket))" in server.last_access_line()
+
+
 def test_unix_local_caller_needs_a_token(unix_server) -> None:  # type: ignore[no-untyped-def]
     server, socket_path = unix_server
     assert unix_request(socket_path, "unix-anon", {})[0] == 401
