@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from a2a.types.a2a_pb2 import Message
+
 from tailagent.agents.acp.backend import AcpBackend
 from tailagent.agents.acp.presets import CUSTOM
 from tailagent.agents.events import AgentEvent, PromptText, TurnDone, UsageUpdated
@@ -254,5 +256,34 @@ async def test_a_canceled_elicitation_is_answered_cancel_and_the_session_goes_on
         assert after.final_state == "completed"
         assert turn_info(after)[0] == 2
         assert "elicitation answered cancel" in calls(server)
+    finally:
+        server.stop()
+
+
+async def test_an_answer_that_is_none_of_a_fields_choices_is_asked_again(tmp_path: Path) -> None:
+    server = start_acp(tmp_path)
+    try:
+        agent = A2A(server.url, server.token)
+        asked = await agent.turn("elicit")
+        colour = next(q for q in asked.pending["questions"] if q["header"] == "Colour")
+        assert [o["label"] for o in colour["options"]] == ["red", "blue"]
+
+        def answering(choice: str) -> Message:
+            answers = {"Branch": "main", "Colour": choice}
+            return user_message(task_id=asked.task_id, data={"answers": answers})
+
+        hostile = "green; rm -rf /"
+        wrong = await agent.turn(answering(hostile))
+        assert wrong.final_state == "input_required"
+        said = f"colour: {hostile!r} is not one of red, blue"
+        assert f"That answer does not fit the agent's form ({said})." in notices(wrong)
+        assert "elicited" not in answer_text(wrong)  # the agent got no answer at all
+        assert [q["header"] for q in wrong.pending["questions"]] == [
+            "Branch", "Count", "Colour", "Push",
+        ]  # fmt: skip
+        # A choice's label, in any case, is one of them: the agent gets its value.
+        answered = await agent.turn(answering("BLUE"))
+        assert answered.final_state == "completed"
+        assert 'elicited: accept {"branch": "main", "colour": "b"}' in answer_text(answered)
     finally:
         server.stop()

@@ -70,10 +70,21 @@ def form_fields(message: str, schema: ElicitationSchema) -> list[Field]:
     return fields
 
 
+def _choice(field: Field, text: str) -> str:
+    """The value of the choice `text` names (its label, any case, or its value); a
+    field with choices takes nothing else: ValueError, so the question is asked again,
+    rather than anything a caller types reaching the agent as if it were offered."""
+    choices = _choices(field.schema)
+    for value, label, _ in choices:
+        if text.lower() == label.lower() or text == value:
+            return value
+    labels = ", ".join(label for _, label, _ in choices)
+    raise ValueError(f"{field.name}: {text!r} is not one of {labels}")
+
+
 def _value(field: Field, text: str) -> Any:
     """The answer in the field's type; ValueError when it is not one."""
     schema, text = field.schema, text.strip()
-    by_label = {label.lower(): value for value, label, _ in _choices(schema)}
     if isinstance(schema, ElicitationBooleanPropertySchema):
         if text.lower() in YES:
             return True
@@ -86,10 +97,11 @@ def _value(field: Field, text: str) -> Any:
             return kind(text)
         except ValueError:
             raise ValueError(f"{field.name}: {text!r} is not a number") from None
+    offered = bool(_choices(schema))
     if isinstance(schema, ElicitationMultiSelectPropertySchema):
         picked = [part.strip() for part in text.split(",") if part.strip()]
-        return [by_label.get(part.lower(), part) for part in picked]
-    return by_label.get(text.lower(), text)
+        return [_choice(field, part) for part in picked] if offered else picked
+    return _choice(field, text) if offered else text
 
 
 def content_of(fields: list[Field], answers: dict[str, str]) -> dict[str, Any]:
