@@ -68,6 +68,11 @@ TOKENS = Counter(
     "tailagent_tokens", "Tokens agent turns used, by caller and kind (input, output).",
     ["caller", "kind"], registry=REGISTRY,
 )  # fmt: skip
+COSTS_REFUSED = Counter(
+    "tailagent_costs_refused", "Cost figures an agent (or an echo prompt) reported that were "
+    "not a finite number within the bounds (a turn's dollars, a session's running total, "
+    "a token count), refused and never stored.", ["figure"], registry=REGISTRY,
+)  # fmt: skip
 # Callers named in the cost labels; past this many, a new one counts as "other", so one
 # label per person cannot grow the exposition without bound.
 MAX_CALLER_LABELS = 100

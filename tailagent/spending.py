@@ -21,6 +21,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, NotOperator, self_login
+from tailagent.access.tokens import TokenStore
 from tailagent.admin import parse_since
 from tailagent.bridge.database import StoreUnavailable, redacted, sqlite_path
 from tailagent.bridge.databases import open_database
@@ -144,9 +146,44 @@ def budget_command(args: argparse.Namespace, settings: Settings) -> int:
         print(f"tailagent: cannot reach the store {redacted(url)}: {exc}", file=sys.stderr)
         return 1
     who = person_of(owner)
+    if amount is not None and (why := asyncio.run(admin_because(owner, settings))):
+        print(visible(f"{who}: {dollars(amount)} a day is kept, but {who} is an admin here "
+                      f"({why}) and admins are held to no budget: it holds from their next "
+                      "task once they are not", one_line=True))  # fmt: skip
+        return 0
     if amount is None:
         print(visible(f"{who}: back to budgets.per_caller_daily_usd ({configured})", one_line=True))
     else:
         print(visible(f"{who}: {dollars(amount)} a day, from their next task (days reset at "
                       f"midnight UTC; the next at {resets_at()})", one_line=True))  # fmt: skip
     return 0
+
+
+async def admin_because(owner: str, settings: Settings) -> str | None:
+    """Why the policy makes this person an admin (held to no budget), as far as this
+    command can tell without a request: the settings, the tokens, and tailscaled's word
+    on who owns the node. A tailnet grant is known only when the person calls."""
+    access = settings.access
+    if owner.startswith("token:"):
+        name = owner.removeprefix("token:")
+        tokens = TokenStore(settings.state_dir).list() if settings.state_dir.exists() else []
+        if any(t.name == name and "admin" in t.roles for t in tokens):
+            return "its token's roles"
+        return None
+    if owner.startswith("tags:"):
+        tags = set(owner.removeprefix("tags:").split(","))
+        if "admin" in access.tag_roles and tags & set(access.allowed_tags):
+            return "access.allowed_tags with access.tag_roles"
+        return None
+    login = owner.removeprefix("user:")
+    if "admin" in access.login_roles and login in access.allowed_logins:
+        return "access.allowed_logins with access.login_roles"
+    if settings.tsnet.enabled:
+        return None  # the embedded node's owner is known to the running server only
+    api = LocalAPI.tailscaled(settings.tailscale.socket, timeout=2.0)
+    try:
+        return "the owner of this node" if self_login(await api.status()) == login else None
+    except (LocalAPIUnavailable, NotOperator, ValueError):
+        return None
+    finally:
+        await api.aclose()

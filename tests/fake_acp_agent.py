@@ -223,7 +223,7 @@ class FakeAgent:
         self._can_load = can_load
         self._can_resume = can_resume
         self._can_close = can_close
-        self._slow = slow  # the methods answered only when cancelled
+        self._slow_methods = slow  # the methods answered only when cancelled
         self._log = log
         # JSON-RPC id of a slow call being answered -> set when it is cancelled.
         self._calls: dict[int | str, asyncio.Event] = {}
@@ -383,7 +383,7 @@ class FakeAgent:
 
     async def _maybe_slow(self, method: str, said: str) -> None:
         """A slow method waits for $/cancel_request, then fails with Request Cancelled."""
-        if method not in self._slow:
+        if method not in self._slow_methods:
             return
         await self._calls[next(reversed(self._calls))].wait()
         self._note(f"{said} cancelled")
@@ -396,7 +396,7 @@ class FakeAgent:
         message = event.message
         if event.direction is not StreamDirection.INCOMING:
             return
-        if message.get("method") in self._slow:
+        if message.get("method") in self._slow_methods:
             self._calls[message["id"]] = asyncio.Event()
         elif message.get("method") == "$/cancel_request":
             request_id = (message.get("params") or {}).get("requestId")

@@ -30,12 +30,22 @@ def agent_command(*flags: str) -> str:
 
 
 def start_acp(
-    tmp: Path, *flags: str, config: str = "", env: dict[str, str] | None = None
+    tmp: Path,
+    *flags: str,
+    config: str = "",
+    env: dict[str, str] | None = None,
+    state_dir: Path | None = None,
 ) -> RunningServer:
     config_path = tmp / "tailagent.toml"
     config_path.write_text(config)
     return start_server(
-        tmp, "--agent-command", agent_command(*flags), "--config", str(config_path), env=env
+        tmp,
+        "--agent-command",
+        agent_command(*flags),
+        "--config",
+        str(config_path),
+        env=env,
+        state_dir=state_dir,
     )
 
 

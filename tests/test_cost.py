@@ -381,7 +381,7 @@ def test_an_acp_turn_that_spends_the_day_is_stopped_midway_and_the_next_refused(
         server.stop()
     assert spent["status"]["state"] == "TASK_STATE_FAILED"
     assert spent["status"]["message"]["parts"][0]["text"] == (
-        "Stopped: $1.20 spent today reached the daily budget of $1.00 "
+        "Stopped: $1.20 spent today (running turns included) reached the daily budget of $1.00 "
         "(budgets.per_caller_daily_usd)."
     )
     assert spent["metadata"]["cost"]["usd"] == pytest.approx(1.2)

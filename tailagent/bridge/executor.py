@@ -71,6 +71,7 @@ class BridgeExecutor(AgentExecutor):
         workspace = workspace or Path.cwd()
         costs = TurnCosts(spending)
         self._backend = backend
+        self._costs = costs
         self._claims = Claims()
         self._runtimes = Runtimes(pool, self._claims)
         self._decisions = PermissionDecisions(audit, rules, workspace, self._runtimes, fence)
@@ -218,6 +219,7 @@ class BridgeExecutor(AgentExecutor):
                 # Nobody is iterating a parked turn: close it here, or it leaks.
                 with contextlib.suppress(Exception):
                     await runtime.events.aclose()  # type: ignore[attr-defined]
+                await self._costs.settle(runtime)
             await self._runtimes.end(runtime)
         self._claims.drop(task_id)
         updater = TaskUpdater(event_queue, task_id, context_id)

@@ -29,7 +29,7 @@ from tailagent.bridge.permissions import PermissionDecisions, request_key
 from tailagent.bridge.publish import text_part
 from tailagent.bridge.runtime import DRAIN_TIMEOUT, Runtimes, TaskRuntime, log
 from tailagent.bridge.sessions import SessionPool
-from tailagent.bridge.turn_costs import TurnCosts, turn_cost
+from tailagent.bridge.turn_costs import TurnCosts, checked_turn, turn_cost
 from tailagent.metrics import PROMPTS
 
 # The stop reason of a turn its agent ended at its budget (the Claude Agent SDK's
@@ -83,6 +83,7 @@ class Pump:
         while True:
             event = await self._next(runtime)
             if runtime.cancelled:
+                await self._costs.settle(runtime)  # what it cost before the cancel
                 if runtime.stop_reason is not None:
                     # The caller's open stream gets the end, not a cut connection.
                     await publisher.fail(updater, runtime.stop_reason, "server_stopped")
@@ -99,8 +100,7 @@ class Pump:
                 return
             if isinstance(event, TurnFailed):
                 await self._runtimes.end(runtime)
-                if runtime.session_cost is not None:  # what it cost before failing
-                    await self._costs.count(runtime, turn_cost(TurnDone(), runtime))
+                await self._costs.settle(runtime)  # what it cost before failing
                 await self._turn_ended(runtime)  # what it changed before failing is kept
                 await publisher.fail(updater, event.message)
                 return
@@ -133,6 +133,7 @@ class Pump:
     async def _done(self, runtime: TaskRuntime, event: TurnDone, updater: TaskUpdater) -> None:
         await self._runtimes.end(runtime)
         outcome: dict[str, Any] = {"agentSessionId": runtime.session.session_id}
+        event = checked_turn(event, runtime)
         outcome.update(await self._costs.count(runtime, turn_cost(event, runtime)))
         if (worktree := await self._turn_ended(runtime)) is not None:
             outcome["worktree"] = worktree
@@ -152,7 +153,7 @@ class Pump:
             async with asyncio.timeout(DRAIN_TIMEOUT):
                 async for event in runtime.events:
                     if isinstance(event, UsageUpdated) and event.cost_usd is not None:
-                        runtime.session_cost = event.cost_usd
+                        self._costs.running_total(runtime, event)
                     elif isinstance(event, PermissionAsked | QuestionAsked):
                         await runtime.session.answer(event.request_id, PermissionDecision(False))
                     elif isinstance(event, TurnDone):
@@ -160,7 +161,9 @@ class Pump:
         except (TimeoutError, Exception):
             log.warning("task %s: agent did not stop at its budget", runtime.task_id)
         await self._runtimes.end(runtime)
-        outcome = await self._costs.count(runtime, turn_cost(done or TurnDone(), runtime))
+        outcome = await self._costs.count(
+            runtime, turn_cost(checked_turn(done or TurnDone(), runtime), runtime)
+        )
         await self._turn_ended(runtime)
         await _fail_at_budget(runtime, why, outcome, updater)
 

@@ -60,6 +60,8 @@ class TaskRuntime:
     # now: the turn's share is the difference.
     session_cost_before: float | None = None
     session_cost: float | None = None
+    settled: bool = False  # its cost counted though it ended without a result
+    cost_refused: bool = False  # a figure of its agent's was refused (logged once)
 
     def session_grew(self) -> float | None:
         """What the session's running cost grew by in this turn; None when the agent

@@ -116,7 +116,7 @@ class TurnStarter:
             directory=directory,
             owner=requester.owner,
         )
-        runtime.session_cost_before = self._costs.session_cost(session.session_id)
+        runtime.session_cost_before = await self._costs.session_cost(session.session_id)
         self._runtimes.add(runtime)
         await self._announce(runtime, message, requester, resumed, updater, self._fence)
         return runtime

@@ -41,7 +41,40 @@ _ADD = (
     " output_tokens = caller_usage.output_tokens + excluded.output_tokens,"
     " turns = caller_usage.turns + 1"
 )
-_SUMS = "COALESCE(SUM(usd), 0), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0)"
+# Rows are summed through the bounds a figure had to meet to be kept, so a figure stored
+# before they held (an infinity, a negative) cannot make a sum that breaks a page, a JSON
+# line or a person's budget: such a row counts as nothing.
+_USD = "CASE WHEN usd >= 0 AND usd <= 1e15 THEN usd ELSE 0 END"
+_TOKENS = "CASE WHEN {0} >= 0 AND {0} <= 1e15 THEN {0} ELSE 0 END"
+_SUMS = (
+    f"COALESCE(SUM({_USD}), 0), COALESCE(SUM({_TOKENS.format('input_tokens')}), 0),"
+    f" COALESCE(SUM({_TOKENS.format('output_tokens')}), 0)"
+)
+# What each running turn has reported so far and not yet counted (a turn's share of its
+# session's running total), by task: a person's running turns count against their
+# budget before they end, on every server that shares the store. A row goes when its
+# turn's cost is counted; one a stopped server left counts only on its own UTC day.
+_CREATE_RUNNING = (
+    "CREATE TABLE IF NOT EXISTS turn_running ("
+    " task_id TEXT PRIMARY KEY, owner TEXT NOT NULL, day TEXT NOT NULL, usd {real} NOT NULL)"
+)
+_SET_RUNNING = (
+    "INSERT INTO turn_running (task_id, owner, day, usd) VALUES (:t, :o, :d, :u)"
+    " ON CONFLICT (task_id) DO UPDATE SET usd = excluded.usd, day = excluded.day"
+)
+# Each agent session's running total when its last turn was counted (ACP `usage_update`
+# reports the session's total, not a turn's): kept so a turn after a restart is charged
+# what the total grew by, not the whole of it again.
+_CREATE_SESSIONS = (
+    "CREATE TABLE IF NOT EXISTS session_costs ("
+    " session_id TEXT PRIMARY KEY, usd {real} NOT NULL, at TEXT NOT NULL)"
+)
+_SET_SESSION = (
+    "INSERT INTO session_costs (session_id, usd, at) VALUES (:s, :u, :t)"
+    " ON CONFLICT (session_id) DO UPDATE SET usd = excluded.usd, at = excluded.at"
+)
+# A session not counted for this long is forgotten (its agent long gone).
+SESSION_COSTS_KEPT = timedelta(days=30)
 _SET_BUDGET = (
     "INSERT INTO caller_budgets (owner, daily_usd, set_at) VALUES (:o, :u, :t)"
     " ON CONFLICT (owner) DO UPDATE SET daily_usd = excluded.daily_usd, set_at = excluded.set_at"
@@ -123,10 +156,17 @@ class Usage:
         real = "DOUBLE PRECISION" if self._db.postgres else "REAL"
         await self._db.execute(_CREATE_USAGE.format(real=real))
         await self._db.execute(_CREATE_BUDGETS.format(real=real))
+        await self._db.execute(_CREATE_RUNNING.format(real=real))
+        await self._db.execute(_CREATE_SESSIONS.format(real=real))
+        forgotten = (datetime.now(UTC) - SESSION_COSTS_KEPT).isoformat()
+        await self._db.execute("DELETE FROM session_costs WHERE at < :t", {"t": forgotten})
+        await self._db.execute("DELETE FROM turn_running WHERE day < :d", {"d": today()})
 
-    async def add(self, owner: str, context_id: str, cost: Cost) -> None:
+    async def add(self, owner: str, context_id: str, cost: Cost, task_id: str = "") -> None:
         """Adds one turn's cost to its person's day and conversation, in one statement
-        (two servers adding at once both count)."""
+        (two servers adding at once both count), then forgets what the turn reported while
+        it ran (in that order: a budget read between the two counts it twice, never not
+        at all)."""
         await self._db.execute(
             _ADD,
             {
@@ -138,14 +178,36 @@ class Usage:
                 "x": cost.output_tokens,
             },
         )
+        if task_id:
+            await self._db.execute("DELETE FROM turn_running WHERE task_id = :t", {"t": task_id})
+
+    async def running(self, task_id: str, owner: str, usd: float) -> None:
+        """What a running turn has cost so far, before it ends and is counted."""
+        await self._db.execute(_SET_RUNNING, {"t": task_id, "o": owner, "d": today(), "u": usd})
 
     async def spent(self, owner: str, day: str | None = None) -> float:
-        """What the person spent on that UTC day (today by default)."""
+        """What the person spent on that UTC day (today by default), with what their
+        running turns have reported so far."""
+        params = {"o": owner, "d": day or today()}
         rows = await self._db.fetch(
-            "SELECT COALESCE(SUM(usd), 0) FROM caller_usage WHERE owner = :o AND day = :d",
-            {"o": owner, "d": day or today()},
+            f"SELECT COALESCE(SUM({_USD}), 0) FROM caller_usage WHERE owner = :o AND day = :d"
+            f" UNION ALL SELECT COALESCE(SUM({_USD}), 0) FROM turn_running"
+            " WHERE owner = :o AND day = :d",
+            params,
         )
-        return float(rows[0][0])
+        return sum(float(row[0]) for row in rows)
+
+    async def session_cost(self, session_id: str) -> float | None:
+        """The agent session's running total when its last turn was counted."""
+        rows = await self._db.fetch(
+            "SELECT usd FROM session_costs WHERE session_id = :s", {"s": session_id}
+        )
+        return float(rows[0][0]) if rows else None
+
+    async def set_session_cost(self, session_id: str, usd: float) -> None:
+        await self._db.execute(
+            _SET_SESSION, {"s": session_id, "u": usd, "t": datetime.now(UTC).isoformat()}
+        )
 
     async def conversation(self, context_id: str) -> Cost:
         """What a conversation cost so far, over all its turns and days."""
@@ -216,13 +278,13 @@ class Spending:
             return None
         return over_budget_text(person_of(owner), budget[0], spent, budget[1])
 
-    async def record(self, owner: str, context_id: str, cost: Cost) -> Cost:
+    async def record(self, owner: str, context_id: str, cost: Cost, task_id: str = "") -> Cost:
         """Keeps a turn's cost; returns what its conversation cost so far."""
         label = caller_label(person_of(owner))
         COST_USD.labels(label).inc(cost.usd)
         TOKENS.labels(label, "input").inc(cost.input_tokens)
         TOKENS.labels(label, "output").inc(cost.output_tokens)
-        await self.usage.add(owner, context_id, cost)
+        await self.usage.add(owner, context_id, cost, task_id)
         return await self.usage.conversation(context_id)
 
 

@@ -57,7 +57,7 @@ from tailagent.client.render import (
     question_options,
     status_event,
 )
-from tailagent.costs import dollars
+from tailagent.costs import dollars, shown_usd, token_figure
 from tailagent.visible import visible
 
 CONFIRM_SECONDS = 3.0
@@ -177,15 +177,15 @@ async def run_call(args: argparse.Namespace, target: Target, console: Console) -
 def cost_line(outcome: Outcome) -> str | None:
     """What the task cost, and its conversation so far: the call's last line, when the
     agent reported a cost (None for a free turn, which has nothing to say)."""
-    usd = float(outcome.cost.get("usd") or 0)
+    usd = shown_usd(outcome.cost)
     if usd <= 0:
         return None
-    tokens = int(outcome.cost.get("inputTokens") or 0), int(outcome.cost.get("outputTokens") or 0)
+    tokens = tuple(token_figure(outcome.cost.get(k)) or 0 for k in ("inputTokens", "outputTokens"))
     said = f"cost {dollars(usd)}"
     if any(tokens):
         said += f" ({tokens[0]:,} tokens in, {tokens[1]:,} out)"
     if outcome.conversation_cost:
-        said += f"; this conversation {dollars(float(outcome.conversation_cost.get('usd') or 0))}"
+        said += f"; this conversation {dollars(shown_usd(outcome.conversation_cost))}"
     return said
 
 

@@ -35,7 +35,7 @@ from tailagent.client.render import (
     state_name,
     status_event,
 )
-from tailagent.costs import dollars
+from tailagent.costs import dollars, shown_usd
 from tailagent.visible import visible
 
 PAGE = 100
@@ -81,10 +81,10 @@ def _changes(task: Task) -> str:
 def _cost(task: Task) -> str:
     """What the task cost, and its conversation so far, when the agent reported a cost."""
     meta = MessageToDict(task.metadata) if task.HasField("metadata") else {}
-    usd = float((meta.get("cost") or {}).get("usd") or 0)
+    usd = shown_usd(meta.get("cost"))
     if usd <= 0:
         return ""
-    total = float((meta.get("conversationCost") or {}).get("usd") or 0)
+    total = shown_usd(meta.get("conversationCost"))
     return f"{dollars(usd)} (conversation {dollars(total)}) " if total > usd else f"{dollars(usd)} "
 
 

@@ -24,7 +24,8 @@ from a2a.types.a2a_pb2 import Message, Role, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from tailagent.bridge.store import STARTED_AT_KEY
-from tailagent.costs import dollars
+from tailagent.costs import dollars, shown_usd
+from tailagent.web.turn_changes import shown
 
 # Sections of the task page, in the order they appear.
 SECTIONS = ("head", "ask", "timeline", "plan", "answer", "diffs")
@@ -125,10 +126,10 @@ def requester(task: Task, owner: str) -> dict[str, str]:
 def cost_of(task: Task) -> str:
     """What the task cost and its conversation so far ("" when the agent reported none)."""
     meta = _meta_of(task)
-    usd = float((meta.get("cost") or {}).get("usd") or 0)
+    usd = shown_usd(meta.get("cost"))
     if usd <= 0:
         return ""
-    total = float((meta.get("conversationCost") or {}).get("usd") or 0)
+    total = shown_usd(meta.get("conversationCost"))
     return f"{dollars(usd)} (conversation {dollars(total)})" if total > usd else dollars(usd)
 
 
@@ -303,12 +304,15 @@ def entries(task: Task, owner: str) -> list[Entry]:
     timeline = _timeline(task, requester(task, owner))
     artifacts = _artifacts(task)
     thinking = [e for e in artifacts if e.kind == "thinking"]
+    reported = [e.data for e in artifacts if e.kind == "diff"]
+    changes = [Entry(key, "diffs", "diff", data) for key, data in shown(_meta_of(task), reported)]
     return (
         found
         + timeline[:1]
         + thinking
         + timeline[1:]
-        + [e for e in artifacts if e.kind != "thinking"]
+        + [e for e in artifacts if e.kind not in ("thinking", "diff")]
+        + changes
     )
 
 
