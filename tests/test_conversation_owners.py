@@ -272,6 +272,32 @@ def test_the_cli_cannot_diff_merge_or_discard_another_persons_conversation(team:
     assert "+A SECRET" in mine.stdout, mine
 
 
+def test_an_admin_names_anyones_conversation_by_the_start_of_its_id(team: Team) -> None:
+    context_id, _ = alices_secret(team)
+    short = context_id[:8]  # as her branch, tailagent/<short id>, shows it
+    admins = cli(team, "diff", short)  # the local token: the box's owner, an admin
+    assert admins.returncode == 0, admins.stderr
+    assert "+A SECRET" in admins.stdout
+    # To anyone else the start of another person's id is as unknown as the whole id.
+    not_found(team.operate("bob", short, {"kind": "diff"}), short)
+    # A start that fits alice's and the admin's own is refused to the admin, naming both;
+    # to alice it means her own only.
+    tag = uuid.uuid4().hex[:6]
+    for person in ("alice", "admin"):
+        made = result(
+            team.say(person, f"{person} wrote this\nedit:{person}.txt", f"{tag}-{person}")
+        )
+        assert made["status"]["state"] == "TASK_STATE_COMPLETED", made
+    both = cli(team, "diff", tag)
+    assert both.returncode == 2, both
+    assert both.stderr.strip().endswith(
+        f"{tag} is the start of 2 of the conversations you may act on "
+        f"({tag}-admin, {tag}-alice): give more of its id"
+    ), both.stderr
+    hers = result(team.operate("alice", tag, {"kind": "diff"}))["parts"][0]["text"]
+    assert "+alice wrote this" in hers and "admin" not in hers
+
+
 def test_an_upgraded_store_gives_a_joined_conversation_to_whoever_started_it(
     team: Team, browser: Browser
 ) -> None:

@@ -19,7 +19,7 @@ from a2a.utils.errors import InvalidParamsError, InvalidRequestError, Unsupporte
 from tailagent.access.identity import caller_of
 from tailagent.bridge.conversations import Isolated, Refused, Shared, listing, operate
 from tailagent.bridge.owners import ConversationOwners
-from tailagent.bridge.ownership import busy, mine, refuse_unless_own
+from tailagent.bridge.ownership import actable, busy, mine, refuse_unless_own
 from tailagent.bridge.publish import data_part, text_part
 from tailagent.bridge.sessions import SessionPool
 from tailagent.bridge.store import CoalescingTaskStore
@@ -84,14 +84,18 @@ class ConversationOperations:
 
     async def _named(self, name: str, context: ServerCallContext) -> str:
         """The conversation a diff, merge or discard names: its id, or a unique prefix of
-        the id of one of the caller's own (the short id its branch `tailagent/<short id>`
-        shows). Another person's conversations are not candidates: they are not found."""
+        the id of one the caller may act on (the short id its branch `tailagent/<short
+        id>` shows): its own, or anyone's for an admin. For anyone else another person's
+        conversations are not candidates: they are not found."""
         if not isinstance(self._conversations, Isolated) or await self._owners.owner(name):
             return name
-        found = await mine(self._owners, self._conversations.worktrees.named(name), context)
+        candidates = self._conversations.worktrees.named(name)
+        found = await actable(self._owners, candidates, context)
         if len(found) > 1:
+            own = len(await mine(self._owners, found, context)) == len(found)
+            whose = "your conversations" if own else "the conversations you may act on"
             raise InvalidParamsError(
-                message=f"{name} is the start of {len(found)} of your conversations "
+                message=f"{name} is the start of {len(found)} of {whose} "
                 f"({', '.join(found[:5])}{', …' if len(found) > 5 else ''}): give more of its id"
             )
         return found[0] if found else name

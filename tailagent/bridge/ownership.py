@@ -50,6 +50,17 @@ async def mine(
     return [c for c in context_ids if await owners.owner(c) == me]
 
 
+async def actable(
+    owners: ConversationOwners, context_ids: list[str], context: ServerCallContext
+) -> list[str]:
+    """Those of `context_ids` the caller may act on: its own, or, for an admin, any that
+    somebody started (as `refuse_unless_own` lets through), so a short id resolves
+    among exactly what the whole id would reach."""
+    if not is_admin(context):
+        return await mine(owners, context_ids, context)
+    return [c for c in context_ids if await owners.owner(c) is not None]
+
+
 async def busy(
     store: CoalescingTaskStore, context_id: str, task_id: str, context: ServerCallContext
 ) -> ContextBusy:
