@@ -77,13 +77,15 @@ class Service:
     sandbox: Sandbox
 
     async def stop_turns(self) -> int:
-        """Ends every running or waiting turn, saying the server stopped; returns how many."""
+        """Ends every running turn and every unfinished task the next start could not
+        take back, saying the server stopped; returns how many tasks it ended (a turn
+        that did not settle in time is ended by the store: counted once)."""
         streamed = await self.executor.stop_all(STOP_MESSAGE)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(2.0):
                 await self.storage.tasks.settled(streamed)
         await self.handler.aclose()
-        return len(streamed) + await self.storage.tasks.close_held(STOP_MESSAGE)
+        return len({*streamed, *await self.storage.close_unfinished(STOP_MESSAGE)})
 
     async def aclose(self) -> None:
         if self.signal_watch is not None:

@@ -15,6 +15,7 @@ from a2a.types.a2a_pb2 import SendMessageRequest
 from tailagent.bridge.state import RESTART_MESSAGE, STOP_MESSAGE
 from tests.a2a_helpers import A2A, kind_of, state_name, texts, user_message
 from tests.conftest import start_server
+from tests.test_decisions import send_now
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["crash", "stop"])
@@ -81,3 +82,44 @@ async def test_a_second_server_on_the_same_state_dir_is_refused(tmp_path: Path) 
         assert first.stop() == 0
     again = start_server(tmp_path, state_dir=first.state_dir)  # the lock went with the process
     again.stop()
+
+
+async def test_a_stop_ends_what_the_next_start_would_close_and_says_how_many(
+    tmp_path: Path,
+) -> None:
+    """What a run of the A2A TCK leaves: tasks paused with no question tailagent asked
+    (its input-required scenario) and a turn working that no request streams. The stop
+    ends them and counts them; the next start then finds nothing to close, and only the
+    task waiting for a person's answer waits on."""
+    first = start_server(tmp_path)
+    try:
+        a2a = A2A(first.url, first.token)
+        paused = []
+        for i in range(3):
+            sent = await a2a.send(user_message("x", message_id=f"tck-input-required-{i}"))
+            assert state_name(sent.task.status.state) == "input_required"
+            paused.append(sent.task.id)
+        parked = await a2a.turn("ask")
+        async with a2a.client(streaming=False) as client:
+            working = (await send_now(client, user_message("slow 30"))).id
+    finally:
+        assert first.stop() == 0
+    (said,) = [line for line in first.log().splitlines() if "unfinished task" in line]
+    assert said.endswith(
+        "stopping: 4 unfinished tasks ended; "
+        "1 task waiting for an answer will wait on for the next start"
+    ), said
+
+    second = start_server(tmp_path, state_dir=first.state_dir)
+    try:
+        log = second.log()
+        assert "left unfinished by the previous run" not in log
+        assert "1 task(s) still wait for an answer, as before the restart" in log
+        a2a = A2A(second.url, second.token)
+        for task_id in [*paused, working]:
+            task = await a2a.get(task_id)
+            assert state_name(task.status.state) == "failed", task_id
+            assert texts(task.status.message) == STOP_MESSAGE
+        assert state_name((await a2a.get(parked.task_id)).status.state) == "input_required"
+    finally:
+        second.stop()

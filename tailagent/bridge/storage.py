@@ -49,6 +49,12 @@ class Storage:
         """Every context the store has a task in (a worktree of any other is a leftover)."""
         return await self._table.context_ids()
 
+    async def close_unfinished(self, message: str) -> list[str]:
+        """At stop: ends as failed, saying `message`, every task this process holds
+        unfinished but those the next start takes back (`can_wait`), so that start finds
+        none of them to close; returns the ids of those ended."""
+        return await self.tasks.close_held(message, keep=can_wait)
+
     async def flush(self) -> None:
         """Writes what is still held in memory: the last task states, the session map."""
         await self.tasks.flush(final=True)
@@ -57,6 +63,13 @@ class Storage:
     async def aclose(self) -> None:
         await self.sdk.aclose()
         await self.database.aclose()
+
+
+def can_wait(task: Task) -> bool:
+    """Whether a task outlives a restart: it waits for an answer to a prompt the next
+    start can read back (parked.py). A start keeps these and a stop leaves them, by this
+    one rule, so a stop ends exactly what the next start would otherwise close."""
+    return waiting_of(task) is not None
 
 
 async def open_storage(
@@ -74,9 +87,7 @@ async def open_storage(
     await table.create()
     if shared:
         await table.index_contexts()
-    closed, waiting = await close_unfinished_tasks(
-        table, server[0], keep=lambda task: waiting_of(task) is not None
-    )
+    closed, waiting = await close_unfinished_tasks(table, server[0], keep=can_wait)
     tasks = CoalescingTaskStore(
         table, sdk, server, on_change=on_change, shared=shared, on_save=on_save
     )

@@ -270,14 +270,15 @@ class CoalescingTaskStore(TaskStore):
             self._released.clear()
             await self._released.wait()
 
-    async def close_held(self, message: str) -> int:
+    async def close_held(self, message: str, keep: Callable[[Task], bool]) -> list[str]:
         """Writes every task this process holds unfinished as failed, saying why, but
-        those waiting for an answer (the final flush writes them as they are)."""
-        closed = 0
+        those `keep` says the next start takes back (the final flush writes them as they
+        are); returns the ids of those it ended. A paused task the next start could not
+        take back (input-required with no question to ask again) is ended now, not left
+        for that start to find."""
+        closed: list[str] = []
         for task_id, (owner, snapshot) in list(self._held.items()):
-            if snapshot.status.state not in UNFINISHED_STATES or (
-                snapshot.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-            ):
+            if snapshot.status.state not in UNFINISHED_STATES or keep(snapshot):
                 continue  # a task waiting for an answer waits on across the restart
             failed = Task()
             failed.CopyFrom(snapshot)
@@ -288,7 +289,7 @@ class CoalescingTaskStore(TaskStore):
             if self._on_save is not None:
                 self._on_save(failed, owner)
             self._held.pop(task_id, None)
-            closed += 1
+            closed.append(task_id)
         return closed
 
     async def with_owner(self, task_id: str) -> tuple[Task, str] | None:
