@@ -83,7 +83,7 @@ def test_an_acp_agents_usage_that_is_no_number_is_refused_and_the_session_still_
     assert two["metadata"]["cost"]["usd"] == 0
     assert three["metadata"]["cost"]["usd"] == pytest.approx(0.25)
     assert three["metadata"]["conversationCost"]["usd"] == pytest.approx(0.75)
-    assert refused == {"{figure=\"session's running cost\"}": 4.0}
+    assert refused == {'{figure="session\'s running cost"}': 4.0}
     (row,) = (json.loads(line) for line in usage.stdout.splitlines())
     assert row["usd"] == pytest.approx(0.75)
 
@@ -183,6 +183,55 @@ def test_a_restart_between_turns_charges_what_the_session_grew_by(tmp_path: Path
     assert two["metadata"]["cost"]["usd"] == pytest.approx(0.5)
     (row,) = (json.loads(line) for line in usage.stdout.splitlines())
     assert row["usd"] == pytest.approx(1.0)
+
+
+def test_a_turn_a_killed_server_left_is_charged_once(tmp_path: Path) -> None:
+    """A turn had reported $0.30 more when its server was killed; after the restart the
+    session's next turn is charged what the session grew by since the last counted
+    total (that turn's share too), and what the killed turn reported while it ran no
+    longer counts on its own: the person is not held to the $0.30 twice."""
+    import signal
+    import time
+
+    budget = "[budgets]\nper_caller_daily_usd = 1.2\n"
+    server = start_acp(tmp_path, config=budget)
+    token = add_token(server, "ci", "caller")
+    try:
+        one = _rpc_send(server, "usage:0.5", token=token)
+        message = {"messageId": "m2", "role": "ROLE_USER", "contextId": one["contextId"],
+                   "parts": [{"text": "usage:0.8 slow 60"}]}  # fmt: skip
+        params = {"message": message, "configuration": {"returnImmediately": True}}
+        body = {"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": params}
+        headers = {**A2A, "Authorization": f"Bearer {token}"}
+        httpx.post(server.url + "/", json=body, headers=headers, timeout=20).raise_for_status()
+        db = server.state_dir / "tailagent.db"
+        deadline = time.monotonic() + 30
+        while _running_rows(db) == [] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _running_rows(db) == [pytest.approx(0.3)]
+    finally:
+        server.stop(signal.SIGKILL)
+    server = start_acp(tmp_path, config=budget, state_dir=server.state_dir)
+    try:
+        three = _rpc_send(server, "usage:1.0", one["contextId"], token=token)
+        four = _rpc_send(server, "hello", one["contextId"], token=token)
+    finally:
+        server.stop()
+    assert three["metadata"]["cost"]["usd"] == pytest.approx(0.5)  # 1.0 - 0.5
+    assert _running_rows(server.state_dir / "tailagent.db") == []
+    assert four["status"]["state"] == "TASK_STATE_COMPLETED"  # $1.00 spent, not $1.30
+
+
+def _running_rows(db: Path) -> list[float]:
+    import sqlite3
+
+    connection = sqlite3.connect(db)
+    try:
+        return [row[0] for row in connection.execute("SELECT usd FROM turn_running")]
+    except sqlite3.OperationalError:  # not made yet
+        return []
+    finally:
+        connection.close()
 
 
 def _budget(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

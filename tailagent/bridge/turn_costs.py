@@ -122,7 +122,7 @@ class TurnCosts:
             return {"cost": runtime.cost.as_json()}
         try:
             total = await self._spending.record(
-                runtime.owner, runtime.context_id, cost, runtime.task_id
+                runtime.owner, runtime.context_id, cost, runtime.session.session_id
             )
             if runtime.session_cost is not None:
                 await self._spending.usage.set_session_cost(
@@ -163,7 +163,9 @@ class TurnCosts:
         if task_limit is not None and runtime.cost.usd + grew >= task_limit:
             return self._budget_stop_text(runtime.cost.usd + grew)
         try:
-            await self._spending.usage.running(runtime.task_id, runtime.owner, grew)
+            await self._spending.usage.running(
+                runtime.task_id, runtime.session.session_id, runtime.owner, grew
+            )
         except Exception:
             log.exception("task %s: keeping what the turn has cost so far", runtime.task_id)
         budget = await self._spending.daily_budget(runtime.owner)

@@ -52,14 +52,18 @@ _SUMS = (
 )
 # What each running turn has reported so far and not yet counted (a turn's share of its
 # session's running total), by task: a person's running turns count against their
-# budget before they end, on every server that shares the store. A row goes when its
-# turn's cost is counted; one a stopped server left counts only on its own UTC day.
+# budget before they end, on every server that shares the store. A row goes when a turn
+# of its agent session is counted: its own, or, for a turn a killed server left, the
+# session's next, which is charged what the session grew by since (that turn's share
+# too). One left with no next turn counts only on its own UTC day.
 _CREATE_RUNNING = (
     "CREATE TABLE IF NOT EXISTS turn_running ("
-    " task_id TEXT PRIMARY KEY, owner TEXT NOT NULL, day TEXT NOT NULL, usd {real} NOT NULL)"
+    " task_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, owner TEXT NOT NULL,"
+    " day TEXT NOT NULL, usd {real} NOT NULL)"
 )
 _SET_RUNNING = (
-    "INSERT INTO turn_running (task_id, owner, day, usd) VALUES (:t, :o, :d, :u)"
+    "INSERT INTO turn_running (task_id, session_id, owner, day, usd)"
+    " VALUES (:t, :s, :o, :d, :u)"
     " ON CONFLICT (task_id) DO UPDATE SET usd = excluded.usd, day = excluded.day"
 )
 # Each agent session's running total when its last turn was counted (ACP `usage_update`
@@ -162,11 +166,11 @@ class Usage:
         await self._db.execute("DELETE FROM session_costs WHERE at < :t", {"t": forgotten})
         await self._db.execute("DELETE FROM turn_running WHERE day < :d", {"d": today()})
 
-    async def add(self, owner: str, context_id: str, cost: Cost, task_id: str = "") -> None:
+    async def add(self, owner: str, context_id: str, cost: Cost, session_id: str = "") -> None:
         """Adds one turn's cost to its person's day and conversation, in one statement
-        (two servers adding at once both count), then forgets what the turn reported while
-        it ran (in that order: a budget read between the two counts it twice, never not
-        at all)."""
+        (two servers adding at once both count), then forgets what its session's turns
+        reported while they ran (in that order: a budget read between the two counts it
+        twice, never not at all)."""
         await self._db.execute(
             _ADD,
             {
@@ -178,12 +182,16 @@ class Usage:
                 "x": cost.output_tokens,
             },
         )
-        if task_id:
-            await self._db.execute("DELETE FROM turn_running WHERE task_id = :t", {"t": task_id})
+        if session_id:
+            await self._db.execute(
+                "DELETE FROM turn_running WHERE session_id = :s", {"s": session_id}
+            )
 
-    async def running(self, task_id: str, owner: str, usd: float) -> None:
+    async def running(self, task_id: str, session_id: str, owner: str, usd: float) -> None:
         """What a running turn has cost so far, before it ends and is counted."""
-        await self._db.execute(_SET_RUNNING, {"t": task_id, "o": owner, "d": today(), "u": usd})
+        await self._db.execute(
+            _SET_RUNNING, {"t": task_id, "s": session_id, "o": owner, "d": today(), "u": usd}
+        )
 
     async def spent(self, owner: str, day: str | None = None) -> float:
         """What the person spent on that UTC day (today by default), with what their
@@ -278,13 +286,13 @@ class Spending:
             return None
         return over_budget_text(person_of(owner), budget[0], spent, budget[1])
 
-    async def record(self, owner: str, context_id: str, cost: Cost, task_id: str = "") -> Cost:
+    async def record(self, owner: str, context_id: str, cost: Cost, session_id: str = "") -> Cost:
         """Keeps a turn's cost; returns what its conversation cost so far."""
         label = caller_label(person_of(owner))
         COST_USD.labels(label).inc(cost.usd)
         TOKENS.labels(label, "input").inc(cost.input_tokens)
         TOKENS.labels(label, "output").inc(cost.output_tokens)
-        await self.usage.add(owner, context_id, cost, task_id)
+        await self.usage.add(owner, context_id, cost, session_id)
         return await self.usage.conversation(context_id)
 
 
