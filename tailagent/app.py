@@ -21,6 +21,7 @@ from tailagent.access.tokens import TokenStore
 from tailagent.bridge.conversations import Conversations
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.jsonrpc import jsonrpc_routes
+from tailagent.bridge.spent_answers import SpentAnswers
 from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.card.publish import CardPublisher
 from tailagent.config import Settings
@@ -30,6 +31,7 @@ from tailagent.presence import Presence
 from tailagent.web import LazyDesk, mount
 from tailagent.web.live import Desk
 from tailagent.web.parts import DeskParts
+from tailagent.web.push_policy import PolicyNow
 from tailagent.webpush.service import WebPush
 
 
@@ -65,23 +67,29 @@ def build_app(
         store, handler, desk, sessions, secret, workspace, webpush, conversations, fence
     )
     page = LazyDesk(parts)
+    policy = Policy(settings.access)
+    resolver = Resolver(
+        presence.localapi,
+        unix_listener=settings.listen.is_unix,
+        trusts_forwarding=presence.trusts_forwarding,
+    )
+    spent = SpentAnswers(settings.store_url)
+    # Whom a notification reaches is the guard's own policy's word at each sending.
+    webpush.connect(PolicyNow(policy, resolver, tokens), spent)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: object) -> AsyncIterator[None]:
         yield
         await page.aclose()
+        await spent.aclose()
 
     router = Router(routes=[*routes, *plain_routes(publisher, fence)], lifespan=lifespan)
     served = mount(page, router)
 
     return AccessGuard(
         served,
-        policy=Policy(settings.access),
-        resolver=Resolver(
-            presence.localapi,
-            unix_listener=settings.listen.is_unix,
-            trusts_forwarding=presence.trusts_forwarding,
-        ),
+        policy=policy,
+        resolver=resolver,
         tokens=tokens,
         limits=BodyLimits(
             max_bytes=settings.max_body_bytes,

@@ -11,6 +11,7 @@ delivered to the real service worker as a push event, and its notification click
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -24,15 +25,20 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Worker, expect
 
+from tailagent.access.localapi import HIT_TTL
 from tests.browser import CHROMIUM, FLAGS, PHONE
 from tests.conftest import RunningServer, start_server
+from tests.postgres import postgres_missing, running_postgres
 from tests.push_service import PushService
 from tests.serve_proxy import ServeProxy
-from tests.tailnet import OWNER, FakeTailscaled
+from tests.tailnet import OWNER, FakeTailscaled, whois
 from tests.test_desk import CAP, PEOPLE
+from tests.test_tokens_and_owners import add_token, tailagent
 
 # The box as the push names it: its host name, when its URL is a loopback address.
 BOX = socket.gethostname().split(".")[0]
+CAROL_IP = "100.64.0.4"  # let in by a grant of the tailnet (CAP) alone
+NO_POSTGRES = postgres_missing()
 
 
 @dataclass
@@ -95,7 +101,21 @@ class Desk:
             found: list[dict[str, Any]] = client.get("/desk/push/key").json()["subscriptions"]
         return found
 
-    def start(self) -> None:
+    def grant(self, *roles: str) -> None:
+        """Carol's tailnet grant is now `roles` (none: she has no grant, and is not in
+        access.allowed_logins), as whois says once its last answer is stale."""
+        caps = {CAP: [{"roles": list(roles)}]} if roles else {}
+        carol = whois("carol@example.com", name="carol-phone", ip=CAROL_IP, caps=caps)
+        self.fake.peers[CAROL_IP] = carol
+        self.fake.write()
+        time.sleep(HIT_TTL + 0.2)
+
+    def answer(self, person: str, token: str, action: str) -> httpx.Response:
+        """A notification's Allow or Deny, as `person`'s service worker posts it."""
+        with self.client(person) as client:
+            return client.post("/desk/push/answer", json={"token": token, "action": action})
+
+    def start(self, *extra: str) -> None:
         config = self.tmp / "tailagent.toml"
         config.write_text(
             f'[access]\nallowed_logins = ["bob@example.com"]\nlogin_roles = ["caller"]\n'
@@ -103,7 +123,7 @@ class Desk:
         )
         self.server = start_server(
             self.tmp, "--config", str(config), "--tailscale-socket", str(self.fake.socket),
-            state_dir=self.tmp / "state",
+            *extra, state_dir=self.tmp / "state",
         )  # fmt: skip
         port = int(self.server.url.rsplit(":", 1)[1])
         for proxy in self.proxies.values():
@@ -451,3 +471,127 @@ def test_on_plain_http_at_a_tailnet_name_notify_me_says_why_and_how_to_get_https
         assert height < 80, f"the top bar grew to {height}px"
     finally:
         named.close()
+
+
+def test_a_person_whose_grant_is_removed_after_subscribing_is_told_nothing_and_dropped(
+    desk: Desk,
+) -> None:
+    """Carol is an admin by a grant, so she is told of alice's prompts. Her grant goes
+    between her subscribing and the next prompt: she is let in no more, so that prompt
+    (its command, its first line, its Allow token) reaches alice alone, and carol's
+    device is dropped rather than asked about at every prompt."""
+    alices = desk.subscribe("alice")
+    try:
+        desk.grant("admin")
+        carols = desk.subscribe("carol")
+        before = desk.send("alice", "ask")
+        told = {m.subscription: m.message for m in desk.push.wait_for(2)}
+        assert set(told) == {alices, carols} and told[carols]["token"]
+        desk.rpc("CancelTask", {"id": before})
+        desk.grant()
+        with desk.client("carol") as carol:
+            assert carol.get("/desk/push/key").status_code == 403
+        after = desk.send("alice", "ask")
+        [received] = desk.push.wait_for(3)[2:]
+        assert received.subscription == alices
+        assert received.message["url"] == f"/desk/tasks/{after}#ask"
+        time.sleep(0.5)  # nothing reaches carol's phone
+        assert len(desk.push.received) == 3
+        assert (
+            "push subscription of user:carol@example.com on carol-phone dropped: login "
+            "carol@example.com is not in access.allowed_logins" in desk.server.log()
+        )
+        desk.rpc("CancelTask", {"id": after})
+        desk.grant("caller", "approver")  # let in again: her device is no longer kept
+        assert desk.subscriptions("carol") == []
+    finally:
+        desk.grant("caller", "approver")
+
+
+def test_a_prompt_reaches_a_device_by_its_persons_roles_now_not_when_it_subscribed(
+    desk: Desk,
+) -> None:
+    """Carol subscribes as an approver; her grant then makes her a caller only, and her
+    own permission prompt reaches only alice (the owner may answer anyone's). Her
+    device is kept (she is still let in), and told again once she approves again."""
+    alices, carols = desk.subscribe("alice"), desk.subscribe("carol")
+    try:
+        desk.grant("caller")
+        asked = desk.send("carol", "ask")
+        [received] = desk.push.wait_for(1)
+        assert received.subscription == alices
+        time.sleep(0.5)
+        assert len(desk.push.received) == 1
+        assert [s["device"] for s in desk.subscriptions("carol")] == ["carol-phone"]
+        desk.rpc("CancelTask", {"id": asked})
+        desk.grant("caller", "approver")
+        again = desk.send("carol", "ask")
+        told = {m.subscription for m in desk.push.wait_for(3)[1:]}
+        assert told == {alices, carols}
+        desk.rpc("CancelTask", {"id": again})
+    finally:
+        desk.grant("caller", "approver")
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_a_notification_answer_used_once_is_refused_after_a_restart(desk: Desk, store: str) -> None:
+    """Spent answers are kept in the store (SQLite, or a PostgreSQL one) until their
+    token expires: a restart does not make a used Deny good again."""
+    if store == "postgresql" and NO_POSTGRES is not None:
+        pytest.skip(NO_POSTGRES)
+    with contextlib.ExitStack() as stack:
+        if store == "postgresql":
+            postgres = stack.enter_context(running_postgres())
+            desk.server.stop()
+            desk.start("--store", postgres.url)
+            stack.callback(lambda: (desk.server.stop(), desk.start()))  # back on SQLite
+        desk.subscribe("carol")
+        task_id = desk.send("carol", "ask")
+        [received] = desk.push.wait_for(1)
+        token = received.message["token"]
+        assert desk.answer("carol", token, "deny").status_code == 200
+        desk.wait_state(task_id, "TASK_STATE_COMPLETED")
+        desk.server.stop()
+        desk.start(*(["--store", postgres.url] if store == "postgresql" else []))
+        again = desk.answer("carol", token, "allow")
+        assert again.status_code == 403, again.text
+        assert "already used" in again.json()["error"]
+
+
+def test_a_tokens_device_is_told_while_the_token_lasts_and_dropped_once_it_is_revoked(
+    desk: Desk,
+) -> None:
+    """A subscription made with a bearer token (no tailnet device to ask about) follows
+    the token: an admin token's device is told of alice's prompt; revoked, it is not,
+    and it is forgotten."""
+    alices = desk.subscribe("alice")
+    token = add_token(desk.server, "phone-bot", "caller", "approver", "admin")
+    bot = httpx.Client(
+        base_url=desk.server.url,
+        headers={"Origin": desk.server.url, "Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+    with bot:
+        browser = desk.push.subscribe()
+        key = bot.get("/desk/push/key").json()["token"]
+        made = bot.post(
+            "/desk/push/subscriptions", json={"subscription": browser.to_json(), "token": key}
+        )
+        assert made.status_code == 201, made.text
+        first = desk.send("alice", "ask")
+        assert {m.subscription for m in desk.push.wait_for(2)} == {alices, browser.id}
+        desk.rpc("CancelTask", {"id": first})
+        revoked = tailagent(
+            "token", "revoke", "phone-bot", "--state-dir", str(desk.server.state_dir)
+        )
+        assert revoked.returncode == 0, revoked.stderr
+        second = desk.send("alice", "ask")
+        [received] = desk.push.wait_for(3)[2:]
+        assert received.subscription == alices
+        time.sleep(0.5)
+        assert len(desk.push.received) == 3
+        assert (
+            "push subscription of token:phone-bot on this box dropped: the token "
+            "'phone-bot' was revoked" in desk.server.log()
+        )
+        desk.rpc("CancelTask", {"id": second})

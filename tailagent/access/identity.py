@@ -28,6 +28,9 @@ class Caller:
     node: str = ""
     tags: tuple[str, ...] = ()
     established_by: str = ""
+    # The device's tailnet address, as whois named it ("" off the tailnet): what the
+    # policy is asked about again when no request is there (a notification's person).
+    address: str = ""
 
     @property
     def owner(self) -> str:

@@ -103,6 +103,7 @@ class Policy:
                     node=peer.node.name,
                     tags=peer.node.tags,
                     established_by=seen.established_by,
+                    address=peer.node.addresses[0].split("/")[0] if peer.node.addresses else "",
                 )
             if token is None:
                 return self._not_allowed(peer)

@@ -21,7 +21,8 @@ from tailagent.bridge.audit import AuditEntry, AuditLog, fence_words, summarize
 from tailagent.bridge.parked import Waiting
 from tailagent.bridge.rules import first_match
 from tailagent.bridge.runtime import DRAIN_TIMEOUT, Runtimes, TaskRuntime, log
-from tailagent.metrics import DECISIONS
+from tailagent.bridge.usage import person_of
+from tailagent.metrics import DECISIONS, caller_label
 from tailagent.tool_rules import Rule
 
 
@@ -54,9 +55,11 @@ class PermissionDecisions:
         by: str,
         label: str,
     ) -> None:
-        """Writes the audit row; `label` is the metrics' name for the decider (one per
-        caller, never per device or channel)."""
-        DECISIONS.labels("allow" if allow else "deny", label).inc()
+        """Writes the audit row; `label` is the decider's owner name, or "tailagent" for
+        the rules. On /metrics a person is named as in the cost labels (their login, the
+        first 100 people, then "other"): one label per person would grow without bound."""
+        named = label if label == "tailagent" else caller_label(person_of(label))
+        DECISIONS.labels("allow" if allow else "deny", named).inc()
         entry = AuditEntry(
             task_id=task.task_id,
             context_id=task.context_id,

@@ -32,7 +32,7 @@ def register_answer(push_bp: Blueprint, kit: DeskKit) -> None:
         if choice not in ("allow", "deny"):
             raise PushRefused(400, "the action is allow or deny")
         try:
-            bound = kit.parts.webpush.tokens.redeem(str(body.get("token", "")), caller.owner)
+            bound = await kit.parts.webpush.tokens.redeem(str(body.get("token", "")), caller.owner)
         except ActionRefused as exc:
             raise PushRefused(403, str(exc)) from None
         context = call_context(caller, via="notification")

@@ -2,8 +2,9 @@
 and the plain page listing the devices they are told on, each removable.
 
 A subscription is made only with a token the page was given for that caller, and it
-follows the person's roles from here; that, not the notifications themselves or the
-app's manifest, is what changes in this module.
+keeps the device's tailnet address, which the access policy is asked about before each
+message (push_policy.py); that, not the notifications themselves or the app's
+manifest, is what changes in this module.
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ def register_subscriptions(push_bp: Blueprint, kit: DeskKit) -> None:
     @push_bp.get("/push/key")
     async def key() -> ResponseReturnValue:
         """What the page needs to subscribe: the server's VAPID key, a token for this
-        person, and the subscriptions they have (which follow their roles from here)."""
+        person, and the subscriptions they have."""
         caller = current_caller()
-        await subscriptions.seen(caller.owner, tuple(sorted(caller.roles)))
         return {
             "publicKey": kit.parts.webpush.public_key,
             "token": forms.make(secret, caller.owner, "push"),
@@ -46,7 +46,7 @@ def register_subscriptions(push_bp: Blueprint, kit: DeskKit) -> None:
         _check_token(secret, caller, body)
         try:
             made = await subscriptions.add(
-                caller.owner, _device(caller), tuple(sorted(caller.roles)), body.get("subscription")
+                caller.owner, _device(caller), caller.address, body.get("subscription")
             )
         except SubscriptionRefused as exc:
             raise PushRefused(400, str(exc)) from None

@@ -12,6 +12,7 @@ VAPID key of its state dir. The parts, each with one job:
 - `actions.py`: the one-use tokens behind a notification's Allow and Deny.
 - `sender.py`: encrypts, signs and sends, off every turn's path, with retries.
 - `alerts.py`: which save of a task is worth a notification, and to whom.
+- `standing.py`: what the access policy says of a subscriber at the moment of sending.
 
 Nothing here knows the desk's pages; the desk's routes (web/push_routes.py) use these.
 """

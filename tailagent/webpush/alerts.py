@@ -6,16 +6,20 @@ task failing. Everything else returns after a dictionary lookup, so a turn of
 thousands of chunks costs nothing here.
 
 Who is told is who may answer: the task's owner and the admins, and for a permission
-prompt only those of them with the approver role (the roles kept with each
-subscription). A failure is told to the person who started the task. A person with a
-phone and a laptop is told on both; each message is sealed for its own browser.
+prompt only those of them with the approver role, as the access policy says at the
+moment of sending (standing.py: asked for each device, off the save's path; a person
+it no longer lets in loses their subscriptions). A failure is told to the person who
+started the task. A person with a phone and a laptop is told on both; each message is
+sealed for its own browser.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +27,10 @@ from a2a.types.a2a_pb2 import Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from tailagent.webpush.actions import ActionTokens, Bound
+from tailagent.webpush.standing import Judge, Standing, nobody_yet
 from tailagent.webpush.subscriptions import Subscription, Subscriptions
+
+log = logging.getLogger("tailagent.webpush")
 
 WAITING = TaskState.TASK_STATE_INPUT_REQUIRED
 FAILED = TaskState.TASK_STATE_FAILED
@@ -80,10 +87,6 @@ def prompt_of(task: Task) -> Prompt:
     return Prompt("input", key, request_id, f"waits for you: {_clip(text, TEXT_CHARS)}")
 
 
-def _may(subscription: Subscription, role: str) -> bool:
-    return role in subscription.roles or "admin" in subscription.roles
-
-
 def first_prompt(task: Task) -> str:
     for message in task.history:
         text = "".join(p.text for p in message.parts if p.HasField("text")).strip()
@@ -109,6 +112,13 @@ class Alerts:
         self._agent = agent
         self._told: dict[str, str] = {}  # waiting task -> the prompt it was told for
         self._failures: OrderedDict[str, None] = OrderedDict()
+        self._judge: Judge = nobody_yet
+        self._telling: set[asyncio.Task[None]] = set()
+
+    def follow(self, judge: Judge) -> None:
+        """Whom a message reaches follows `judge`, the access policy asked at each
+        sending; the app hands it over once it has built the policy."""
+        self._judge = judge
 
     def remember(self, task: Task) -> None:
         """A task that already waited before a restart: its people were told then."""
@@ -134,22 +144,56 @@ class Alerts:
 
     def _waiting(self, task: Task, owner: str, prompt: Prompt) -> None:
         role = "approver" if prompt.kind == "permission" else "caller"
-        for subscription in self._subscriptions.all():
-            if subscription.owner != owner and not _may(subscription, "admin"):
-                continue
-            if not _may(subscription, role):
-                continue
-            message: dict[str, Any] = {
-                "title": f"{self._box}: {self._agent} {prompt.said}",
-                "body": first_prompt(task),
-                "url": f"/desk/tasks/{task.id}#ask",
-                "tag": task.id,
-                "kind": prompt.kind,
-            }
-            if prompt.kind == "permission" and prompt.request_id:
-                bound = Bound(subscription.owner, task.id, prompt.request_id)
-                message["token"] = self._tokens.issue(bound)
-            self._send(subscription, message, _topic(task.id))
+        said: dict[str, Any] = {
+            "title": f"{self._box}: {self._agent} {prompt.said}",
+            "body": first_prompt(task),
+            "url": f"/desk/tasks/{task.id}#ask",
+            "tag": task.id,
+            "kind": prompt.kind,
+        }
+
+        async def tell() -> None:
+            for subscription, now in await self._judged(self._subscriptions.all()):
+                if (subscription.owner != owner and not now.may("admin")) or not now.may(role):
+                    continue
+                message = dict(said)
+                if prompt.kind == "permission" and prompt.request_id:
+                    bound = Bound(subscription.owner, task.id, prompt.request_id)
+                    message["token"] = self._tokens.issue(bound)
+                self._send(subscription, message, _topic(task.id))
+
+        self._start(tell())
+
+    def _start(self, telling: Coroutine[Any, Any, None]) -> None:
+        """Tells in the background: the policy is asked (a whois per device) off the
+        save's path, which must not wait."""
+        started = asyncio.create_task(telling)
+        self._telling.add(started)
+        started.add_done_callback(self._telling.discard)
+
+    async def _judged(self, candidates: list[Subscription]) -> list[tuple[Subscription, Standing]]:
+        """Each candidate with what the policy says of its person now; those it no
+        longer lets in are dropped, and a judge that failed tells nobody."""
+        asking = (self._judge(subscription) for subscription in candidates)
+        answers = await asyncio.gather(*asking, return_exceptions=True)
+        kept: list[tuple[Subscription, Standing]] = []
+        for subscription, now in zip(candidates, answers, strict=True):
+            if isinstance(now, BaseException):
+                log.warning("push to %s's %s not sent: the access policy could not be asked "
+                            "(%s)", subscription.owner, subscription.device, now)  # fmt: skip
+            elif not now.let_in:
+                log.info("push subscription of %s on %s dropped: %s",
+                         subscription.owner, subscription.device, now.why)  # fmt: skip
+                await self._subscriptions.gone(subscription.id)
+            else:
+                kept.append((subscription, now))
+        return kept
+
+    async def aclose(self) -> None:
+        """Stops what is still being told (a stop does not wait on tailscaled)."""
+        for telling in list(self._telling):
+            telling.cancel()
+        await asyncio.gather(*list(self._telling), return_exceptions=True)
 
     def _failed(self, task: Task, owner: str) -> None:
         reason = "".join(p.text for p in task.status.message.parts if p.HasField("text"))
@@ -161,8 +205,13 @@ class Alerts:
             "tag": task.id,
             "kind": "failed",
         }
-        for subscription in self._subscriptions.of(owner):
-            self._send(subscription, message, _topic(task.id))
+
+        async def tell() -> None:
+            for subscription, now in await self._judged(self._subscriptions.of(owner)):
+                if now.may("caller"):
+                    self._send(subscription, message, _topic(task.id))
+
+        self._start(tell())
 
 
 def _topic(task_id: str) -> str:

@@ -13,9 +13,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tailagent.webpush.actions import ActionTokens
+from tailagent.webpush.actions import ActionTokens, SpentAnswers
 from tailagent.webpush.alerts import Alerts
 from tailagent.webpush.services import PushServices
+from tailagent.webpush.standing import Judge
 from tailagent.webpush.subscriptions import Subscription, Subscriptions
 
 if TYPE_CHECKING:
@@ -45,6 +46,13 @@ class WebPush:
         self._contact = contact
         self._sender: PushSender | None = None
         self._warming: asyncio.Task[None] | None = None
+
+    def connect(self, judge: Judge, spent: SpentAnswers) -> None:
+        """What Web Push needs of the rest of the server, handed over by the app once it
+        has built them: the access policy asked at each sending, and the store that
+        keeps spent answers. Until then nobody is told and no answer is taken."""
+        self.alerts.follow(judge)
+        self.tokens.keep_spent_in(spent)
 
     def start(self) -> None:
         """With subscriptions kept from before, loads the sender now, on a worker thread:
@@ -85,5 +93,6 @@ class WebPush:
     async def aclose(self) -> None:
         if self._warming is not None:
             await asyncio.gather(self._warming, return_exceptions=True)
+        await self.alerts.aclose()
         if self._sender is not None:
             await self._sender.aclose()

@@ -7,9 +7,8 @@ removes only their own. The same endpoint handed over again (a page reloaded, an
 person signed in on that browser) replaces what was kept for it, so a browser is told
 once, and told as the person who subscribed it last.
 
-The roles kept with it are the person's as last seen on the desk: they decide whom a
-prompt is worth a notification to, never who may answer it (the answer goes through
-the access layer and the handler, with the roles of that moment).
+No roles are kept with it: whom a prompt reaches is decided by the access policy at
+the moment of sending (standing.py), from the device's tailnet address kept here.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import binascii
 import json
 import logging
 import secrets
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,10 +44,12 @@ class Subscription:
     id: str
     owner: str  # Caller.owner: whose it is
     device: str  # where it was made, as people name it ("pixel-7", "this box")
+    # The device's tailnet address, as whois named it when it subscribed ("" for a
+    # browser on this box): whois is asked about it again before each message.
+    address: str
     endpoint: str
     p256dh: str  # the browser's public key, base64url
     auth: str  # the browser's auth secret, base64url
-    roles: tuple[str, ...]
     created: str
 
     def public(self) -> dict[str, Any]:
@@ -113,7 +114,6 @@ class Subscriptions:
         try:
             rows = json.loads(self._path.read_text())["subscriptions"]
             for row in rows:
-                row["roles"] = tuple(row["roles"])
                 found = Subscription(**row)
                 self._by_id[found.id] = found
         except FileNotFoundError:
@@ -137,7 +137,7 @@ class Subscriptions:
     def of(self, owner: str) -> list[Subscription]:
         return [s for s in self._by_id.values() if s.owner == owner]
 
-    async def add(self, owner: str, device: str, roles: tuple[str, ...], raw: Any) -> Subscription:
+    async def add(self, owner: str, device: str, address: str, raw: Any) -> Subscription:
         endpoint, p256dh, auth = parse(raw)
         refusal = self._services.refusal(endpoint)
         if refusal is not None:
@@ -153,10 +153,10 @@ class Subscriptions:
             id=secrets.token_urlsafe(9),
             owner=owner,
             device=device,
+            address=address,
             endpoint=endpoint,
             p256dh=p256dh,
             auth=auth,
-            roles=roles,
             created=datetime.now(UTC).isoformat(timespec="seconds"),
         )
         self._by_id[made.id] = made
@@ -173,14 +173,7 @@ class Subscriptions:
         return True
 
     async def gone(self, subscription_id: str) -> None:
-        """Its push service said it is gone (404/410): nobody will read it again."""
+        """Nobody will read it again: its push service said it is gone (404/410), or
+        the access policy lets its person in no more."""
         if self._by_id.pop(subscription_id, None) is not None:
-            await self._save()
-
-    async def seen(self, owner: str, roles: tuple[str, ...]) -> None:
-        """The person was seen on the desk with these roles: their subscriptions follow."""
-        stale = [s for s in self.of(owner) if s.roles != roles]
-        for old in stale:
-            self._by_id[old.id] = replace(old, roles=roles)
-        if stale:
             await self._save()
