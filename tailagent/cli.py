@@ -173,6 +173,7 @@ def _conversation_parsers(sub: argparse._SubParsersAction) -> None:  # type: ign
         )
     merge.set_defaults(strategy="squash")
     merge.add_argument("--keep", action="store_true", help="keep the worktree and branch")
+    merge.add_argument("--yes", action="store_true", help="do not ask first")
     _agent_options(merge)
     discard = sub.add_parser(
         "discard", help="drop a conversation's worktree and branch", epilog=EXIT_CODES

@@ -302,7 +302,8 @@ def test_an_upgraded_store_gives_a_joined_conversation_to_whoever_started_it(
     team: Team, browser: Browser
 ) -> None:
     """Before owners were kept, carol could join alice's conversation; her task there
-    is still hers, but the conversation is alice's: the desk's merge of it is refused."""
+    is still hers, but the conversation is alice's: the desk offers her no merge of it,
+    and her merge of it is refused."""
     context_id, alices_task = alices_secret(team)
     team.server.stop()
     database = sqlite3.connect(team.server.state_dir / "tailagent.db")
@@ -323,9 +324,10 @@ def test_an_upgraded_store_gives_a_joined_conversation_to_whoever_started_it(
     page = browser.new_page(viewport={"width": 390, "height": 844})
     try:
         page.goto(proxy.url + f"/desk/tasks/{carols_task}")
-        page.locator(".task-head details.confirm summary").click()  # a merge asks first
-        page.get_by_role("button", name="Yes, merge into main").click()
-        expect(page.locator("body")).to_contain_text(f"Conversation {context_id} not found")
+        # Its preview is refused as its merge is: no merge is offered, and it says why.
+        note = page.locator(".task-head .worktree")
+        expect(note).to_contain_text(f"Conversation {context_id} not found")
+        expect(page.locator(".task-head details.confirm")).to_have_count(0)
         page.screenshot(path=str(team.tmp / "desk-merge-refused.png"))
     finally:
         page.close()

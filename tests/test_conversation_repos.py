@@ -127,7 +127,7 @@ async def test_one_conversation_cannot_read_anothers_commits_until_merged(tmp_pa
         # A merge brings Alice's commit into the person's repository, and only then.
         merged = await asyncio.to_thread(
             subprocess.run,
-            [sys.executable, "-m", "tailagent", "merge", alice.context_id, "--merge",
+            [sys.executable, "-m", "tailagent", "merge", alice.context_id, "--merge", "--yes",
              "--state-dir", str(server.state_dir)], capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert merged.returncode == 0, merged.stderr

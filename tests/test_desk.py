@@ -126,9 +126,17 @@ def test_the_page_names_the_tailnet_person_with_no_sign_in(
     expect(page.locator(".viewer")).to_have_text(f"{OWNER} from pixel-7")
 
 
+def buggy_calc(tailnet: Tailnet) -> None:
+    """The workspace's calc.py with the bug the echo agent's `edit` fixes (an earlier
+    test's edit fixed it already, and a fixed file is left alone)."""
+    workspace = tailnet.server.state_dir.parent / "workspace"
+    (workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+
+
 def test_the_transcript_arrives_live_without_a_reload(
     tailnet: Tailnet, context: BrowserContext
 ) -> None:
+    buggy_calc(tailnet)
     page = context.new_page()
     task_id = start_task(page, tailnet, "alice", "think plan tool edit slow 3")
     page.evaluate("window.sameDocument = true")
@@ -144,6 +152,8 @@ def test_the_transcript_arrives_live_without_a_reload(
     expect(diff.locator(".path")).to_have_text("calc.py")
     expect(diff.locator(".added")).to_have_text("+1")
     expect(diff.locator(".del")).to_have_text("-    return a - b")
+    # A shared workspace leaves no commit: the agent's own account, said to be one.
+    expect(diff.locator(".source")).to_have_text("reported by the agent")
     expect(page.locator("details.thinking")).not_to_have_attribute("open", "")
     assert tailnet.state(task_id) == "TASK_STATE_COMPLETED"
 
@@ -417,6 +427,7 @@ def test_on_a_phone_a_person_drives_a_whole_task(
     tailnet: Tailnet, browser: Browser, tmp_path: Path
 ) -> None:
     """Start, watch, approve, read the diff, follow up and cancel, at 390×844, by taps."""
+    buggy_calc(tailnet)
     phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
     page = phone.new_page()
     start_task(page, tailnet, "alice", "think plan tool edit ask")

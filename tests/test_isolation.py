@@ -158,12 +158,12 @@ async def test_merge_refuses_a_dirty_base_then_squashes_and_removes_the_branch(
     turn = await a2a.turn("edit")
     (repo / "README.md").write_text("my own work in progress\n")
     before = snapshot(repo)
-    refused = cli(server, "merge", turn.context_id)
+    refused = cli(server, "merge", turn.context_id, "--yes")
     assert refused.returncode != 0
     assert "README.md" in refused.stderr
     assert snapshot(repo) == before
     git(repo, "checkout", "--", "README.md")
-    merged = cli(server, "merge", turn.context_id)
+    merged = cli(server, "merge", turn.context_id, "--yes")
     assert merged.returncode == 0, merged.stderr
     assert "merged (squash) into main" in merged.stdout
     assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
@@ -180,9 +180,9 @@ async def test_a_conflict_leaves_the_base_as_it_was_and_says_what_to_do(
     first, second = await asyncio.gather(
         a2a.turn("edit:notes.txt from the first"), a2a.turn("edit:notes.txt from the second")
     )
-    assert cli(server, "merge", first.context_id).returncode == 0
+    assert cli(server, "merge", first.context_id, "--yes").returncode == 0
     before = snapshot(repo)
-    conflict = cli(server, "merge", second.context_id)
+    conflict = cli(server, "merge", second.context_id, "--yes")
     assert conflict.returncode != 0
     assert "notes.txt" in conflict.stderr and "rebase" in conflict.stderr
     assert snapshot(repo) == before
@@ -195,7 +195,7 @@ async def test_a_conflict_leaves_the_base_as_it_was_and_says_what_to_do(
     (worktree / "notes.txt").write_text("both, resolved\n")
     git(worktree, "add", "notes.txt")
     git(worktree, "commit", "-q", "-m", "resolve")
-    again = cli(server, "merge", second.context_id)
+    again = cli(server, "merge", second.context_id, "--yes")
     assert again.returncode == 0, again.stderr
     assert (repo / "notes.txt").read_text() == "both, resolved\n"
 
@@ -242,7 +242,7 @@ async def test_bad_requests_get_one_line_and_change_nothing(
         name = f"other-{len(roles)}"
         token = cli(server, "token", "add", name, *(f"--role={r}" for r in roles)).stdout
         theirs = await asyncio.to_thread(
-            cli, server, "merge", context_id, "--token", token.strip().splitlines()[-1]
+            cli, server, "merge", context_id, "--yes", "--token", token.strip().splitlines()[-1]
         )
         assert theirs.returncode == 2 and words in theirs.stderr, theirs.stderr
     assert snapshot(repo) == before

@@ -175,11 +175,15 @@ def test_diff_merge_and_discard_take_the_short_id_of_the_branch(
     theirs = run(server, "diff", "abc-o", "--token", token.stdout.strip())
     assert theirs.returncode == 2 and "Conversation abc-o not found" in theirs.stderr
 
-    merged = run(server, "merge", "abc-o")
+    merged = run(server, "merge", "abc-o", "--yes")
     assert merged.returncode == 0, merged.stderr
     commit = git(repo, "rev-parse", "main").strip()
-    assert merged.stdout.startswith(f"merged (squash) into main as {commit[:12]}")
-    again = run(server, "merge", "abc-o")
+    # What it brings is said first (from git), then that it merged.
+    shown, done = merged.stdout.split("\n merged", 1)[0], merged.stdout.splitlines()[-1]
+    assert shown.startswith("tailagent/abc-one (1 commit) would bring into main:\n"), shown
+    assert " notes.txt  +1 -0\n 1 file changed, +1 -0" in merged.stdout
+    assert done.startswith(f"merged (squash) into main as {commit[:12]}"), merged.stdout
+    again = run(server, "merge", "abc-o", "--yes")
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith(f"already merged into main at {commit[:12]} (tailagent/abc-one")
 

@@ -9,7 +9,9 @@ bridge without a model account:
 Keywords are read in any case; what follows a colon is kept as written. `ask`
 always asks for the same command (so asking twice trips loop protection); `ask:NAME`
 asks for a command about NAME (distinct requests). `edit` really fixes calc.py in its
-working directory; `edit:PATH` writes the prompt's first line to PATH, a path relative
+working directory (`return a - b` becomes `return a + b`, the rest of the file kept; a
+missing calc.py is made, already fixed; one with nothing to fix is left alone, and no
+change is reported); `edit:PATH` writes the prompt's first line to PATH, a path relative
 to the working directory (`edit:notes/hello.txt` makes `notes/` as needed), so two
 conversations can conflict on purpose. An absolute PATH, or one through `..`, fails
 the edit's tool call: the echo agent writes inside its working directory only.
@@ -62,12 +64,8 @@ from tailagent.agents.modes import CLAUDE_CODE
 _WORD = re.compile(r"[A-Za-z]+(?::[\w./-]+)?|\d+")
 KEYWORDS = ("think", "plan", "tool", "edit", "ask", "question", "slow", "boom")
 COLOUR_QUESTION = "Which colour do you prefer?"
-CALC_BEFORE = "def add(a, b):\n    return a - b\n"
-CALC_AFTER = "def add(a, b):\n    return a + b\n"
-CALC_DIFF = (
-    "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
-    " def add(a, b):\n-    return a - b\n+    return a + b\n"
-)
+CALC_BUG, CALC_FIX = "return a - b", "return a + b"
+CALC_AFTER = f"def add(a, b):\n    {CALC_FIX}\n"
 
 
 def _prompt_text(parts: list[PromptPart]) -> str:
@@ -191,6 +189,9 @@ class EchoSession:
                 except (OSError, ValueError) as exc:
                     yield ToolFinished(tool_id, "failed", str(exc))
                     continue
+                if not diff:
+                    yield ToolFinished(tool_id, "completed", f"{path}: nothing to change")
+                    continue
                 yield FileChanged(path, diff)
                 yield ToolFinished(tool_id, "completed")
             elif keyword == "ask":
@@ -234,8 +235,9 @@ class EchoSession:
 
     def _edit(self, path: str, prompt: str) -> str:
         """Writes the change it shows to a real file of its working directory: `calc.py`
-        gets its bug fixed (written first if missing), any other path the prompt's first
-        line. Returns the diff of what it wrote."""
+        gets its bug fixed (made, fixed, if missing), any other path the prompt's first
+        line. Returns the diff of what it wrote, from the file as it was ("" when nothing
+        changed): a turn's commit holds exactly the change it reported."""
         root = self._cwd.resolve()
         if Path(path).is_absolute() or ".." in Path(path).parts:
             raise ValueError(f"{path}: the echo agent writes inside its working directory only")
@@ -243,16 +245,18 @@ class EchoSession:
         if not target.is_relative_to(root) or target == root:
             raise ValueError(f"{path} is outside the working directory")
         target.parent.mkdir(parents=True, exist_ok=True)
+        existed = target.exists()
+        before = target.read_text() if existed else ""
         if path == "calc.py":
-            target.write_text(CALC_BEFORE)
-            target.write_text(CALC_AFTER)
-            return CALC_DIFF
-        before = target.read_text() if target.exists() else ""
-        after = prompt.splitlines()[0] + "\n" if prompt.strip() else "\n"
+            after = before.replace(CALC_BUG, CALC_FIX, 1) if existed else CALC_AFTER
+        else:
+            after = prompt.splitlines()[0] + "\n" if prompt.strip() else "\n"
+        if existed and after == before:
+            return ""
         target.write_text(after)
         lines = difflib.unified_diff(
             before.splitlines(keepends=True), after.splitlines(keepends=True),
-            f"a/{path}", f"b/{path}",
+            f"a/{path}" if existed else "/dev/null", f"b/{path}",
         )  # fmt: skip
         return "".join(lines)
 

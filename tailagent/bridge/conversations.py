@@ -24,7 +24,13 @@ from a2a.types.a2a_pb2 import Message
 from google.protobuf.json_format import MessageToDict
 
 from tailagent.workspace.git import GitError
-from tailagent.workspace.worktrees import BRANCH_PREFIX, Worktrees, WorktreeStatus, probe
+from tailagent.workspace.worktrees import (
+    BRANCH_PREFIX,
+    MergePreview,
+    Worktrees,
+    WorktreeStatus,
+    probe,
+)
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +162,9 @@ class Isolated:
             status = await self.worktrees.status(turn.context_id)
             if commit is None and status.ahead == 0 and not status.files:
                 await self.worktrees.release(turn.context_id)
+            # What the turn really changed, read from its commit: what the page shows of
+            # a finished turn, whatever the agent reported (bounded; see patches.py).
+            change = await self.worktrees.committed(turn.context_id, commit) if commit else None
         except GitError as exc:
             # The turn's work stays in the worktree, uncommitted: the next turn's commit
             # (or a person) picks it up. Say so rather than fail a finished turn.
@@ -168,6 +177,7 @@ class Isolated:
             "behind": status.behind,
             "files": status.files,
             "commit": commit or "",
+            **({"change": change.as_data()} if change is not None else {}),
         }
 
 
@@ -248,16 +258,33 @@ async def operate(
             lost = await worktrees.discard(context_id)
             return _loss_text(lost, "discarded"), {"kind": "discard", "commits": lost.commits_lost,
                                                    "files": lost.files_uncommitted}  # fmt: skip
+        if request.get("dryRun"):
+            return _preview(await worktrees.preview(context_id))
         strategy = request.get("strategy", "squash")
         if strategy not in STRATEGIES:
             raise Refused(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
-        merged = await worktrees.merge(context_id, strategy, keep=bool(request.get("keep")))
+        expect = str(request.get("expect") or "") or None
+        merged = await worktrees.merge(
+            context_id, strategy, keep=bool(request.get("keep")), expect=expect
+        )
     except GitError as exc:
         raise Refused(str(exc)) from None
     gone = "; its worktree and branch are removed" if merged.removed else ""
     text = f"merged ({merged.strategy}) into {merged.base_branch} as {merged.commit[:12]}{gone}"
     return text, {"kind": "merge", "strategy": merged.strategy, "base": merged.base_branch,
                   "commit": merged.commit, "removed": merged.removed}  # fmt: skip
+
+
+def _preview(preview: MergePreview) -> tuple[str, dict[str, Any]]:
+    """A merge's dry run: what it would bring into the base, as a person reads it (the
+    stat) and as a program or the page does (the stat, the bounded diff, and the tip to
+    name as `expect`, so that the merge takes what was shown and nothing else)."""
+    commits = f"{preview.commits} commit" + ("s" if preview.commits != 1 else "")
+    text = (f"{preview.branch} ({commits}) would bring into {preview.base_branch}:\n"
+            f"{preview.patch.stat()}")  # fmt: skip
+    return text, {"kind": "merge", "dryRun": True, "branch": preview.branch,
+                  "base": preview.base_branch, "tip": preview.tip, "commits": preview.commits,
+                  **preview.patch.as_data()}  # fmt: skip
 
 
 def _gone(worktrees: Worktrees, context_id: str, kind: Any) -> tuple[str, dict[str, Any]]:

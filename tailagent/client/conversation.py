@@ -5,7 +5,9 @@ only. A conversation is named by its id or the start of it, as its branch
 
 Each is one A2A message to the conversation with a data part (`{"kind": "merge",
 "strategy": "squash"}`, `{"kind": "discard"}`, `{"kind": "diff"}`): the server
-checks the caller's right to the conversation and answers with one message. Its
+checks the caller's right to the conversation and answers with one message. A merge
+and a discard first ask what they would do (`"dryRun": true`) and, on a terminal, ask
+the person; a merge then names the tip it showed (`"expect"`). Its
 text holds what the agent wrote (a diff of its files): it is printed escaped.
 """
 
@@ -100,7 +102,30 @@ async def _run(args: argparse.Namespace, target: Target) -> int:
                 return EXIT_COMPLETED
         print(await _ask(target, args, {"kind": "discard"}))
         return EXIT_COMPLETED
-    request = {"kind": "merge", "strategy": args.strategy, "keep": args.keep}
+    return await _merge(args, target)
+
+
+async def _merge(args: argparse.Namespace, target: Target) -> int:
+    """`tailagent merge`: what the branch would bring (its stat, read from git), then,
+    once confirmed, the merge of exactly that (the branch's tip it was read at: a branch
+    that moved since is refused). Without a terminal it merges only with `--yes`."""
+    preview = await _reply(target, args, {"kind": "merge", "dryRun": True})
+    print(visible(message_text(preview)) if preview is not None else "")
+    data = next((d for d in message_data(preview) if d.get("dryRun")), None) if preview else None
+    if data is None:  # already merged: the server said where
+        return EXIT_COMPLETED
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("tailagent: nothing merged: add --yes to merge it", file=sys.stderr)
+            return EXIT_USAGE
+        answer = await asyncio.to_thread(
+            input, f"Merge it into {visible(str(data['base']))}? [y/N] "
+        )
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing merged")
+            return EXIT_COMPLETED
+    request = {"kind": "merge", "strategy": args.strategy, "keep": args.keep,
+               "expect": str(data["tip"])}  # fmt: skip
     print(await _ask(target, args, request))
     return EXIT_COMPLETED
 

@@ -51,3 +51,15 @@ def parse(text: str) -> Diff:
         added=sum(1 for line in lines if line.kind == "add"),
         removed=sum(1 for line in lines if line.kind == "del"),
     )
+
+
+def per_file(text: str, paths: list[str]) -> list[tuple[str, str]]:
+    """A `git diff` of `paths` (in git's order, as its stat lists them) cut into each
+    file's part; a file past a bounded diff's end gets "" (its stat still says it)."""
+    chunks: list[list[str]] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("diff --git ") or not chunks:
+            chunks.append([])
+        chunks[-1].append(line)
+    parts = ["".join(chunk) for chunk in chunks]
+    return [(path, parts[i] if i < len(parts) else "") for i, path in enumerate(paths)]

@@ -22,16 +22,42 @@ from tailagent.web.route_kit import DeskKit, Refused, data_part, status_of, user
 SUGGESTED = re.compile(r'ask the agent: "(.+)"\s*$', re.DOTALL)
 
 
+# A commit's full id, as the confirmation names the tip it showed.
+TIP = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
 def register_merge(desk_bp: Blueprint, kit: DeskKit) -> None:
-    """Adds `/desk/tasks/<id>/merge`."""
+    """Adds `/desk/tasks/<id>/merge`, and `/desk/tasks/<id>/diff` (the conversation's
+    whole diff, which the merge's confirmation shows bounded)."""
+
+    @desk_bp.get("/tasks/<task_id>/diff")
+    async def whole_diff(task_id: str) -> ResponseReturnValue:
+        """The task's conversation as one patch, as plain text (A2A's diff message)."""
+        caller = current_caller()
+        task = await kit.visible_task(caller, task_id)
+        ask = user_message(data_part({"kind": "diff"}), context_id=task.context_id)
+        try:
+            reply = await kit.parts.handler.on_message_send(
+                SendMessageRequest(message=ask), call_context(caller)
+            )
+        except A2AError as exc:
+            raise Refused(status_of(exc), exc.message or type(exc).__name__) from None
+        said = "".join(p.text for p in reply.parts) if isinstance(reply, Message) else ""
+        response = Response(said, content_type="text/plain; charset=utf-8")
+        response.headers["Content-Disposition"] = "inline"
+        return response
 
     @desk_bp.post("/tasks/<task_id>/merge")
     async def merge(task_id: str) -> ResponseReturnValue:
-        """Squashes the task's conversation into its base branch (A2A's merge message)."""
+        """Squashes the task's conversation into its base branch (A2A's merge message),
+        only from the tip its confirmation showed: a branch that moved since is refused."""
         caller = current_caller()
-        await kit.form(caller, "merge", task_id)
+        posted = await kit.form(caller, "merge", task_id)
         task = await kit.visible_task(caller, task_id)
-        merge_part = data_part({"kind": "merge", "strategy": "squash"})
+        tip = (posted.get("tip") or [""])[0]
+        if not TIP.fullmatch(tip):
+            raise Refused(400, "this merge names no change it was shown: reload the page")
+        merge_part = data_part({"kind": "merge", "strategy": "squash", "expect": tip})
         request_ = user_message(merge_part, context_id=task.context_id)
         back = f"/desk/tasks/{task_id}"
         try:

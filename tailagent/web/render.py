@@ -99,6 +99,8 @@ _ENV.filters["size"] = _size
 _ENV.filters["md"] = markdown.render
 _ENV.filters["inline"] = markdown.inline
 _ENV.globals["parse_diff"] = diffs.parse
+_ENV.globals["split_diff"] = diffs.per_file
+_ENV.globals["zip"] = zip
 _ENV.globals["CLIP_CHARS"] = CLIP_CHARS
 _ENV.globals["ANSWER_CHARS"] = ANSWER_CHARS
 
@@ -107,12 +109,15 @@ _ENV.globals["ANSWER_CHARS"] = ANSWER_CHARS
 class Viewer:
     """The person a page is rendered for (what it may do, its form tokens), and what the
     page knows of the task's conversation beyond the task itself: the directory its
-    commands run in, and what became of its branch (`branch_note`, once merged)."""
+    commands run in, what became of its branch (`branch_note`: merged, discarded, or
+    why there is nothing to merge), and what a merge would bring (`merge`: a merge's dry
+    run, its stat, bounded diff and the tip the merge is to take)."""
 
     caller: Caller
     token: Callable[[str, str], str]  # (action, task id) -> form token
     workspace: str
     branch_note: str = ""
+    merge: dict[str, Any] | None = None
     fence: dict[str, str] = field(default_factory=dict)
 
     @property

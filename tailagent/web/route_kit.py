@@ -24,7 +24,7 @@ from a2a.types.a2a_pb2 import (
     Task,
 )
 from a2a.utils.errors import A2AError, InvalidRequestError, TaskNotFoundError
-from google.protobuf.json_format import ParseDict
+from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 from quart import request
 
@@ -65,15 +65,38 @@ class DeskKit:
 
     async def task_viewer(self, caller: Caller, head: dict[str, Any]) -> render.Viewer:
         """The viewer of one task's page: with the directory its commands run in (the
-        conversation's worktree, where it has one) and what became of its branch."""
+        conversation's worktree, where it has one), what became of its branch, and, once
+        the task is over, what a merge of it would bring (for an approver)."""
         worktree = await _worktree(self.parts, head["context_id"])
         workdir = str(worktree.path) if worktree is not None else self.parts.workspace
         branch = head["worktree"].get("branch") if isinstance(head["worktree"], dict) else None
-        note = ""
+        note, preview = "", None
         if branch and (worktree is None or worktree.branch != branch):
-            merged = self.parts.desk.merged
-            note = merged.get(head["context_id"], "merged or discarded (it is gone)")
-        return dataclasses.replace(self.viewer(caller), workspace=workdir, branch_note=note)
+            note = self.parts.desk.merged.get(head["context_id"]) or _gone(self.parts, head)
+        elif branch and head["final"] and caller.may("approver"):
+            preview, note = await self._merge_preview(caller, head["context_id"])
+        return dataclasses.replace(
+            self.viewer(caller), workspace=workdir, branch_note=note, merge=preview
+        )
+
+    async def _merge_preview(
+        self, caller: Caller, context_id: str
+    ) -> tuple[dict[str, Any] | None, str]:
+        """What merging the conversation would bring, read from git through the handler
+        (a merge's dry run, so the caller's right to it is checked as a merge's is); or
+        why there is nothing to merge (then the page offers no merge)."""
+        ask = user_message(data_part({"kind": "merge", "dryRun": True}), context_id=context_id)
+        try:
+            reply = await self.parts.handler.on_message_send(
+                SendMessageRequest(message=ask), call_context(caller)
+            )
+        except A2AError as exc:
+            return None, exc.message or type(exc).__name__
+        for part in reply.parts if isinstance(reply, Message) else []:
+            data = MessageToDict(part.data) if part.HasField("data") else {}
+            if isinstance(data, dict) and data.get("dryRun"):
+                return data, ""
+        return None, "nothing to merge"
 
     async def visible_task(self, caller: Caller, task_id: str) -> Task:
         task = await self.parts.store.get(task_id, call_context(caller))
@@ -118,6 +141,20 @@ async def _worktree(parts: DeskParts, context_id: str) -> Worktree | None:
         return await conversations.worktrees.get(context_id)
     except GitError:
         return None
+
+
+def _gone(parts: DeskParts, head: dict[str, Any]) -> str:
+    """What became of a task's branch that is no longer there: where its merge went, or
+    that it was discarded."""
+    conversations = parts.conversations
+    merged = (
+        conversations.worktrees.merged(head["context_id"])
+        if isinstance(conversations, Isolated)
+        else None
+    )
+    if merged is not None and merged.branch == head["worktree"].get("branch"):
+        return f"merged ({merged.strategy}) into {merged.base_branch} at {merged.commit[:12]}"
+    return "discarded (its branch is gone)"
 
 
 def older_arg() -> str:

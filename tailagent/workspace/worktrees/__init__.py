@@ -25,7 +25,8 @@ reported (WorktreeTampered) and not used; the turn's changes are not committed.
 
 The bridge talks to `Worktrees` (facade.py) only; each concern has its own file: records
 (what is tailagent's), lock, making and ahead (the directory made ahead and its adoption),
-idle, turns (turn commits and their trailers), changes (status and diff), removal and
+idle, turns (turn commits and their trailers), changes (status and diff), patches (a
+change's stat and bounded diff, as a merge's preview and a turn's page show it), removal and
 cleanup (discard, prune, sweep), merging, quarantine, merge_commit and base_checkout,
 legacy (an older tailagent's `git worktree`s converted); repository, guard and gitdirs
 run and guard git for all of them.
@@ -41,7 +42,8 @@ from tailagent.workspace.worktrees.errors import (
     WorktreeTampered,
 )
 from tailagent.workspace.worktrees.facade import Worktrees
-from tailagent.workspace.worktrees.merging import MergeResult, Strategy
+from tailagent.workspace.worktrees.merging import MergePreview, MergeResult, Strategy
+from tailagent.workspace.worktrees.patches import FileStat, Patch
 from tailagent.workspace.worktrees.probe import probe
 from tailagent.workspace.worktrees.records import BRANCH_PREFIX, Merged, Worktree
 from tailagent.workspace.worktrees.turns import turn_subject
@@ -49,11 +51,14 @@ from tailagent.workspace.worktrees.turns import turn_subject
 __all__ = [
     "BRANCH_PREFIX",
     "DiscardResult",
+    "FileStat",
     "MergeConflict",
+    "MergePreview",
     "MergeRefused",
     "MergeResult",
     "Merged",
     "NoWorktree",
+    "Patch",
     "Strategy",
     "Worktree",
     "WorktreeDeleted",

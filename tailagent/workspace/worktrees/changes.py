@@ -5,13 +5,17 @@ which holds its branch and reads the base's commits through its alternates."""
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass
 
-from tailagent.workspace.git import git
+from tailagent.workspace.git import GitError, git
+from tailagent.workspace.worktrees.patches import Patch, between
 from tailagent.workspace.worktrees.porcelain import split_z
 from tailagent.workspace.worktrees.records import Records
 from tailagent.workspace.worktrees.repository import WorkspaceRepo
+
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -89,3 +93,16 @@ class Changes:
                 "commit):\n\n" + pending.out
             )
         return text
+
+    async def committed(self, context_id: str, commit: str) -> Patch:
+        """What `commit`, one on the conversation's branch, changed against its parent:
+        a turn's real change, whatever its agent reported of it."""
+        if not _SHA.fullmatch(commit):
+            raise GitError(f"{commit!r} is not a commit's full id")
+        worktree = await self.records.require(context_id)
+        own = await self.repo.conversation(worktree.path)
+        tip = await self.repo.tip(worktree.branch, own)
+        on_branch = await git(own, "merge-base", "--is-ancestor", commit, tip, ok=(0, 1))
+        if on_branch.code != 0:
+            raise GitError(f"{commit[:12]} is not on {worktree.branch}")
+        return await between(own, f"{commit}^", commit)

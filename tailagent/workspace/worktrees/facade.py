@@ -18,7 +18,8 @@ from tailagent.workspace.worktrees.idle import Idle
 from tailagent.workspace.worktrees.legacy import Legacy
 from tailagent.workspace.worktrees.lock import WorktreeLock
 from tailagent.workspace.worktrees.making import Maker
-from tailagent.workspace.worktrees.merging import MergeResult, Merging, Strategy
+from tailagent.workspace.worktrees.merging import MergePreview, MergeResult, Merging, Strategy
+from tailagent.workspace.worktrees.patches import Patch
 from tailagent.workspace.worktrees.records import Merged, Records, Worktree
 from tailagent.workspace.worktrees.removal import Removal
 from tailagent.workspace.worktrees.repository import WorkspaceRepo
@@ -165,6 +166,11 @@ class Worktrees:
         await self._converted()
         return await self._changes.diff(context_id)
 
+    async def committed(self, context_id: str, commit: str) -> Patch:
+        """What one of the conversation's commits changed (a turn's, read from git)."""
+        await self._converted()
+        return await self._changes.committed(context_id, commit)
+
     # ---- cleanup ------------------------------------------------------------------
 
     async def would_lose(self, context_id: str) -> DiscardResult:
@@ -189,10 +195,21 @@ class Worktrees:
 
     # ---- merging ------------------------------------------------------------------
 
-    async def merge(
-        self, context_id: str, strategy: Strategy = "squash", keep: bool = False
-    ) -> MergeResult:
-        """Merges the conversation's branch into its base, then, unless `keep`, removes
-        its worktree and branch (see Merging.merge for what is refused)."""
+    async def preview(self, context_id: str) -> MergePreview:
+        """What a merge of the conversation would bring, read before anything is merged
+        (see Merging.preview)."""
         await self._converted()
-        return await self._merging.merge(context_id, strategy, keep)
+        return await self._merging.preview(context_id)
+
+    async def merge(
+        self,
+        context_id: str,
+        strategy: Strategy = "squash",
+        keep: bool = False,
+        expect: str | None = None,
+    ) -> MergeResult:
+        """Merges the conversation's branch into its base (only from the tip `expect`
+        names, when given), then, unless `keep`, removes its worktree and branch (see
+        Merging.merge for what is refused)."""
+        await self._converted()
+        return await self._merging.merge(context_id, strategy, keep, expect)

@@ -20,6 +20,7 @@ from tailagent.workspace.worktrees.base_checkout import advance, base_checkout
 from tailagent.workspace.worktrees.errors import MergeConflict, MergeRefused
 from tailagent.workspace.worktrees.lock import WorktreeLock
 from tailagent.workspace.worktrees.merge_commit import STRATEGIES, Strategy, message, rebase
+from tailagent.workspace.worktrees.patches import Patch, between
 from tailagent.workspace.worktrees.porcelain import listing, unique
 from tailagent.workspace.worktrees.quarantine import Scratch, scratch
 from tailagent.workspace.worktrees.records import Records, Worktree
@@ -41,6 +42,19 @@ class MergeResult:
     removed: bool
 
 
+@dataclass(frozen=True)
+class MergePreview:
+    """What a merge would bring, read before anything is merged: the branch's change
+    since it left its base, and the tip it was read at (a merge told to expect that tip
+    takes nothing else)."""
+
+    branch: str
+    base_branch: str
+    tip: str
+    commits: int
+    patch: Patch
+
+
 @dataclass
 class Merging:
     """Merges the conversations' branches of `repo` into their bases."""
@@ -50,14 +64,29 @@ class Merging:
     lock: WorktreeLock
     removal: Removal
 
+    async def preview(self, context_id: str) -> MergePreview:
+        """What merging the conversation would bring into its base (the branch's change
+        against the commit where it left the base, as `git diff base...branch`); the
+        same MergeRefused a merge would meet when there is nothing it could merge."""
+        worktree, own, base_tip, tip = await self._mergeable(context_id)
+        fork = (await git(own, "merge-base", base_tip, tip)).out.strip()
+        commits = await git(own, "rev-list", "--count", f"{fork}..{tip}")
+        patch = await between(own, fork, tip)
+        return MergePreview(worktree.branch, worktree.base_branch, tip, int(commits.out), patch)
+
     async def merge(
-        self, context_id: str, strategy: Strategy = "squash", keep: bool = False
+        self,
+        context_id: str,
+        strategy: Strategy = "squash",
+        keep: bool = False,
+        expect: str | None = None,
     ) -> MergeResult:
         """Merges the conversation's branch into its base branch; then, unless `keep`,
         removes its worktree and branch.
 
         Refuses (MergeRefused, nothing changed) when there is nothing to merge, when the
-        base is checked out in another worktree, or checked out in the workspace with
+        branch is no longer at the tip `expect` names (the one its preview showed), when
+        the base is checked out in another worktree, or checked out in the workspace with
         changes to tracked files (never stashed, reset or overwritten); raises
         MergeConflict (nothing changed) when the branch conflicts with the base.
         """
@@ -65,6 +94,11 @@ class Merging:
             raise GitError(f"unknown merge strategy {strategy!r}: use squash, merge or rebase")
         async with self.lock.exclusive():
             worktree, own, base_tip, tip = await self._mergeable(context_id)
+            if expect is not None and tip != expect:
+                raise MergeRefused(
+                    f"{worktree.branch} changed since its change was shown (it was at "
+                    f"{expect[:12]}, it is at {tip[:12]}): look at it again, then merge"
+                )
             base = worktree.base_branch
             checkout = await base_checkout(self.repo, base)
             try:
