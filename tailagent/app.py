@@ -19,6 +19,7 @@ from tailagent.access.resolve import Resolver
 from tailagent.access.streams import StreamCounts
 from tailagent.access.tokens import TokenStore
 from tailagent.bridge.conversations import Conversations
+from tailagent.bridge.database import Database
 from tailagent.bridge.handler import GuardedRequestHandler
 from tailagent.bridge.jsonrpc import jsonrpc_routes
 from tailagent.bridge.spent_answers import SpentAnswers
@@ -45,8 +46,10 @@ def build_app(
     publisher: CardPublisher,
     conversations: Conversations,
     fence: dict[str, str],
+    database: Database,
 ) -> AccessGuard:
-    """`fence` is how agents are sandboxed (Sandbox.summary), for /healthz and the desk."""
+    """`fence` is how agents are sandboxed (Sandbox.summary), for /healthz and the desk;
+    `database` is the store's, where notification answers already used are kept."""
     context_builder = CallerContextBuilder()
     routes = [
         *jsonrpc_routes(handler, "/", context_builder),
@@ -73,7 +76,7 @@ def build_app(
         unix_listener=settings.listen.is_unix,
         trusts_forwarding=presence.trusts_forwarding,
     )
-    spent = SpentAnswers(settings.store_url)
+    spent = SpentAnswers(database)
     # Whom a notification reaches is the guard's own policy's word at each sending.
     webpush.connect(PolicyNow(policy, resolver, tokens), spent)
 
@@ -81,7 +84,6 @@ def build_app(
     async def lifespan(_app: object) -> AsyncIterator[None]:
         yield
         await page.aclose()
-        await spent.aclose()
 
     router = Router(routes=[*routes, *plain_routes(publisher, fence)], lifespan=lifespan)
     served = mount(page, router)

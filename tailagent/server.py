@@ -167,7 +167,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         await signing
         app = build_app(
             settings, presence, handler, storage.tasks, desk, webpush, publisher, conversations,
-            sandbox.summary(),
+            sandbox.summary(), storage.database,
         )  # fmt: skip
         signal_watch = _watch_signals(settings, storage, handler, push)
         return Service(

@@ -6,8 +6,7 @@ each is written here on its first use, by a statement only that first use wins (
 taps at once, or two servers of one PostgreSQL store, cannot both), and forgotten once
 its token has expired anyway.
 
-The app is handed the task store, not its database: this opens a connection of its own
-to the same store, on the first answer a notification brings (most servers never see one).
+The table is made on the first answer a notification brings (most servers never see one).
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import secrets
 import time
 
 from tailagent.bridge.database import Database
-from tailagent.bridge.databases import open_database
 
 _CREATE = (
     "CREATE TABLE IF NOT EXISTS webpush_spent ("
@@ -31,17 +29,16 @@ _CLAIM = (
 
 
 class SpentAnswers:
-    def __init__(self, url: str) -> None:
-        self._url = url
-        self._db: Database | None = None
-        self._opening = asyncio.Lock()
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self._made = False
+        self._making = asyncio.Lock()
 
     async def _database(self) -> Database:
-        async with self._opening:
-            if self._db is None:
-                database = open_database(self._url)
-                await database.execute(_CREATE)
-                self._db = database
+        async with self._making:
+            if not self._made:
+                await self._db.execute(_CREATE)
+                self._made = True
             return self._db
 
     async def spend(self, nonce: str, expires: int) -> bool:
@@ -52,7 +49,3 @@ class SpentAnswers:
         await db.execute(_CLAIM, {"n": nonce, "e": expires, "c": claim})
         rows = await db.fetch("SELECT claim FROM webpush_spent WHERE nonce = :n", {"n": nonce})
         return bool(rows) and rows[0][0] == claim
-
-    async def aclose(self) -> None:
-        if self._db is not None:
-            await self._db.aclose()
