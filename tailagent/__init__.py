@@ -2,6 +2,9 @@
 
 import sys
 
+# First of ours, in every way tailagent starts: a process whose environment may hold a
+# secret is made not dumpable before anything else runs (undumpable.py).
+import tailagent.undumpable  # noqa: F401
 from tailagent.sdk_queues import use_asyncio_queues
 from tailagent.sdk_sql import defer_sql_modules
 

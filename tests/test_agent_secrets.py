@@ -162,7 +162,7 @@ def notifications(sock: socket.socket, seconds: float) -> list[tuple[int, str]]:
     return got
 
 
-def test_systemd_still_hears_from_the_main_pid_after_the_restart_without_secrets(
+def test_systemd_hears_from_the_main_pid_with_the_secrets_taken_out(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "notify.sock"

@@ -53,7 +53,7 @@ FLOORS = [
     ("what every room may use", {
         "files", "visible", "metrics", "costs", "task_states", "tool_rules", "mcp_servers",
         "memory", "notify", "probe", "statelock", "descriptors", "mends", "logs", "config",
-        "sdk_queues", "sdk_sql", "sdk_tracing"}),
+        "sdk_queues", "sdk_sql", "sdk_tracing", "undumpable"}),
     ("the box and the network: who calls, on which socket, through which tailnet", {
         "access", "listener", "secret_env", "serving", "tailnet", "presence", "tsnet",
         "origin", "service", "sandbox"}),
