@@ -46,7 +46,7 @@ PUSH = {  # Web Push: JSON bodies, refusals in JSON
 def app() -> Quart:
     """The desk's app as the first request builds it; no route runs, so no part is real."""
     webpush = SimpleNamespace(box="box", subscriptions=None)
-    parts = SimpleNamespace(webpush=webpush, store=None, desk=None, secret=b"")
+    parts = SimpleNamespace(webpush=webpush, store=None, desk=None, conversations=None, secret=b"")
     return desk_app(cast("Any", parts))
 
 

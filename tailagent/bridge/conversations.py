@@ -341,6 +341,9 @@ async def _row(worktrees: Worktrees, context_id: str, task_id: str | None) -> di
                     "base": status.base_branch, "ahead": status.ahead, "behind": status.behind,
                     "files": status.files, "since": worktree.created, "idle": worktree.idle,
                     "state": _state(worktree.idle, status)}  # fmt: skip
+            if status.ahead and await worktrees.fate(context_id, status.branch,
+                                                     status.tip) == "merged":  # fmt: skip
+                row["state"] = "merged, kept: nothing new to merge"  # `merge --keep`
     except GitError as exc:
         row["state"] = f"cannot be read: {exc}"
     if task_id is not None:

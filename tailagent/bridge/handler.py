@@ -19,7 +19,9 @@ Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it
 - a conversation is its owner's (bridge/owners.py): a message, diff, merge or
   discard naming another person's context is "not found", as another's task is;
 - a person who spent their day's budget (bridge/usage.py) is refused a new task,
-  and the refusal is audited.
+  and the refusal is audited;
+- a listed task whose branch was merged or discarded since its turn says so in its
+  `worktree.state` (bridge/branch_fates.py).
 
 This class is the thin place where the SDK's `on_*` hooks are overridden; each rule
 lives in a module of its own: admission.py (what a message passes before a turn),
@@ -39,6 +41,8 @@ from a2a.server.tasks import PushNotificationConfigStore
 from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
+    ListTasksRequest,
+    ListTasksResponse,
     Message,
     SendMessageRequest,
     SubscribeToTaskRequest,
@@ -50,6 +54,7 @@ from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError
 from tailagent.access.identity import OwnerUser, caller_of
 from tailagent.bridge.admission import Admission, ended
 from tailagent.bridge.audit import AuditLog
+from tailagent.bridge.branch_fates import mark
 from tailagent.bridge.conversations import Isolated, Shared, requested_operation
 from tailagent.bridge.executor import BridgeExecutor
 from tailagent.bridge.operations import ConversationOperations
@@ -123,6 +128,14 @@ class GuardedRequestHandler(DefaultRequestHandler):
         self._operations = ConversationOperations(conversations, owners, pool, store)
         self._peers = PeerTasks(store, signals)
         self._starts = TaskStarts(self._quick, self._gate, builder, store, pool)
+        self._conversations = conversations
+
+    async def on_list_tasks(
+        self, params: ListTasksRequest, context: ServerCallContext
+    ) -> ListTasksResponse:
+        page = await super().on_list_tasks(params, context)
+        await mark(self._conversations, page.tasks)  # a branch merged or discarded since
+        return page
 
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext

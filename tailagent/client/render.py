@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.text import Text
 
+from tailagent.client.turn_change import FileChange, turn_change
 from tailagent.origin import invoked_as
 from tailagent.visible import visible
 
@@ -267,6 +268,8 @@ class Renderer:
         self.target_args = target_args or []
         self._mid_line = False
         self._headed: set[str] = set()  # tasks whose header is printed (once per call)
+        self._reported: dict[str, str] = {}  # path -> the diff the agent reported
+        self._changed: set[str] = set()  # tasks whose change is printed (once)
 
     def _line(self, text: str, style: str = "") -> None:
         """One line (or more) of text that holds the agent's words: shown escaped."""
@@ -286,7 +289,13 @@ class Renderer:
         elif event.HasField("artifact_update"):
             self._artifact(event.artifact_update.artifact, event.artifact_update.append)
         elif event.HasField("status_update"):
-            self._status(event.status_update.status.state, event.status_update.status.message)
+            state = event.status_update.status.state
+            if state in FINAL_STATES:
+                self._turn_change(outcome)
+            elif state in PAUSED_STATES:  # what it reported so far, before it asks
+                self._files(turn_change({}, self._reported))
+                self._reported = {}
+            self._status(state, event.status_update.status.message)
         elif event.HasField("message"):
             self._line(message_text(event.message))
 
@@ -302,11 +311,36 @@ class Renderer:
             for line in texts.splitlines():
                 self._line("  " + line, "cyan")
         elif artifact.artifact_id.startswith("diff:"):
-            self._line(f"[{artifact.name}]", "bold")
-            shown = visible(texts)
-            self._show(Syntax(shown, "diff", theme="ansi_dark", background_color="default"))
+            # The agent's account of an edit: shown at the turn's end, beside (or, for a
+            # file its commit does not hold, after) what the turn committed.
+            path = artifact.name or artifact.artifact_id.removeprefix("diff:")
+            self._reported[path] = (self._reported.get(path, "") if append else "") + texts
         else:
             self._line(f"[{artifact.name or artifact.artifact_id}] {texts}")
+
+    def _turn_change(self, outcome: Outcome) -> None:
+        """What the turn changed, as it ends: its commit file by file, then what the
+        agent reported of files the commit does not hold (see turn_change.py)."""
+        if outcome.task_id in self._changed:
+            return
+        self._changed.add(outcome.task_id)
+        self._files(turn_change(outcome.worktree, self._reported))
+        self._reported = {}
+        cut = outcome.worktree.get("change")
+        if isinstance(cut, dict) and cut.get("cut"):
+            found = Changes.of(outcome, self.target_args)
+            whole = f"`{found.diff}`" if found is not None else "`tailagent diff`"
+            self._show(Text(f"(the diff is cut here: {whole} shows it whole)", "dim"))
+
+    def _files(self, changes: list[FileChange]) -> None:
+        """Each file's head line (fitted to the terminal), then its diff."""
+        for change in changes:
+            self._show(Text(change.head(self.console.width), "bold"))
+            if change.diff:
+                shown = visible(change.diff.rstrip("\n"))
+                self._show(Syntax(shown, "diff", theme="ansi_dark", background_color="default"))
+            elif change.past_end:
+                self._show(Text("  (past the end of the diff shown here)", "dim"))
 
     def _status(self, state: int, message: Message) -> None:
         kind = metadata_of(message).get("kind")

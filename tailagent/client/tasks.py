@@ -65,13 +65,16 @@ def short_context(task: Task) -> str:
 
 
 def _changes(task: Task) -> str:
-    """What the turn left on the conversation's branch, when it left something."""
+    """What the turn left on the conversation's branch, when it left something; once
+    that branch was merged or discarded, that (the server says so: `worktree.state`)."""
     meta = MessageToDict(task.metadata) if task.HasField("metadata") else {}
     tree = meta.get("worktree") or {}
     ahead, behind = int(tree.get("ahead") or 0), int(tree.get("behind") or 0)
     files = [str(name) for name in tree.get("files") or []]
     if not tree.get("branch") or not (ahead or files):
         return ""
+    if tree.get("state") in ("merged", "discarded"):
+        return f"[{tree['state']}] "
     said = [f"+{ahead} commit" + ("s" if ahead != 1 else "")]
     said += [f"{behind} behind"] if behind else []
     said += [", ".join(files[:2]) + (f" and {len(files) - 2} more" if len(files) > 2 else "")]

@@ -67,7 +67,7 @@ def blueprint(kit: DeskKit) -> Blueprint:
 
 def desk_app(parts: DeskParts) -> Quart:
     """The desk as a Quart app of its own (mounted lazily, see `LazyDesk`)."""
-    kit = DeskKit(parts, TaskLists(parts.store, parts.desk))
+    kit = DeskKit(parts, TaskLists(parts.store, parts.desk, parts.conversations))
     app = Quart("tailagent")
     app.after_request(security_headers)
     app.register_blueprint(blueprint(kit))

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from a2a.types.a2a_pb2 import Task
+
 from tailagent.access.identity import Caller
+from tailagent.bridge.branch_fates import fates
+from tailagent.bridge.conversations import Conversations
 from tailagent.bridge.store import CoalescingTaskStore, position
 from tailagent.bridge.task_table import Position
 from tailagent.web.live import Desk
@@ -27,10 +31,12 @@ OLDER = re.compile(r"(\d{1,20})-([\w.:-]{1,200})")
 
 @dataclass(frozen=True)
 class ListPage:
-    """One page of the list: its rows, and where the next (older) page starts."""
+    """One page of the list: its rows (of `tasks`, in their order), and where the next
+    (older) page starts."""
 
     rows: list[Row]
     older: str  # the next page's `older=` value; "" on the last page
+    tasks: list[Task] = field(default_factory=list)
 
 
 @dataclass
@@ -39,6 +45,7 @@ class TaskLists:
 
     store: CoalescingTaskStore
     desk: Desk
+    conversations: Conversations
     # (scope, page) -> (list version, its read)
     reads: dict[tuple[str | None, str], tuple[int, asyncio.Task[ListPage]]] = field(
         default_factory=dict
@@ -53,7 +60,18 @@ class TaskLists:
             cached = self.reads[(scope, older)] = (version, read)
             if len(self.reads) > LIST_CACHE:
                 self.reads.pop(next(iter(self.reads)))
-        return await asyncio.shield(cached[1]), self.desk.waiting_for(scope)
+        page = await asyncio.shield(cached[1])
+        return await self._fates(page), self.desk.waiting_for(scope)
+
+    async def _fates(self, page: ListPage) -> ListPage:
+        """The page with each row whose branch was merged or discarded since its turn
+        saying so: read at every view (a merge or a discard moves no task, so the
+        shared read does not change with it), from records only (branch_fates.py)."""
+        said = await fates(self.conversations, page.tasks)
+        if not said:
+            return page
+        rows = [replace(r, change=said[r.task_id]) if r.task_id in said else r for r in page.rows]
+        return replace(page, rows=rows)
 
     async def _read(self, scope: str | None, older: str) -> ListPage:
         """A page of the list. The first starts with every task that waits for an answer,
@@ -65,9 +83,10 @@ class TaskLists:
             for task_id in self.desk.waiting_for(scope):
                 if task_id not in found and (held := await self.store.with_owner(task_id)):
                     found[task_id] = held
-        listed = [row(task, owner) for task, owner in found.values()]
-        # Waiting first; sorted is stable, so newest first within each.
-        return ListPage(sorted(listed, key=lambda r: not r.waiting) if not older else listed, more)
+        listed = [(row(task, owner), task) for task, owner in found.values()]
+        if not older:  # waiting first; sorted is stable, so newest first within each
+            listed.sort(key=lambda pair: not pair[0].waiting)
+        return ListPage([r for r, _ in listed], more, [task for _, task in listed])
 
 
 def list_context(page: ListPage, waiting: list[str], older: str) -> dict[str, Any]:

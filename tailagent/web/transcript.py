@@ -329,6 +329,21 @@ class Row:
     waiting: bool
     ask: dict[str, Any] | None = None
     cost: str = ""
+    change: str = ""  # what its turn left on its branch; "merged", "discarded" since
+
+
+def change_of(task: Task) -> str:
+    """What the task's turn left on its conversation's branch, as its end wrote it
+    (`1 commit · calc.py`); "" when it left nothing there."""
+    tree = _meta_of(task).get("worktree")
+    if not isinstance(tree, dict) or not tree.get("branch"):
+        return ""
+    ahead, files = int(tree.get("ahead") or 0), [str(f) for f in tree.get("files") or []]
+    if not (ahead or files):
+        return ""
+    named = ", ".join(files[:2]) + (f" and {len(files) - 2} more" if len(files) > 2 else "")
+    commits = f"{ahead} commit{'' if ahead == 1 else 's'}" if ahead else "not committed"
+    return f"{commits} · {named}" if named else commits
 
 
 def row(task: Task, owner: str) -> Row:
@@ -344,4 +359,5 @@ def row(task: Task, owner: str) -> Row:
         task.status.state == WAITING,
         question,
         cost_of(task),
+        change_of(task),
     )

@@ -27,9 +27,9 @@ The bridge talks to `Worktrees` (facade.py) only; each concern has its own file:
 (what is tailagent's), lock, making and ahead (the directory made ahead and its adoption),
 idle, turns (turn commits and their trailers), changes (status and diff), patches (a
 change's stat and bounded diff, as a merge's preview and a turn's page show it), removal and
-cleanup (discard, prune, sweep), merging, quarantine, merge_commit and base_checkout,
-legacy (an older tailagent's `git worktree`s converted); repository, guard and gitdirs
-run and guard git for all of them.
+cleanup (discard, prune, sweep), merging, fates (which turn commits a merge or a discard
+took), quarantine, merge_commit and base_checkout, legacy (an older tailagent's `git
+worktree`s converted); repository, guard and gitdirs run and guard git for all of them.
 """
 
 from tailagent.workspace.worktrees.changes import WorktreeStatus

@@ -27,6 +27,7 @@ class WorktreeStatus:
     ahead: int
     behind: int
     files: list[str]
+    tip: str = ""  # the branch's commit ("" for an idle conversation's, which has none)
 
 
 @dataclass
@@ -58,6 +59,7 @@ class Changes:
             ahead=ahead,
             behind=behind,
             files=sorted(set(files)),
+            tip=tip,
         )
 
     async def diff(self, context_id: str) -> str:

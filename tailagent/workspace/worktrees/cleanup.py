@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tailagent.files import write_private
 from tailagent.workspace.git import GitError, git
 from tailagent.workspace.worktrees.ahead import MadeAhead
+from tailagent.workspace.worktrees.fates import Fates
 from tailagent.workspace.worktrees.fs import is_dir
 from tailagent.workspace.worktrees.idle import Idle
 from tailagent.workspace.worktrees.lock import WorktreeLock
@@ -35,6 +36,7 @@ class DiscardResult:
 
     commits_lost: list[str]
     files_uncommitted: list[str]
+    commit_ids: list[str] = field(default_factory=list)  # the lost commits' full ids
 
 
 @dataclass
@@ -47,6 +49,7 @@ class Cleanup:
     ahead: MadeAhead
     idle: Idle
     removal: Removal
+    fates: Fates
 
     async def would_lose(self, context_id: str) -> DiscardResult:
         """What `discard` would lose, so it can be said before anything is removed."""
@@ -70,15 +73,16 @@ class Cleanup:
                 worktree.context_id,
             )
             return DiscardResult(commits_lost=[], files_uncommitted=[])
-        commits: list[str] = []
+        logged: list[list[str]] = []
         head = await git(own, "rev-parse", "--verify", "-q", "HEAD^{commit}", ok=(0, 1))
         if head.code == 0:
             exclude = "".join(f"^{sha}\n" for sha in await self.repo.base_commits())
-            result = await git(own, "log", "--format=%h %s", "--stdin", "--branches", "HEAD",
+            result = await git(own, "log", "--format=%H %h %s", "--stdin", "--branches", "HEAD",
                                "--", input=exclude)  # fmt: skip
-            commits = result.out.splitlines()
+            logged = [line.split(" ", 1) for line in result.out.splitlines()]
         files = await self.repo.uncommitted(own)
-        return DiscardResult(commits_lost=commits, files_uncommitted=files)
+        return DiscardResult(commits_lost=[said for _, said in logged], files_uncommitted=files,
+                             commit_ids=[full for full, _ in logged])  # fmt: skip
 
     async def _legacy_losses(self, worktree: Worktree) -> DiscardResult:
         commits: list[str] = []
@@ -105,6 +109,7 @@ class Cleanup:
             worktree = await self.records.require(context_id, present=False)
             lost = await self._losses(worktree)
             await self.removal.remove(worktree)
+            self.fates.remember(context_id, "discarded", lost.commit_ids)
             return lost
 
     async def prune(self, live: set[str]) -> list[str]:
@@ -121,6 +126,7 @@ class Cleanup:
             sweep_merges(root)  # and of a merge under way
             await self.ahead.check_ready()
             self.records.forget_merges(live)
+            self.fates.forget(live)
             elsewhere: dict[str, int] = {}
             for record in sorted(root.glob("*.json")):
                 if record.name.startswith(READY_PREFIX):

@@ -14,6 +14,7 @@ from pathlib import Path
 from tailagent.workspace.worktrees.ahead import MadeAhead
 from tailagent.workspace.worktrees.changes import Changes, WorktreeStatus
 from tailagent.workspace.worktrees.cleanup import Cleanup, DiscardResult
+from tailagent.workspace.worktrees.fates import Fate, Fates
 from tailagent.workspace.worktrees.idle import Idle
 from tailagent.workspace.worktrees.legacy import Legacy
 from tailagent.workspace.worktrees.lock import WorktreeLock
@@ -52,8 +53,9 @@ class Worktrees:
         self._idle = idle = Idle(git, records, lock, maker, removal)
         self._turns = TurnCommits(git, records, lock)
         self._changes = Changes(git, records)
-        self._cleanup = Cleanup(git, records, lock, ahead, idle, removal)
-        self._merging = Merging(git, records, lock, removal)
+        self._fates = fates = Fates(records)
+        self._cleanup = Cleanup(git, records, lock, ahead, idle, removal, fates)
+        self._merging = Merging(git, records, lock, removal, fates)
         self._legacy = Legacy(git, records)
 
     async def _converted(self) -> None:
@@ -86,6 +88,11 @@ class Worktrees:
     def merged(self, context_id: str) -> Merged | None:
         """Where the conversation's last merge went, if it was merged here."""
         return self._records.merged(context_id)
+
+    async def fate(self, context_id: str, branch: str, commit: str) -> Fate:
+        """What became of a turn's change on `branch` (its commit, or ""): "merged",
+        "discarded", or "" while the branch holds it (see Fates.of). Reads records only."""
+        return self._fates.of(context_id, branch, commit, await self._records.load(context_id))
 
     def explained(self) -> bool:
         """Whether a start here already said what worktree mode does; marks it said."""

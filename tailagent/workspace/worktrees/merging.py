@@ -11,6 +11,7 @@ those steps.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 from tailagent.workspace.git import GitError, Repository, git
 from tailagent.workspace.worktrees.base_checkout import advance, base_checkout
 from tailagent.workspace.worktrees.errors import MergeConflict, MergeRefused
+from tailagent.workspace.worktrees.fates import Fates
 from tailagent.workspace.worktrees.lock import WorktreeLock
 from tailagent.workspace.worktrees.merge_commit import STRATEGIES, Strategy, message, rebase
 from tailagent.workspace.worktrees.patches import Patch, between
@@ -63,12 +65,23 @@ class Merging:
     records: Records
     lock: WorktreeLock
     removal: Removal
+    fates: Fates
 
     async def preview(self, context_id: str) -> MergePreview:
         """What merging the conversation would bring into its base (the branch's change
         against the commit where it left the base, as `git diff base...branch`); the
-        same MergeRefused a merge would meet when there is nothing it could merge."""
+        same MergeRefused a merge would meet when there is nothing it could merge: also
+        when the base already has every change of the branch (a branch kept after its
+        squash, `merge --keep`), which the base's tree merged with the branch's says."""
         worktree, own, base_tip, tip = await self._mergeable(context_id)
+        with contextlib.suppress(MergeConflict):  # a conflict is the merge's to say
+            merged = await self.merged_tree(worktree, base_tip, tip, own)
+            base_tree = await git(own, "rev-parse", f"{base_tip}^{{tree}}")
+            if merged == base_tree.out.strip():
+                raise MergeRefused(
+                    f"nothing to merge: {worktree.base_branch} already has every change "
+                    f"on {worktree.branch}"
+                )
         fork = (await git(own, "merge-base", base_tip, tip)).out.strip()
         commits = await git(own, "rev-list", "--count", f"{fork}..{tip}")
         patch = await between(own, fork, tip)
@@ -99,6 +112,7 @@ class Merging:
                     f"{worktree.branch} changed since its change was shown (it was at "
                     f"{expect[:12]}, it is at {tip[:12]}): look at it again, then merge"
                 )
+            taken = await git(own, "rev-list", f"{base_tip}..{tip}")  # the turns it takes
             base = worktree.base_branch
             checkout = await base_checkout(self.repo, base)
             try:
@@ -108,6 +122,7 @@ class Merging:
                 await self.repo.show_base(own, base, base_tip)
                 raise
             self.records.remember_merge(worktree, base, new, strategy)
+            self.fates.remember(context_id, "merged", taken.out.split())
             removed = False
             if not keep:
                 try:
