@@ -172,3 +172,21 @@ def test_the_desk_rows_say_merged_or_discarded(
     page.reload()  # a discard moves no task: the list still says it at the next view
     expect(row[live].locator(".change")).to_have_text("discarded")
     page.context.close()
+
+
+def test_a_conversation_goes_on_after_its_discard_in_a_fresh_branch(
+    project: tuple[RunningServer, Path],
+) -> None:
+    """A discard removes the worktree its agent session worked in: the next turn of the
+    conversation works (and commits) in its new worktree, not in the removed one, where
+    its edit would be lost."""
+    server, _repo = project
+    context = str(uuid.uuid4())
+    first, _ = call(server, "edit:after_discard.py", context)
+    assert re.search(rf"committed in {HEX12}", first), first
+    discarded = tailagent(server, "discard", context[:8], "--yes")
+    assert discarded.returncode == 0, discarded.stdout + discarded.stderr
+    again, _ = call(server, "edit:after_discard.py", context)
+    assert re.search(rf"committed in {HEX12}", again), again
+    diff = tailagent(server, "diff", context[:8])
+    assert diff.returncode == 0 and "+++ b/after_discard.py" in diff.stdout, diff.stdout

@@ -80,6 +80,10 @@ class ConversationOperations:
             text, data = await operate(self._conversations, context_id, operation)
         except Refused as exc:
             raise UnsupportedOperationError(message=str(exc)) from None
+        if kind in ("merge", "discard") and not operation.get("dryRun"):
+            # Its agent session works in the directory just removed (or kept as it was):
+            # the next turn opens it again in the conversation's directory of then.
+            await self._pool.discard(context_id)
         return _reply(kind, text, data, context_id)
 
     async def _named(self, name: str, context: ServerCallContext) -> str:
