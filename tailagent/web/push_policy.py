@@ -48,7 +48,9 @@ class PolicyNow:
                     return Standing(let_in=False, why=f"the token {name!r} was revoked")
         decided = self._policy.decide(seen, token)
         if isinstance(decided, Refusal):
-            return Standing(let_in=False, why=decided.reason)
+            # 403: known and not let in. Otherwise (access.require_token wants the token
+            # a request would carry): not told, and kept.
+            return Standing(let_in=decided.status != 403, why=decided.reason)
         if decided.owner != owner:
             return Standing(let_in=False, why=f"{subscription.address} is {decided.owner} now")
         return Standing(decided.roles)
