@@ -12,7 +12,6 @@ body; a body is then read within its limits (access/bodies.py).
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 from dataclasses import dataclass
@@ -33,6 +32,8 @@ from tailagent.access.identity import SCOPE_KEY, Caller
 from tailagent.access.localapi import LocalAPIUnavailable
 from tailagent.access.logline import path_as_sent, word
 from tailagent.access.policy import Policy, Refusal, Seen
+from tailagent.access.refusal_page import CSP as REFUSAL_CSP
+from tailagent.access.refusal_page import STYLESHEET, refusal_page
 from tailagent.access.resolve import BadForwarding, Resolver, TailnetSelf
 from tailagent.access.streams import StreamCounts, opens_stream
 from tailagent.access.tokens import TokenInfo, TokenStore
@@ -51,6 +52,7 @@ PUBLIC_PATHS = frozenset(
         "/healthz",
         "/favicon.ico",  # the desk's icon, nothing else (plain_routes.py)
         "/desk/signin",  # the link's one-use ticket is the credential (access/browser.py)
+        STYLESHEET,  # the desk's look, for the page that says how to sign in
     }
 )
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -149,20 +151,14 @@ async def _send(send: Any, status: int, payload: bytes, headers: list[tuple[byte
 
 
 async def send_page(send: Any, status: int, title: str, message: str) -> None:
-    """A refusal a person reads in a browser: the same reason, as a small HTML page."""
-    payload = (
-        "<!doctype html><meta charset=utf-8>"
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(title)}</title><h1>{html.escape(title)}</h1>"
-        f'<p class="refusal">{html.escape(message)}</p>'
-    ).encode()
+    """A refusal a person reads in a browser: the same reason, as a desk page."""
     await _send(
         send,
         status,
-        payload,
+        refusal_page(status, title, message),
         [
             (b"content-type", b"text/html; charset=utf-8"),
-            (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+            (b"content-security-policy", REFUSAL_CSP),
             (b"x-content-type-options", b"nosniff"),
         ],
     )

@@ -20,6 +20,10 @@ from tailagent.web.caller import call_context, current_caller
 from tailagent.web.route_kit import DeskKit, Refused, data_part, user_message
 from tailagent.web.transcript import Entry, entries
 
+# How long an answer's redirect waits for the task's page to show the answer taken
+# (live.Desk.answering): the turn usually resumes within milliseconds.
+ANSWER_SHOWN_WITHIN = 5.0
+
 
 def register_forms(desk_bp: Blueprint, kit: DeskKit) -> None:
     """Adds the POSTs that start, follow up, answer and cancel tasks."""
@@ -47,7 +51,8 @@ def register_forms(desk_bp: Blueprint, kit: DeskKit) -> None:
         message = _answer_message(posted)
         message.task_id, message.context_id = task.id, task.context_id
         try:
-            await kit.send(caller, message)
+            async with kit.parts.desk.answering(task_id, ANSWER_SHOWN_WITHIN):
+                await kit.send(caller, message)
         except Refused:
             request_id = (posted.get("requestId") or [""])[0]
             decided = await _decision_of(kit, task_id, request_id)

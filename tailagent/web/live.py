@@ -16,9 +16,10 @@ reset, so the page rebuilds instead of guessing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from a2a.types.a2a_pb2 import Task
@@ -167,6 +168,27 @@ class Desk:
             if not self._pinned[task_id]:
                 del self._journals[task_id]
 
+    @contextlib.asynccontextmanager
+    async def answering(self, task_id: str, seconds: float) -> AsyncIterator[None]:
+        """Around the send of an answer: on a normal exit, waits (at most `seconds`)
+        until the task's journal no longer shows the question it showed on entry. The
+        send returns once the answer is taken, before the turn resumes and saves the
+        task, so a form's redirect would otherwise load a page still asking it (with
+        JavaScript off nothing would ever take it away)."""
+        self.pin(task_id)  # kept while waiting, so the saves that follow reach it
+        try:
+            journal = await self.journal(task_id)
+            asked = _question_of(journal)
+            yield
+            deadline = asyncio.get_running_loop().time() + seconds
+            while journal is not None and asked is not None and _question_of(journal) == asked:
+                left = deadline - asyncio.get_running_loop().time()
+                woken = journal.woken
+                if left <= 0 or not await _woken(woken, left):
+                    return
+        finally:
+            self.unpin(task_id)
+
     def pin(self, task_id: str) -> None:
         self._pinned[task_id] += 1
 
@@ -178,3 +200,18 @@ class Desk:
     def waiting_for(self, owner: str | None) -> list[str]:
         """Tasks waiting for an answer: one owner's, or everyone's (None, an admin)."""
         return [task_id for task_id, waits in self._waiting.items() if owner in (None, waits)]
+
+
+def _question_of(journal: Journal | None) -> Entry | None:
+    """The question a task's page shows now (None: it asks nothing)."""
+    change = journal.changes.get("ask") if journal is not None else None
+    return change.entry if change is not None else None
+
+
+async def _woken(event: asyncio.Event, seconds: float) -> bool:
+    """Whether the event came within `seconds`."""
+    try:
+        await asyncio.wait_for(event.wait(), seconds)
+    except TimeoutError:
+        return False
+    return True

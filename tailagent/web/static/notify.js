@@ -23,6 +23,19 @@
     status.hidden = !text;
   }
 
+  // A browser's registration or push service may never answer (a blocked service
+  // worker, a push service it cannot reach): each such step waits this long, then says so.
+  const STEP_SECONDS = 15;
+
+  function within(promise, why) {
+    let timer;
+    const late = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${why} within ${STEP_SECONDS} seconds`)),
+        STEP_SECONDS * 1000);
+    });
+    return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+  }
+
   function keyBytes(base64url) {
     const text = atob(base64url.replace(/-/g, "+").replace(/_/g, "/"));
     return Uint8Array.from(text, (c) => c.charCodeAt(0));
@@ -76,30 +89,38 @@
   }
 
   async function subscribe(registration, known) {
+    if (Notification.permission === "default") say("Allow notifications when the browser asks.");
     const permission = await Notification.requestPermission();
     if (permission !== "granted") {
       say(whyNot() || "Notifications were not allowed.");
       return;
     }
-    const subscription = await registration.pushManager.subscribe({
+    say("Waiting for this browser's push service…");
+    const subscription = await within(registration.pushManager.subscribe({
       userVisibleOnly: true, applicationServerKey: keyBytes(known.publicKey),
-    });
+    }), "the browser's push service did not answer (it must reach its push service on " +
+      "the internet); try again later or on another network");
     await post("/desk/push/subscriptions", { subscription: subscription.toJSON(), token: known.token });
     showOn(true);
     say(`You will be told on this device (${known.device}) when the agent needs you.`);
   }
 
   function register() {
-    return navigator.serviceWorker.register("/desk/sw.js", { scope: "/desk/" });
+    return within(navigator.serviceWorker.register("/desk/sw.js", { scope: "/desk/" }),
+      "this browser did not set up the desk's service worker (private windows and some " +
+      "settings block them); reload the page and tap Notify me again");
   }
 
   // A tap subscribes; it registers the service worker again first, so a start that
-  // failed (the server restarting, a dropped connection) is mended by the tap.
+  // failed (the server restarting, a dropped connection) is mended by the tap. Until it
+  // ends the button is off and the line under the bar says what it waits for.
   function turnOn() {
-    say("");
+    button.disabled = true;
+    say("Waiting for this browser to set up notifications…");
     register()
       .then((registration) => server().then((known) => subscribe(registration, known)))
-      .catch((error) => say(`Notifications could not be turned on: ${error.message}`));
+      .catch((error) => say(`Notifications could not be turned on: ${error.message}.`))
+      .finally(() => { button.disabled = false; });
   }
 
   async function start() {
@@ -114,6 +135,7 @@
       if (button.dataset.on) location.href = "/desk/notifications";
       else turnOn();
     });
+    showOn(false);  // a tap works now; whether this device is on comes once the browser says
     const registration = await register();
     const known = await server();
     const current = await registration.pushManager.getSubscription();
