@@ -55,6 +55,11 @@ def token_command(args: argparse.Namespace, state_dir: Path) -> int:
             return 1
         print(f"revoked {args.name}", file=sys.stderr)
         return 0
+    if args.json:
+        for info in store.list():
+            row = {"name": info.name, "roles": list(info.roles), "created": info.created}
+            print(json_line(row))
+        return 0
     table = Table("name", "roles", "created")
     for info in store.list():
         table.add_row(*_cells(info.name, ", ".join(info.roles), info.created))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable
+from tailagent.access.localapi import START_TAILSCALED, LocalAPI, LocalAPIUnavailable
 from tailagent.config import Settings
 from tailagent.tailnet import ServeEntry, TailnetError, expose, withdraw
 
@@ -79,7 +79,12 @@ class ServeEntryPresence(BoxTailscaled):
     async def start(self, listener: str) -> str | None:
         try:
             self._entry = await expose(self.localapi, self._port, listener)
-        except (TailnetError, LocalAPIUnavailable) as exc:
+        except LocalAPIUnavailable as exc:
+            raise PresenceError(
+                f"--tailnet needs tailscaled: {exc}: {START_TAILSCALED}, or name its socket "
+                "with --tailscale-socket; without tailscaled, --tsnet joins as a node of its own"
+            ) from None
+        except TailnetError as exc:
             raise PresenceError(str(exc)) from None
         return self._entry.public_url
 

@@ -369,7 +369,10 @@ class AccessGuard:
                 )
             # Said once in the log as it changes, not in every access line.
             where = self._resolver.localapi.where
-            seen = Seen(None, "LocalAPI unreachable", f"; start {where} for tailnet callers")
+            # Who the caller is (a local connection) is all the identity keeps; why no
+            # tailnet identity could be asked is the refusal's advice, not its name.
+            advice = f", LocalAPI unreachable: start {where} for tailnet callers"
+            seen = Seen(None, "local connection", advice)
         return self._policy.decide(seen, token)
 
     async def _who(

@@ -40,6 +40,10 @@ RETRY_AFTER = 1.0
 PATIENCE = 60.0
 
 
+# What a person does about it, said where a command needs tailscaled (as doctor says it).
+START_TAILSCALED = "start tailscaled (sudo systemctl start tailscaled)"
+
+
 class LocalAPIUnavailable(Exception):
     """tailscaled could not say: unreachable, or it answered 5xx. Callers fail closed."""
 

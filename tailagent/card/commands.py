@@ -17,30 +17,51 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, find_socket
-from tailagent.card.keys import KeyStore
+from tailagent.access.localapi import (
+    START_TAILSCALED,
+    LocalAPI,
+    LocalAPIUnavailable,
+    find_socket,
+)
+from tailagent.card.keys import KeyStore, SigningKey
 from tailagent.card.peers import discover
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
+from tailagent.config import is_loopback_url
 from tailagent.tsnet.client import node_without_tailscaled, proxy_for
 from tailagent.visible import visible
 
 
+def _show_key(key: SigningKey | None, store: KeyStore, as_json: bool) -> None:
+    if as_json:
+        alg, kid = (key.alg, key.kid) if key is not None else (None, None)
+        print(json.dumps({"alg": alg, "kid": kid, "path": str(store.path)}))
+    elif key is None:
+        print(f"no signing key in {store.path.parent} yet: the server makes one at its first "
+              "start (or `tailagent keys init`)")  # fmt: skip
+    else:
+        print(f"{key.alg} key {key.kid} in {store.path}")
+
+
 def keys_command(args: argparse.Namespace, state_dir: Path) -> int:
     store = KeyStore(state_dir)
+    as_json = getattr(args, "json", False)
     if args.action in (None, "show"):
-        if not store.exists():
-            print(f"no signing key in {state_dir} yet: the server makes one at its first start "
-                  "(or `tailagent keys init`)")  # fmt: skip
-            return 0
-        current = store.current()
-        print(f"{current.alg} key {current.kid} in {store.path}")
+        _show_key(store.current() if store.exists() else None, store, as_json)
         return 0
     try:
         key = store.init(args.alg) if args.action == "init" else store.rotate(args.alg)
-    except FileExistsError as exc:
-        print(f"tailagent: {exc} (use `tailagent keys rotate` to replace it)", file=sys.stderr)
+    except FileExistsError:
+        current = store.current()
+        other = "EdDSA" if current.alg == "ES256" else "ES256"
+        print(
+            f"tailagent: a signing key ({current.alg}, {current.kid}) already exists in "
+            f"{store.path}: the server makes one at its first start, and `keys init` (its "
+            "--alg) applies only before that. `tailagent keys rotate` replaces it "
+            f"(`--alg {other}` for the other type)",
+            file=sys.stderr,
+        )
         return 1
-    print(f"{key.alg} key {key.kid} in {store.path}")
+    _show_key(key, store, as_json)
     if args.action == "rotate":
         print(
             "The previous key stays in the JWKS for 7 days. Clients elsewhere that pinned it "
@@ -52,22 +73,34 @@ def keys_command(args: argparse.Namespace, state_dir: Path) -> int:
     return 0
 
 
+def card_url(text: str) -> str:
+    """The agent's URL as given, or for HOST:PORT alone, with the scheme it is served
+    with: http on this box (the server's own listener), https elsewhere (the tailnet's
+    `tailscale serve`)."""
+    if "://" in text:
+        return text
+    return ("http://" if is_loopback_url(f"http://{text}") else "https://") + text
+
+
 async def _card(args: argparse.Namespace) -> int:
-    known = KnownAgents()
-    proxy = proxy_for(args.url, args.state_dir)
+    known, url = KnownAgents(), card_url(args.url)
+    proxy = proxy_for(url, args.state_dir)
     async with httpx.AsyncClient(timeout=10, proxy=proxy) as http:
         try:
-            card = await fetch_card(args.url, http)
+            card = await fetch_card(url, http)
         except (httpx.HTTPError, ValueError) as exc:
-            shown = visible(f"tailagent: cannot fetch the card of {args.url}: {exc}")
+            shown = visible(f"tailagent: cannot fetch the card of {url}: {exc}")
             print(shown, file=sys.stderr)
             return 2
         # --trust (re-)pins what the card's own signing key, from its jku, verifies.
-        pinned = None if args.trust else known.get(args.url)
-        verdict = await verify_card(card, args.url, http, pinned)
+        pinned = None if args.trust else known.get(url)
+        verdict = await verify_card(card, url, http, pinned)
     if args.trust and verdict.valid and verdict.jwk is not None:
-        known.pin(args.url, verdict.jwk)
+        known.pin(url, verdict.jwk)
         verdict = type(verdict)("valid (pinned)", verdict.jwk)
+    if args.json:
+        print(json.dumps({"url": url, "card": card, "signature": verdict.status}))
+        return 0 if verdict.valid else 1
     console = Console(highlight=False, soft_wrap=True)
     interfaces = ", ".join(
         f"{i.get('protocolBinding')} {i.get('protocolVersion')} {i.get('url')}"
@@ -103,7 +136,9 @@ async def _peers(args: argparse.Namespace) -> int:
                 per_peer_timeout=args.timeout, proxy=proxy,
             )  # fmt: skip
     except LocalAPIUnavailable as exc:
-        print(f"tailagent: {exc}", file=sys.stderr)
+        print(f"tailagent: {exc}: {START_TAILSCALED}, or name its socket with "
+              "--tailscale-socket (a box without tailscaled: run `tailagent serve --tsnet` "
+              "first; its node answers)", file=sys.stderr)  # fmt: skip
         return 2
     finally:
         await localapi.aclose()

@@ -26,10 +26,20 @@ DEFAULT_URL = "http://127.0.0.1:3008"  # where `tailagent call` looks by default
 
 
 class ConfigError(Exception):
-    """A setting that stops the start; str() is the one line the user sees."""
+    """A setting that stops the start; str() is what the user sees, a line for each
+    setting that is wrong (ConfigError.several)."""
 
     def __init__(self, source: str, key: str, problem: str) -> None:
         super().__init__(f"{source}: {key}: {problem}")
+
+    @classmethod
+    def several(cls, problems: list[ConfigError]) -> ConfigError:
+        """Every problem found, one a line: the one error when there is one."""
+        if len(problems) == 1:
+            return problems[0]
+        joined = cls("", "", "")
+        joined.args = ("\n".join(str(problem) for problem in problems),)
+        return joined
 
 
 @dataclass(frozen=True, slots=True)

@@ -178,19 +178,44 @@ def _build(merged: Mapping[str, Any]) -> Settings:
 
 
 def _apply(
-    values: Mapping[str, Any], source: str, into: dict[str, Any], origins: dict[str, str]
+    values: Mapping[str, Any],
+    source: str,
+    into: dict[str, Any],
+    origins: dict[str, str],
+    problems: list[ConfigError],
 ) -> None:
+    """Checks and takes each value; what is wrong goes to `problems`, every one of
+    them, so a file with three mistakes takes one edit, not three starts."""
     for key, raw in values.items():
         origins[key] = source
         parser = PARSERS.get(key)
         if parser is None:
             near = difflib.get_close_matches(key, PARSERS, n=1)
             hint = f"did you mean {near[0]!r}?" if near else "see the README's Configuration"
-            raise ConfigError(source, key, f"unknown key; {hint}")
+            problems.append(ConfigError(source, key, f"unknown key; {hint}"))
+            continue
         try:
             into[key] = parser(raw)
         except ValueError as exc:
-            raise ConfigError(source, key, str(exc)) from None
+            problems.append(ConfigError(source, key, str(exc)))
+
+
+# Read where they are used, not as settings (config.cli_state_dir's own is a setting).
+OTHER_VARIABLES = (
+    "TAILAGENT_CONFIG", "TAILAGENT_TOKEN", "TAILAGENT_KNOWN_AGENTS", "TAILAGENT_TSNET_LIBRARY"
+)  # fmt: skip
+
+
+def unknown_environment(environ: Mapping[str, str]) -> list[str]:
+    """A line for each `TAILAGENT_*` variable tailagent does not read: a misspelt
+    setting would otherwise be ignored without a word."""
+    known = [_env_name(key) for key in PARSERS] + list(OTHER_VARIABLES)
+    lines = []
+    for name in sorted(n for n in environ if n.startswith(ENV_PREFIX) and n not in known):
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {near[0]}?" if near else "see the README's Configuration"
+        lines.append(f"the environment's {name} is no tailagent setting, ignored; {hint}")
+    return lines
 
 
 def _env_name(key: str) -> str:
@@ -233,12 +258,17 @@ def load_settings(
     """Merges file, environment and flags (None flags are unset) into validated Settings."""
     merged: dict[str, Any] = {}
     origins: dict[str, str] = {}  # key -> where its value came from
+    problems: list[ConfigError] = []
     if config_file is not None:
-        _apply(_flatten(read_config_file(config_file)), str(config_file), merged, origins)
+        file_values = _flatten(read_config_file(config_file))
+        _apply(file_values, str(config_file), merged, origins, problems)
     environ = os.environ if environ is None else environ
     from_env = {key: environ[_env_name(key)] for key in PARSERS if environ.get(_env_name(key))}
-    _apply(from_env, "environment", merged, origins)
-    _apply({k: v for k, v in flags.items() if v is not None}, "command line", merged, origins)
+    _apply(from_env, "environment", merged, origins, problems)
+    flagged = {k: v for k, v in flags.items() if v is not None}
+    _apply(flagged, "command line", merged, origins, problems)
+    if problems:
+        raise ConfigError.several(problems)
     settings = _build(merged)
     _check_together(settings, origins)
     return settings
