@@ -95,6 +95,26 @@ EXIT_CODES = (
     "error, 3 input-required (the reply command is printed), 130 interrupted, 141 the "
     "reader stopped reading (| head)"
 )
+# What the commands that follow no task exit with (not call's codes).
+TASKS_EXIT_CODES = (
+    "exit codes: 0 listed (none is a list too), 2 usage or connection error, 130 "
+    "interrupted, 141 the reader stopped reading (| head)"
+)
+CHANGE_EXIT_CODES = (
+    "exit codes: 0 done, or already done, or not confirmed at the prompt; 2 usage or "
+    "connection error, a refusal, or no --yes without a terminal; 130 interrupted"
+)
+
+
+def _positive(text: str) -> int:
+    """A count of at least one: `--limit 0` would ask the server for nothing."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive count (1 or more)")
+    return value
 
 
 def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -133,7 +153,9 @@ def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 
 def _tasks_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("tasks", help="your tasks on an agent, newest first", epilog=EXIT_CODES)
+    p = sub.add_parser(
+        "tasks", help="your tasks on an agent, newest first", epilog=TASKS_EXIT_CODES
+    )
     _agent_options(p)
     p.add_argument(
         "--state",
@@ -143,7 +165,7 @@ def _tasks_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
         help="only tasks in this state: submitted, working, input-required, completed, "
         "failed, canceled, rejected or auth-required",
     )  # fmt: skip
-    p.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    p.add_argument("--limit", type=_positive, default=20, help="at most this many (default 20)")
     p.add_argument("--json", action="store_true", help="one JSON object per task")
     watch = sub.add_parser("watch", help="follow a task to its end", epilog=EXIT_CODES)
     watch.add_argument("task", metavar="TASK", help="the task's id")
@@ -159,7 +181,9 @@ CONTEXT_HELP = "the conversation: its id, or the start of it (8 characters: its 
 
 def _conversation_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     merge = sub.add_parser(
-        "merge", help="bring a conversation's branch into its base branch", epilog=EXIT_CODES
+        "merge",
+        help="bring a conversation's branch into its base branch",
+        epilog=CHANGE_EXIT_CODES,
     )
     merge.add_argument("context", metavar="CONTEXT", help=CONTEXT_HELP)
     how = merge.add_mutually_exclusive_group()
@@ -176,13 +200,14 @@ def _conversation_parsers(sub: argparse._SubParsersAction) -> None:  # type: ign
     merge.add_argument("--yes", action="store_true", help="do not ask first")
     _agent_options(merge)
     discard = sub.add_parser(
-        "discard", help="drop a conversation's worktree and branch", epilog=EXIT_CODES
+        "discard", help="drop a conversation's worktree and branch", epilog=CHANGE_EXIT_CODES
     )
     discard.add_argument("context", metavar="CONTEXT", help=CONTEXT_HELP)
     discard.add_argument("--yes", action="store_true", help="do not ask first")
     _agent_options(discard)
     diff = sub.add_parser("diff", help="a conversation's changes against its base")
     diff.add_argument("context", metavar="CONTEXT", help=CONTEXT_HELP)
+    diff.add_argument("--json", action="store_true", help="one JSON object: the diff and its ids")
     _agent_options(diff)
     listed = sub.add_parser(
         "conversations", help="your conversations with a branch: ahead/behind, state"
@@ -226,7 +251,9 @@ def _token_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         help="a role of the token (repeatable; default: caller)",
     )
     _state_options(add)
-    _state_options(actions.add_parser("list", help="the tokens, without their secrets"))
+    listed = actions.add_parser("list", help="the tokens, without their secrets")
+    listed.add_argument("--json", action="store_true", help="one JSON object per token")
+    _state_options(listed)
     revoke = actions.add_parser("revoke", help="revoke a token now")
     revoke.add_argument("name", help="the token's name, as `tailagent token list` shows it")
     _state_options(revoke)
@@ -234,8 +261,12 @@ def _token_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 def _card_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     keys = sub.add_parser("keys", help="the card's signing key: show (the default), init, rotate")
+    keys.add_argument("--json", action="store_true", help="the key as one JSON object")
     actions = keys.add_subparsers(dest="action")
-    _state_options(actions.add_parser("show", help="the current key"))
+    show = actions.add_parser("show", help="the current key")
+    # SUPPRESS: an action's own default would undo `keys --json show`.
+    show.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="as JSON")
+    _state_options(show)
     for action, text in (("init", "make the signing key"), ("rotate", "sign with a new key")):
         p = actions.add_parser(action, help=text)
         p.add_argument(
@@ -244,9 +275,15 @@ def _card_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
             default=None if action == "rotate" else "ES256",
             help="the key type (default: ES256; rotate keeps it)",
         )
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="as JSON")
         _state_options(p)
     card = sub.add_parser("card", help="show an agent's card and check its signature")
-    card.add_argument("url", help="the agent's base URL (its card is at /.well-known/…)")
+    card.add_argument(
+        "url",
+        help="the agent's base URL (its card is at /.well-known/…); HOST:PORT alone is "
+        "http:// on this box, https:// elsewhere",
+    )
+    card.add_argument("--json", action="store_true", help="the card and its signature as JSON")
     card.add_argument("--trust", action="store_true", help="pin the card's key for this URL")
     card.add_argument("--state-dir", metavar="DIR", help=STATE_DIR_NODE_HELP)
     peers = sub.add_parser("peers", help="every tailagent on the tailnet, with its card")
@@ -347,7 +384,8 @@ def _settings(flags: dict[str, object], config: Path | None) -> Settings | None:
         # secret_env.environ(): os.environ and the secrets `serve` took out of it.
         return load_settings(flags, config, secret_env.environ())
     except ConfigError as exc:
-        print(f"tailagent: config error: {exc}", file=sys.stderr)
+        for problem in str(exc).splitlines():  # each problem of a file, not only the first
+            print(f"tailagent: config error: {problem}", file=sys.stderr)
         return None
 
 
@@ -422,8 +460,26 @@ def _parser() -> tuple[
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _serve_parser(sub)
+def unknown_command(words: list[str], commands: list[str]) -> str | None:
+    """What to say of a first word that is no command, with the one probably meant
+    (argparse lists all twenty)."""
+    word = words[0] if words else ""
+    if not word or word.startswith("-") or word in commands:
+        return None
+    near = difflib.get_close_matches(word, commands, n=1, cutoff=0.5)
+    hint = f"; did you mean `tailagent {near[0]}`?" if near else ""
+    return f"{word!r} is no tailagent command{hint} (`tailagent --help` lists them)"
+
+
     _call_parser(sub)
     _tasks_parsers(sub)
+    words = sys.argv[1:] if argv is None else argv
+    if not words:  # a bare `tailagent`: what there is to do, not an error
+        parser.print_help()
+        return 0
+    mistyped = unknown_command(words, list(sub.choices))
+    if mistyped is not None:
+        parser.error(mistyped)
     _conversation_parsers(sub)
     _web_parser(sub)
     _token_parser(sub)
@@ -590,3 +646,6 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"tailagent: {exc}", file=sys.stderr)
         return exc.exit_code
     return 0
+    from tailagent.config.sources import unknown_environment
+    for line in unknown_environment(os.environ):
+        logging.getLogger("tailagent").warning("%s", line)

@@ -88,7 +88,13 @@ async def _run(args: argparse.Namespace, target: Target) -> int:
     if args.command == "conversations":
         return await _list(args, target)
     if args.command == "diff":
-        print(await _ask(target, args, {"kind": "diff"}))
+        if not args.json:
+            print(await _ask(target, args, {"kind": "diff"}))
+            return EXIT_COMPLETED
+        reply = await _reply(target, args, {"kind": "diff"})
+        data = next(iter(message_data(reply)), {}) if reply is not None else {}
+        context = reply.context_id if reply is not None else args.context
+        print(json_line({"context": context, "diff": "", **data}))
         return EXIT_COMPLETED
     if args.command == "discard":
         print(await _ask(target, args, {"kind": "discard", "dryRun": True}))
