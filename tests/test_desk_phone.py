@@ -127,8 +127,8 @@ def test_notify_me_says_it_waits_for_a_hanging_registration_and_then_why_it_stop
     expect(status).to_have_text("Waiting for this browser to set up notifications…")
     page.clock.run_for(2_000)
     expect(status).to_contain_text("Notifications could not be turned on")
-    expect(status).to_contain_text("did not set up the desk's service worker")
-    expect(status).to_contain_text("within 15 seconds")
+    expect(status).to_contain_text("did not set up the desk's service worker within 15 seconds")
+    expect(status).to_contain_text("reload the page and tap Notify me again.")
     expect(button).to_be_enabled()  # a second tap tries again
     page.screenshot(path=str(tmp_path / "notify-timed-out.png"))
     context.close()

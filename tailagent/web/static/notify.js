@@ -27,11 +27,11 @@
   // worker, a push service it cannot reach): each such step waits this long, then says so.
   const STEP_SECONDS = 15;
 
-  function within(promise, why) {
+  function within(promise, what, advice) {
     let timer;
     const late = new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${why} within ${STEP_SECONDS} seconds`)),
-        STEP_SECONDS * 1000);
+      const why = `${what} within ${STEP_SECONDS} seconds${advice}`;
+      timer = setTimeout(() => reject(new Error(why)), STEP_SECONDS * 1000);
     });
     return Promise.race([promise, late]).finally(() => clearTimeout(timer));
   }
@@ -98,8 +98,8 @@
     say("Waiting for this browser's push service…");
     const subscription = await within(registration.pushManager.subscribe({
       userVisibleOnly: true, applicationServerKey: keyBytes(known.publicKey),
-    }), "the browser's push service did not answer (it must reach its push service on " +
-      "the internet); try again later or on another network");
+    }), "the browser's push service did not answer", " (the browser must reach it on the " +
+      "internet): try again later or on another network");
     await post("/desk/push/subscriptions", { subscription: subscription.toJSON(), token: known.token });
     showOn(true);
     say(`You will be told on this device (${known.device}) when the agent needs you.`);
@@ -107,8 +107,8 @@
 
   function register() {
     return within(navigator.serviceWorker.register("/desk/sw.js", { scope: "/desk/" }),
-      "this browser did not set up the desk's service worker (private windows and some " +
-      "settings block them); reload the page and tap Notify me again");
+      "this browser did not set up the desk's service worker", " (private windows and " +
+      "some settings block it): reload the page and tap Notify me again");
   }
 
   // A tap subscribes; it registers the service worker again first, so a start that
