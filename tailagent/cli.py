@@ -319,6 +319,22 @@ def _service_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
                 metavar="FILE",
                 help="--tsnet: the auth key, handed over as a systemd credential",
             )
+            _unit_serve_options(a)
+
+
+def _unit_serve_options(a: argparse.ArgumentParser) -> None:
+    """The serve options `service install` writes into the unit's command line."""
+    a.add_argument("--agent", choices=AGENTS, help="the agent it serves (default: claude)")
+    a.add_argument("--agent-command", metavar="CMD", help="any ACP agent, as a command line")
+    a.add_argument(
+        "--isolation", choices=("worktree", "shared"), help="a worktree per conversation, or one"
+    )
+    a.add_argument("--hostname", metavar="NAME", help="--tsnet: the node's name (tailagent)")
+    a.add_argument("--public-url", metavar="URL", help="the URL the agent card advertises")
+    a.add_argument("--tailnet", action="store_true", help="it configures `tailscale serve`")
+    a.add_argument("--tailnet-port", type=int, metavar="PORT", help="the HTTPS port (443)")
+    a.add_argument("--log-level", choices=LOG_LEVELS)
+    a.add_argument("--log-format", choices=("text", "json"))
 
 
 def _doctor_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -552,14 +568,15 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _service(args: argparse.Namespace) -> int:
     """`service install|uninstall`: paths made absolute here, as the unit runs elsewhere."""
-    from tailagent.service import install, uninstall
+    from tailagent.service import SERVE_OPTIONS, install, uninstall
 
     if args.action == "install":
         config = args.config.resolve() if args.config else None
         key_file = args.auth_key_file.resolve() if args.auth_key_file else None
+        options = {o: getattr(args, o[2:].replace("-", "_")) for o in SERVE_OPTIONS}
         return install(
             args.user, args.workspace, config, args.dest,
-            tsnet=args.tsnet, auth_key_file=key_file,
+            tsnet=args.tsnet, auth_key_file=key_file, options=options,
         )  # fmt: skip
     return uninstall(args.user, args.dest)
 

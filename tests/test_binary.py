@@ -164,11 +164,11 @@ def test_service_install_writes_a_unit_that_runs_the_binary(
 ) -> None:
     installed = run(
         [str(binary)], "service", "install", "--dest", str(tmp_path),
-        "--workspace", str(tmp_path), env=plain_env,
+        "--workspace", str(ROOT), env=plain_env,  # not /tmp: the system unit has its own
     )  # fmt: skip
     assert installed.returncode == 0, installed.stderr
     unit = (tmp_path / "tailagent.service").read_text()
-    assert f"ExecStart={binary} serve --cwd {tmp_path}" in unit
+    assert f"ExecStart={binary} serve --cwd {ROOT}" in unit
     checked = verify(tmp_path / "tailagent.service", False, tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
 

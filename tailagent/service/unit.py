@@ -1,21 +1,17 @@
-"""`tailagent service install|uninstall`: a systemd unit written for this machine,
-and the units shipped in `systemd/` (the same template, with systemd's specifiers).
+"""The unit: written for this machine by `service install`, and shipped in
+`systemd/` (the same template, with systemd's specifiers).
 
 The unit runs tailagent from where it is installed (the one-file binary, its
 console script, or its interpreter with -P: see origin.command()), on a
 unix socket in its runtime directory (only tailscaled and the service's
 user can connect), with its state in systemd's state directory and the hardening
-that still lets the agent work in its workspace. Installing writes the file and
-says what to run next; it starts nothing by itself.
+that still lets the agent work in its workspace.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +28,7 @@ _SERVICE = """\
 Type=notify
 NotifyAccess=main
 WorkingDirectory={workspace}
-{environment}ExecStart={command} serve{cwd}{config} \\
+{environment}ExecStart={command} serve{cwd}{config}{options} \\
     {listen}
 {credential}StateDirectory={name}
 StateDirectoryMode=0700
@@ -120,9 +116,11 @@ class Unit:
     # The shipped units leave the workspace to WorkingDirectory= (so $TAILAGENT_CWD,
     # set with `systemctl edit`, can still choose another: a flag would win over it).
     pass_cwd: bool = True
+    options: tuple[str, ...] = ()  # more of serve's options, as its command line has them
 
     def render(self) -> str:
-        config = f" --config {self.config}" if self.config else ""
+        config = f" --config {exec_word(self.config)}" if self.config else ""
+        options = "".join(f" {exec_word(word)}" for word in self.options)
         runtime = "%t" if self.user_mode else "/run"
         # --tsnet: the node in the process forwards to a loopback TCP port (whois
         # names callers by its ip:port), and the key arrives as a systemd credential.
@@ -133,10 +131,11 @@ class Unit:
         if self.auth_key_file is not None:
             credential = f"LoadCredential={CREDENTIAL_NAME}:{self.auth_key_file}\n"
         environment = f"Environment=PATH={self.search_path}\n" if self.search_path else ""
-        cwd = f" --cwd {self.workspace}" if self.pass_cwd else ""
+        cwd = f" --cwd {exec_word(self.workspace)}" if self.pass_cwd else ""
         service = _SERVICE.format(
             command=self.command, workspace=self.workspace, config=config, listen=listen,
             credential=credential, environment=environment, name=self.name, cwd=cwd,
+            options=options,
         )  # fmt: skip
         template = _USER if self.user_mode else _SYSTEM
         return template.format(
@@ -175,13 +174,25 @@ def this_machine(
     config: Path | None,
     tsnet: bool = False,
     auth_key_file: Path | None = None,
+    options: tuple[str, ...] = (),
 ) -> Unit:
     user = os.environ.get("SUDO_USER") or getpass.getuser()
     home = os.path.expanduser(f"~{user}")
     return Unit(
         user_mode, origin.command(), str(workspace.resolve()),
-        str(config) if config else None, user, home, tsnet, auth_key_file,
+        str(config) if config else None, user, home, tsnet, auth_key_file, options=options,
     )  # fmt: skip
+
+
+def exec_word(text: str) -> str:
+    """One word of ExecStart= as systemd reads it back: its specifiers (%) and
+    variables ($) doubled, and quoted when it holds a space, a quote or a backslash
+    (an agent command line is one word, however many it has itself)."""
+    word = text.replace("%", "%%").replace("$", "$$")
+    if word and not any(c in word for c in " \t\n\"'\\;"):
+        return word
+    escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
 
 
 def unit_path(user_mode: bool, dest: Path | None) -> Path:
@@ -191,128 +202,12 @@ def unit_path(user_mode: bool, dest: Path | None) -> Path:
         if dest.is_dir() or (dest.suffix != ".service" and not dest.exists()):
             return dest / UNIT_NAME
         return dest
-    if user_mode:
-        base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-        return Path(base) / "systemd" / "user" / UNIT_NAME
-    return SYSTEM_UNIT_DIR / UNIT_NAME
+    return unit_dir(user_mode) / UNIT_NAME
 
 
-def next_commands(unit: Unit, path: Path, installed: bool, custom: bool) -> list[str]:
-    """What to run after writing (or removing) the unit. A unit outside systemd's
-    search path (`--dest`) is linked into it first."""
-    ctl = "systemctl --user" if unit.user_mode else "sudo systemctl"
-    if not installed:
-        return [f"{ctl} disable --now {path.stem}", f"{ctl} daemon-reload"]
-    lines = [f"{ctl} link {path}"] if custom else []
-    lines += [f"{ctl} daemon-reload", f"{ctl} enable --now {path.stem}"]
-    if unit.user_mode:
-        lines.append(
-            f"sudo loginctl enable-linger {unit.user}   # keep it running when you log out"
-        )
-    if unit.tsnet:
-        journal = "journalctl --user" if unit.user_mode else "sudo journalctl"
-        how = "its name and URL" if unit.auth_key_file else "the login URL to open (no key given)"
-        lines.append(f"{journal} -u tailagent -f   # {how}")
-    else:
-        lines.append(f"sudo tailscale serve --bg unix:{unit.socket}   # put it on your tailnet")
-    return lines
-
-
-def install(
-    user_mode: bool,
-    workspace: Path,
-    config: Path | None,
-    dest: Path | None,
-    *,
-    tsnet: bool = False,
-    auth_key_file: Path | None = None,
-) -> int:
-    if auth_key_file is not None and not tsnet:
-        print("tailagent: --auth-key-file is for --tsnet units", file=sys.stderr)
-        return 2
-    if not workspace.is_dir():
-        print(f"tailagent: the workspace {workspace} is not a directory", file=sys.stderr)
-        return 2
-    unit = this_machine(user_mode, workspace, config, tsnet, auth_key_file)
-    path = unit_path(user_mode, dest)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(unit.render())
-    print(f"wrote {path}")
-    if unit.user == "root" and not user_mode:
-        print(
-            "note: the unit runs the agent as root, with root's rights on this box; run "
-            "`service install` as (or with sudo from) the user it should run as",
-            file=sys.stderr,
-        )
-    print("nothing is started; next:")
-    for line in next_commands(unit, path, installed=True, custom=dest is not None):
-        print(f"  {line}")
-    return 0
-
-
-def uninstall(user_mode: bool, dest: Path | None) -> int:
-    """Stops and disables the unit (when systemd runs this very file), then removes it:
-    a unit file removed first would leave its service running and its links behind."""
-    path = unit_path(user_mode, dest)
-    unit = this_machine(user_mode, Path.cwd(), None)
-    if not path.is_file():
-        print(f"tailagent: no unit at {path}", file=sys.stderr)
-        return 1
-    systemctl = shutil.which("systemctl")
-    ctl = [systemctl, *(["--user"] if user_mode else [])] if systemctl else []
-    known = _systemd_file(ctl, path.name) if ctl else None
-    if known is None:  # no systemd to ask: what to run once there is
-        said, then = f"removed {path}", next_commands(unit, path, False, dest is not None)
-    elif _same_file(known, path):
-        refusal = _disable(ctl, path)
-        if refusal:
-            print(refusal, file=sys.stderr)
-            return 1
-        said, then = f"stopped, disabled and removed {path}", [f"{_shown(ctl)} daemon-reload"]
-    else:
-        other = f"; its {path.name} is {known}, left alone" if known else ""
-        said, then = f"removed {path} (systemd ran nothing from it{other})", []
-    try:
-        path.unlink()
-    except OSError as exc:
-        print(f"tailagent: cannot remove {path}: {exc.strerror}", file=sys.stderr)
-        return 1
-    print(said + ("; next:" if then else ""))
-    for line in then:
-        print(f"  {line}")
-    return 0
-
-
-def _shown(ctl: list[str]) -> str:
-    """systemctl as a person types it: `systemctl --user`, or `sudo systemctl`."""
-    return "systemctl --user" if "--user" in ctl else "sudo systemctl"
-
-
-def _disable(ctl: list[str], path: Path) -> str:
-    """Stops and disables the unit; "" when done, else the line that says why not."""
-    done = subprocess.run(
-        [*ctl, "disable", "--now", path.name], capture_output=True, text=True, check=False
-    )
-    if done.returncode == 0:
-        return ""
-    why = (done.stderr.strip().splitlines() or ["it gave no reason"])[-1]
-    return (
-        f"tailagent: cannot stop and disable {path.name}: {why}; the unit stays at {path}: "
-        f"run `{_shown(ctl)} disable --now {path.stem}`, then uninstall again"
-    )
-
-
-def _systemd_file(ctl: list[str], name: str) -> str | None:
-    """The file systemd loads the unit `name` from ("" when it knows no such unit), or
-    None when systemd does not answer (not booted with it, no user manager)."""
-    shown = subprocess.run(
-        [*ctl, "show", "--property=FragmentPath", "--value", name],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    return shown.stdout.strip() if shown.returncode == 0 else None
-
-
-def _same_file(known: str, path: Path) -> bool:
-    """Whether systemd's unit is this file (a `systemctl link` is a symlink to it): a
-    unit of the same name elsewhere is another install, never disabled from here."""
-    return bool(known) and Path(known).resolve() == path.resolve()
+def unit_dir(user_mode: bool) -> Path:
+    """Where systemd looks for this mode's units that an administrator installs."""
+    if not user_mode:
+        return SYSTEM_UNIT_DIR
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "systemd" / "user"
