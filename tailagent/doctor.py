@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from tailagent import origin
@@ -23,6 +24,7 @@ from tailagent.config import AGENTS, Settings
 from tailagent.probe import healthy
 from tailagent.statelock import running_server
 from tailagent.visible import visible
+from tailagent.workspace.worktrees.holdings import KINDS, held
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,32 @@ def _agent(settings: Settings) -> Check:
                     settings.agent_process.package_version)  # fmt: skip
 
 
+def _agent_setup(settings: Settings) -> list[Check]:
+    """A preset's login, where the agent keeps it in a place tailagent can read, and the
+    Node.js its package declares (`engines.node`) against `node --version`: what makes
+    an installed agent fail at its first turn instead of here."""
+    from tailagent.agents.acp.engines import declared_node, node_version, satisfies
+    from tailagent.agents.acp.logins import login_of
+    from tailagent.agents.acp.presets import agent_environment
+
+    preset = PRESETS.get(settings.agent)
+    if preset is None or settings.agent_command is not None or preset.package is None:
+        return []
+    env = agent_environment(dict(os.environ), preset, settings.agent_process.env_passthrough)
+    login = login_of(preset.name, env, Path(env.get("HOME") or Path.home()))
+    checks = [Check("agent login", login.found is not False, login.detail,
+                    "" if login.found is not False else preset.login_hint)]  # fmt: skip
+    declared = declared_node(preset.package, settings.agent_process.package_version)
+    if declared is None:
+        return checks
+    wanted, manifest = declared
+    have = node_version()
+    ok = have is not None and satisfies(have, wanted) is not False
+    detail = f"{preset.package} asks for Node {wanted} ({manifest}); node is {have or 'missing'}"
+    fix = "" if ok else f"install a Node.js {wanted} (nodejs.org, or nvm) for the service's user"
+    return [*checks, Check("node", ok, detail, fix)]
+
+
 async def _sandbox(settings: Settings) -> Check:
     """Whether each agent's sandbox can be made here, as `serve` would make it."""
     from tailagent.sandbox import bwrap
@@ -212,6 +240,24 @@ def _state_dir(settings: Settings) -> Check:
         f"{directory} ({oct(stat.S_IMODE(info.st_mode))})",
         "" if mine and private else f"chmod 700 {directory} (and own it as the service's user)",
     )
+
+
+def _worktrees(settings: Settings, server: dict[str, str]) -> Check:
+    """What tailagent holds in the state dir's worktrees: conversations' directories and
+    branches, the worktree made ahead, and what is no conversation's (a running server's
+    worktree made ahead is its own; with none running, `tailagent clean` takes it)."""
+    found = held(settings.state_dir / "worktrees")
+    if not found:
+        return Check("worktrees", True, "none kept")
+    shown = [h for h in found if not (server and h.kind == "made ahead")]
+    counts = {kind: sum(h.kind == kind for h in found) for kind in KINDS}
+    said = ", ".join(f"{n} {kind}" for kind, n in counts.items() if n)
+    lines = "; ".join(h.line() for h in shown)
+    leftover = sum(h.removable for h in shown)
+    if leftover:
+        said += f"; {leftover} no conversation's: `tailagent clean` removes them"
+    return Check("worktrees", True, f"{said} ({lines})" if lines else said,
+                 facts={"leftover": str(leftover)})  # fmt: skip
 
 
 def _key(settings: Settings) -> Check:
@@ -343,8 +389,9 @@ async def diagnose(settings: Settings, asked_agent: bool) -> list[Check]:
     checked, whose = _agent_to_check(settings, server, asked_agent)
     agent = _agent(checked)
     agent = replace(agent, detail=agent.detail + whose)
-    checks += [_key(settings), agent, await _sandbox(checked), _state_dir(settings)]
-    checks += [await _store(settings)]
+    checks += [_key(settings), agent, *_agent_setup(checked), await _sandbox(checked)]
+    checks += [_state_dir(settings)]
+    checks += [await _store(settings), _worktrees(settings, server)]
     return [Check("install", True, origin.describe()), *checks, await _listener(settings, server)]
 
 

@@ -179,3 +179,42 @@ def test_doctor_offline_says_it_could_not_check_the_latest(tmp_path: Path) -> No
         "✓ agent: claude-acp through npx: @agentclientprotocol/claude-agent-acp@1.0.0 "
         "(agent.package_version); could not ask npm for its latest"
     )
+
+
+def test_doctor_checks_the_login_and_the_node_version_a_preset_asks_for(tmp_path: Path) -> None:
+    """The package installed for qwen declares `engines.node >=22`; this box's node is 20:
+    doctor says so, and that no login is found, each with its fix."""
+    env = fake_node(tmp_path / "bin", "2.1.0")
+    (tmp_path / "bin" / "node").write_text("#!/bin/sh\necho v20.19.1\n")
+    (tmp_path / "bin" / "node").chmod(0o755)
+    folder = tmp_path / ".cache" / "tailagent" / "agents" / "@qwen-code+qwen-code@2.1.0"
+    package = folder / "node_modules" / "@qwen-code" / "qwen-code"
+    package.mkdir(parents=True)
+    (package / "package.json").write_text('{"name": "@qwen-code/qwen-code", "engines": '
+                                          '{"node": ">=22.0.0"}}')  # fmt: skip
+    (folder / ".installed").write_text("@qwen-code/qwen-code@2.1.0\n")
+    config = tmp_path / "pinned.toml"
+    config.write_text('[agent]\npackage_version = "2.1.0"\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "tailagent", "doctor", "--agent", "qwen", "--config", str(config),
+         "--state-dir", str(tmp_path / "state"), "--tailscale-socket", str(tmp_path / "no.sock")],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    lines = result.stdout.splitlines()
+    node = next(line for line in lines if line.startswith(("✓ node:", "✗ node:")))
+    assert node.startswith("✗ node: @qwen-code/qwen-code asks for Node >=22.0.0 (")
+    assert "node is 20.19.1 — fix: install a Node.js >=22.0.0" in node
+    login = next(line for line in lines if " agent login:" in line)
+    assert login.startswith(f"✗ agent login: no login found in {tmp_path}/.qwen/oauth_creds.json")
+    assert "fix: run `npx -y @qwen-code/qwen-code` once on the server" in login
+    assert result.returncode == 1
+
+    (tmp_path / "bin" / "node").write_text("#!/bin/sh\necho v22.3.0\n")
+    keyed = {**env, "DASHSCOPE_API_KEY": "k"}
+    again = subprocess.run(
+        [sys.executable, "-m", "tailagent", "doctor", "--agent", "qwen", "--config", str(config),
+         "--state-dir", str(tmp_path / "state"), "--tailscale-socket", str(tmp_path / "no.sock")],
+        capture_output=True, text=True, timeout=60, env=keyed,
+    ).stdout.splitlines()  # fmt: skip
+    assert "✓ agent login: DASHSCOPE_API_KEY is set" in again
+    assert any(line.startswith("✓ node:") and "node is 22.3.0" in line for line in again)

@@ -21,6 +21,7 @@ from acp import RequestError
 from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio
 
 from tailagent.agents.acp.install import installed, program
+from tailagent.agents.acp.logins import SILENT_WITHOUT_LOGIN, login_of
 from tailagent.agents.acp.presets import Preset, agent_environment, command_line
 from tailagent.agents.acp.process import AgentProcess
 from tailagent.agents.acp.session import AUTH_REQUIRED, AcpSession, AgentNeedsLogin, HostClient
@@ -145,6 +146,12 @@ class AcpBackend:
     async def open_session(
         self, resume_id: str | None = None, cwd: Path | None = None
     ) -> AcpSession:
+        if self.name in SILENT_WITHOUT_LOGIN:
+            # It would open the session and fail the turn minutes later ("Cannot connect
+            # to API"): a login it does not have is refused now, with its hint.
+            home = Path(self.env.get("HOME") or Path.home())
+            if login_of(self.name, self.env, home).found is False:
+                raise self._needs_login()
         by_directory = self._spare_directory is not None
         process = await self._spares.take(cwd if by_directory else None)
         try:
@@ -174,15 +181,16 @@ class AcpBackend:
             created = await self._new_session(process, cwd)
         except RequestError as exc:
             if exc.code == AUTH_REQUIRED:
-                raise AgentNeedsLogin(
-                    f"The agent needs a login on the server: {self.preset.login_hint}."
-                ) from None
+                raise self._needs_login() from None
             raise
         session = self._session(process, created.session_id, root)
         session.config_options = list(created.config_options or [])
         if notice is not None:
             session.note(notice)
         return session
+
+    def _needs_login(self) -> AgentNeedsLogin:
+        return AgentNeedsLogin(f"The agent needs a login on the server: {self.preset.login_hint}.")
 
     async def _new_session(self, process: AgentProcess, cwd: str) -> Any:
         """A new session. Most agents list their login methods whether or not they are

@@ -64,8 +64,8 @@ PRESETS = {
         ("--acp",),
         ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_CLOUD_PROJECT",
          "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_GENAI_USE_VERTEXAI"),
-        "run `gemini` once on the server to log in (organization Code Assist plans), or set "
-        "GEMINI_API_KEY",
+        "run `npx -y @google/gemini-cli` once on the server as the service's user to log in "
+        "(organization Code Assist plans), or set GEMINI_API_KEY",
         GEMINI,
     ),
     "opencode": Preset(

@@ -65,6 +65,7 @@ from tailagent.agents.acp.textfiles import FileRefused, read_text, write_text
 from tailagent.agents.acp.workspace import OutsideWorkspace, confine
 from tailagent.agents.events import (
     AgentEvent,
+    AgentStartError,
     Answer,
     FileChanged,
     Notice,
@@ -101,8 +102,9 @@ TERMINAL_OPTIONS = (
 )
 
 
-class AgentNeedsLogin(Exception):
-    """The agent wants credentials it does not have; str() says what to do on the server."""
+class AgentNeedsLogin(AgentStartError):
+    """The agent wants credentials it does not have; str() says what to do on the server.
+    An AgentStartError: an expected refusal, logged as one line, not a fault of ours."""
 
 
 def _text_of(content: Any) -> str:

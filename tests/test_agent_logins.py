@@ -1,0 +1,86 @@
+"""An agent without a login, through the real CLI and a real server: the preset's one-line
+hint at once, one WARNING in the log, no traceback (tests/fake_acp_agent.py stands in for
+the preset's agent, as a local install with `--agent-command` does)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tailagent.agents.acp.presets import PRESETS
+from tests.conftest import RunningServer, start_server
+
+FAKE = Path(__file__).with_name("fake_acp_agent.py")
+
+
+def serve_preset(tmp: Path, preset: str, *flags: str) -> RunningServer:
+    """`serve --agent PRESET` running the fake agent, with a data home (where OpenCode
+    keeps its login) that holds none."""
+    data = tmp / "data"
+    data.mkdir()
+    keys = {name for p in PRESETS.values() for name in p.credential_env}
+    env = {k: v for k, v in os.environ.items() if k not in keys and not k.startswith("XDG_")}
+    command = " ".join([sys.executable, str(FAKE), "--log", "-", *flags])
+    return start_server(tmp, "--agent", preset, "--agent-command", command,
+                        env={**env, "XDG_DATA_HOME": str(data)})  # fmt: skip
+
+
+def call(server: RunningServer) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "tailagent", "call", "--url", server.url, "--token", server.token,
+         "hello"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "80"},
+    )  # fmt: skip
+    return done, time.monotonic() - started
+
+
+def warnings_and_errors(server: RunningServer) -> list[str]:
+    return [line for line in server.log().splitlines() if " WARNING " in line or " ERROR " in line]
+
+
+def test_a_refused_session_gives_the_presets_hint_and_one_warning(tmp_path: Path) -> None:
+    """Like codex, gemini, copilot and qwen: session/new answers "auth required"."""
+    server = serve_preset(tmp_path, "gemini", "--auth-required")
+    try:
+        done, _ = call(server)
+        assert done.returncode == 1
+        assert "needs a login on the server: run `npx -y @google/gemini-cli` once" in done.stdout
+        noted = warnings_and_errors(server)
+        assert len(noted) == 1 and " WARNING " in noted[0], noted
+        assert "npx -y @google/gemini-cli" in noted[0]
+        assert "Traceback" not in server.log()
+    finally:
+        server.stop()
+
+
+def test_opencode_without_a_login_is_refused_before_its_session(tmp_path: Path) -> None:
+    """OpenCode opens a session without a login and fails the turn minutes later: with no
+    auth.json and no provider key, the turn is refused at once, the agent never asked."""
+    server = serve_preset(tmp_path, "opencode")
+    try:
+        done, took = call(server)
+        assert done.returncode == 1
+        assert "needs a login on the server: run `npx -y opencode-ai auth login`" in done.stdout
+        assert took < 30
+        assert "lifecycle: new" not in server.log()
+        noted = warnings_and_errors(server)
+        assert len(noted) == 1 and " WARNING " in noted[0], noted
+        assert "Traceback" not in server.log()
+    finally:
+        server.stop()
+    logged_in = tmp_path / "logged-in"
+    logged_in.mkdir()
+    server = serve_preset(logged_in, "opencode")
+    try:
+        auth = logged_in / "data" / "opencode" / "auth.json"
+        auth.parent.mkdir(parents=True)
+        auth.write_text('{"anthropic": {"type": "api", "key": "k"}}')
+        done, _ = call(server)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "lifecycle: new" in server.log()
+    finally:
+        server.stop()
