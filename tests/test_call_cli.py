@@ -222,31 +222,60 @@ def task_states(server: RunningServer) -> dict[str, str]:
 
 
 def test_ctrl_c_cancels_the_task_and_tasks_watch_cancel_follow_it(server: RunningServer) -> None:
-    # A script's Ctrl-C (stdin is not a terminal) cancels at once.
-    interrupted = subprocess.run(
-        ["timeout", "--preserve-status", "-s", "INT", "2", sys.executable, "-m", "tailagent",
-         "call", "slow 8",
-         "--url", server.url], env=user_env(server), capture_output=True, text=True, timeout=60,
+    # A script's Ctrl-C (stdin is not a terminal) cancels at once. Each step waits for
+    # what it acts on (the task's header, a tick), never a clock: a loaded box is slow.
+    interrupted = subprocess.Popen(
+        [sys.executable, "-m", "tailagent", "call", "slow 60", "--url", server.url],
+        env=user_env(server), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert interrupted.returncode == 130, interrupted.stderr
-    task_id = interrupted.stderr.split("canceled task ")[1].split()[0]
-    assert "[canceled]" in interrupted.stdout
+    try:
+        assert interrupted.stdout is not None
+        header = interrupted.stdout.readline()  # `task <id>  context <id>`: it runs
+        interrupted.send_signal(signal.SIGINT)
+        out, errors = interrupted.communicate(timeout=60)
+    finally:
+        interrupted.kill()
+    assert interrupted.returncode == 130, header + errors
+    task_id = header.split()[1]
+    assert f"tailagent: canceled task {task_id}" in errors, errors
+    assert "[canceled]" in out
     assert task_states(server)[task_id] == "TASK_STATE_CANCELED"
 
     # `tasks`: newest first, with states; `watch` follows a running task to its end.
     running = subprocess.Popen(
-        [sys.executable, "-m", "tailagent", "call", "slow 2", "--json", "--url", server.url],
+        [sys.executable, "-m", "tailagent", "call", "slow 60", "--json", "--url", server.url],
         env=user_env(server), stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert running.stdout is not None
-    started = json.loads(running.stdout.readline())["task"]["id"]
-    table = cli(server, "tasks")
-    assert table.stdout.splitlines()[1].split()[:2] == [started, "working"], table.stdout
-    watched = cli(server, "watch", started)
-    assert watched.returncode == 0 and "[completed]" in watched.stdout, watched.stdout
-    running.communicate(timeout=30)
-    again = cli(server, "watch", started)  # a finished task: its state, at once
-    assert again.returncode == 0 and "[completed]" in again.stdout
+    watching = None
+    try:
+        assert running.stdout is not None
+        started = json.loads(running.stdout.readline())["task"]["id"]
+        table = cli(server, "tasks")
+        assert table.stdout.splitlines()[1].split()[:2] == [started, "working"], table.stdout
+        watching = subprocess.Popen(
+            [sys.executable, "-m", "tailagent", "watch", started, "--url", server.url],
+            env=user_env(server), stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert watching.stdout is not None
+        followed = ""
+        while "tick " not in followed:  # the task's own events, as they come
+            line = watching.stdout.readline()
+            assert line, followed
+            followed += line
+        # `cancel` ends the running task; `watch` and the call that started it see it end.
+        canceled = cli(server, "cancel", started)
+        assert canceled.returncode == 0 and canceled.stdout.strip() == f"task {started}: canceled"
+        rest = watching.communicate(timeout=60)[0]
+        last = rest.strip().splitlines()[-1]
+        assert watching.returncode == 1 and last.startswith("[canceled]"), followed + rest
+        running.communicate(timeout=60)
+    finally:
+        running.kill()
+        if watching is not None:
+            watching.kill()
+    again = cli(server, "watch", started)  # an ended task: its state, at once
+    assert again.returncode == 1 and "[canceled]" in again.stdout
 
     # `cancel`: a task that waits for an answer.
     parked = cli(server, "call", "ask")
