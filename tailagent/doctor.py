@@ -24,6 +24,7 @@ from tailagent.config import AGENTS, Settings
 from tailagent.probe import healthy
 from tailagent.statelock import running_server
 from tailagent.visible import visible
+from tailagent.workspace.worktrees.holdings import KINDS, held
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,24 @@ def _state_dir(settings: Settings) -> Check:
     )
 
 
+def _worktrees(settings: Settings, server: dict[str, str]) -> Check:
+    """What tailagent holds in the state dir's worktrees: conversations' directories and
+    branches, the worktree made ahead, and what is no conversation's (a running server's
+    worktree made ahead is its own; with none running, `tailagent clean` takes it)."""
+    found = held(settings.state_dir / "worktrees")
+    if not found:
+        return Check("worktrees", True, "none kept")
+    shown = [h for h in found if not (server and h.kind == "made ahead")]
+    counts = {kind: sum(h.kind == kind for h in found) for kind in KINDS}
+    said = ", ".join(f"{n} {kind}" for kind, n in counts.items() if n)
+    lines = "; ".join(h.line() for h in shown)
+    leftover = sum(h.removable for h in shown)
+    if leftover:
+        said += f"; {leftover} no conversation's: `tailagent clean` removes them"
+    return Check("worktrees", True, f"{said} ({lines})" if lines else said,
+                 facts={"leftover": str(leftover)})  # fmt: skip
+
+
 def _key(settings: Settings) -> Check:
     keys = KeyStore(settings.state_dir)
     if not keys.exists():
@@ -372,7 +391,7 @@ async def diagnose(settings: Settings, asked_agent: bool) -> list[Check]:
     agent = replace(agent, detail=agent.detail + whose)
     checks += [_key(settings), agent, *_agent_setup(checked), await _sandbox(checked)]
     checks += [_state_dir(settings)]
-    checks += [await _store(settings)]
+    checks += [await _store(settings), _worktrees(settings, server)]
     return [Check("install", True, origin.describe()), *checks, await _listener(settings, server)]
 
 

@@ -9,10 +9,12 @@ import json
 import os
 import pty
 import re
+import signal
 import struct
 import subprocess
 import sys
 import termios
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -241,8 +243,11 @@ def test_switching_cwd_on_a_state_dir_says_so_once(tmp_path: Path) -> None:
     try:
         done = run(server, "call", "edit:notes.txt kept")
         assert done.returncode == 0, done.stderr
+        deadline = time.monotonic() + 30
+        while not made_ahead(server.state_dir, first) and time.monotonic() < deadline:
+            time.sleep(0.1)
     finally:
-        server.stop()
+        server.stop(signal.SIGKILL)  # killed: its worktree made ahead is left behind
     assert made_ahead(server.state_dir, first)  # one for the next conversation, of the first
 
     logs = []

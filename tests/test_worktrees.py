@@ -741,10 +741,10 @@ async def test_a_worktree_made_ahead_that_someone_wrote_in_is_not_given(
     assert registered(repo) == [str(repo)] and list((wts.root / ".trash").iterdir()) == []
 
 
-async def test_prune_keeps_whole_worktrees_made_ahead_and_finishes_cut_adoptions(
+async def test_prune_removes_worktrees_made_ahead_and_finishes_cut_adoptions(
     repo: Path, wts: Worktrees
 ) -> None:
-    kept, cut, adopted = await asyncio.gather(wts.prepare(), wts.prepare(), wts.prepare())
+    left, cut, adopted = await asyncio.gather(wts.prepare(), wts.prepare(), wts.prepare())
     shutil.rmtree(cut)  # a creation cut short: its directory never came
     # An adoption cut short after the conversation's record was written: the worktree
     # is the conversation's; only the record of it as made ahead is left over.
@@ -752,7 +752,7 @@ async def test_prune_keeps_whole_worktrees_made_ahead_and_finishes_cut_adoptions
     record |= {"context_id": "ctx-adopted"}
     (wts.root / "ctx-adopted.json").write_text(json.dumps(record))
     assert await wts.prune({"ctx-adopted"}) == []
-    assert wts.ready() == [kept]
+    assert wts.ready() == [] and not left.exists()  # a killed server's: a start removes it
     assert (await wts.get("ctx-adopted")) is not None and adopted.is_dir()
     assert str(cut) not in registered(repo)
 

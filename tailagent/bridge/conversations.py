@@ -6,8 +6,8 @@ that changed files ends with a commit whose trailers say who asked and who allow
 each step, and nothing reaches the base branch until a person merges it. Shared,
 every conversation works in the workspace itself, as before.
 
-The executor asks only two things of this module (`directory`, `turn_ended`); the
-agents get a directory and never learn git.
+The executor asks only three things of this module (`directory`, `turn_ended`, and
+`turn_over` however the turn ended); the agents get a directory and never learn git.
 """
 
 from __future__ import annotations
@@ -77,6 +77,12 @@ class Conversations(Protocol):
         """Records the turn (a commit); what the task's final status says of it."""
         ...
 
+    async def turn_over(self, context_id: str) -> None:
+        """The conversation has no turn alive any more, however its last one ended
+        (done, failed, cancelled, refused, or its agent never started): a branch with
+        nothing ahead of its base goes."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -92,6 +98,9 @@ class Shared:
         return None
 
     async def turn_ended(self, turn: TurnRecord) -> dict[str, Any] | None:
+        return None
+
+    async def turn_over(self, context_id: str) -> None:
         return None
 
     async def aclose(self) -> None:
@@ -131,11 +140,12 @@ class Isolated:
         """Where an agent started ahead should start: a worktree made ahead that no other
         has, so the conversation taking the worktree finds its agent already there."""
         async with self._making:
-            for path in self.worktrees.ready():
-                if path not in self._spared:
-                    break
-            else:
-                path = await self.worktrees.prepare()
+            ready = self.worktrees.ready()
+            self._spared &= set(ready)
+            fresh = [path for path in ready if path not in self._spared]
+            # All spared (a spare agent that failed, say at a missing login, asks again):
+            # the newest is shared rather than another made, so one is kept, not dozens.
+            path = (fresh or ready[-1:] or [await self.worktrees.prepare()])[0]
             self._spared.add(path)
             return path
 
@@ -152,7 +162,17 @@ class Isolated:
             self._refill.cancel()
             with contextlib.suppress(BaseException):
                 await self._refill
+        try:  # nobody's until taken: it does not outlive the serving of its repository
+            await self.worktrees.drop_ready()
+        except (GitError, OSError) as exc:
+            log.warning("the worktree made ahead was not removed: %s", exc)
         await self.worktrees.aclose()
+
+    async def turn_over(self, context_id: str) -> None:
+        try:
+            await self.worktrees.release(context_id)
+        except (GitError, OSError) as exc:
+            log.warning("conversation %s: its empty branch was not removed: %s", context_id, exc)
 
     async def turn_ended(self, turn: TurnRecord) -> dict[str, Any] | None:
         try:

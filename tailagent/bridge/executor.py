@@ -87,6 +87,7 @@ class BridgeExecutor(AgentExecutor):
         )
         self._answers = AnswerApplier(self._claims, self._decisions, max_permission_denials)
         self._pump = Pump(pool, self._runtimes, self._decisions, costs, conversations)
+        self._conversations = conversations
 
     def restore(self, tasks: list[Task]) -> None:
         """Takes back the tasks a previous run left waiting for an answer (`parked`)."""
@@ -129,6 +130,19 @@ class BridgeExecutor(AgentExecutor):
         return self._backend.name != "echo" or tck.scenario_of(params.message) is None
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        try:
+            await self._execute(context, event_queue)
+        finally:
+            await self._over(context.context_id or "")
+
+    async def _over(self, context_id: str) -> None:
+        """Once no turn of the conversation is alive (not running, not waiting for an
+        answer), its branch goes if it holds nothing: every way a turn ends passes here
+        or through `cancel`, so none leaves an empty branch behind."""
+        if context_id and not any(r.context_id == context_id for r in self._runtimes.all()):
+            await self._conversations.turn_over(context_id)
+
+    async def _execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         message = context.message
         assert message is not None and context.task_id and context.context_id
         task_id, context_id = context.task_id, context.context_id
@@ -229,3 +243,4 @@ class BridgeExecutor(AgentExecutor):
             "canceled",
             [text_part("The task was canceled by the caller.")],
         )
+        await self._over(context_id)

@@ -3,8 +3,10 @@
 A checkout takes 0.2 s to seconds on a big repository, which a new conversation would
 otherwise wait for: one is made ahead (a repository of its own, detached, `+ready-<hex>`),
 refreshed once its files' times are in the past, and given to the next new conversation,
-moved to the base's tip and onto a branch of its own. What a restart finds of them is
-kept or cleared here too. This changes for speed's reasons, not for merging's or a turn's.
+moved to the base's tip and onto a branch of its own. It is nobody's until taken, so it
+lives only while a server serves its repository: a clean stop removes it (`drop_all`),
+and a start removes what a killed server left (`check_ready`). This changes for speed's
+reasons, not for merging's or a turn's.
 """
 
 from __future__ import annotations
@@ -144,9 +146,10 @@ class MadeAhead:
         return own
 
     async def check_ready(self) -> None:
-        """Keeps the worktrees made ahead that are whole (a restart need not make them
-        again). A creation cut short is removed; one whose path a conversation's record
-        names is the rest of an adoption cut short: only its record goes. Under the lock."""
+        """At a start, removes the worktrees made ahead that an earlier run left (a killed
+        server's: a clean stop removes its own), so a repository never holds more than
+        the one the running server makes. One whose path a conversation's record names
+        is the rest of an adoption cut short: only its record goes. Under the lock."""
         claimed = set()
         for record in self.records.root.glob("*.json"):
             if not record.name.startswith(READY_PREFIX):
@@ -162,10 +165,25 @@ class MadeAhead:
                     continue
                 if str(path) in claimed:
                     record.unlink()
-                elif not path.is_dir():
+                else:
                     await self.removal.remove(ready, record)
             except GitError as error:
                 log.warning("worktree made ahead %s left alone: %s", path, error)
+
+    async def drop_all(self) -> int:
+        """At a clean stop: removes the worktrees made ahead (nobody's yet; the next start
+        makes one again). How many went. Under the lock."""
+        dropped = 0
+        for path in self.ready():
+            record = self.records.ready_record(path)
+            try:
+                ready = await self.records.read(record, "")
+                if ready is not None:
+                    await self.removal.remove(ready, record)
+                    dropped += 1
+            except GitError as error:
+                log.warning("worktree made ahead %s left alone: %s", path, error)
+        return dropped
 
     async def _drop_foreign(self, path: Path, record: Path) -> bool:
         """Removes a worktree made ahead for another repository (the state dir served

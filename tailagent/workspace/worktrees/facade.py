@@ -153,6 +153,11 @@ class Worktrees:
         """The worktrees made ahead and not yet taken, oldest (next to be taken) first."""
         return self._ahead.ready()
 
+    async def drop_ready(self) -> int:
+        """At a clean stop: removes the worktrees made ahead (see MadeAhead.drop_all)."""
+        async with self._lock.exclusive():
+            return await self._ahead.drop_all()
+
     async def commit_turn(
         self, context_id: str, subject: str, trailers: list[tuple[str, str]]
     ) -> str | None:

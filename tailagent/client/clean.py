@@ -1,0 +1,49 @@
+"""`tailagent clean`: removes what tailagent keeps in a state dir that is no
+conversation's (see workspace/worktrees/holdings.py), saying each first.
+
+It reads the state dir itself, so it runs only while no server does: a running server's
+worktree made ahead is its own, and its stop removes it anyway. Like `discard`, it asks
+on a terminal and wants `--yes` otherwise; `--dry-run` only lists.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tailagent.client.errors import EXIT_COMPLETED, EXIT_USAGE
+from tailagent.statelock import running_server
+from tailagent.visible import visible
+from tailagent.workspace.worktrees.holdings import clean, held
+
+
+def clean_command(state_dir: Path, yes: bool, dry_run: bool) -> int:
+    """Lists what is no conversation's under `<state_dir>/worktrees`, then removes it."""
+    server = running_server(state_dir)
+    if server is not None:
+        print(
+            f"tailagent: a server runs on {state_dir} (pid {server.get('pid', '?')}): stop it "
+            "first (a stop removes its worktree made ahead; a start, what a killed one left)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    root = state_dir / "worktrees"
+    leftover = [holding for holding in held(root) if holding.removable]
+    if not leftover:
+        print(f"nothing to clean: {root} holds only conversations' directories")
+        return EXIT_COMPLETED
+    print("no conversation's:" if dry_run else "no conversation's, to remove:")
+    for holding in leftover:
+        print(visible(f"  {holding.line()}"))
+    if dry_run:
+        return EXIT_COMPLETED
+    if not yes:
+        if not sys.stdin.isatty():
+            print("tailagent: nothing removed: add --yes to remove them", file=sys.stderr)
+            return EXIT_USAGE
+        if input("Remove them? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("nothing removed")
+            return EXIT_COMPLETED
+    removed = clean(root, leftover)
+    print(f"removed {len(removed)}")
+    return EXIT_COMPLETED

@@ -1,0 +1,105 @@
+"""What tailagent holds in a state dir's worktrees, and taking away what is nobody's.
+
+A person who tried `serve` a few times asks what it left behind and how to be rid of
+it. `doctor` lists it (`held`) and `tailagent clean` removes what is no conversation's
+(`clean`): a worktree made ahead (a killed server's; a clean stop removes its own),
+a directory under `<state>/worktrees` that no record names, and retired directories not
+yet deleted. A conversation's directory and branch are never touched here: `merge` and
+`discard` say what they take. Nothing in the person's repository is touched either, but
+git's entry for a worktree made ahead by an older tailagent, which the record names.
+Read while no server runs on the state dir (the caller checks): a running server's
+worktree made ahead is its own.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from tailagent.workspace.worktrees.gitdirs import forget
+from tailagent.workspace.worktrees.records import BRANCH_PREFIX
+from tailagent.workspace.worktrees.removal import TRASH
+
+# What each kind of holding is, as a person reads it.
+KINDS = {
+    "conversation": "a conversation's directory and branch",
+    "idle": "a conversation that changed nothing (no branch)",
+    "made ahead": "a worktree made ahead for the next conversation (nobody's yet)",
+    "unrecorded": "a directory no record names",
+    "retired": "a merged or discarded directory not deleted yet",
+    "unreadable": "a record that cannot be read (left alone: remove it by hand)",
+}
+
+
+@dataclass(frozen=True)
+class Held:
+    """One thing tailagent holds: its path, its kind (a key of KINDS), the repository
+    (git common dir) its record names, and a conversation's branch and id."""
+
+    path: Path
+    kind: str
+    repository: str = ""
+    branch: str = ""
+    context_id: str = ""
+
+    @property
+    def removable(self) -> bool:
+        """Whether it is no conversation's (what `clean` takes)."""
+        return self.kind in ("made ahead", "unrecorded", "retired")
+
+    def line(self) -> str:
+        """One line: the branch or path, then what it is."""
+        name = self.branch if self.kind == "conversation" else str(self.path)
+        short = self.context_id[:8] if self.kind == "idle" else ""
+        return f"{name}{f' ({short})' if short else ''}: {KINDS[self.kind]}"
+
+
+def held(root: Path) -> list[Held]:
+    """Everything under `root` (`<state>/worktrees`): each record's directory by what the
+    record says, then directories no record names, then retired ones."""
+    if not root.is_dir():
+        return []
+    found: list[Held] = []
+    named: set[Path] = set()
+    for record in sorted(root.glob("*.json")):
+        try:
+            data = json.loads(record.read_text())
+            path, context_id = Path(data["path"]), str(data["context_id"])
+            repository, idle = str(data.get("repository", "")), data.get("idle") is True
+        except (OSError, ValueError, KeyError, TypeError):
+            found.append(Held(record, "unreadable"))
+            continue
+        named.add(path)
+        kind = "made ahead" if not context_id else "idle" if idle else "conversation"
+        branch = "" if kind != "conversation" else str(data.get("branch", BRANCH_PREFIX))
+        found.append(Held(path, kind, repository, branch, context_id))
+    for entry in sorted(root.iterdir()):
+        ours = entry.is_dir() and not entry.is_symlink() and not entry.name.startswith(".")
+        if ours and entry not in named and entry.resolve() not in named:
+            found.append(Held(entry, "unrecorded"))
+    trash = root / TRASH
+    if trash.is_dir():
+        found += [Held(entry, "retired") for entry in sorted(trash.iterdir())]
+    return found
+
+
+def clean(root: Path, holdings: list[Held]) -> list[Held]:
+    """Removes the holdings that are no conversation's; returns those removed. A worktree
+    made ahead goes directory first, record last (as removal.py does), and git's entry
+    for it in its repository with it when an older tailagent made it there."""
+    removed = []
+    for holding in holdings:
+        if not holding.removable or not holding.path.is_relative_to(root):
+            continue
+        if holding.path.is_symlink() or holding.path.is_file():
+            holding.path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(holding.path, ignore_errors=True)
+        if holding.kind == "made ahead":
+            if holding.repository:
+                forget(Path(holding.repository), holding.path)
+            (root / f"{holding.path.name}.json").unlink(missing_ok=True)
+        removed.append(holding)
+    return removed
