@@ -189,3 +189,17 @@ def test_an_unknown_tailagent_variable_is_named_at_start(tmp_path: Path) -> None
         "TAILAGENT_LISTN is no tailagent setting, ignored; did you mean TAILAGENT_LISTEN?" in said
     )
     assert "TAILAGENT_TOKEN" not in said  # one tailagent reads, though no setting
+
+
+def test_an_agent_command_of_yours_is_not_said_to_come_through_npx(tmp_path: Path) -> None:
+    """The start line's npx note is for a preset npx fetches, not `--agent-command`."""
+    from tests.test_acp import start_acp
+
+    server = start_acp(tmp_path)
+    try:
+        started = [line for line in server.log().splitlines() if "starting the agent:" in line]
+    finally:
+        server.stop()
+    assert len(started) == 1 and "fake_acp_agent.py" in started[0], started
+    assert "npx" not in started[0]
+    assert "agent.start_timeout allows" in started[0]

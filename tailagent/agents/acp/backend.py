@@ -126,10 +126,11 @@ class AcpBackend:
             )
             sandbox.show(folder)  # read-only, wherever the home is
             self.argv = [str(program(folder, self._package)), *self.preset.args]
+        npx = Path(self.argv[0]).name == "npx"  # a preset unfenced, not a command of yours
         log.info(
-            "starting the agent: %s (a first start through npx downloads it; "
-            "agent.start_timeout allows %.0f s)",
-            shlex.join(self.argv), self.settings.start_timeout,
+            "starting the agent: %s (%sagent.start_timeout allows %.0f s)",
+            shlex.join(self.argv), "a first start through npx downloads it; " if npx else "",
+            self.settings.start_timeout,
         )  # fmt: skip
         if self._spare_directory is not None:
             # Fenced: the first process starts where the next conversation will work.
