@@ -34,7 +34,8 @@ def test_all_good_then_tailscaled_down(tmp_path: Path) -> None:
         good = doctor(*args)
         assert good.returncode == 0, good.stdout
         lines = good.stdout.splitlines()
-        assert len(lines) == 10 and all(line.startswith("✓") for line in lines)
+        assert len(lines) == 11 and all(line.startswith("✓") for line in lines)
+        assert "✓ worktrees: none kept" in lines  # a workspace that is no git repository
         assert "✓ sandbox: none needed: the echo agent runs no process" in lines
         assert lines[0].startswith(f"✓ install: package {Path(tailagent.__file__).parent} (Python ")
         assert any("tailscale serve: https://devbox.tail1234.ts.net ->" in line for line in lines)
