@@ -126,7 +126,9 @@ def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="the message (an answer, on a follow-up); - or a pipe: read it from stdin",
     )
     _agent_options(p)
-    p.add_argument("--context", metavar="ID", help="continue this conversation")
+    p.add_argument(
+        "--context", metavar="ID", help="continue this conversation (its id or a unique start)"
+    )
     p.add_argument("--task", metavar="ID", help="answer or continue this task")
     p.add_argument("--request", metavar="ID", help="the prompt this answer is for")
     p.add_argument(
@@ -168,10 +170,10 @@ def _tasks_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     p.add_argument("--limit", type=_positive, default=20, help="at most this many (default 20)")
     p.add_argument("--json", action="store_true", help="one JSON object per task")
     watch = sub.add_parser("watch", help="follow a task to its end", epilog=EXIT_CODES)
-    watch.add_argument("task", metavar="TASK", help="the task's id")
+    watch.add_argument("task", metavar="TASK", help="the task's id, or a unique start of it")
     _agent_options(watch)
     cancel = sub.add_parser("cancel", help="cancel a task", epilog=EXIT_CODES)
-    cancel.add_argument("task", metavar="TASK", help="the task's id")
+    cancel.add_argument("task", metavar="TASK", help="the task's id, or a unique start of it")
     _agent_options(cancel)
 
 
@@ -351,6 +353,15 @@ def _doctor_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     _store_option(p)
 
 
+def _clean_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "clean", help="remove what tailagent keeps that is no conversation's (no server running)"
+    )
+    p.add_argument("--yes", action="store_true", help="do not ask first")
+    p.add_argument("--dry-run", action="store_true", help="only list what would go")
+    _state_options(p)
+
+
 def _audit_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("audit", help="who approved or denied what, and when")
     p.add_argument("--since", metavar="WHEN", help="an ISO time, or an age such as 30m, 12h, 7d")
@@ -451,8 +462,26 @@ def unknown_arguments(unknown: list[str], parser: argparse.ArgumentParser) -> st
     return message
 
 
+def unknown_command(words: list[str], commands: list[str]) -> str | None:
+    """What to say of a first word that is no command, with the one probably meant
+    (argparse lists all twenty)."""
+    word = words[0] if words else ""
+    if not word or word.startswith("-") or word in commands:
+        return None
+    near = difflib.get_close_matches(word, commands, n=1, cutoff=0.5)
+    hint = f"; did you mean `tailagent {near[0]}`?" if near else ""
+    return f"{word!r} is no tailagent command{hint} (`tailagent --help` lists them)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser, sub = _parser()
+    words = sys.argv[1:] if argv is None else argv
+    if not words:  # a bare `tailagent`: what there is to do, not an error
+        parser.print_help()
+        return 0
+    mistyped = unknown_command(words, list(sub.choices))
+    if mistyped is not None:
+        parser.error(mistyped)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         # Said by the command's own parser (its usage, not the top level's), with the
@@ -476,26 +505,8 @@ def _parser() -> tuple[
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _serve_parser(sub)
-def unknown_command(words: list[str], commands: list[str]) -> str | None:
-    """What to say of a first word that is no command, with the one probably meant
-    (argparse lists all twenty)."""
-    word = words[0] if words else ""
-    if not word or word.startswith("-") or word in commands:
-        return None
-    near = difflib.get_close_matches(word, commands, n=1, cutoff=0.5)
-    hint = f"; did you mean `tailagent {near[0]}`?" if near else ""
-    return f"{word!r} is no tailagent command{hint} (`tailagent --help` lists them)"
-
-
     _call_parser(sub)
     _tasks_parsers(sub)
-    words = sys.argv[1:] if argv is None else argv
-    if not words:  # a bare `tailagent`: what there is to do, not an error
-        parser.print_help()
-        return 0
-    mistyped = unknown_command(words, list(sub.choices))
-    if mistyped is not None:
-        parser.error(mistyped)
     _conversation_parsers(sub)
     _web_parser(sub)
     _token_parser(sub)
@@ -504,6 +515,7 @@ def unknown_command(words: list[str], commands: list[str]) -> str | None:
     _card_parsers(sub)
     _service_parser(sub)
     _doctor_parser(sub)
+    _clean_parser(sub)
     completion = sub.add_parser("completion", help="shell completion: eval or source its output")
     completion.add_argument("shell", choices=("bash", "zsh", "fish"))
     argcomplete.autocomplete(parser)
@@ -520,6 +532,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _serve(args)
     if args.command == "doctor":
         return _doctor(args)
+    if args.command == "clean":
+        from tailagent.client.clean import clean_command
+
+        settings = _settings({"state_dir": args.state_dir}, args.config)
+        return 2 if settings is None else clean_command(settings.state_dir, args.yes, args.dry_run)
     if args.command == "service":
         return _service(args)
     if args.command in ("card", "peers"):
@@ -635,9 +652,12 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings(flags, args.config)
     if settings is None:
         return 2
+    from tailagent.config.sources import unknown_environment
     from tailagent.logs import setup
 
     setup(settings.log_level, settings.log_format)
+    for line in unknown_environment(os.environ):
+        logging.getLogger("tailagent").warning("%s", line)
     if args.store and urlsplit(args.store).password:
         # Unlike the environment (secret_env.py), no exec takes it back out of argv.
         logging.getLogger("tailagent").warning(
@@ -663,6 +683,3 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"tailagent: {exc}", file=sys.stderr)
         return exc.exit_code
     return 0
-    from tailagent.config.sources import unknown_environment
-    for line in unknown_environment(os.environ):
-        logging.getLogger("tailagent").warning("%s", line)
