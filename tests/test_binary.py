@@ -6,15 +6,18 @@ missing or older than the sources (about a minute, once)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -74,7 +77,7 @@ def run(
     command: list[str], *args: str, env: dict[str, str], stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*command, *args], capture_output=True, text=True, timeout=60, env=env, input=stdin
+        [*command, *args], capture_output=True, text=True, timeout=180, env=env, input=stdin
     )
 
 
@@ -185,6 +188,69 @@ def test_an_acp_agent_behind_the_binary(
         assert "turn 1 of session" in called.stdout
     finally:
         running.stop()
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process under `pid`, as `ps --forest` would show them (read from /proc)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):  # a process that ended while listed
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    found, level = set(), {pid}
+    while level:
+        level = {child for child, parent in parents.items() if parent in level}
+        found |= level
+    return found
+
+
+def running_pids(pids: set[int]) -> set[int]:
+    """Those of `pids` still running (a zombie has ended: only its exit code is left)."""
+    left = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                left.add(pid)
+    return left
+
+
+def unpacked_dir(pid: int) -> Path | None:
+    """Where the bootloader unpacked the process's Python, as it told its child."""
+    with contextlib.suppress(OSError):
+        for variable in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            name, _, value = variable.decode().partition("=")
+            if name == "_PYI_APPLICATION_HOME_DIR":
+                return Path(value)
+    return None
+
+
+def test_a_killed_binary_takes_its_server_and_agent_with_it(
+    binary: Path, plain_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`kill -9` reaches only the bootloader, the process the user started: the server
+    it unpacked and ran stops too, as on a SIGTERM, and with it the server's agent; the
+    ~130 MB the bootloader unpacked into /tmp go as well."""
+    agent = shlex.join([sys.executable, str(FAKE_ACP_AGENT)])
+    running = start_server(tmp_path, "--agent-command", agent, command=[str(binary)], env=plain_env)
+    under: set[int] = set()
+    try:
+        called = run([str(binary)], "call", "tool hello", env=user_env(plain_env, running))
+        assert called.returncode == 0, called.stdout + called.stderr + running.log()
+        under = descendants(running.process.pid)  # the server, the agent's sandbox, the agent
+        commands = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in under]
+        assert any(str(FAKE_ACP_AGENT).encode() in command for command in commands), commands
+        unpacked = next(found for pid in under if (found := unpacked_dir(pid)) is not None)
+        assert unpacked.is_dir()
+        running.process.kill()
+        running.process.wait()
+        deadline = time.monotonic() + 60  # the server's own stop, however slow the box
+        while (left := running_pids(under)) or unpacked.exists():
+            assert time.monotonic() < deadline, f"still there: {left} {unpacked}\n{running.log()}"
+            time.sleep(0.1)
+        assert re.search(r" INFO tailagent: stopped$", running.log(), re.MULTILINE), running.log()
+    finally:
+        running.stop()
+        for pid in running_pids(under):  # none when it passed: no orphans of a failure
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_claude_through_the_sdk_behind_the_binary(

@@ -3,7 +3,13 @@ signing process the server starts (a frozen binary has no `python -m`)."""
 
 import sys
 
-from tailagent.card.publish import SIGNER_ARGUMENT
+# The package first (tailagent.undumpable runs before anything else of ours), then,
+# before any work, this process is bound to the bootloader's life (bootloader.py).
+from tailagent.binary.bootloader import die_with_the_bootloader
+
+die_with_the_bootloader()
+
+from tailagent.card.publish import SIGNER_ARGUMENT  # noqa: E402
 
 if sys.argv[1:2] == [SIGNER_ARGUMENT]:
     from tailagent.card.signer import main
