@@ -203,3 +203,36 @@ def test_an_agent_command_of_yours_is_not_said_to_come_through_npx(tmp_path: Pat
     assert len(started) == 1 and "fake_acp_agent.py" in started[0], started
     assert "npx" not in started[0]
     assert "agent.start_timeout allows" in started[0]
+
+
+def test_a_first_ctrl_c_on_a_terminal_says_the_task_goes_on_without_it(
+    served: RunningServer,
+) -> None:
+    """On a terminal, one Ctrl-C offers to cancel; left alone, `call` says the task goes
+    on without this terminal, and it does."""
+    import pty
+    import signal
+
+    main, child = pty.openpty()  # stdin a terminal: the first Ctrl-C only offers
+    env = {**os.environ, "COLUMNS": "80", "TAILAGENT_STATE_DIR": str(served.state_dir)}
+    calling = subprocess.Popen(
+        [sys.executable, "-m", "tailagent", "call", "slow 20", "--url", served.url],
+        stdin=child, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    os.close(child)
+    try:
+        assert calling.stdout is not None
+        header = calling.stdout.readline()  # "task <id>  context <id>": the task exists
+        task = header.split()[1]
+        calling.send_signal(signal.SIGINT)
+        _out, said = calling.communicate(timeout=60)
+    finally:
+        calling.kill()
+        os.close(main)
+    assert f"otherwise the task goes on without this terminal (`tailagent watch {task}`" in said
+    assert f"task {task} goes on without this terminal" in said
+    listed = tailagent("tasks", "--json", "--url", served.url, env=env)
+    rows = map(json.loads, listed.stdout.splitlines())
+    state = {row["id"]: row["status"]["state"] for row in rows}
+    assert state[task] in ("TASK_STATE_WORKING", "TASK_STATE_COMPLETED"), state  # not canceled
+    tailagent("cancel", task, "--url", served.url, env=env)

@@ -216,7 +216,8 @@ async def _interrupted(
     if not cancel_at_once:
         complain(
             f"tailagent: Ctrl-C again within {CONFIRM_SECONDS:.0f} s cancels task {task_id}; "
-            f"otherwise it goes on (`tailagent watch {task_id}` follows it)"
+            f"otherwise the task goes on without this terminal (`tailagent watch {task_id}` "
+            "follows it again)"
         )
         if not await interrupts.again(CONFIRM_SECONDS):
             complain(f"tailagent: task {task_id} goes on without this terminal")
