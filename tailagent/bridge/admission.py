@@ -30,6 +30,7 @@ from tailagent.bridge.owners import ConversationOwners
 from tailagent.bridge.ownership import START_ANOTHER, busy, is_admin, refuse_unless_own
 from tailagent.bridge.peer_tasks import runs_elsewhere
 from tailagent.bridge.sessions import SessionPool
+from tailagent.bridge.short_ids import refuse_a_start, resolve
 from tailagent.bridge.store import CoalescingTaskStore
 from tailagent.bridge.usage import Spending
 from tailagent.config import AttachmentSettings
@@ -166,10 +167,16 @@ class Admission:
                 )
 
     async def _enter_conversation(self, message: Message, context: ServerCallContext) -> None:
-        """Makes sure the message's conversation is its sender's: a new message starts
-        one of the sender's (a `contextId` nobody has yet becomes theirs); another
-        person's is refused as not found, but to an admin."""
+        """Makes sure the message's conversation is its sender's: a `contextId` that
+        starts the id of one the sender may act on means that one (short_ids.py); a new
+        message starts one of the sender's (a `contextId` nobody has, and that starts
+        nobody's, becomes theirs); another person's is refused as not found, but to an
+        admin."""
         me = resolve_user_scope(context)
+        if message.context_id:
+            message.context_id = await resolve(
+                message.context_id, self._owners, self._conversations, context
+            )
         owner = await self._owners.owner(message.context_id) if message.context_id else None
         if owner is None:
             if not is_admin(context):
@@ -178,6 +185,7 @@ class Admission:
                 message.context_id = self._pool.minted_contexts.generate()
                 await self._owners.start(message.context_id, me)
                 return
+            await refuse_a_start(message.context_id, self._owners)
             owner = await self._owners.claim(message.context_id, me)
         refuse_unless_own(owner, message.context_id, context, START_ANOTHER)
 

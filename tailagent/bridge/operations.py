@@ -19,9 +19,10 @@ from a2a.utils.errors import InvalidParamsError, InvalidRequestError, Unsupporte
 from tailagent.access.identity import caller_of
 from tailagent.bridge.conversations import Isolated, Refused, Shared, listing, operate
 from tailagent.bridge.owners import ConversationOwners
-from tailagent.bridge.ownership import actable, busy, mine, refuse_unless_own
+from tailagent.bridge.ownership import busy, mine, refuse_unless_own
 from tailagent.bridge.publish import data_part, text_part
 from tailagent.bridge.sessions import SessionPool
+from tailagent.bridge.short_ids import resolve
 from tailagent.bridge.store import CoalescingTaskStore
 
 
@@ -63,7 +64,9 @@ class ConversationOperations:
             return await self._conversation_list(context)
         if not params.message.context_id:
             raise InvalidParamsError(message=f"a {kind} names its conversation: set contextId")
-        context_id = await self._named(params.message.context_id, context)
+        # Its id, or the start of one (the short id its branch shows): see short_ids.py.
+        context_id = await resolve(params.message.context_id, self._owners,
+                                   self._conversations, context)  # fmt: skip
         refuse_unless_own(await self._owners.owner(context_id), context_id, context)
         caller = caller_of(context)
         who = caller.owner if caller else "this caller"
@@ -85,24 +88,6 @@ class ConversationOperations:
             # the next turn opens it again in the conversation's directory of then.
             await self._pool.discard(context_id)
         return _reply(kind, text, data, context_id)
-
-    async def _named(self, name: str, context: ServerCallContext) -> str:
-        """The conversation a diff, merge or discard names: its id, or a unique prefix of
-        the id of one the caller may act on (the short id its branch `tailagent/<short
-        id>` shows): its own, or anyone's for an admin. For anyone else another person's
-        conversations are not candidates: they are not found."""
-        if not isinstance(self._conversations, Isolated) or await self._owners.owner(name):
-            return name
-        candidates = self._conversations.worktrees.named(name)
-        found = await actable(self._owners, candidates, context)
-        if len(found) > 1:
-            own = len(await mine(self._owners, found, context)) == len(found)
-            whose = "your conversations" if own else "the conversations you may act on"
-            raise InvalidParamsError(
-                message=f"{name} is the start of {len(found)} of {whose} "
-                f"({', '.join(found[:5])}{', …' if len(found) > 5 else ''}): give more of its id"
-            )
-        return found[0] if found else name
 
     async def _conversation_list(self, context: ServerCallContext) -> Message:
         """The caller's conversations with a worktree (or a merge) here: `tailagent

@@ -30,6 +30,8 @@ _CLAIM = (
     " ON CONFLICT (context_id) DO NOTHING"
 )
 _READ = "SELECT owner FROM conversation_owners WHERE context_id = :c"
+# substr, not LIKE: SQLite's LIKE ignores case and both read `_` and `%` as wildcards.
+_STARTING = "SELECT context_id, owner FROM conversation_owners WHERE substr(context_id, 1, :n) = :p"
 _EXISTS_SQLITE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'conversation_owners'"
 _EXISTS_POSTGRES = "SELECT 1 WHERE to_regclass('conversation_owners') IS NOT NULL"
 # Conversations started before owners were kept belong to whoever made their first task.
@@ -66,6 +68,17 @@ class ConversationOwners:
                 known = rows[0][0]
                 self._remember(context_id, known)
         return known
+
+    async def starting_with(self, start: str) -> list[str]:
+        """The conversations, anyone's, whose id starts with `start` and is longer: what
+        a short id people type back can mean (sorted). A scan of the table, made only for
+        a name that is no conversation's whole id."""
+        if not start:
+            return []
+        rows = await self._db.fetch(_STARTING, {"n": len(start), "p": start})
+        for context_id, owner in rows:
+            self._remember(context_id, owner)
+        return sorted(c for c, _ in rows if c != start)
 
     async def start(self, context_id: str, owner: str) -> None:
         """Records the owner of a conversation this server just named (a fresh id that

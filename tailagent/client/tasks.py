@@ -35,6 +35,7 @@ from tailagent.client.render import (
     state_name,
     status_event,
 )
+from tailagent.client.task_ids import whole_task_id
 from tailagent.costs import dollars, shown_usd
 from tailagent.visible import visible
 
@@ -153,6 +154,7 @@ async def _watch(args: argparse.Namespace, target: Target) -> int:
     renderer, outcome = Renderer(console, target.reply_options()), Outcome()
     show = printer(renderer, outcome)
     async with open_http(target, args.token) as http, a2a_client(target, http) as client:
+        args.task = await whole_task_id(client, args.task)
         task = await client.get_task(GetTaskRequest(id=args.task, history_length=0))
         show(StreamResponse(task=task))
         if not outcome.unfinished:
@@ -169,6 +171,7 @@ async def _watch(args: argparse.Namespace, target: Target) -> int:
 
 async def _cancel(args: argparse.Namespace, target: Target) -> int:
     async with open_http(target, args.token) as http, a2a_client(target, http) as client:
+        args.task = await whole_task_id(client, args.task)
         try:
             task = await client.cancel_task(CancelTaskRequest(id=args.task))
         except TaskNotFoundError:
