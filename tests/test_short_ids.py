@@ -15,6 +15,7 @@ import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from a2a.utils.errors import TaskNotFoundError
@@ -22,6 +23,7 @@ from a2a.utils.errors import TaskNotFoundError
 from tailagent.bridge.short_ids import START_NO_OTHER
 from tests.a2a_helpers import A2A, user_message
 from tests.conftest import RunningServer, start_server
+from tests.postgres import postgres_missing, running_postgres
 from tests.test_isolation import make_project
 
 NARROW = {"COLUMNS": "80", "LINES": "50"}
@@ -140,6 +142,23 @@ def test_a_short_id_goes_on_in_a_conversation_without_worktrees(server: RunningS
     again = run(server, "call", "hello again", "--context", context_id[:8])
     assert again.returncode == 0, again.stderr
     assert ids_of(again)[1] == context_id
+
+
+@pytest.mark.skipif(postgres_missing() is not None, reason=postgres_missing() or "")
+async def test_a_store_in_postgresql_finds_starts_the_same_way(tmp_path: Path) -> None:
+    with running_postgres() as postgres:
+        server = start_server(tmp_path, "--store", postgres.url)
+        try:
+            first = run(server, "call", "hello")
+            _, context_id = ids_of(first)
+            again = run(server, "call", "hello again", "--context", context_id[:8])
+            assert again.returncode == 0, again.stderr
+            assert ids_of(again)[1] == context_id
+            with pytest.raises(TaskNotFoundError, match=re.escape(START_NO_OTHER)):
+                message = user_message("hello", context_id=context_id[:8])
+                await A2A(server.url, someone(server)).send(message)
+        finally:
+            server.stop()
 
 
 async def test_watch_and_cancel_take_a_unique_start_of_a_task_id(served: RunningServer) -> None:
