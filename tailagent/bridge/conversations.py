@@ -27,6 +27,7 @@ from tailagent.workspace.git import GitError
 from tailagent.workspace.worktrees import (
     BRANCH_PREFIX,
     MergePreview,
+    OtherRepository,
     Worktrees,
     WorktreeStatus,
     probe,
@@ -336,12 +337,35 @@ async def listing(conversations: Isolated | Shared, context_ids: list[str],
             f"conversations share the workspace here ({conversations.why}): no "
             "conversation has a branch of its own"
         )
-    rows = [await _row(conversations.worktrees, c, holders.get(c)) for c in context_ids]
+    rows: list[dict[str, Any]] = []
+    elsewhere: dict[str, int] = {}
+    for context_id in context_ids:
+        try:
+            rows.append(await _row(conversations.worktrees, context_id, holders.get(context_id)))
+        except OtherRepository as exc:  # one count per repository, not a row each
+            if not exc.idle:  # changed nothing: nothing of it is kept there either
+                elsewhere[exc.repository] = elsewhere.get(exc.repository, 0) + 1
     rows.sort(key=lambda row: str(row["since"]), reverse=True)
-    text = "\n".join(f"{r['short']}  {r['branch'] or '-'}  +{r['ahead']}/-{r['behind']}  "
-                     f"{r['state']}" for r in rows)  # fmt: skip
+    others = [{"repository": _workspace_of(repository), "conversations": count}
+              for repository, count in sorted(elsewhere.items())]  # fmt: skip
+    lines = [f"{r['short']}  {r['branch'] or '-'}  +{r['ahead']}/-{r['behind']}  "
+             f"{r['state']}" for r in rows]  # fmt: skip
+    text = "\n".join(lines + [_elsewhere_line(other) for other in others])
     return text or "no conversations of yours with a worktree", {
-        "kind": "conversations", "conversations": rows}  # fmt: skip
+        "kind": "conversations", "conversations": rows, "elsewhere": others}  # fmt: skip
+
+
+def _workspace_of(common_dir: str) -> str:
+    """The workspace a person serves (`--cwd`) for a repository's git common dir."""
+    path = Path(common_dir)
+    return str(path.parent if path.name == ".git" else path)
+
+
+def _elsewhere_line(other: dict[str, Any]) -> str:
+    count = other["conversations"]
+    return (f"{count} conversation{'s' if count != 1 else ''} of yours with a branch in "
+            f"{other['repository']}, served before from this state dir: serve it (--cwd) "
+            "to see, merge or discard them")  # fmt: skip
 
 
 async def _row(worktrees: Worktrees, context_id: str, task_id: str | None) -> dict[str, Any]:
@@ -364,6 +388,8 @@ async def _row(worktrees: Worktrees, context_id: str, task_id: str | None) -> di
             if status.ahead and await worktrees.fate(context_id, status.branch,
                                                      status.tip) == "merged":  # fmt: skip
                 row["state"] = "merged, kept: nothing new to merge"  # `merge --keep`
+    except OtherRepository:
+        raise  # not this repository's: listing counts it apart
     except GitError as exc:
         row["state"] = f"cannot be read: {exc}"
     if task_id is not None:

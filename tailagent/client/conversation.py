@@ -23,13 +23,15 @@ from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
 from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Value
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
+from tailagent.client.columns import GAP, ID_LEAST, Column, fitted, widths
 from tailagent.client.connect import Target, a2a_client, open_http
 from tailagent.client.errors import EXIT_COMPLETED, EXIT_USAGE, run_command
 from tailagent.client.render import message_data, message_text
 from tailagent.visible import json_line, visible
+
+FILES = 3  # a row names this many of its files, then how many more
 
 
 async def _reply(
@@ -52,36 +54,62 @@ async def _ask(target: Target, args: argparse.Namespace, request: dict[str, Any]
 
 async def _list(args: argparse.Namespace, target: Target) -> int:
     """`tailagent conversations`: the caller's conversations with a branch (or a merge)
-    here, newest first: short id, branch, commits ahead/behind its base, state, files."""
+    here, newest first: short id, branch, commits ahead/behind its base, state, files;
+    then one line for each repository this state dir served before that holds some."""
     reply = await _reply(target, args, {"kind": "conversations"})
     rows: list[dict[str, Any]] = []
+    elsewhere: list[dict[str, Any]] = []
     for data in message_data(reply) if reply is not None else []:
         rows += data.get("conversations") or []
+        elsewhere += data.get("elsewhere") or []
     for row in rows:  # counts came through a protobuf Struct, as floats
         row |= {key: int(row.get(key, 0)) for key in ("ahead", "behind")}
     if args.json:
         for row in rows:
             print(json_line(row))
-        return EXIT_COMPLETED
-    table = Table(box=None, pad_edge=False)
-    table.add_column("conversation", no_wrap=True)  # the short id diff/merge/discard take
-    table.add_column("branch", no_wrap=True, overflow="fold")
-    table.add_column("+/-", no_wrap=True, justify="right")
-    table.add_column("state", ratio=1, min_width=12, overflow="fold")
-    table.add_column("files", ratio=1, min_width=8, overflow="ellipsis", no_wrap=True)
-    quiet = [row for row in rows if row.get("idle")]  # changed nothing: no branch to show
-    for row in (row for row in rows if not row.get("idle")):
-        counts = f"+{row['ahead']}/-{row['behind']}"
-        cells = (row.get("short", ""), row.get("branch", ""), counts, row.get("state", ""),
-                 ", ".join(row.get("files") or []))  # fmt: skip
-        table.add_row(*(Text(visible(str(cell), one_line=True)) for cell in cells))
-    if table.row_count:
-        Console(highlight=False).print(table)
     else:
-        print("no conversations of yours with a branch on this agent", file=sys.stderr)
-    if quiet:
-        print(f"and {len(quiet)} that changed nothing (no branch)", file=sys.stderr)
+        _print_table([row for row in rows if not row.get("idle")])
+    notes = Console(stderr=True, highlight=False)  # wrapped to the terminal, word by word
+    quiet = [row for row in rows if row.get("idle")]  # changed nothing: no branch to show
+    if quiet and not args.json:
+        notes.print(Text(f"and {len(quiet)} that changed nothing (no branch)"))
+    for other in elsewhere:
+        count = int(other.get("conversations") or 0)
+        notes.print(Text(visible(f"and {count} with a branch in {other.get('repository')}, "
+                                 "served before from this state dir: serve it (--cwd) to "
+                                 "see, merge or discard them", one_line=True)))  # fmt: skip
     return EXIT_COMPLETED
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    """The rows fitted to the terminal (see columns.py): the short id whole, a long
+    state or file list wrapped in its column; at most FILES files named per row. The
+    branch is always `tailagent/<short id>`: when the ids would not fit whole beside it,
+    it is left out."""
+    if not rows:
+        print("no conversations of yours with a branch on this agent", file=sys.stderr)
+        return
+    files = [[str(name) for name in row.get("files") or []] for row in rows]
+    said = [", ".join(names[:FILES]) + (f" and {len(names) - FILES} more"
+            if len(names) > FILES else "") for names in files]  # fmt: skip
+
+    def cells(key: str) -> list[str]:
+        return [visible(str(row.get(key, "")), one_line=True) for row in rows]
+
+    counts = [f"+{row['ahead']}/-{row['behind']}" for row in rows]
+    branch = Column("branch", cells("branch"), least=None)
+    columns = [
+        Column("conversation", cells("short"), least=ID_LEAST, rank=1),  # diff takes it
+        branch,
+        Column("+/-", counts, least=None, justify="right"),
+        Column("state", cells("state")),
+        Column("files", [visible(text, one_line=True) for text in said]),
+    ]
+    console = Console(highlight=False)
+    sizes = widths(columns, console.width)
+    if sizes[0] < columns[0].wanted() or sum(sizes) + GAP * 4 > console.width:
+        columns.remove(branch)  # `tailagent/<short id>` again: the ids come first
+    console.print(fitted(columns, console.width))
 
 
 async def _run(args: argparse.Namespace, target: Target) -> int:

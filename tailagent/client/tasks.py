@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tailagent.client.columns import GAP, ID_LEAST, Column, widths
 from tailagent.client.connect import Target, a2a_client, open_http
 from tailagent.client.errors import EXIT_COMPLETED, EXIT_FAILED, complain, exit_code, run_command
 from tailagent.client.follow import printer, read_the_end
@@ -40,8 +41,6 @@ from tailagent.costs import dollars, shown_usd
 from tailagent.visible import visible
 
 PAGE = 100
-TASK_ID = 36  # a task's id is shown whole: it is copied into watch, cancel, call --task
-GAP = 2  # between two columns (rich's padding)
 SAYS = 30  # narrower than this, what a task says goes on a line of its own, under it
 SAYS_MOST = 200  # of what a task says, at most this much is shown
 
@@ -98,33 +97,44 @@ def _says(task: Task) -> str:
 
 
 def _table(tasks: list[Task], width: int) -> Table:
-    """The tasks, one row each, fitted to `width` by rich's layout: the ids, states,
-    times and conversations whole, what each says in the room left. When that room is
-    too small to read, it goes on a line of its own under its task, as wide as the
-    terminal allows (cut there, with an ellipsis)."""
-    states = [state_name(t.status.state) for t in tasks]
-    whens = [_when(t) for t in tasks]
-    fixed = [TASK_ID, max(map(len, states), default=5), max(map(len, whens), default=7), 8]
-    room = width - sum(fixed) - GAP * len(fixed)
+    """The tasks, one row each, fitted to `width` (see columns.py): the ids, states and
+    times whole (a long conversation name wraps in its column, never narrower than an
+    id `diff` takes), what each says in the room left. When that room is too small to
+    read, it goes on a line of its own under its task, as wide as the terminal allows
+    (cut there, with an ellipsis)."""
+    states = [state_name(task.status.state) for task in tasks]
+    whens = [_when(task) for task in tasks]
+    contexts = [visible(short_context(task), one_line=True) for task in tasks]
+    says = [_says(task) for task in tasks]
+    columns = [
+        Column("task", [visible(task.id, one_line=True) for task in tasks], ID_LEAST, rank=2),
+        Column("state", states, least=None),
+        Column("updated", whens, least=None),
+        Column("context", contexts, ID_LEAST, rank=1),  # the short id diff/merge/discard take
+    ]
+    room = width - sum(column.wanted() for column in columns) - GAP * len(columns)
     beneath = room < SAYS
-    table = Table(box=None, pad_edge=False)
-    table.add_column("task", no_wrap=True, min_width=TASK_ID)
-    table.add_column("state", no_wrap=True)
-    table.add_column("updated", no_wrap=True)
-    table.add_column("context", no_wrap=True)  # the short id that diff/merge/discard take
     if not beneath:
-        table.add_column("says", no_wrap=True, overflow="ellipsis", ratio=1)
-    line = max(width - sum(fixed[1:]) - GAP * 3 - 2, TASK_ID - 2)
-    for task, state, when in zip(tasks, states, whens, strict=True):
-        row = [Text(visible(cell, one_line=True)) for cell in (task.id, state, when)]
-        row.append(Text(visible(short_context(task), one_line=True)))
-        says = _says(task)
+        columns.append(Column("says", says, least=SAYS, rank=0))
+    sizes = widths(columns, width)
+    if beneath:  # the task column takes what its lines beneath need of the room left
+        room = width - sum(sizes[1:]) - GAP * (len(sizes) - 1)
+        sizes[0] = max(sizes[0], min(room, 2 + max(map(len, says), default=0)))
+    table = Table(box=None, pad_edge=False)
+    for column, size in zip(columns, sizes, strict=True):
+        said = column.header == "says"  # a glimpse, one line: `watch` shows it all
+        table.add_column(column.header, width=size, no_wrap=said,
+                         overflow="ellipsis" if said else "fold")  # fmt: skip
+    for task, state, when, context, text in zip(tasks, states, whens, contexts, says,
+                                                strict=True):  # fmt: skip
+        row = [Text(visible(cell, one_line=True)) for cell in (task.id, state, when, context)]
         if not beneath:
-            table.add_row(*row, Text(says))
+            table.add_row(*row, Text(text))
             continue
         table.add_row(*row)
-        if says:
-            cut = says if len(says) <= line else says[: line - 1] + "…"
+        if text:
+            line = sizes[0] - 2
+            cut = text if len(text) <= line else text[: line - 1] + "…"
             table.add_row(Text("  " + cut, style="dim"), "", "", "")
     return table
 

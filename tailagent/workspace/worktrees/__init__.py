@@ -38,6 +38,7 @@ from tailagent.workspace.worktrees.errors import (
     MergeConflict,
     MergeRefused,
     NoWorktree,
+    OtherRepository,
     WorktreeDeleted,
     WorktreeTampered,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "MergeResult",
     "Merged",
     "NoWorktree",
+    "OtherRepository",
     "Patch",
     "Strategy",
     "Worktree",

@@ -23,6 +23,17 @@ class WorktreeDeleted(GitError):
     not recreated silently for a merge or a diff: the person decides (`tailagent discard`)."""
 
 
+class OtherRepository(GitError):
+    """The conversation's record names a repository other than the one served (the state
+    dir served another `--cwd` before): its worktree is left alone, and lists count it
+    apart, by `repository` (its git common dir), instead of showing it unreadable."""
+
+    def __init__(self, message: str, repository: str, idle: bool) -> None:
+        super().__init__(message)
+        self.repository = repository
+        self.idle = idle  # it changed nothing: no branch of it to go back to
+
+
 class WorktreeTampered(GitError):
     """The conversation's `.git` is not as tailagent made it in a way that could steer its
     git out of the conversation's directory (see guard.py): git is not run there, and

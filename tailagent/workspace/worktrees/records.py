@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tailagent.files import write_private
 from tailagent.workspace.git import GitError
-from tailagent.workspace.worktrees.errors import NoWorktree, WorktreeDeleted
+from tailagent.workspace.worktrees.errors import NoWorktree, OtherRepository, WorktreeDeleted
 from tailagent.workspace.worktrees.fs import make_root, text
 from tailagent.workspace.worktrees.repository import WorkspaceRepo
 
@@ -133,9 +133,11 @@ class Records:
         ):
             raise GitError(f"the record {path} does not match its conversation: left alone")
         if repository != await self.repo.common_dir():
-            raise GitError(
+            raise OtherRepository(
                 f"conversation {context_id}'s worktree belongs to the repository at "
-                f"{repository}, not {self.repo.repo}: serve that workspace to use it"
+                f"{repository}, not {self.repo.repo}: serve that workspace to use it",
+                str(repository),
+                worktree.idle,
             )
         return worktree
 
