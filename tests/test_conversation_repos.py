@@ -325,7 +325,7 @@ async def test_branch_names_stay_unique_among_the_conversations(repo: Path, wts:
     one = await wts.ensure("abcdefgh-1")
     two = await wts.ensure("abcdefgh-2")
     assert (one.branch, two.branch) == ("tailagent/abcdefgh", "tailagent/abcdefgh-2")
-    assert wts.named("abcdefgh") == ["abcdefgh-1"]
+    assert wts.known() == {"abcdefgh-1": "abcdefgh", "abcdefgh-2": "abcdefgh-2"}
     await wts.discard("abcdefgh-1")
     three = await wts.ensure("abcdefgh-3")
     assert three.branch == "tailagent/abcdefgh"  # free again once its conversation is gone

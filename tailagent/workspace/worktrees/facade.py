@@ -81,10 +81,6 @@ class Worktrees:
         """Every conversation tailagent keeps something of here -> its branch's short name."""
         return self._records.known()
 
-    def named(self, name: str) -> list[str]:
-        """The conversations `name` can mean (an id's start, or a branch's short name)."""
-        return self._records.named(name)
-
     def merged(self, context_id: str) -> Merged | None:
         """Where the conversation's last merge went, if it was merged here."""
         return self._records.merged(context_id)

@@ -225,16 +225,6 @@ class Records:
                     named.setdefault(data["context_id"], data["branch"])
         return {c: str(b).removeprefix(BRANCH_PREFIX) for c, b in named.items()}
 
-    def named(self, name: str) -> list[str]:
-        """The conversations `name` can mean: those whose id starts with it, or whose
-        branch is `tailagent/<name>` (the short id people see), `tailagent/` optional."""
-        name = name.removeprefix(BRANCH_PREFIX)
-        if not name:
-            return []
-        known = self.known()
-        exact = [c for c, short in known.items() if short == name]
-        return exact or sorted(c for c in known if c.startswith(name))
-
     def merged(self, context_id: str) -> Merged | None:
         """Where the conversation's last merge went, if it was merged here."""
         try:
