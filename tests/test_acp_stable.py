@@ -113,7 +113,9 @@ async def test_a_session_close_left_unanswered_is_cancelled_by_request_id(tmp_pa
 async def test_a_session_resume_left_unanswered_is_cancelled_and_load_takes_over(
     tmp_path: Path,
 ) -> None:
-    config = IDLE + "start_timeout = 2\n"
+    # The unanswered resume is given start_timeout; the agent's own start is too, and a
+    # loaded 2-core box took more than 2 s for it.
+    config = IDLE + "start_timeout = 6\n"
     server = start_acp(tmp_path, "--log", "-", "--slow-resume", config=config)
     try:
         agent = A2A(server.url, server.token)
