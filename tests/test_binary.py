@@ -31,7 +31,7 @@ from tests.real_tailnet import Tailnet, module_tailnet
 from tests.test_acp import FAKE as FAKE_ACP_AGENT
 from tests.test_claude import FAKE_CLI as FAKE_CLAUDE_CLI
 from tests.test_real_tailnet import peers_seen_from, send
-from tests.test_service import needs_systemd, verify
+from tests.test_service import needs_systemd, unit_visible, verify
 from tests.test_tsnet import dns_name, login_of, start_tsnet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,13 +165,17 @@ def test_doctor_says_it_runs_from_the_binary(
 def test_service_install_writes_a_unit_that_runs_the_binary(
     binary: Path, plain_env: dict[str, str], tmp_path: Path
 ) -> None:
-    installed = run(
-        [str(binary)], "service", "install", "--dest", str(tmp_path),
-        "--workspace", str(ROOT), env=plain_env,  # not /tmp: the system unit has its own
-    )  # fmt: skip
+    workspace = unit_visible("binary-service")  # not /tmp: the system unit has its own
+    try:
+        installed = run(
+            [str(binary)], "service", "install", "--dest", str(tmp_path),
+            "--workspace", str(workspace), env=plain_env,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(workspace)
     assert installed.returncode == 0, installed.stderr
     unit = (tmp_path / "tailagent.service").read_text()
-    assert f"ExecStart={binary} serve --cwd {ROOT}" in unit
+    assert f"ExecStart={binary} serve --cwd {workspace}" in unit
     checked = verify(tmp_path / "tailagent.service", False, tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
 

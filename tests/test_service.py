@@ -26,12 +26,24 @@ needs_systemd = pytest.mark.skipif(
 )
 
 
+def unit_visible(name: str) -> Path:
+    """A new directory the system unit sees as this box does: not under /tmp, /var/tmp
+    or /dev, which it has of its own. The checkout's cache, unless the checkout itself
+    is under one of them (a clone in /tmp), then the home's."""
+    hidden = (Path("/tmp"), Path("/var/tmp"), Path("/dev"))
+    for base in (ROOT / ".cache", Path.home() / ".cache" / "tailagent-tests"):
+        if not any(base.resolve().is_relative_to(h) for h in hidden):
+            made = base / f"{name}-{uuid.uuid4().hex[:8]}"
+            made.mkdir(parents=True)
+            return made
+    raise RuntimeError("neither the checkout nor the home is outside /tmp")
+
+
 @pytest.fixture
 def outside() -> Iterator[Path]:
     """A workspace holding a config file, outside /tmp: the system unit has a /tmp of
     its own (PrivateTmp=yes), and install refuses what the unit would not see."""
-    workspace = ROOT / ".cache" / f"service-{uuid.uuid4().hex[:8]}"
-    workspace.mkdir(parents=True)
+    workspace = unit_visible("service")
     (workspace / "tailagent.toml").write_text('log_level = "info"\n')
     yield workspace
     shutil.rmtree(workspace)
