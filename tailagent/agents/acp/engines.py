@@ -44,7 +44,8 @@ def declared_node(package: str, version: str | None) -> tuple[str, Path] | None:
 
 
 def node_version() -> str | None:
-    """`node --version` without its `v`, or None when there is no node that answers."""
+    """`node --version` without its `v`, or None when there is no node that answers.
+    Outside any sandbox: `doctor` asks the box's own node, no agent's code runs."""
     node = shutil.which("node")
     if node is None:
         return None
