@@ -9,7 +9,6 @@ what its turn commits is what it reports, a one-line fix.
 from __future__ import annotations
 
 import os
-import pty
 import re
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from playwright.sync_api import Browser, expect
 
 from tests.browser import PHONE
 from tests.conftest import RunningServer, start_server
+from tests.terminal import in_pty, plain
 from tests.test_desk_access import signin_link
 from tests.test_isolation import git
 
@@ -56,27 +56,8 @@ def tailagent(server: RunningServer, *args: str) -> subprocess.CompletedProcess[
 
 def answering(server: RunningServer, answer: str, *args: str) -> str:
     """A command of the person's on a terminal, answering `answer` to its question."""
-    leader, follower = pty.openpty()
     argv = [sys.executable, "-m", "tailagent", *args, "--state-dir", str(server.state_dir)]
-    process = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower)
-    os.close(follower)
-    seen, answered = b"", False
-    try:
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the terminal's other side closed
-                break
-            if not chunk:
-                break
-            seen += chunk
-            if not answered and b"[y/N] " in seen:
-                os.write(leader, answer.encode() + b"\n")
-                answered = True
-    finally:
-        os.close(leader)
-        process.wait(timeout=60)
-    return re.sub(r"\x1b\[[0-9;]*m", "", seen.decode()).replace("\r\n", "\n")
+    return plain(in_pty(argv, answer=answer))
 
 
 def call(server: RunningServer, text: str, context: str) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from tests.a2a_helpers import user_message
 from tests.conftest import RunningServer, start_server
 from tests.fake_acp_agent import HOSTILE
 from tests.tailnet import FakeTailscaled, whois
+from tests.terminal import in_pty, plain
 from tests.test_acp import agent_command
 from tests.test_decisions import peer
 from tests.test_isolation import make_project
@@ -91,31 +91,9 @@ def tailagent(team: Team, *args: str) -> subprocess.CompletedProcess[str]:
 
 def in_terminal(team: Team, *args: str) -> str:
     """A command of the owner's in a pseudo-terminal: what a person's terminal gets."""
-    leader, follower = pty.openpty()
     env = {**os.environ, **WIDE, "TERM": "xterm-256color"}
     argv = [sys.executable, "-m", "tailagent", *args, "--state-dir", str(team.server.state_dir)]
-    process = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower, env=env)
-    os.close(follower)
-    seen = b""
-    try:
-        while chunk := _read(leader):
-            seen += chunk
-    finally:
-        os.close(leader)
-        process.wait(timeout=60)
-    return seen.decode()
-
-
-def plain(seen: str) -> str:
-    """What a terminal got, but rich's colours and the line discipline's CR before LF."""
-    return SGR.sub("", seen).replace("\r\n", "\n")
-
-
-def _read(fd: int) -> bytes:
-    try:
-        return os.read(fd, 65536)
-    except OSError:  # EIO: the terminal's other side closed
-        return b""
+    return in_pty(argv, env).decode()
 
 
 def assert_inert(*outputs: str) -> None:

@@ -4,16 +4,12 @@ git itself to check what is left behind."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import re
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +19,7 @@ import pytest
 import tailagent
 from tailagent.bridge.conversations import first_start
 from tests.conftest import RunningServer, start_server
+from tests.terminal import in_pty, plain
 from tests.test_isolation import git, make_project
 
 NARROW = {"COLUMNS": "80", "LINES": "50"}
@@ -41,27 +38,9 @@ def run(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
 
 def in_terminal(server: RunningServer, *args: str) -> str:
     """A command of the person's in an 80-column pseudo-terminal, colours taken out."""
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 80, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     argv = [sys.executable, "-m", "tailagent", *args, "--state-dir", str(server.state_dir)]
-    process = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower,
-                               env={**env, "TERM": "xterm-256color"})  # fmt: skip
-    os.close(follower)
-    seen = b""
-    try:
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the terminal's other side closed
-                break
-            if not chunk:
-                break
-            seen += chunk
-    finally:
-        os.close(leader)
-        process.wait(timeout=60)
-    return re.sub(r"\x1b\[[0-9;]*m", "", seen.decode()).replace("\r\n", "\n")
+    return plain(in_pty(argv, {**env, "TERM": "xterm-256color"}, columns=80))
 
 
 def records(state_dir: Path, repo: Path) -> list[dict[str, object]]:
