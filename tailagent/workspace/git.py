@@ -17,7 +17,7 @@ conversation's repository allows `file` for that call only: worktrees/quarantine
 git run inside a submodule (found from a `.git` the agent can write), and, unless the
 person lets them (`workspace.git_programs`), no hooks and none of the filter and merge
 drivers that a `.gitattributes` the agent writes could send its files through
-(`without_drivers`). Diffs are asked for with `--no-ext-diff --no-textconv` by callers. A
+(`without_drivers`). Diffs are asked for with `PLAIN_DIFF` by callers. A
 conversation's repository has more switched off (worktrees/repository.py): its config is
 the agent's.
 
@@ -87,6 +87,10 @@ NO_HOOKS: tuple[Setting, ...] = (("core.hooksPath", os.devnull),)
 _DRIVER_KEYS = r"^(filter|merge)\..+\.(clean|smudge|process|driver)$"
 # All that defines one (the programs and how they are used).
 _DRIVER_DEFINITIONS = r"^(filter|merge)\..+\.(clean|smudge|process|driver|required|recursive|name)$"
+
+# What every diff tailagent reads or shows is asked with: no colour, and no diff driver or
+# text conversion a `.gitattributes` (the agent's to write) could name.
+PLAIN_DIFF = ("--no-color", "--no-ext-diff", "--no-textconv")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from tailagent.workspace.git import GitError, git
+from tailagent.workspace.git import PLAIN_DIFF, GitError, git
 from tailagent.workspace.worktrees.patches import Patch, between
 from tailagent.workspace.worktrees.porcelain import split_z
 from tailagent.workspace.worktrees.records import Records
@@ -78,7 +78,7 @@ class Changes:
         tip = await self.repo.tip(worktree.branch, own)
         base_tip = await self.repo.tip(worktree.base_branch)
         merge_base = (await git(own, "merge-base", base_tip, tip)).out.strip()
-        options = ("--no-color", "--no-ext-diff", "--no-textconv", "--binary")
+        options = (*PLAIN_DIFF, "--binary")
         committed = await git(own, "diff", *options, merge_base, tip)
         text = committed.out
         if await self.repo.uncommitted(own):

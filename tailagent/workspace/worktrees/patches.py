@@ -12,11 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tailagent.workspace.git import Repository, git
+from tailagent.workspace.git import PLAIN_DIFF, Repository, git
 
 PATCH_CHARS = 100_000  # of a diff carried in a reply or a page; the stat is always whole
-# No diff driver of a config runs (the agent's `.gitattributes` could pick one).
-DIFF_OPTIONS = ("--no-color", "--no-ext-diff", "--no-textconv", "--no-renames")
+DIFF_OPTIONS = (*PLAIN_DIFF, "--no-renames")
 
 
 @dataclass(frozen=True)
