@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from google.protobuf.json_format import MessageToDict
 
 from tests.a2a_helpers import A2A, data_parts, kind_of, state_name, texts, user_message
@@ -47,12 +49,15 @@ async def test_tool_calls_are_working_statuses_tagged_tool_use_and_tool_result(a
 
 
 async def test_file_change_is_one_diff_artifact_per_path(a2a: A2A) -> None:
-    turn = await a2a.turn("edit")
-    (diff,) = turn.artifacts("diff:calc.py")
+    # A file of its own: the session's server is shared, and an `edit` another module
+    # made there leaves calc.py with nothing to fix (and so no diff).
+    path = f"mapping_{uuid.uuid4().hex[:8]}.py"
+    turn = await a2a.turn(f"edit:{path}")
+    (diff,) = turn.artifacts(f"diff:{path}")
     part = diff.artifact.parts[0]
-    assert diff.artifact.name == "calc.py"
+    assert diff.artifact.name == path
     assert part.media_type == "text/x-diff"
-    assert "+    return a + b" in part.text
+    assert part.text.splitlines()[-1] == f"+edit:{path}"  # what the file now holds
 
 
 async def test_permission_prompt_is_input_required_with_bare_text_and_data(a2a: A2A) -> None:
