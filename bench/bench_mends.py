@@ -6,7 +6,7 @@ servers, both up at once: A as shipped, B with that one mend taken back out befo
 serves (see OFF: the rest of the process is the same). Each is called on one
 keep-alive connection, in alternating blocks (the first of a pair alternating, as
 bench_load.side_by_side does): sequential SendMessage (`--call send`: a blocking send
-of a new task, which bridge/quick.py runs past the SDK's queues) or
+of a new task, which bridge/requests/quick.py runs past the SDK's queues) or
 SendStreamingMessage read to its end (`--call stream`: through the SDK's queues).
 `--pairs` fresh pairs of servers in turn; per pair the two medians and their ratio A /
 B (below 1: the mend makes a call faster), and the server's own CPU time per call
@@ -49,19 +49,19 @@ OFF = {
     "none": "",
     "queues": (
         "import sys, tailagent\n"
-        "from tailagent.sdk_queues import COMPAT_MODULE\n"
+        "from tailagent.mends.event_queues import COMPAT_MODULE\n"
         "sys.modules.pop(COMPAT_MODULE)\n"
     ),
     "tracing": (
-        "import tailagent.sdk_tracing\n"
-        "tailagent.sdk_tracing.untraced_unless_enabled = lambda: False\n"
+        "import tailagent.mends.tracing\n"
+        "tailagent.mends.tracing.untraced_unless_enabled = lambda: False\n"
     ),
 }
 
 # sdk_sql.py taken back out: the SDK imports its SQL stores, as without the mend.
 SQL_OFF = (
     "import sys, tailagent\n"
-    "from tailagent.sdk_sql import DEFERRED\n"
+    "from tailagent.mends.sql_stores import DEFERRED\n"
     "for name in DEFERRED: sys.modules.pop(name)\n"
 )
 RSS = (

@@ -55,7 +55,7 @@ from bench.bench_core import (
     load,
     pct,
 )
-from tailagent.bridge.conversations import Isolated, TurnRecord
+from tailagent.bridge.conversations.workplace import Isolated, TurnRecord
 from tailagent.workspace.worktrees import Worktrees
 from tests.conftest import start_server
 

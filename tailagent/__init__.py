@@ -4,9 +4,9 @@ import sys
 
 # First of ours, in every way tailagent starts: a process whose environment may hold a
 # secret is made not dumpable before anything else runs (undumpable.py).
-import tailagent.undumpable  # noqa: F401
-from tailagent.sdk_queues import use_asyncio_queues
-from tailagent.sdk_sql import defer_sql_modules
+import tailagent.process.undumpable  # noqa: F401
+from tailagent.mends.event_queues import use_asyncio_queues
+from tailagent.mends.sql_stores import defer_sql_modules
 
 __version__ = "0.1.0"
 

@@ -18,21 +18,21 @@ from tailagent.access.policy import Policy
 from tailagent.access.resolve import Resolver
 from tailagent.access.streams import StreamCounts
 from tailagent.access.tokens import TokenStore
-from tailagent.bridge.conversations import Conversations
-from tailagent.bridge.database import Database
-from tailagent.bridge.handler import GuardedRequestHandler
-from tailagent.bridge.jsonrpc import jsonrpc_routes
-from tailagent.bridge.spent_answers import SpentAnswers
-from tailagent.bridge.store import CoalescingTaskStore
+from tailagent.bridge.conversations.workplace import Conversations
+from tailagent.bridge.requests.handler import GuardedRequestHandler
 from tailagent.card.publish import CardPublisher
 from tailagent.config import Settings
-from tailagent.listener import served_hosts
+from tailagent.listening.listener import served_hosts
+from tailagent.mends.jsonrpc import jsonrpc_routes
 from tailagent.plain_routes import plain_routes
-from tailagent.presence import Presence
+from tailagent.store.database import Database
+from tailagent.store.spent_tokens import SpentAnswers
+from tailagent.store.tasks import CoalescingTaskStore
+from tailagent.tailnet.presence import Presence
 from tailagent.web import LazyDesk, mount
-from tailagent.web.live import Desk
+from tailagent.web.pages.live import Desk
 from tailagent.web.parts import DeskParts
-from tailagent.web.push_policy import PolicyNow
+from tailagent.web.push.policy import PolicyNow
 from tailagent.webpush.service import WebPush
 
 

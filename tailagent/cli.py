@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 
 import argcomplete
 
-from tailagent import origin, secret_env
 from tailagent.config import (
     AGENTS,
     DEFAULT_URL,
@@ -26,6 +25,7 @@ from tailagent.config import (
     Settings,
 )
 from tailagent.config.sources import load_settings
+from tailagent.process import origin, secret_env
 
 STATE_DIR_NODE_HELP = "without tailscaled: the state dir of this box's `serve --tsnet` server"
 
@@ -567,7 +567,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     """`doctor`: the settings `serve` would run with, checked; an agent named by a flag
     is the one checked, over the one a running server runs."""
-    from tailagent.doctor import doctor_command
+    from tailagent.admin.doctor import doctor_command
 
     flags = {
         "agent": args.agent,
@@ -600,7 +600,7 @@ def _service(args: argparse.Namespace) -> int:
 
 def _admin(args: argparse.Namespace) -> int:
     """`token`, `audit` and `keys`: the state dir's and the store's own records."""
-    from tailagent.admin import audit_command, token_command
+    from tailagent.admin.commands import audit_command, token_command
     from tailagent.card.commands import keys_command
 
     # A bare `tailagent keys` has no options of its own: defaults.
@@ -619,7 +619,7 @@ def _admin(args: argparse.Namespace) -> int:
 
 def _spending(args: argparse.Namespace) -> int:
     """`usage` and `budget`: read from the store the settings name."""
-    from tailagent.spending import budget_command, usage_command
+    from tailagent.cost.commands import budget_command, usage_command
 
     flags = {"state_dir": args.state_dir, "store": args.store}
     settings = _settings(flags, getattr(args, "config", None))
@@ -653,7 +653,7 @@ def _serve(args: argparse.Namespace) -> int:
     if settings is None:
         return 2
     from tailagent.config.sources import unknown_environment
-    from tailagent.logs import setup
+    from tailagent.output.logs import setup
 
     setup(settings.log_level, settings.log_format)
     for line in unknown_environment(os.environ):
@@ -668,7 +668,7 @@ def _serve(args: argparse.Namespace) -> int:
     # a2a-sdk wraps every call in an OpenTelemetry span, which costs even with no
     # exporter: off, and its wrappers left out (sdk_tracing.py), unless set to true.
     os.environ.setdefault("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")
-    from tailagent.sdk_tracing import untraced_unless_enabled
+    from tailagent.mends.tracing import untraced_unless_enabled
 
     untraced_unless_enabled()
     # On uvloop, libuv's event loop, a quick request costs ~10 % less than on

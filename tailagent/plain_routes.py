@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Route
 
 from tailagent.access.identity import SCOPE_KEY, Caller
 from tailagent.card.publish import JWKS_PATH, CardPublisher
-from tailagent.metrics import exposition
+from tailagent.output.metrics import exposition
 
 CARD_PATH = "/.well-known/agent-card.json"
 # The 1.0 path, and the two older ones clients still ask for.

@@ -1,7 +1,7 @@
 """Starts one server: takes the state dir, binds the listener, joins the tailnet,
 wires the rooms together (build_service), serves until a signal, and closes
 everything in order. Each room lives in its own module: the app (app.py), the
-store (bridge/storage.py), the listener (listener.py), Hypercorn (serving.py)."""
+store (store/opening.py), the listener (listener.py), Hypercorn (serving.py)."""
 
 from __future__ import annotations
 
@@ -24,36 +24,36 @@ from tailagent.access.localapi import LocalAPIUnavailable, self_dns_name
 from tailagent.agents.events import AgentBackend, AgentStartError
 from tailagent.agents.registry import agent_kind, agent_label, agent_programs, make_backend
 from tailagent.app import build_app
-from tailagent.bridge.conversations import Conversations, Isolated, Shared, choose
-from tailagent.bridge.database import StoreUnavailable, redacted
-from tailagent.bridge.databases import open_database
-from tailagent.bridge.executor import BridgeExecutor
-from tailagent.bridge.handler import GuardedRequestHandler
-from tailagent.bridge.remote import CANCEL, PUSH
-from tailagent.bridge.sdk_stores import SdkStores
-from tailagent.bridge.sessions import SessionPool
-from tailagent.bridge.state import STOP_MESSAGE
-from tailagent.bridge.storage import Storage, open_storage
-from tailagent.bridge.usage import Spending
+from tailagent.bridge.conversations.sessions import SessionPool
+from tailagent.bridge.conversations.workplace import Conversations, Isolated, Shared, choose
+from tailagent.bridge.requests.handler import GuardedRequestHandler
+from tailagent.bridge.turns.executor import BridgeExecutor
 from tailagent.card.builder import build_card
 from tailagent.card.publish import CardPublisher, CardSigningFailed
 from tailagent.config import Settings, default_state_dir
-from tailagent.descriptors import raise_open_files_limit
-from tailagent.files import NotPrivate, close_dir
-from tailagent.listener import listener_url, open_listener
-from tailagent.memory import trim_when_quiet
-from tailagent.mends import say_refused
-from tailagent.metrics import AGENT_PROCESSES, AGENT_SESSIONS_HELD, SANDBOX_PROXY_REFUSED
-from tailagent.notify import Notifier
-from tailagent.presence import BoxTailscaled, Presence, PresenceError, ServeEntryPresence
-from tailagent.probe import healthy
+from tailagent.cost.ledger import Spending
+from tailagent.listening.listener import listener_url, open_listener
+from tailagent.listening.probe import healthy
+from tailagent.listening.serving import hypercorn_config
+from tailagent.mends.versions import say_refused
+from tailagent.output.metrics import AGENT_PROCESSES, AGENT_SESSIONS_HELD, SANDBOX_PROXY_REFUSED
+from tailagent.process.descriptors import raise_open_files_limit
+from tailagent.process.memory import trim_when_quiet
+from tailagent.process.sd_notify import Notifier
 from tailagent.push.delivery import PushDispatcher, PushSigner
 from tailagent.push.targets import PushTargets
 from tailagent.sandbox.bwrap import SandboxUnavailable
 from tailagent.sandbox.fences import Sandbox
-from tailagent.serving import hypercorn_config
-from tailagent.statelock import StateDirBusy, StateLock
-from tailagent.web.live import Desk
+from tailagent.statedir.files import NotPrivate, close_dir
+from tailagent.statedir.lock import StateDirBusy, StateLock
+from tailagent.store.database import StoreUnavailable, redacted
+from tailagent.store.databases import open_database
+from tailagent.store.opening import Storage, open_storage
+from tailagent.store.sdk_stores import SdkStores
+from tailagent.store.signals import CANCEL, PUSH
+from tailagent.store.state import STOP_MESSAGE
+from tailagent.tailnet.presence import BoxTailscaled, Presence, PresenceError, ServeEntryPresence
+from tailagent.web.pages.live import Desk
 from tailagent.webpush.service import WebPush
 
 log = logging.getLogger("tailagent")

@@ -1,4 +1,4 @@
-"""The server's secrets out of its agents' reach (tailagent/secret_env.py), through a real
+"""The server's secrets out of its agents' reach (tailagent/process/secret_env.py), through a real
 server and tests/fake_acp_agent.py, which reads /proc itself (`peek`), as an agent that
 wanted them would: no ACP call is involved.
 
@@ -117,7 +117,7 @@ async def test_a_fenced_agent_sees_no_process_of_the_server_or_the_box(
 
 DUMPABLE = """
 import ctypes, os, sys
-from tailagent.secret_env import environ, hide
+from tailagent.process.secret_env import environ, hide
 hide()
 libc = ctypes.CDLL(None)
 block = open("/proc/self/environ", "rb").read()

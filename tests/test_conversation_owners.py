@@ -26,7 +26,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
-from tailagent.bridge.ownership import START_ANOTHER
+from tailagent.bridge.conversations.ownership import START_ANOTHER
 from tests.conftest import RunningServer, start_server
 from tests.serve_proxy import ServeProxy
 from tests.tailnet import FakeTailscaled, whois

@@ -277,7 +277,7 @@ def test_budget_set_for_an_admin_says_it_holds_them_to_nothing(tmp_path: Path) -
 
 def test_a_figure_is_a_cost_only_when_finite_and_within_bounds() -> None:
     """The bounds themselves, as every entry point applies them."""
-    from tailagent.costs import MAX_TURN_USD, shown_usd, token_figure, usd_figure
+    from tailagent.cost.figures import MAX_TURN_USD, shown_usd, token_figure, usd_figure
 
     assert usd_figure(0.25) == 0.25 and usd_figure(0) == 0 and usd_figure(MAX_TURN_USD)
     for bad in (math.inf, -math.inf, math.nan, -0.01, MAX_TURN_USD * 2, 10**5000, True, "1"):

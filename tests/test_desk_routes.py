@@ -1,7 +1,7 @@
 """The desk's route table on its own: every URL and method where the pages expect it,
 on the blueprint whose rules apply to it.
 
-The routes are registered by one module per concern (web/routes.py lists them); this
+The routes are registered by one module per concern (web/desk_app.py lists them); this
 pins the whole table, so a route dropped or moved between the browser's blueprint
 (CSP, refusal pages) and Web Push's JSON one shows here, not in a browser.
 """
@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from quart import Quart
 
-from tailagent.web.routes import desk_app
+from tailagent.web.desk_app import desk_app
 
 DESK = {  # the pages, their streams and forms: the browser's rules
     ("/desk/", "GET"),

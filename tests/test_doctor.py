@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import tailagent
-from tailagent.statelock import StateLock
+from tailagent.statedir.lock import StateLock
 from tests.conftest import start_server
 from tests.tailnet import FakeTailscaled, whois
 

@@ -42,7 +42,7 @@ from tests.test_push import Receiver, receiving
 
 SETTLE = 20.0
 MAX_PROCESSES = 2
-# How a task is sent: blocking with no push config (bridge/quick.py runs it), blocking
+# How a task is sent: blocking with no push config (bridge/requests/quick.py runs it), blocking
 # with one (the SDK runs it), streamed, and non-blocking (returnImmediately).
 KINDS = ("blocking", "blocking-push", "streaming", "non-blocking")
 

@@ -10,10 +10,14 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tailagent"
 
-EXECUTOR_PARTS = ("runtime", "turn_start", "pump", "answering", "permissions", "turn_costs",
-                  "restore", "requester")  # fmt: skip
-HANDLER_PARTS = ("admission", "answer_checks", "ownership", "operations", "peer_tasks",
-                 "task_starts")  # fmt: skip
+EXECUTOR_PARTS = (
+    "turns.runtime", "turns.start", "turns.pump", "answers.applying", "turns.permissions",
+    "turns.costs", "turns.restore", "requests.requester",
+)  # fmt: skip
+HANDLER_PARTS = (
+    "requests.admission", "answers.checks", "conversations.ownership",
+    "conversations.operations", "requests.peer_tasks", "requests.task_starts",
+)  # fmt: skip
 
 # (importer prefix, imported prefix, why the arrow must not exist)
 FORBIDDEN = [
@@ -25,8 +29,8 @@ FORBIDDEN = [
     ("tailagent.config", "tailagent.agents", "the settings know nothing of the agents"),
     ("tailagent.workspace", "tailagent.bridge", "the worktrees know nothing of tasks"),
     ("tailagent.workspace", "a2a", "the worktrees know nothing of A2A"),
-    ("tailagent.bridge.owners", "a2a", "a conversation's owner is a name in the store"),
-    ("tailagent.bridge.owners", "tailagent.access", "owners are names, not callers"),
+    ("tailagent.store.owners", "a2a", "a conversation's owner is a name in the store"),
+    ("tailagent.store.owners", "tailagent.access", "owners are names, not callers"),
     ("tailagent.webpush", "tailagent.web", "Web Push knows nothing of the desk's pages"),
     ("tailagent.webpush", "tailagent.bridge", "Web Push hears saves; it never drives tasks"),
     ("tailagent.webpush", "tailagent.access", "a subscription's owner is a name"),
@@ -34,14 +38,16 @@ FORBIDDEN = [
     ("tailagent.webpush.subscriptions", "a2a", "subscriptions know nothing of tasks"),
     ("tailagent.webpush.actions", "a2a", "action tokens know nothing of tasks"),
     ("tailagent.push", "tailagent.bridge", "push delivers what the bridge hands it"),
+    ("tailagent.store", "tailagent.bridge", "what is kept knows nothing of turns"),
+    ("tailagent.store", "tailagent.cost", "the store keeps rows; what they cost is cost's"),
     # Inside the bridge: the executor's and the handler's parts are handed what they
     # need; none reaches back up to the class that composes it.
     *(
-        (f"tailagent.bridge.{part}", "tailagent.bridge.executor", "a part of the executor")
+        (f"tailagent.bridge.{part}", "tailagent.bridge.turns.executor", "a part of the executor")
         for part in EXECUTOR_PARTS
     ),
     *(
-        (f"tailagent.bridge.{part}", "tailagent.bridge.handler", "a part of the handler")
+        (f"tailagent.bridge.{part}", "tailagent.bridge.requests.handler", "a part of the handler")
         for part in HANDLER_PARTS
     ),
 ]
@@ -50,19 +56,15 @@ FORBIDDEN = [
 # below, never above (so a change low down cannot need one high up). A new room is
 # given its floor here.
 FLOORS = [
-    ("what every room may use", {
-        "files", "visible", "metrics", "costs", "task_states", "tool_rules", "mcp_servers",
-        "memory", "notify", "probe", "statelock", "descriptors", "mends", "logs", "config",
-        "sdk_queues", "sdk_sql", "sdk_tracing", "undumpable"}),
+    ("what every room may use", {"config", "mends", "output", "statedir"}),
     ("the box and the network: who calls, on which socket, through which tailnet", {
-        "access", "listener", "secret_env", "serving", "tailnet", "presence", "tsnet",
-        "origin", "service", "sandbox"}),
+        "access", "listening", "process", "tailnet", "tsnet", "service", "sandbox"}),
     ("the work, knowing nothing of A2A", {"agents", "workspace", "webpush"}),
-    ("A2A's edges: the card, the client, plain routes, push", {
-        "card", "client", "plain_routes", "push"}),
+    ("what is kept", {"store"}),
+    ("A2A's edges and the books: the card, the client, plain routes, push, cost", {
+        "card", "client", "plain_routes", "push", "cost"}),
     ("the bridge between A2A and the agent", {"bridge"}),
-    ("what people use: the desk and the admin commands", {
-        "web", "admin", "doctor", "spending"}),
+    ("what people use: the desk and the owner's commands", {"web", "admin"}),
     ("wiring and commands", {"app", "server", "cli", "__main__", "binary"}),
 ]  # fmt: skip
 
@@ -170,3 +172,45 @@ def test_no_class_over_300_lines_and_no_function_over_80() -> None:
                 if lines > limit:
                     over.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} {lines}")
     assert over == []
+
+
+FOLDER_MODULES = 15
+ROOT_MODULES = 12
+
+
+def test_every_folder_is_small_enough_to_find_a_room_in() -> None:
+    """A newcomer reads a folder's names to find the one file to open: past 15 modules
+    (12 at the package root, which keeps only the faces and the settings) a folder
+    names several concepts, and one should become a room of its own."""
+    crowded = []
+    for folder in sorted({PACKAGE, *(p.parent for p in PACKAGE.rglob("*.py"))}):
+        modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        limit = ROOT_MODULES if folder == PACKAGE else FOLDER_MODULES
+        if len(modules) > limit:
+            crowded.append(f"{folder.relative_to(PACKAGE.parent)}: {len(modules)} > {limit}")
+    assert crowded == []
+
+
+def _word(name: str) -> str:
+    """A module name's first word, without the endings that make a near twin of it
+    (answers, answering; database, databases; store, storage)."""
+    word = name.split("_")[0]
+    for ending in ("ing", "age", "es", "s", "e"):
+        if word.endswith(ending) and len(word) - len(ending) >= 4:
+            return word[: -len(ending)]
+    return word
+
+
+def test_no_two_modules_in_a_folder_are_near_twins() -> None:
+    """Two names built on one word (`answers`, `answering`, `answer_checks`) say that
+    they differ, not how: a reader must open both. Each room's names say the difference."""
+    twins = []
+    for folder in sorted({p.parent for p in PACKAGE.rglob("*.py")}):
+        words: dict[str, list[str]] = {}
+        for path in sorted(folder.glob("*.py")):
+            if path.name != "__init__.py":
+                words.setdefault(_word(path.stem), []).append(path.stem)
+        twins += [
+            f"{folder.relative_to(PACKAGE)}: {names}" for names in words.values() if len(names) > 1
+        ]
+    assert twins == []

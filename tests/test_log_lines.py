@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tailagent.logs import LineFormatter
+from tailagent.output.logs import LineFormatter
 from tests.conftest import RunningServer, start_server
 
 FORGED = "2026-12-02 12:00:00,000 INFO tailagent.access: user:owner@example.com POST / CancelTask"

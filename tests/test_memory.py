@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tailagent import memory
+from tailagent.process import memory
 
 
 async def test_memory_is_trimmed_once_requests_are_done_and_none_come(

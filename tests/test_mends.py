@@ -1,4 +1,4 @@
-"""The mends of dependencies' private internals (tailagent/mends.py): each applies on
+"""The mends of dependencies' private internals (tailagent/mends/versions.py): each applies on
 the version it was written for, which is the pinned one, and on any other is left out
 whole, with one WARNING line at start that names the package, both versions and what
 to do. Another version is made by answering importlib.metadata with it, in a fresh
@@ -19,9 +19,13 @@ import pytest
 from hypercorn.asyncio.tcp_server import TCPServer
 
 from bench.bench_core import rpc
-from tailagent import mends, sdk_queues, sdk_sql, sdk_tracing, serving
 from tailagent.agents.acp import process as acp_process
-from tailagent.bridge import jsonrpc
+from tailagent.listening import serving
+from tailagent.mends import event_queues as sdk_queues
+from tailagent.mends import jsonrpc as jsonrpc
+from tailagent.mends import sql_stores as sdk_sql
+from tailagent.mends import tracing as sdk_tracing
+from tailagent.mends import versions as mends
 from tests.conftest import start_server
 
 # In the order a start meets them: a2a-sdk's at import (SQL, queues) and before the
@@ -78,7 +82,10 @@ def test_on_the_pinned_a2a_sdk_its_queues_sql_and_tracing_are_mended() -> None:
         import os, sys
         os.environ["OTEL_INSTRUMENTATION_A2A_SDK_ENABLED"] = "false"  # as the server sets it
         import tailagent
-        from tailagent import mends, sdk_queues, sdk_sql, sdk_tracing
+        from tailagent.mends import versions as mends
+        from tailagent.mends import event_queues as sdk_queues
+        from tailagent.mends import sql_stores as sdk_sql
+        from tailagent.mends import tracing as sdk_tracing
         print(sys.modules[sdk_queues.COMPAT_MODULE].__doc__ == sdk_queues.__doc__)
         print(all(sys.modules[name] is None for name in sdk_sql.DEFERRED))
         print(sdk_tracing.untraced_unless_enabled(), mends.REFUSED)
@@ -92,7 +99,8 @@ def test_on_another_hypercorn_its_mends_are_refused_whole() -> None:
         {"hypercorn": "0.19.0"},
         """
         from hypercorn.asyncio.tcp_server import TCPServer
-        from tailagent import mends, serving
+        from tailagent.mends import versions as mends
+        from tailagent.listening import serving
         print(TCPServer._read_data is serving._read_until_eof)
         print(TCPServer.run is serving._run_connection)
         print(*mends.REFUSED, sep="\\n")
@@ -113,14 +121,17 @@ def test_on_another_a2a_sdk_its_queues_sql_and_tracing_are_left_as_the_sdk_has_t
         import os, sys
         os.environ["OTEL_INSTRUMENTATION_A2A_SDK_ENABLED"] = "false"
         import tailagent
-        from tailagent import mends, sdk_queues, sdk_sql, sdk_tracing
+        from tailagent.mends import versions as mends
+        from tailagent.mends import event_queues as sdk_queues
+        from tailagent.mends import sql_stores as sdk_sql
+        from tailagent.mends import tracing as sdk_tracing
         print(sdk_queues.COMPAT_MODULE in sys.modules)
         print(any(name in sys.modules for name in sdk_sql.DEFERRED))
         print(sdk_tracing.untraced_unless_enabled())
         import tailagent.server
         from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
         print(JsonRpcDispatcher._handle_send_message.__code__.co_qualname)
-        from tailagent.bridge import jsonrpc
+        from tailagent.mends import jsonrpc as jsonrpc
         routes = jsonrpc.jsonrpc_routes(None, "/", None)
         print(type(routes[0].endpoint.__self__._v03_adapter).__name__)
         print("culsans" in sys.modules, "sqlalchemy" in sys.modules)
@@ -166,7 +177,7 @@ def test_on_another_acp_its_cancel_request_is_not_sent_and_the_start_says_so() -
         """
         import logging, sys
         logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(message)s")
-        from tailagent import mends
+        from tailagent.mends import versions as mends
         from tailagent.agents.acp import process
         print(process.SENDS_RAW_NOTIFICATIONS)
         mends.say_refused(logging.getLogger("tailagent"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tailagent.metrics import MAX_CALLER_LABELS
+from tailagent.output.metrics import MAX_CALLER_LABELS
 from tests.a2a_helpers import A2A, user_message
 from tests.conftest import RunningServer, start_server
 from tests.tailnet import FakeTailscaled, send_message, whois

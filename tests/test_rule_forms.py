@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from tailagent.agents.events import PermissionAsked
-from tailagent.bridge import shell_programs
-from tailagent.bridge.rules import first_match
-from tailagent.bridge.shell_programs import trusted_shell
-from tailagent.tool_rules import CommandPattern, Rule, parse_rules
+from tailagent.bridge.rules import programs as shell_programs
+from tailagent.bridge.rules.matching import first_match
+from tailagent.bridge.rules.programs import trusted_shell
+from tailagent.config.tool_rules import CommandPattern, Rule, parse_rules
 from tests.a2a_helpers import A2A, kind_of, texts, user_message
 from tests.conftest import RunningServer
 from tests.test_acp import answer_text, start_acp

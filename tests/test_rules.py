@@ -13,7 +13,7 @@ import pytest
 from a2a.types.a2a_pb2 import GetExtendedAgentCardRequest
 from google.protobuf.json_format import MessageToDict
 
-from tailagent.tool_rules import parse_rules
+from tailagent.config.tool_rules import parse_rules
 from tests.a2a_helpers import A2A, kind_of, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.test_tokens_and_owners import add_token

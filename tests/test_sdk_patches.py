@@ -62,7 +62,7 @@ def test_the_sdk_queues_are_asyncios_and_close_as_it_expects() -> None:
 
 
 TRACED = """
-    from tailagent.sdk_tracing import untraced_unless_enabled
+    from tailagent.mends.tracing import untraced_unless_enabled
     print(untraced_unless_enabled())
     import tailagent.server
     from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
@@ -93,7 +93,7 @@ def test_leaving_the_wrappers_out_too_late_is_refused_not_half_done() -> None:
     out = run_python(
         """
         import tailagent.server
-        from tailagent.sdk_tracing import untraced_unless_enabled
+        from tailagent.mends.tracing import untraced_unless_enabled
         try:
             untraced_unless_enabled()
         except RuntimeError as exc:

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from hypercorn.asyncio import serve
 
 from bench.bench_core import rpc
-from tailagent.serving import hypercorn_config
+from tailagent.listening.serving import hypercorn_config
 from tests.conftest import RunningServer
 from tests.processes import open_sockets
 

@@ -10,9 +10,9 @@ import pytest
 
 from tailagent.agents.echo import EchoBackend, EchoSession
 from tailagent.agents.events import AgentEvent, Notice, Text, Thought, with_ready
-from tailagent.bridge.databases import open_database
-from tailagent.bridge.sessions import ContextBusy, SessionPool
-from tailagent.bridge.state import SessionMap
+from tailagent.bridge.conversations.sessions import ContextBusy, SessionPool
+from tailagent.store.databases import open_database
+from tailagent.store.state import SessionMap
 
 
 @pytest.fixture

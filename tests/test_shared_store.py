@@ -18,8 +18,8 @@ import pytest
 from a2a.types.a2a_pb2 import SendMessageRequest, TaskPushNotificationConfig
 from a2a.utils.errors import A2AError
 
-from tailagent.bridge.remote import POLL_INTERVAL
-from tailagent.bridge.store import RETRY_DELAY
+from tailagent.store.signals import POLL_INTERVAL
+from tailagent.store.tasks import RETRY_DELAY
 from tests.a2a_helpers import A2A, user_message
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from a2a.utils.errors import TaskNotFoundError
 
-from tailagent.bridge.short_ids import START_NO_OTHER
+from tailagent.bridge.conversations.names import START_NO_OTHER
 from tests.a2a_helpers import A2A, user_message
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres

@@ -2,7 +2,7 @@
 
 Another process of the server's user may read /proc/<pid>/environ, fd/* and mem of a
 process that is dumpable. tailagent makes itself not dumpable in its first lines
-(tailagent/undumpable.py) and `serve` takes the key out of its environ in place
+(tailagent/process/undumpable.py) and `serve` takes the key out of its environ in place
 (secret_env.py, no exec), so what is left is Python's own start, before any code of
 ours. tests/secret_probe.py is that other process, run with runuser as `nobody`, started
 before the server and handed its pid at its exec, polling until the server says where

@@ -25,20 +25,20 @@ from a2a.types.a2a_pb2 import (
 )
 
 from tailagent.access.identity import OwnerUser
-from tailagent.bridge import database as database_module
-from tailagent.bridge.database import (
+from tailagent.store import database as database_module
+from tailagent.store.database import (
     SqliteDatabase,
     StoreBusy,
     StoreUnavailable,
     redacted,
 )
-from tailagent.bridge.databases import open_database
-from tailagent.bridge.sdk_stores import SdkStores
-from tailagent.bridge.state import SessionMap
-from tailagent.bridge.store import CoalescingTaskStore
-from tailagent.bridge.task_table import TaskTable
+from tailagent.store.databases import open_database
+from tailagent.store.sdk_stores import SdkStores
+from tailagent.store.state import SessionMap
+from tailagent.store.task_table import TaskTable
+from tailagent.store.tasks import CoalescingTaskStore
 
-if TYPE_CHECKING:  # imported for real only through SdkStores (see tailagent/sdk_sql.py)
+if TYPE_CHECKING:  # imported for real only through SdkStores (see tailagent/mends/sql_stores.py)
     from a2a.server.tasks.database_task_store import DatabaseTaskStore
 
 ALICE = ServerCallContext(user=OwnerUser("user:alice"))

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import tailagent
-from tailagent.bridge.conversations import first_start
+from tailagent.bridge.conversations.workplace import first_start
 from tests.conftest import RunningServer, start_server
 from tests.terminal import in_pty, plain
 from tests.test_isolation import git, make_project

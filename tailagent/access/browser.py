@@ -37,7 +37,7 @@ from typing import Any
 from tailagent.access.identity import Caller
 from tailagent.access.policy import Refusal
 from tailagent.access.tokens import LOCAL_TOKEN_NAME, TokenInfo, TokenStore
-from tailagent.files import write_private
+from tailagent.statedir.files import write_private
 
 log = logging.getLogger("tailagent.access")
 

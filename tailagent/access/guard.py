@@ -37,7 +37,7 @@ from tailagent.access.refusal_page import STYLESHEET, refusal_page
 from tailagent.access.resolve import BadForwarding, Resolver, TailnetSelf
 from tailagent.access.streams import StreamCounts, opens_stream
 from tailagent.access.tokens import TokenInfo, TokenStore
-from tailagent.metrics import REFUSALS, REQUESTS, route_of
+from tailagent.output.metrics import REFUSALS, REQUESTS, route_of
 
 log = logging.getLogger("tailagent.access")
 

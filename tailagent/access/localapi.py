@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 import httpx
 
-from tailagent.metrics import WHOIS
+from tailagent.output.metrics import WHOIS
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Fields of the access log line, each one field as the request sent it.
 
-The log formatter (tailagent/logs.py) keeps every record on one line with its
+The log formatter (tailagent/output/logs.py) keeps every record on one line with its
 controls escaped; this keeps a field from passing for others of the same line: a
 path keeps its percent-encoding (`%20`, `%0a`: no space, no newline, as sent), and a
 JSON-RPC method or task id that is not a plain word is quoted, so `GetTask -> 200

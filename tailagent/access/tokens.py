@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tailagent.files import write_private
+from tailagent.statedir.files import write_private
 
 TOKENS_FILE = "tokens.json"
 LOCAL_TOKEN_FILE = "local-token"

@@ -67,8 +67,8 @@ from tailagent.agents.events import (
 from tailagent.agents.modes import CLAUDE_CODE
 from tailagent.agents.spares import Spares
 from tailagent.config import ClaudeSettings
-from tailagent.mcp_servers import McpServer
-from tailagent.origin import frozen
+from tailagent.config.mcp_servers import McpServer
+from tailagent.process.origin import frozen
 from tailagent.sandbox.fences import Sandbox
 
 log = logging.getLogger("tailagent.agent")

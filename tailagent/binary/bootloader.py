@@ -11,7 +11,7 @@ and the directory in /tmp for good. The kernel's parent-death signal closes that
 child asks for SIGTERM when its parent goes, stops as it would on a SIGTERM passed on
 by the bootloader (a server's usual stop: its agent, its tailnet entry, its tasks),
 and on its way out removes the directory the bootloader no longer can. Standard
-library only; it runs in every process of the binary, after tailagent.undumpable.
+library only; it runs in every process of the binary, after tailagent.process.undumpable.
 """
 
 from __future__ import annotations

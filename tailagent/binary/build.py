@@ -22,7 +22,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from tailagent import origin
+from tailagent.process import origin
 from tailagent.tsnet import build as node_build
 
 HERE = Path(__file__).resolve().parent

@@ -3,7 +3,7 @@ signing process the server starts (a frozen binary has no `python -m`)."""
 
 import sys
 
-# The package first (tailagent.undumpable runs before anything else of ours), then,
+# The package first (tailagent.process.undumpable runs before anything else of ours), then,
 # before any work, this process is bound to the bootloader's life (bootloader.py).
 from tailagent.binary.bootloader import die_with_the_bootloader
 

@@ -27,8 +27,8 @@ from tailagent.card.keys import KeyStore, SigningKey
 from tailagent.card.peers import discover
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
 from tailagent.config import is_loopback_url
+from tailagent.output.visible import visible
 from tailagent.tsnet.client import node_without_tailscaled, proxy_for
-from tailagent.visible import visible
 
 
 def _show_key(key: SigningKey | None, store: KeyStore, as_json: bool) -> None:

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from tailagent.card.keyfile import KEYS_FILE
-from tailagent.files import write_private
+from tailagent.statedir.files import write_private
 
 __all__ = ["KEYS_FILE", "KeyStore", "SigningKey", "public_jwk", "thumbprint"]
 ALGORITHMS = ("ES256", "EdDSA")

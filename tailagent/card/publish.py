@@ -23,7 +23,7 @@ from google.protobuf.json_format import MessageToDict
 from tailagent.agents.events import AgentBackend
 from tailagent.card.builder import build_card
 from tailagent.card.keyfile import key_version
-from tailagent.origin import python_child
+from tailagent.process.origin import python_child
 
 JWKS_PATH = "/.well-known/jwks.json"
 # The one-file binary has no `-m`: its entry point takes this argument instead.

@@ -22,7 +22,7 @@ from a2a.utils.signing import SignatureVerificationError, create_signature_verif
 from google.protobuf.json_format import ParseDict
 from jwt import PyJWK
 
-from tailagent.files import write_private
+from tailagent.statedir.files import write_private
 
 CARD_PATH = "/.well-known/agent-card.json"
 ALGORITHMS = ["ES256", "EdDSA"]

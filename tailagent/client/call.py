@@ -57,8 +57,8 @@ from tailagent.client.render import (
     question_options,
     status_event,
 )
-from tailagent.costs import dollars, shown_usd, token_figure
-from tailagent.visible import visible
+from tailagent.cost.figures import dollars, shown_usd, token_figure
+from tailagent.output.visible import visible
 
 CONFIRM_SECONDS = 3.0
 

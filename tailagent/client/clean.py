@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from tailagent.client.errors import EXIT_COMPLETED, EXIT_USAGE
-from tailagent.statelock import running_server
-from tailagent.visible import visible
+from tailagent.output.visible import visible
+from tailagent.statedir.lock import running_server
 from tailagent.workspace.worktrees.holdings import clean, held
 
 

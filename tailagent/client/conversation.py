@@ -29,7 +29,7 @@ from tailagent.client.columns import GAP, ID_LEAST, Column, fitted, widths
 from tailagent.client.connect import Target, a2a_client, open_http
 from tailagent.client.errors import EXIT_COMPLETED, EXIT_USAGE, run_command
 from tailagent.client.render import message_data, message_text
-from tailagent.visible import json_line, visible
+from tailagent.output.visible import json_line, visible
 
 FILES = 3  # a row names this many of its files, then how many more
 

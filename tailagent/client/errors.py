@@ -23,7 +23,7 @@ from a2a.utils.errors import A2AError
 
 from tailagent.client.connect import Target, parse_target
 from tailagent.client.render import Outcome
-from tailagent.visible import visible
+from tailagent.output.visible import visible
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INPUT_REQUIRED = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130

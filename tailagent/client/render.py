@@ -3,7 +3,7 @@
 Reads only the A2A wire shapes (and tailagent's `metadata.kind` conventions), so
 it renders any A2A agent, not just tailagent. Everything in a stream is the agent's
 (or a caller's) text: it is shown as text, never as rich markup, and with its
-control characters escaped (tailagent.visible), so it cannot act on the terminal.
+control characters escaped (tailagent.output.visible), so it cannot act on the terminal.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from tailagent.client.turn_change import FileChange, turn_change
-from tailagent.origin import invoked_as
-from tailagent.visible import visible
+from tailagent.output.visible import visible
+from tailagent.process.origin import invoked_as
 
 FINAL_STATES = {
     TaskState.TASK_STATE_COMPLETED,

@@ -36,9 +36,9 @@ from tailagent.client.render import (
     state_name,
     status_event,
 )
-from tailagent.client.task_ids import whole_task_id
-from tailagent.costs import dollars, shown_usd
-from tailagent.visible import visible
+from tailagent.client.short_ids import whole_task_id
+from tailagent.cost.figures import dollars, shown_usd
+from tailagent.output.visible import visible
 
 PAGE = 100
 SAYS = 30  # narrower than this, what a task says goes on a line of its own, under it

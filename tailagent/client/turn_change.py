@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.cells import cell_len
 
-from tailagent.visible import visible
+from tailagent.output.visible import visible
 
 REPORTED = "reported by the agent"
 

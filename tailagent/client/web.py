@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tailagent.client.connect import Target, open_http
 from tailagent.client.errors import Refused, UsageError, run_command
-from tailagent.files import write_private
+from tailagent.statedir.files import write_private
 
 
 async def _link(target: Target, args: argparse.Namespace) -> int:

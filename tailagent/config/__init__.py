@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tailagent.mcp_servers import McpServer
-from tailagent.tool_rules import Rule
+from tailagent.config.mcp_servers import McpServer
+from tailagent.config.tool_rules import Rule
 
 AGENTS = ("echo", "claude", "claude-acp", "codex", "gemini", "opencode", "copilot", "qwen")
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto")

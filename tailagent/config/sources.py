@@ -36,8 +36,8 @@ from tailagent.config import (
     WorkspaceSettings,
     checks,
 )
-from tailagent.mcp_servers import parse_mcp_servers
-from tailagent.tool_rules import parse_rules
+from tailagent.config.mcp_servers import parse_mcp_servers
+from tailagent.config.tool_rules import parse_rules
 
 PARSERS: dict[str, Callable[[Any], Any]] = {
     "agent": checks.one_of(AGENTS),

@@ -15,8 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tailagent import origin
 from tailagent.config import Listen
+from tailagent.process import origin
 from tailagent.tsnet import CREDENTIAL_NAME
 
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")

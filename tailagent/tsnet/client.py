@@ -15,7 +15,7 @@ from typing import Any
 
 from tailagent.access.localapi import LocalAPI, find_socket
 from tailagent.config import cli_state_dir, is_loopback_url
-from tailagent.statelock import running_server
+from tailagent.statedir.lock import running_server
 
 CLIENT_FILE = "client.json"
 

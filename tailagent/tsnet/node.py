@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tailagent import secret_env
 from tailagent.access.localapi import LocalAPI
 from tailagent.config import Settings, TsnetSettings
-from tailagent.files import write_private
-from tailagent.metrics import TSNET_CONNECTIONS, TSNET_KEY_EXPIRY, TSNET_NODE
-from tailagent.presence import PresenceError
+from tailagent.output.metrics import TSNET_CONNECTIONS, TSNET_KEY_EXPIRY, TSNET_NODE
+from tailagent.process import secret_env
+from tailagent.statedir.files import write_private
+from tailagent.tailnet.presence import PresenceError
 from tailagent.tsnet import CREDENTIAL_NAME
 from tailagent.tsnet.client import NodeAccess, client_file, node_dir
 from tailagent.tsnet.library import LibraryMissing, NodeLibrary
@@ -84,7 +84,7 @@ def explain(error: str, settings: TsnetSettings) -> str:
 
 
 class EmbeddedNode:
-    """A `Presence` (see tailagent.presence) that is its own tailnet node."""
+    """A `Presence` (see tailagent.tailnet.presence) that is its own tailnet node."""
 
     trusts_forwarding: bool = False
 

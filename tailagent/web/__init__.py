@@ -41,7 +41,7 @@ class LazyDesk:
         if self._app is None:
             async with self._building:
                 if self._app is None:
-                    from tailagent.web.routes import desk_app  # Quart and Jinja, only now
+                    from tailagent.web.desk_app import desk_app  # Quart and Jinja, only now
 
                     app = desk_app(self._parts)
                     await app.startup()

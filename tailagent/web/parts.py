@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tailagent.access.browser import BrowserSessions
-from tailagent.bridge.conversations import Conversations
-from tailagent.bridge.handler import GuardedRequestHandler
-from tailagent.bridge.store import CoalescingTaskStore
-from tailagent.web.live import Desk
+from tailagent.bridge.conversations.workplace import Conversations
+from tailagent.bridge.requests.handler import GuardedRequestHandler
+from tailagent.store.tasks import CoalescingTaskStore
+from tailagent.web.pages.live import Desk
 from tailagent.webpush.service import WebPush
 
 

@@ -20,8 +20,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
 from tailagent.access.identity import Caller
-from tailagent.web import diffs, markdown
-from tailagent.web.transcript import Entry
+from tailagent.web.pages import diffs, markdown
+from tailagent.web.pages.transcript import Entry
 
 CLIP_CHARS = 2_000  # of a prompt, a tool's input or output: the rest is one tap away
 ANSWER_CHARS = 20_000  # of an answer, rendered as Markdown; past it, plain text

@@ -29,11 +29,11 @@ from google.protobuf.struct_pb2 import Value
 from quart import request
 
 from tailagent.access.identity import Caller
-from tailagent.bridge.conversations import Isolated
+from tailagent.bridge.conversations.workplace import Isolated
 from tailagent.web import forms, render
 from tailagent.web.caller import call_context
+from tailagent.web.pages.task_lists import OLDER, TaskLists
 from tailagent.web.parts import DeskParts
-from tailagent.web.task_lists import OLDER, TaskLists
 from tailagent.workspace import GitError, Worktree
 
 FORM_TYPE = "application/x-www-form-urlencoded"

@@ -39,7 +39,7 @@ class Bound:
 
 
 class SpentAnswers(Protocol):
-    """Where spent tokens are kept (bridge/spent_answers.py: the store)."""
+    """Where spent tokens are kept (store/spent_tokens.py: the store)."""
 
     async def spend(self, nonce: str, expires: int) -> bool:
         """True on a nonce's first use; False for one spent before (kept until it expires)."""

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from py_vapid import Vapid
 from py_vapid.utils import b64urlencode
 
-from tailagent.files import write_private
+from tailagent.statedir.files import write_private
 
 KEY_FILE = "webpush-vapid.pem"
 

@@ -23,7 +23,7 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric import ec
 from py_vapid import Vapid
 
-from tailagent.metrics import WEBPUSH_SENT
+from tailagent.output.metrics import WEBPUSH_SENT
 from tailagent.webpush.subscriptions import Subscription, Subscriptions, unb64
 
 log = logging.getLogger("tailagent.webpush")

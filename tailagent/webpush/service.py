@@ -1,5 +1,5 @@
 """The desk's Web Push, put together once per server: what `server.py` wires to the
-task store's saves and `web/push_routes.py` serves to the page.
+task store's saves and `web/push/routes.py` serves to the page.
 
 The encryption and the signatures (http-ece, py-vapid, and cryptography under them)
 load only when a page asks for the server's key or a first message is sent: a server
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tailagent.webpush.actions import ActionTokens, SpentAnswers
 from tailagent.webpush.alerts import Alerts
-from tailagent.webpush.services import PushServices
+from tailagent.webpush.push_services import PushServices
 from tailagent.webpush.standing import Judge
 from tailagent.webpush.subscriptions import Subscription, Subscriptions
 

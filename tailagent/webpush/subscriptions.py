@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tailagent.files import write_private
-from tailagent.webpush.services import PushServices
+from tailagent.statedir.files import write_private
+from tailagent.webpush.push_services import PushServices
 
 log = logging.getLogger("tailagent.webpush")
 

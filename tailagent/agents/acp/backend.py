@@ -29,7 +29,7 @@ from tailagent.agents.acp.terminals import Terminals
 from tailagent.agents.events import Notice, Skill
 from tailagent.agents.spares import Spares
 from tailagent.config import AgentSettings
-from tailagent.mcp_servers import McpServer
+from tailagent.config.mcp_servers import McpServer
 from tailagent.sandbox.fences import Sandbox
 
 log = logging.getLogger("tailagent.agent")

@@ -31,7 +31,7 @@ from acp.schema import (
 
 from tailagent import __version__
 from tailagent.agents.events import AgentStartError
-from tailagent.mends import Mend, applies
+from tailagent.mends.versions import Mend, applies
 from tailagent.sandbox.fences import Fence
 
 # `connection._conn.send_notification` is acp's private side, read for 0.12.1 only: on

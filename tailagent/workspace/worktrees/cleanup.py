@@ -13,7 +13,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from tailagent.files import write_private
+from tailagent.statedir.files import write_private
 from tailagent.workspace.git import GitError, git
 from tailagent.workspace.worktrees.ahead import MadeAhead
 from tailagent.workspace.worktrees.fates import Fates

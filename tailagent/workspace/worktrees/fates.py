@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from tailagent.files import write_private
+from tailagent.statedir.files import write_private
 from tailagent.workspace.worktrees.records import Records, Worktree
 
 FATES = ".fates"  # `.` starts no context id used as a file name

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tailagent.files import write_private
+from tailagent.statedir.files import write_private
 from tailagent.workspace.git import GitError
 from tailagent.workspace.worktrees.errors import NoWorktree, OtherRepository, WorktreeDeleted
 from tailagent.workspace.worktrees.fs import make_root, text

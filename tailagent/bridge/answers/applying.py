@@ -1,0 +1,110 @@
+"""A caller's answer applied to the prompt a turn is parked on.
+
+`answers` says what an answer means (parsing, the record of who decided what); this
+module does what follows from one on a live turn: the claim settled, who decided
+published, the audit row written, loop protection counted, and the agent told (or, for
+a task taken back after a restart, prompted again with the answer).
+"""
+
+from __future__ import annotations
+
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import TaskUpdater
+from a2a.types.a2a_pb2 import Message, TaskState
+from google.protobuf.json_format import MessageToDict
+
+from tailagent.agents.events import PermissionAsked, PromptText, TurnOptions
+from tailagent.bridge.answers.claims import Claims, claim_of
+from tailagent.bridge.answers.meaning import (
+    DEFAULT_VIA,
+    AnswerError,
+    Reply,
+    decision_text,
+    parse_answer,
+    record_of,
+)
+from tailagent.bridge.answers.waiting import resume_text
+from tailagent.bridge.conversations.workplace import signature
+from tailagent.bridge.requests.requester import Requester
+from tailagent.bridge.turns.permissions import PermissionDecisions, request_key
+from tailagent.bridge.turns.publish import text_part
+from tailagent.bridge.turns.runtime import TaskRuntime
+
+
+def reply_of(message: Message) -> Reply:
+    texts = [p.text for p in message.parts if p.HasField("text")]
+    data = tuple(
+        item
+        for p in message.parts
+        if p.HasField("data")
+        for item in [MessageToDict(p.data)]
+        if isinstance(item, dict)
+    )
+    meta = MessageToDict(message.metadata) if message.HasField("metadata") else {}
+    request_id = meta.get("requestId")
+    return Reply(" ".join(texts), data, request_id if isinstance(request_id, str) else None)
+
+
+class AnswerApplier:
+    def __init__(
+        self, claims: Claims, decisions: PermissionDecisions, max_permission_denials: int
+    ) -> None:
+        self._claims = claims
+        self._decisions = decisions
+        self._max_denials = max_permission_denials
+
+    async def apply(
+        self,
+        runtime: TaskRuntime,
+        message: Message,
+        updater: TaskUpdater,
+        call: ServerCallContext,
+        requester: Requester,
+    ) -> bool:
+        """Applies an answer and publishes who decided what; False when the turn
+        does not go on (the question restated, or loop protection ended it)."""
+        pending = runtime.pending
+        assert pending is not None
+        claim = claim_of(call)
+        try:
+            parsed = parse_answer(reply_of(message), pending)
+        except AnswerError as exc:
+            self._claims.give_back(call)  # the prompt is still pending: answerable again
+            await runtime.publisher.ask(updater, pending, note=str(exc))
+            return False
+        record = record_of(pending, parsed, claim.answerer if claim else requester.answerer)
+        self._claims.settle(runtime.task_id, claim, record)
+        runtime.pending = None
+        await runtime.publisher.status(
+            updater,
+            TaskState.TASK_STATE_WORKING,
+            "resumed",
+            [text_part(decision_text(record))],
+            record.metadata(),
+        )
+        if isinstance(pending, PermissionAsked) and not parsed.denied and runtime.turn:
+            who = record.answerer
+            via = f" via {who.via}" if who.via != DEFAULT_VIA else ""
+            runtime.turn.approvals.append(f"{signature(who.by, who.node)}{via}: {pending.tool}")
+        if isinstance(pending, PermissionAsked):
+            allow = not parsed.denied
+            await self._decisions.record(
+                runtime, pending, allow, parsed.reason, requester.audit_name, requester.owner
+            )
+        if isinstance(pending, PermissionAsked) and parsed.denied:
+            runtime.denied.add(request_key(pending))
+            runtime.denials += 1
+            if runtime.denials >= self._max_denials:
+                reason = (
+                    f"Stopped: {runtime.denials} permission denials in this task "
+                    f"(limit {self._max_denials})."
+                )
+                await self._decisions.interrupt(runtime, pending, parsed.reason, reason, updater)
+                return False
+        if runtime.restored:
+            runtime.restored = False
+            text = resume_text(pending, parsed, record)
+            runtime.events = runtime.session.prompt([PromptText(text)], TurnOptions())
+            return True
+        await runtime.session.answer(pending.request_id, parsed.answer)
+        return True

@@ -1,0 +1,233 @@
+"""The rules a message passes before a turn starts, and the conversation it enters.
+
+They run before a2a-sdk opens the task's event stream, so a refusal touches nothing
+but the request that was refused: attachments within limits, a mode the caller may
+ask for, a follow-up to a task that can take one (the SDK's own words for a task it
+does not know), a person within their day's budget and their number of worktrees,
+a conversation that is the caller's and not busy, and last the prompt an answer
+claims. They change with what a person may start, not with how a turn then runs.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from a2a.server.context import ServerCallContext
+from a2a.server.owner_resolver import resolve_user_scope
+from a2a.types.a2a_pb2 import Message, SendMessageRequest, Task, TaskState
+from a2a.utils.errors import InvalidParamsError, InvalidRequestError, UnsupportedOperationError
+from google.protobuf.json_format import MessageToDict
+
+from tailagent.access.identity import caller_of
+from tailagent.agents.modes import mode_refusal
+from tailagent.bridge.answers.checks import bind_answer, check_approver, refuse_second_answer
+from tailagent.bridge.answers.meaning import AlreadyAnswered
+from tailagent.bridge.conversations.names import refuse_a_start, resolve
+from tailagent.bridge.conversations.ownership import (
+    START_ANOTHER,
+    busy,
+    is_admin,
+    refuse_unless_own,
+)
+from tailagent.bridge.conversations.sessions import SessionPool
+from tailagent.bridge.conversations.workplace import Isolated, Shared
+from tailagent.bridge.requests import attachments
+from tailagent.bridge.requests.peer_tasks import runs_elsewhere
+from tailagent.bridge.turns.executor import BridgeExecutor
+from tailagent.config import AttachmentSettings
+from tailagent.cost.ledger import Spending
+from tailagent.store.audit import AuditEntry, AuditLog
+from tailagent.store.owners import ConversationOwners
+from tailagent.store.task_states import ENDED_STATES
+from tailagent.store.tasks import CoalescingTaskStore
+
+BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
+
+
+def ended(task: Task) -> str:
+    """How a task ended, as people say it: `completed`, `been canceled`."""
+    word = TaskState.Name(task.status.state).removeprefix("TASK_STATE_").lower()
+    return "been " + word if word in ("canceled", "rejected") else word
+
+
+class Admission:
+    """Admits a message to a turn, or refuses it saying why (see the module's note)."""
+
+    def __init__(
+        self,
+        store: CoalescingTaskStore,
+        pool: SessionPool,
+        executor: BridgeExecutor,
+        owners: ConversationOwners,
+        conversations: Isolated | Shared,
+        *,
+        attachment_limits: AttachmentSettings,
+        max_worktrees_per_caller: int,
+        spending: Spending | None,
+        audit: AuditLog | None,
+    ) -> None:
+        self._store = store
+        self._pool = pool
+        self._executor = executor
+        self._owners = owners
+        self._conversations = conversations
+        self._attachment_limits = attachment_limits
+        self._max_worktrees = max_worktrees_per_caller
+        self._spending = spending
+        self._audit = audit
+
+    async def admit(self, params: SendMessageRequest, context: ServerCallContext) -> Task | None:
+        """Applies the pre-turn rules; returns the stored task a follow-up names."""
+        message = params.message
+        self._check_parts_and_mode(message, context)
+        stored: Task | None = None
+        if message.task_id:
+            stored = await self._store.get(message.task_id, context)
+            if stored is None:
+                return None  # the SDK answers TaskNotFound in its own words
+            self._check_follow_up(message, stored, context)
+        if not message.task_id:  # before a new conversation is named for it
+            await self._check_budget(message, context)
+        await self._enter_conversation(message, context)
+        await self._check_free(message, context)
+        if message.task_id:
+            # Last, and with no await since the task was read: the check and the
+            # claim are one step on the event loop.
+            try:
+                self._executor.claim(message.task_id, context)
+            except AlreadyAnswered as exc:
+                raise InvalidRequestError(message=str(exc)) from None
+        return stored
+
+    def _check_parts_and_mode(self, message: Message, context: ServerCallContext) -> None:
+        """Refuses attachments past the limits, and a mode only an admin may ask for."""
+        limits = self._attachment_limits
+        try:
+            attachments.check(message, limits.max_part_bytes, limits.max_message_bytes,
+                              limits.url_hosts)  # fmt: skip
+        except attachments.AttachmentRefused as exc:
+            raise InvalidParamsError(message=str(exc)) from None
+        mode = MessageToDict(message.metadata).get("mode") if message.HasField("metadata") else None
+        caller = caller_of(context)
+        if isinstance(mode, str) and mode and not (caller and caller.may("admin")):
+            refusal = mode_refusal(mode, self._pool.caller_modes)
+            if refusal is not None:
+                raise InvalidParamsError(message=refusal)
+
+    def _check_follow_up(self, message: Message, stored: Task, context: ServerCallContext) -> None:
+        """Refuses a follow-up its task cannot take; binds it to the task's conversation
+        and prompt, and renames a messageId the task already holds (the SDK's
+        de-duplication would drop a second turn's words from the history)."""
+        elsewhere = self._store.runs_elsewhere(stored)
+        if elsewhere is not None:
+            raise runs_elsewhere(
+                message.task_id,
+                elsewhere,
+                "send follow-ups for it there. Any of the servers can read or cancel it.",
+            )
+        if message.context_id and message.context_id != stored.context_id:
+            raise InvalidParamsError(
+                message=(
+                    f"Task {message.task_id} is in conversation {stored.context_id}, not "
+                    f"{message.context_id}: leave contextId out of a follow-up"
+                )
+            )
+        message.context_id = stored.context_id
+        bind_answer(message, stored)
+        refuse_second_answer(self._executor, message)  # before "still working": it says more
+        if stored.status.state in ENDED_STATES:
+            raise UnsupportedOperationError(
+                message=(
+                    f"Task {message.task_id} has already {ended(stored)}: send a new "
+                    "message without taskId (with its contextId to go on in the same "
+                    "conversation)."
+                )
+            )
+        if stored.status.state in BUSY_STATES:
+            raise UnsupportedOperationError(
+                message=(
+                    f"Task {message.task_id} is still working; wait for input-required "
+                    "or send a new message without taskId."
+                )
+            )
+        check_approver(self._executor, message.task_id, context)
+        if any(m.message_id == message.message_id for m in stored.history):
+            message.metadata.update({"originalMessageId": message.message_id})
+            message.message_id = f"{message.message_id}~{uuid.uuid4().hex[:8]}"
+
+    async def _check_free(self, message: Message, context: ServerCallContext) -> None:
+        """Refuses a conversation a turn of another task runs in, here or on another
+        server sharing the store."""
+        holder = self._pool.holder(message.context_id)
+        if holder is not None and holder != message.task_id:
+            raise UnsupportedOperationError(
+                message=str(await busy(self._store, message.context_id, holder, context))
+            )
+        if holder is None and not message.task_id:
+            running = await self._store.context_busy_elsewhere(message.context_id)
+            if running is not None:
+                refusal = await busy(self._store, message.context_id, running[0], context)
+                raise UnsupportedOperationError(
+                    message=f"{refusal} (It runs on another tailagent server: {running[1]}.)"
+                )
+
+    async def _enter_conversation(self, message: Message, context: ServerCallContext) -> None:
+        """Makes sure the message's conversation is its sender's: a `contextId` that
+        starts the id of one the sender may act on means that one (short_ids.py); a new
+        message starts one of the sender's (a `contextId` nobody has, and that starts
+        nobody's, becomes theirs); another person's is refused as not found, but to an
+        admin."""
+        me = resolve_user_scope(context)
+        if message.context_id:
+            message.context_id = await resolve(
+                message.context_id, self._owners, self._conversations, context
+            )
+        owner = await self._owners.owner(message.context_id) if message.context_id else None
+        if owner is None:
+            if not is_admin(context):
+                await self._check_room(me)
+            if not message.context_id:
+                message.context_id = self._pool.minted_contexts.generate()
+                await self._owners.start(message.context_id, me)
+                return
+            await refuse_a_start(message.context_id, self._owners)
+            owner = await self._owners.claim(message.context_id, me)
+        refuse_unless_own(owner, message.context_id, context, START_ANOTHER)
+
+    async def _check_room(self, me: str) -> None:
+        """Refuses a new conversation to a person whose conversations hold as many
+        worktrees as they may (each costs a checkout, kept until merged or discarded).
+        Admins, whose box it is, are not counted."""
+        if not isinstance(self._conversations, Isolated):
+            return
+        held = 0
+        for context_id in self._conversations.worktrees.conversations():
+            held += await self._owners.owner(context_id) == me
+        if held >= self._max_worktrees:
+            raise UnsupportedOperationError(
+                message=(
+                    f"{me} has {held} conversations with a worktree, as many as one person "
+                    f"may (workspace.max_worktrees_per_caller = {self._max_worktrees}): "
+                    "merge or discard one (tailagent merge|discard CONTEXT), or go on in "
+                    "one of them with its contextId"
+                )
+            )
+
+    async def _check_budget(self, message: Message, context: ServerCallContext) -> None:
+        """Refuses a new task to a person who spent their day's budget, saying which
+        budget, what was spent and when it resets; the refusal goes to the audit log.
+        Admins, whose box it is, are not held to one."""
+        caller = caller_of(context)
+        if self._spending is None or caller is None or caller.may("admin"):
+            return
+        refusal = await self._spending.refusal(caller.owner)
+        if refusal is None:
+            return
+        if self._audit is not None:
+            entry = AuditEntry(
+                task_id="", context_id=message.context_id, tool="budget",
+                input=f"a new task for {caller.describe()}", decision="deny", reason=refusal,
+                answered_by="tailagent (budget)",
+            )  # fmt: skip
+            await self._audit.record(entry)
+        raise UnsupportedOperationError(message=refusal)

@@ -1,0 +1,246 @@
+"""The a2a-sdk AgentExecutor: runs agent turns for A2A tasks.
+
+A turn that asks the caller something publishes input-required and returns from
+`execute()`, while the agent itself stays parked inside its turn. The caller's
+follow-up message calls `execute()` again; the pending prompt lives in the register of
+live turns (`runtime`), keyed by task id, not inside one `execute()` call.
+
+A prompt is answered once. The handler admits an answer by claiming the pending
+prompt (`claim`); until that answer is applied or given back, any other answer
+to the task is refused naming who came first, and once applied, the record of
+who decided what (`answered`) refuses late answers that name the prompt.
+
+This class routes each request to its part, each in its own module: who the caller is
+(`requester`, read once per request), starting a turn (`turn_start`), the agent's
+events (`pump`), an answer (`answering`), the rules and the audit (`permissions`),
+costs and budgets (`turn_costs`) and tasks taken back after a restart (`restore`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.context import ServerCallContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types.a2a_pb2 import SendMessageRequest, Task, TaskState
+
+from tailagent.agents.events import AgentBackend, PermissionAsked, Prompting
+from tailagent.bridge.answers.applying import AnswerApplier
+from tailagent.bridge.answers.claims import Claims, claim_of
+from tailagent.bridge.answers.meaning import AnswerRecord
+from tailagent.bridge.answers.waiting import Waiting
+from tailagent.bridge.conversations.sessions import SessionPool
+from tailagent.bridge.conversations.workplace import Conversations, Shared
+from tailagent.bridge.requests.requester import requester_of
+from tailagent.bridge.turns import tck
+from tailagent.bridge.turns.costs import TurnCosts
+from tailagent.bridge.turns.permissions import PermissionDecisions
+from tailagent.bridge.turns.publish import Publisher, open_task, text_part
+from tailagent.bridge.turns.pump import Pump
+from tailagent.bridge.turns.restore import Restorer
+from tailagent.bridge.turns.runtime import Runtimes, TaskRuntime
+from tailagent.bridge.turns.start import TurnStarter
+from tailagent.config import AttachmentSettings
+from tailagent.config.tool_rules import Rule
+from tailagent.cost.ledger import Spending
+from tailagent.store.audit import AuditLog
+
+
+class BridgeExecutor(AgentExecutor):
+    def __init__(
+        self,
+        backend: AgentBackend,
+        pool: SessionPool,
+        audit: AuditLog,
+        *,
+        max_permission_denials: int = 3,
+        rules: tuple[Rule, ...] = (),
+        workspace: Path | None = None,
+        attachment_settings: AttachmentSettings | None = None,
+        conversations: Conversations | None = None,
+        spending: Spending | None = None,
+        fence: dict[str, str] | None = None,
+    ) -> None:
+        """`fence` says how agent processes are sandboxed (mode, network): kept with each
+        turn's task and each audited decision."""
+        conversations = conversations or Shared("not configured")
+        workspace = workspace or Path.cwd()
+        costs = TurnCosts(spending)
+        self._backend = backend
+        self._costs = costs
+        self._claims = Claims()
+        self._runtimes = Runtimes(pool, self._claims)
+        self._decisions = PermissionDecisions(audit, rules, workspace, self._runtimes, fence)
+        self._restorer = Restorer(backend.name, conversations, pool, self._claims, self._runtimes)
+        self._starter = TurnStarter(
+            conversations,
+            pool,
+            self._runtimes,
+            costs,
+            workspace,
+            attachment_settings or AttachmentSettings(),
+            fence,
+        )
+        self._answers = AnswerApplier(self._claims, self._decisions, max_permission_denials)
+        self._pump = Pump(pool, self._runtimes, self._decisions, costs, conversations)
+        self._conversations = conversations
+
+    def restore(self, tasks: list[Task]) -> None:
+        """Takes back the tasks a previous run left waiting for an answer (`parked`)."""
+        self._restorer.keep(tasks)
+
+    def pending(self, task_id: str) -> Prompting | None:
+        """The prompt a task is parked on, if any."""
+        runtime = self._runtimes.get(task_id)
+        if runtime is not None:
+            return runtime.pending
+        return self._restorer.prompt(task_id)
+
+    def answered(self, task_id: str, request_id: str) -> AnswerRecord | None:
+        """Who answered this prompt on this server, what, when and through which channel."""
+        return self._claims.answered(task_id, request_id)
+
+    def claim(self, task_id: str, context: ServerCallContext) -> None:
+        """Holds the task's pending prompt for the answer this request carries.
+
+        Synchronous, and called last in the handler's admission: nothing runs between
+        the check and the hold, so of two answers sent at once exactly one gets it.
+        Raises AlreadyAnswered while another answer holds the prompt, and after one was
+        applied while the task is not parked again (the stored task may still read
+        input-required then; letting this answer on would fail the task).
+        """
+        if task_id not in self._runtimes and task_id not in self._restorer:
+            return
+        prompt = self.pending(task_id)
+        request_id = prompt.request_id if prompt is not None else None
+        self._claims.take(task_id, request_id, requester_of(context).answerer, context)
+
+    def release(self, context: ServerCallContext) -> None:
+        """Gives back the prompt this request claimed, if its answer was not applied
+        (the request failed first): the prompt is answerable again."""
+        self._claims.give_back(context)
+
+    def turns_into_task(self, params: SendMessageRequest) -> bool:
+        """Whether a new message becomes a task of this executor's (every message but
+        the echo agent's TCK scenarios, which answer as the TCK asks)."""
+        return self._backend.name != "echo" or tck.scenario_of(params.message) is None
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        try:
+            await self._execute(context, event_queue)
+        finally:
+            await self._over(context.context_id or "")
+
+    async def _over(self, context_id: str) -> None:
+        """Once no turn of the conversation is alive (not running, not waiting for an
+        answer), its branch goes if it holds nothing: every way a turn ends passes here
+        or through `cancel`, so none leaves an empty branch behind."""
+        if context_id and not any(r.context_id == context_id for r in self._runtimes.all()):
+            await self._conversations.turn_over(context_id)
+
+    async def _execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        message = context.message
+        assert message is not None and context.task_id and context.context_id
+        task_id, context_id = context.task_id, context.context_id
+        first_turn = context.current_task is None
+        scenario = tck.scenario_of(message) if self._backend.name == "echo" else None
+        if scenario is not None and task_id not in self._runtimes:
+            await tck.run(scenario, message, task_id, context_id, first_turn, event_queue)
+            return
+        if first_turn:
+            await open_task(message, task_id, context_id, event_queue)
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        runtime = self._runtimes.get(task_id)
+        claim = claim_of(context.call_context)
+        if claim is not None and not self._claims.holds(claim):
+            # Given back (its request failed before this ran) or its turn ended: the
+            # prompt is gone or another answer's by now, so this one applies nowhere.
+            return
+        requester = requester_of(context.call_context)
+        if runtime is None and (waiting := self._restorer.pop(task_id)) is not None:
+            runtime = await self._restorer.take_back(waiting, requester, updater)
+            if runtime is None:
+                return
+        if runtime is not None and runtime.pending is not None:
+            call = context.call_context
+            if not await self._answers.apply(runtime, message, updater, call, requester):
+                return
+        elif runtime is None:
+            publisher = Publisher(task_id, context_id)
+            runtime = await self._starter.start(publisher, message, requester, updater)
+            if runtime is None:
+                return
+        else:
+            # The guard refuses messages for a working task before they get here.
+            await Publisher(task_id, context_id).fail(updater, "Task is already running.")
+            return
+        await self._pump.run(runtime, updater)
+
+    @property
+    def running(self) -> int:
+        return len(self._runtimes)
+
+    @property
+    def waiting(self) -> int:
+        """Tasks waiting for an answer: they outlast a stop (see `parked`)."""
+        return self._runtimes.parked() + len(self._restorer)
+
+    async def stop_all(self, reason: str, grace: float = 5.0) -> list[str]:
+        """At server stop: every turn is told to stop. A turn a request is streaming
+        ends its stream with `reason` (their ids are returned); the store records why
+        the others (waiting for an answer) ended (`CoalescingTaskStore.close_held`)."""
+        runtimes = self._runtimes.all()
+        pumps = {r.task_id: r.pump for r in runtimes if r.pump is not None}
+        for runtime in runtimes:
+            runtime.cancelled = True
+            runtime.stop_reason = reason
+        await asyncio.gather(
+            *(runtime.session.cancel() for runtime in runtimes), return_exceptions=True
+        )
+        if pumps:
+            await asyncio.wait(pumps.values(), timeout=grace)
+        for runtime in runtimes:
+            await self._runtimes.end(runtime)
+        return list(pumps)
+
+    def holds(self, task_id: str) -> bool:
+        """Whether a turn of this task is alive here (running, or waiting for an answer,
+        also one taken back after a restart): its cancel must reach `cancel`, which
+        alone gives its agent session back and records the refused prompt."""
+        return task_id in self._runtimes or task_id in self._restorer
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id = context.task_id or ""
+        context_id = context.context_id or ""
+        runtime = self._runtimes.get(task_id)
+        waiting = self._restorer.pop(task_id)
+        held: TaskRuntime | Waiting | None = runtime or waiting
+        pending = runtime.pending if runtime is not None else waiting.prompt if waiting else None
+        if held is not None and isinstance(pending, PermissionAsked):
+            # A prompt nobody will answer now: the audit says who refused it by cancelling.
+            canceller = requester_of(context.call_context)
+            await self._decisions.record(
+                held, pending, False, "task canceled", canceller.audit_name, canceller.owner
+            )
+        if runtime is not None:
+            runtime.cancelled = True
+            await runtime.session.cancel()
+            if pending is not None:
+                # Nobody is iterating a parked turn: close it here, or it leaks.
+                with contextlib.suppress(Exception):
+                    await runtime.events.aclose()  # type: ignore[attr-defined]
+                await self._costs.settle(runtime)
+            await self._runtimes.end(runtime)
+        self._claims.drop(task_id)
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        await Publisher(task_id, context_id).status(
+            updater,
+            TaskState.TASK_STATE_CANCELED,
+            "canceled",
+            [text_part("The task was canceled by the caller.")],
+        )
+        await self._over(context_id)

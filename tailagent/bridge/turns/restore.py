@@ -1,0 +1,121 @@
+"""Tasks a previous run of the server left waiting for an answer, taken back.
+
+A prompt outlasts a restart (`parked`): at start the executor keeps each waiting task
+here, and the answer that arrives for one reloads the agent's session and gives it the
+answer as a prompt. Reloading can fail in ways a running turn never does (the session
+is gone, the agent cannot load sessions), so it stands apart from starting a turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from a2a.server.tasks import TaskUpdater
+from a2a.types.a2a_pb2 import Task
+
+from tailagent.agents.events import AgentEvent, AgentStartError, Notice, Prompting
+from tailagent.bridge.answers.claims import Claims
+from tailagent.bridge.answers.waiting import Waiting, waiting_of
+from tailagent.bridge.conversations.sessions import SessionPool
+from tailagent.bridge.conversations.workplace import Conversations, TurnRecord
+from tailagent.bridge.requests.requester import Requester
+from tailagent.bridge.turns.publish import Publisher
+from tailagent.bridge.turns.runtime import Runtimes, TaskRuntime, log
+from tailagent.workspace.git import GitError
+
+
+async def _no_events() -> AsyncIterator[AgentEvent]:
+    """A restored turn's events until its answer starts the reloaded session's prompt."""
+    return
+    yield
+
+
+class Restorer:
+    def __init__(
+        self,
+        agent_name: str,
+        conversations: Conversations,
+        pool: SessionPool,
+        claims: Claims,
+        runtimes: Runtimes,
+    ) -> None:
+        self._agent_name = agent_name
+        self._conversations = conversations
+        self._pool = pool
+        self._claims = claims
+        self._runtimes = runtimes
+        # Tasks a previous run left waiting for an answer, taken back at start.
+        self._waiting: dict[str, Waiting] = {}
+
+    def keep(self, tasks: list[Task]) -> None:
+        """Keeps the tasks a previous run left waiting for an answer (`parked`)."""
+        for task in tasks:
+            waiting = waiting_of(task)
+            if waiting is not None:
+                self._waiting[task.id] = waiting
+
+    def prompt(self, task_id: str) -> Prompting | None:
+        waiting = self._waiting.get(task_id)
+        return waiting.prompt if waiting is not None else None
+
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self._waiting
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def pop(self, task_id: str) -> Waiting | None:
+        return self._waiting.pop(task_id, None)
+
+    async def take_back(
+        self, waiting: Waiting, requester: Requester, updater: TaskUpdater
+    ) -> TaskRuntime | None:
+        """The runtime of a task a previous run left waiting, with the agent's session
+        reloaded to take the answer; None (the task failed, saying why) when it cannot be."""
+        task_id, context_id = waiting.task_id, waiting.context_id
+        publisher = Publisher(task_id, context_id, continuing=waiting.artifacts)
+        why = ""
+        try:
+            directory = await self._conversations.directory(context_id)
+            session, resumed = await self._pool.acquire(context_id, task_id, directory)
+        except (GitError, AgentStartError) as exc:
+            why = str(exc)
+        except Exception as exc:
+            log.exception("reloading the agent session of context %s", context_id)
+            why = str(exc)
+        else:
+            if not resumed:
+                await self._pool.release(context_id, task_id)
+                why = f"{self._agent_name} cannot load its earlier session"
+        if why:
+            self._claims.drop(task_id)
+            await publisher.fail(
+                updater,
+                "The server restarted while this task waited for an answer, and the agent's "
+                f"session could not be reloaded to take it ({why}). Send the request again "
+                "as a new task.",
+                "server_restarted",
+            )
+            return None
+        runtime = TaskRuntime(
+            task_id,
+            context_id,
+            session,
+            _no_events(),
+            publisher,
+            pending=waiting.prompt,
+            roles=requester.roles,
+            turn=TurnRecord(task_id, context_id, waiting.subject, waiting.requested_by),
+            directory=directory,
+            restored=True,
+            owner=requester.owner,
+        )
+        self._runtimes.add(runtime)
+        await publisher.publish(
+            updater,
+            Notice(
+                "The server restarted while this task waited; the agent's session was "
+                "reloaded to take the answer."
+            ),
+        )
+        return runtime

@@ -1,0 +1,186 @@
+"""A caller's new message started as an agent turn: the prompt and the session for it.
+
+The message becomes the agent's prompt (its attachments files in the task's inbox, its
+metadata the turn's mode and model), in the conversation's directory, on a session the
+pool gives the caller's share. This changes with what a message may carry and how
+sessions are had, not with how a running turn streams or is answered.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+from a2a.server.tasks import TaskUpdater
+from a2a.types.a2a_pb2 import Message, TaskState
+from google.protobuf.json_format import MessageToDict
+
+from tailagent.agents.events import (
+    AgentSession,
+    AgentStartError,
+    Notice,
+    PromptData,
+    PromptPart,
+    PromptText,
+    TurnOptions,
+)
+from tailagent.bridge.conversations.sessions import PoolFull, SessionPool
+from tailagent.bridge.conversations.workplace import (
+    Conversations,
+    TurnRecord,
+    signature,
+    subject_of,
+)
+from tailagent.bridge.requests import attachments
+from tailagent.bridge.requests.requester import Requester
+from tailagent.bridge.turns.costs import TurnCosts
+from tailagent.bridge.turns.publish import Publisher
+from tailagent.bridge.turns.runtime import Runtimes, TaskRuntime, log
+from tailagent.config import AttachmentSettings
+from tailagent.workspace.git import GitError
+
+
+async def prompt_parts(
+    message: Message, inbox: Path, settings: AttachmentSettings
+) -> list[PromptPart]:
+    """The message as the agent gets it; attachments become files (fetched if need be)."""
+    parts: list[PromptPart] = []
+    for index, part in enumerate(message.parts, 1):
+        name = attachments.safe_name(part.filename, index)
+        if part.HasField("text"):
+            parts.append(PromptText(part.text))
+        elif part.HasField("data"):
+            parts.append(PromptData(MessageToDict(part.data)))
+        elif part.HasField("raw"):
+            parts.append(attachments.file_part(name, part.media_type, part.raw, inbox))
+        elif part.HasField("url"):
+            data = await attachments.fetch(part.url, name, settings.max_part_bytes)
+            parts.append(attachments.file_part(name, part.media_type, data, inbox))
+    return parts
+
+
+def turn_options(message: Message) -> TurnOptions:
+    """The mode and model a caller asked for in message metadata (checked by the handler)."""
+    meta = MessageToDict(message.metadata) if message.HasField("metadata") else {}
+    mode, model = meta.get("mode"), meta.get("model")
+    return TurnOptions(
+        mode=mode if isinstance(mode, str) and mode else None,
+        model=model if isinstance(model, str) and model else None,
+    )
+
+
+class TurnStarter:
+    def __init__(
+        self,
+        conversations: Conversations,
+        pool: SessionPool,
+        runtimes: Runtimes,
+        costs: TurnCosts,
+        workspace: Path,
+        attachment_settings: AttachmentSettings,
+        fence: dict[str, str] | None = None,
+    ) -> None:
+        self._fence = fence or {}
+        self._conversations = conversations
+        self._pool = pool
+        self._runtimes = runtimes
+        self._costs = costs
+        self._workspace = workspace
+        self._attachments = attachment_settings
+
+    async def start(
+        self, publisher: Publisher, message: Message, requester: Requester, updater: TaskUpdater
+    ) -> TaskRuntime | None:
+        """The new turn's runtime, its start published; None (the task failed, saying
+        why) when its worktree, agent session or attachments cannot be had."""
+        task_id, context_id = publisher.task_id, publisher.context_id
+        try:
+            directory = await self._conversations.directory(context_id)
+        except GitError as exc:
+            await publisher.fail(updater, f"The conversation's worktree is not usable: {exc}")
+            return None
+        options = turn_options(message)
+        had = await self._session(publisher, options, directory, requester, updater)
+        if had is None:
+            return None
+        session, resumed = had
+        try:
+            box = attachments.inbox(directory or self._workspace, task_id)
+            parts = await prompt_parts(message, box, self._attachments)
+        except (attachments.AttachmentRefused, httpx.HTTPError, OSError) as exc:
+            await self._pool.release(context_id, task_id)
+            await publisher.fail(updater, f"An attachment could not be taken: {exc}")
+            return None
+        runtime = TaskRuntime(
+            task_id,
+            context_id,
+            session,
+            session.prompt(parts, options),
+            publisher,
+            roles=requester.roles,
+            directory=directory,
+            owner=requester.owner,
+        )
+        runtime.session_cost_before = await self._costs.session_cost(session.session_id)
+        self._runtimes.add(runtime)
+        await self._announce(runtime, message, requester, resumed, updater, self._fence)
+        return runtime
+
+    async def _session(
+        self,
+        publisher: Publisher,
+        options: TurnOptions,
+        directory: Path | None,
+        requester: Requester,
+        updater: TaskUpdater,
+    ) -> tuple[AgentSession, bool] | None:
+        """An agent session for the turn and whether it was taken up again; None (the
+        task failed, saying why) when the agent could not start."""
+        task_id, context_id = publisher.task_id, publisher.context_id
+        owner = requester.caller
+        admin = owner is not None and owner.may("admin")
+        try:
+            # An admin's turns (the box is theirs) are not counted against a share.
+            return await self._pool.acquire(
+                context_id, task_id, directory, mode=options.mode, any_mode=admin,
+                caller=None if admin or owner is None else owner.owner,
+            )  # fmt: skip
+        except (AgentStartError, PoolFull) as exc:  # expected (a login, all busy): one line
+            log.warning("the agent could not start for context %s: %s", context_id, exc)
+            await publisher.fail(updater, f"The agent could not start: {exc}")
+            return None
+        except Exception as exc:
+            log.exception("opening an agent session for context %s", context_id)
+            await publisher.fail(updater, f"The agent could not start: {exc}")
+            return None
+
+    @staticmethod
+    async def _announce(
+        runtime: TaskRuntime,
+        message: Message,
+        requester: Requester,
+        resumed: bool,
+        updater: TaskUpdater,
+        fence: dict[str, str],
+    ) -> None:
+        """Publishes the turn's start, with who asked and how the agent was fenced
+        (sandbox mode, network) kept in the task's metadata for every view of it."""
+        asker = requester.answerer
+        runtime.turn = TurnRecord(
+            runtime.task_id,
+            runtime.context_id,
+            subject_of(message),
+            signature(asker.by, asker.node),
+        )
+        requested: dict[str, object] = {"requestedBy": {"who": asker.by, "device": asker.node}}
+        if fence:
+            requested["sandbox"] = fence
+        publisher = runtime.publisher
+        await publisher.status(updater, TaskState.TASK_STATE_WORKING, "started", metadata=requested)
+        if resumed:
+            # An ACP session says how it was taken up (session/resume or session/load).
+            how = getattr(runtime.session, "reattached_with", None)
+            said = f" (with {how})" if how else ""
+            await publisher.publish(
+                updater, Notice(f"Resumed the agent session of this context{said}.")
+            )

@@ -1,0 +1,306 @@
+"""What each person's work costs, and what they may spend.
+
+Teams share one box and one agent account; the agent reports what a turn cost, and
+only tailagent knows who asked for it. Each turn's cost is added to one row per
+person, UTC day and conversation (`caller_usage`), kept in the store beside the tasks:
+it outlives a restart, every server sharing a PostgreSQL store adds to the same rows,
+and `tailagent usage` reads it without a server. A person's day is the sum of their
+rows for that day (what a budget is checked against); a conversation's cost is the sum
+of its rows.
+
+A person's own daily budget, set by the box's owner (`tailagent budget set`), is kept
+in `caller_budgets` and wins over `budgets.per_caller_daily_usd`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from tailagent.config import BudgetSettings
+from tailagent.cost.figures import dollars
+from tailagent.output.metrics import COST_USD, TOKENS, caller_label
+from tailagent.store.database import Database
+
+_CREATE_USAGE = (
+    "CREATE TABLE IF NOT EXISTS caller_usage ("
+    " owner TEXT NOT NULL, day TEXT NOT NULL, context_id TEXT NOT NULL,"
+    " usd {real} NOT NULL, input_tokens BIGINT NOT NULL, output_tokens BIGINT NOT NULL,"
+    " turns BIGINT NOT NULL, PRIMARY KEY (owner, day, context_id))"
+)
+_CREATE_BUDGETS = (
+    "CREATE TABLE IF NOT EXISTS caller_budgets ("
+    " owner TEXT PRIMARY KEY, daily_usd {real} NOT NULL, set_at TEXT NOT NULL)"
+)
+_ADD = (
+    "INSERT INTO caller_usage (owner, day, context_id, usd, input_tokens, output_tokens, turns)"
+    " VALUES (:o, :d, :c, :u, :i, :x, 1) ON CONFLICT (owner, day, context_id) DO UPDATE SET"
+    " usd = caller_usage.usd + excluded.usd,"
+    " input_tokens = caller_usage.input_tokens + excluded.input_tokens,"
+    " output_tokens = caller_usage.output_tokens + excluded.output_tokens,"
+    " turns = caller_usage.turns + 1"
+)
+# Rows are summed through the bounds a figure had to meet to be kept, so a figure stored
+# before they held (an infinity, a negative) cannot make a sum that breaks a page, a JSON
+# line or a person's budget: such a row counts as nothing.
+_USD = "CASE WHEN usd >= 0 AND usd <= 1e15 THEN usd ELSE 0 END"
+_TOKENS = "CASE WHEN {0} >= 0 AND {0} <= 1e15 THEN {0} ELSE 0 END"
+_SUMS = (
+    f"COALESCE(SUM({_USD}), 0), COALESCE(SUM({_TOKENS.format('input_tokens')}), 0),"
+    f" COALESCE(SUM({_TOKENS.format('output_tokens')}), 0)"
+)
+# What each running turn has reported so far and not yet counted (a turn's share of its
+# session's running total), by task: a person's running turns count against their
+# budget before they end, on every server that shares the store. A row goes when a turn
+# of its agent session is counted: its own, or, for a turn a killed server left, the
+# session's next, which is charged what the session grew by since (that turn's share
+# too). One left with no next turn counts only on its own UTC day.
+_CREATE_RUNNING = (
+    "CREATE TABLE IF NOT EXISTS turn_running ("
+    " task_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, owner TEXT NOT NULL,"
+    " day TEXT NOT NULL, usd {real} NOT NULL)"
+)
+_SET_RUNNING = (
+    "INSERT INTO turn_running (task_id, session_id, owner, day, usd)"
+    " VALUES (:t, :s, :o, :d, :u)"
+    " ON CONFLICT (task_id) DO UPDATE SET usd = excluded.usd, day = excluded.day"
+)
+# Each agent session's running total when its last turn was counted (ACP `usage_update`
+# reports the session's total, not a turn's): kept so a turn after a restart is charged
+# what the total grew by, not the whole of it again.
+_CREATE_SESSIONS = (
+    "CREATE TABLE IF NOT EXISTS session_costs ("
+    " session_id TEXT PRIMARY KEY, usd {real} NOT NULL, at TEXT NOT NULL)"
+)
+_SET_SESSION = (
+    "INSERT INTO session_costs (session_id, usd, at) VALUES (:s, :u, :t)"
+    " ON CONFLICT (session_id) DO UPDATE SET usd = excluded.usd, at = excluded.at"
+)
+# A session not counted for this long is forgotten (its agent long gone).
+SESSION_COSTS_KEPT = timedelta(days=30)
+_SET_BUDGET = (
+    "INSERT INTO caller_budgets (owner, daily_usd, set_at) VALUES (:o, :u, :t)"
+    " ON CONFLICT (owner) DO UPDATE SET daily_usd = excluded.daily_usd, set_at = excluded.set_at"
+)
+# The kinds of caller an owner name starts with (identity.py's `Caller.owner`).
+OWNER_KINDS = ("user:", "tags:", "token:", "local:")
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """What some work cost: dollars as the agent reported them, and its tokens."""
+
+    usd: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(
+            self.usd + other.usd,
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        """As a task's metadata keeps it (A2A's camelCase keys)."""
+        return {
+            "usd": round(self.usd, 6),
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DayUsage:
+    """One person's spending on one UTC day, over all their conversations."""
+
+    owner: str
+    day: str
+    cost: Cost
+    turns: int
+    conversations: int
+
+
+def today() -> str:
+    """Budgets run by the UTC day: the same day for every server sharing a store."""
+    return datetime.now(UTC).date().isoformat()
+
+
+def resets_at() -> str:
+    """When today's budgets start again: the next UTC midnight."""
+    tomorrow = datetime.now(UTC).date() + timedelta(days=1)
+    return f"{tomorrow.isoformat()} 00:00 UTC"
+
+
+def owner_named(name: str) -> str:
+    """The owner name of a person as people write it: a login (`alice@example.com`), a
+    tag (`tag:ci`), or the owner name itself (`token:ci`, `user:alice@example.com`)."""
+    if name.startswith(OWNER_KINDS):
+        return name
+    if name.startswith("tag:"):
+        return "tags:" + ",".join(sorted(name.split(",")))
+    return "user:" + name
+
+
+def person_of(owner: str) -> str:
+    """How a person is shown: their login or tags (`token:` and `local:` stay named, so a
+    token's name cannot pass for a login)."""
+    for kind in ("user:", "tags:"):
+        if owner.startswith(kind):
+            return owner.removeprefix(kind)
+    return owner
+
+
+class Usage:
+    def __init__(self, database: Database) -> None:
+        self._db = database
+
+    async def initialize(self) -> None:
+        real = "DOUBLE PRECISION" if self._db.postgres else "REAL"
+        await self._db.execute(_CREATE_USAGE.format(real=real))
+        await self._db.execute(_CREATE_BUDGETS.format(real=real))
+        await self._db.execute(_CREATE_RUNNING.format(real=real))
+        await self._db.execute(_CREATE_SESSIONS.format(real=real))
+        forgotten = (datetime.now(UTC) - SESSION_COSTS_KEPT).isoformat()
+        await self._db.execute("DELETE FROM session_costs WHERE at < :t", {"t": forgotten})
+        await self._db.execute("DELETE FROM turn_running WHERE day < :d", {"d": today()})
+
+    async def add(self, owner: str, context_id: str, cost: Cost, session_id: str = "") -> None:
+        """Adds one turn's cost to its person's day and conversation, in one statement
+        (two servers adding at once both count), then forgets what its session's turns
+        reported while they ran (in that order: a budget read between the two counts it
+        twice, never not at all)."""
+        await self._db.execute(
+            _ADD,
+            {
+                "o": owner,
+                "d": today(),
+                "c": context_id,
+                "u": cost.usd,
+                "i": cost.input_tokens,
+                "x": cost.output_tokens,
+            },
+        )
+        if session_id:
+            await self._db.execute(
+                "DELETE FROM turn_running WHERE session_id = :s", {"s": session_id}
+            )
+
+    async def running(self, task_id: str, session_id: str, owner: str, usd: float) -> None:
+        """What a running turn has cost so far, before it ends and is counted."""
+        await self._db.execute(
+            _SET_RUNNING, {"t": task_id, "s": session_id, "o": owner, "d": today(), "u": usd}
+        )
+
+    async def spent(self, owner: str, day: str | None = None) -> float:
+        """What the person spent on that UTC day (today by default), with what their
+        running turns have reported so far."""
+        params = {"o": owner, "d": day or today()}
+        rows = await self._db.fetch(
+            f"SELECT COALESCE(SUM({_USD}), 0) FROM caller_usage WHERE owner = :o AND day = :d"
+            f" UNION ALL SELECT COALESCE(SUM({_USD}), 0) FROM turn_running"
+            " WHERE owner = :o AND day = :d",
+            params,
+        )
+        return sum(float(row[0]) for row in rows)
+
+    async def session_cost(self, session_id: str) -> float | None:
+        """The agent session's running total when its last turn was counted."""
+        rows = await self._db.fetch(
+            "SELECT usd FROM session_costs WHERE session_id = :s", {"s": session_id}
+        )
+        return float(rows[0][0]) if rows else None
+
+    async def set_session_cost(self, session_id: str, usd: float) -> None:
+        await self._db.execute(
+            _SET_SESSION, {"s": session_id, "u": usd, "t": datetime.now(UTC).isoformat()}
+        )
+
+    async def conversation(self, context_id: str) -> Cost:
+        """What a conversation cost so far, over all its turns and days."""
+        rows = await self._db.fetch(
+            f"SELECT {_SUMS} FROM caller_usage WHERE context_id = :c", {"c": context_id}
+        )
+        usd, inputs, outputs = rows[0]
+        return Cost(float(usd), int(inputs), int(outputs))
+
+    async def days(self, since: date) -> list[DayUsage]:
+        """Each person's spending per UTC day from `since` on, oldest day first."""
+        rows = await self._db.fetch(
+            f"SELECT owner, day, {_SUMS}, SUM(turns), COUNT(*) FROM caller_usage"
+            " WHERE day >= :s GROUP BY owner, day ORDER BY day, owner",
+            {"s": since.isoformat()},
+        )
+        return [
+            DayUsage(
+                owner, day, Cost(float(usd), int(inputs), int(outputs)), int(turns), int(count)
+            )
+            for owner, day, usd, inputs, outputs, turns, count in rows
+        ]
+
+    async def budget_of(self, owner: str) -> float | None:
+        """The person's own daily budget, when one was set for them."""
+        rows = await self._db.fetch(
+            "SELECT daily_usd FROM caller_budgets WHERE owner = :o", {"o": owner}
+        )
+        return float(rows[0][0]) if rows else None
+
+    async def set_budget(self, owner: str, daily_usd: float | None) -> None:
+        """Sets the person's own daily budget; None gives them the configured one again."""
+        if daily_usd is None:
+            await self._db.execute("DELETE FROM caller_budgets WHERE owner = :o", {"o": owner})
+            return
+        now = datetime.now(UTC).isoformat()
+        await self._db.execute(_SET_BUDGET, {"o": owner, "u": daily_usd, "t": now})
+
+    async def budgets(self) -> dict[str, float]:
+        """Every person's own daily budget."""
+        rows = await self._db.fetch("SELECT owner, daily_usd FROM caller_budgets ORDER BY owner")
+        return {owner: float(usd) for owner, usd in rows}
+
+
+class Spending:
+    """The budgets, checked before a turn starts, and each turn's cost, kept when it ends."""
+
+    def __init__(self, usage: Usage, budgets: BudgetSettings) -> None:
+        self.usage = usage
+        self.budgets = budgets
+
+    async def daily_budget(self, owner: str) -> tuple[float, bool] | None:
+        """The person's budget for a day and whether it is their own; None: no limit."""
+        own = await self.usage.budget_of(owner)
+        if own is not None:
+            return own, True
+        configured = self.budgets.per_caller_daily_usd
+        return None if configured is None else (configured, False)
+
+    async def refusal(self, owner: str) -> str | None:
+        """Why the person may not start a turn now (their day's budget is spent); None
+        when they may."""
+        budget = await self.daily_budget(owner)
+        if budget is None:
+            return None
+        spent = await self.usage.spent(owner)
+        if spent < budget[0]:
+            return None
+        return over_budget_text(person_of(owner), budget[0], spent, budget[1])
+
+    async def record(self, owner: str, context_id: str, cost: Cost, session_id: str = "") -> Cost:
+        """Keeps a turn's cost; returns what its conversation cost so far."""
+        label = caller_label(person_of(owner))
+        COST_USD.labels(label).inc(cost.usd)
+        TOKENS.labels(label, "input").inc(cost.input_tokens)
+        TOKENS.labels(label, "output").inc(cost.output_tokens)
+        await self.usage.add(owner, context_id, cost, session_id)
+        return await self.usage.conversation(context_id)
+
+
+def over_budget_text(who: str, budget: float, spent: float, own: bool) -> str:
+    """The refusal of a turn to a person past their day's budget: which budget, what was
+    spent, and when it starts again."""
+    which = "their own daily budget" if own else "budgets.per_caller_daily_usd"
+    return (
+        f"{who} has spent {dollars(spent)} of {dollars(budget)} today ({which}): no new task "
+        f"until it resets at {resets_at()} (midnight UTC)"
+    )

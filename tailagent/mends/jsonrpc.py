@@ -1,0 +1,63 @@
+"""The JSON-RPC endpoint: a2a-sdk's dispatcher, with one hand-made correction.
+
+a2a-sdk 1.3.0's 0.3 compatibility layer answers malformed params of a 0.3 method
+(`message/send` with a string for `message`, `tasks/get` without `id`) with
+-32600 Invalid Request and pydantic's full report. JSON-RPC 2.0 and A2A 0.3 say
+-32602 Invalid params. Only that answer differs here; dispatch stays the SDK's.
+
+The correction takes the place of the dispatcher's private `_v03_adapter` and calls
+the adapter's private `_generate_error_response`, so it is a mend (tailagent/mends/versions.py),
+for a2a-sdk 1.3.0 only: decided when this module is imported, with the server, so the
+start can say it was left out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from a2a.server.jsonrpc_models import InvalidParamsError
+from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.server.routes.common import ServerCallContextBuilder
+
+# The adapter as the dispatcher's module has it: importing a2a.compat's module first
+# runs into a2a-sdk 1.3.0's own import circle.
+from a2a.server.routes.jsonrpc_dispatcher import JSONRPC03Adapter, JsonRpcDispatcher
+from pydantic import BaseModel, ValidationError
+from sse_starlette.sse import EventSourceResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from tailagent.mends.versions import Mend, applies
+
+PARAMS_MEND = Mend(
+    what="a2a-sdk's 0.3 JSON-RPC adapter answering bad params -32602 (mends/jsonrpc.py)",
+    dist="a2a-sdk",
+    written_for=("1.3.0",),
+    without="a 0.3 method's bad params are answered -32600 with pydantic's whole report",
+)
+PARAMS_MENDED = applies(PARAMS_MEND)
+
+
+class _Params03Adapter(JSONRPC03Adapter):
+    async def handle_request(
+        self, request_id: str | int | None, method: str, body: dict[str, Any], request: Request
+    ) -> JSONResponse | EventSourceResponse:
+        try:
+            model = cast("type[BaseModel]", self.METHOD_TO_MODEL[method])
+            model.model_validate(body)
+        except ValidationError as exc:
+            where = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors()[:3])
+            return self._generate_error_response(
+                request_id, InvalidParamsError(message=f"Invalid params: {where}")
+            )
+        return await super().handle_request(request_id, method, body, request)
+
+
+def jsonrpc_routes(
+    handler: RequestHandler, path: str, context_builder: ServerCallContextBuilder
+) -> list[Route]:
+    dispatcher = JsonRpcDispatcher(handler, context_builder, enable_v0_3_compat=True)
+    if PARAMS_MENDED:
+        dispatcher._v03_adapter = _Params03Adapter(handler, context_builder)
+    return [Route(path, endpoint=dispatcher.handle_requests, methods=["POST"])]

@@ -1,0 +1,157 @@
+"""The store's SQL, said once for SQLite and PostgreSQL.
+
+The default store is one SQLite file that only this server writes. Its statements run
+on one plain sqlite3 connection, on the event loop: in WAL mode with
+`synchronous=NORMAL` a commit is an append to the WAL and a read of a task a few pages
+from the OS's cache, tens of microseconds, less than the hop to a worker thread an
+async driver costs. SQLAlchemy is never imported for it (it is ~18 MiB of a server's
+memory). A PostgreSQL store that several servers share goes through SQLAlchemy's async
+engine (engine_database.py), imported only then.
+
+Statements are text with `:named` parameters, which both take; the few places where
+the two dialects differ ask the database (`json_text`, `postgres`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from tailagent.statedir.files import create_private
+
+# A busy database (another process, or the SDK's own engine when a rare request loaded
+# it, holds the write lock) is tried again this many times, the wait doubling from this.
+TRIES = 12
+FIRST_RETRY_DELAY = 0.001
+# Past the B-tree's upper pages, SQLite's default 2 MiB page cache held pages of rows
+# written once and seldom read again (2.3 MiB of the server's memory after 1,400 tasks,
+# for no measurable gain): the OS's page cache keeps the file's hot pages anyway.
+CACHE_KIB = 256
+
+Params = Mapping[str, Any]
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be opened; str() is the one line that says why."""
+
+
+class StoreBusy(Exception):
+    """Another connection kept the SQLite file's write lock through every try."""
+
+
+class Database(ABC):
+    """Where the store's statements run. `url` is the store's URL, as configured."""
+
+    url: str
+    postgres: bool
+    # What its statements raise when the database fails them (not a caller's mistake).
+    errors: tuple[type[Exception], ...]
+
+    @abstractmethod
+    async def execute(self, sql: str, rows: Sequence[Params] | Params = ()) -> None:
+        """Runs the statement once, or once per row of a sequence, in one transaction."""
+
+    @abstractmethod
+    async def fetch(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
+        """The statement's rows."""
+
+    @abstractmethod
+    def json_text(self, column: str, key: str) -> str:
+        """SQL for the text at `key` of a JSON column (None where it is missing)."""
+
+    async def check(self) -> None:
+        """Raises StoreUnavailable with one line if the store cannot be reached, so a
+        wrong URL or a database that is down stops the start rather than a request."""
+        try:
+            await self.fetch("SELECT 1")
+        except self.errors as exc:
+            raise StoreUnavailable(f"cannot open the store {redacted(self.url)}: {exc}") from None
+
+    @abstractmethod
+    async def aclose(self) -> None: ...
+
+
+class SqliteDatabase(Database):
+    postgres = False
+    errors = (sqlite3.Error, StoreBusy, OSError)
+
+    def __init__(self, url: str, path: Path) -> None:
+        self.url = url
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        create_private(path)  # before SQLite makes it, and its WAL files, 0644
+        # isolation_level=None: a statement commits on its own unless a transaction was
+        # begun, so no transaction is ever left open to hold the write lock.
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # Durable across a crash of the process, which is the failure that matters for
+        # a local service; a power loss may lose the last commits.
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        # Never wait for the lock inside SQLite: that would stop the event loop, which
+        # the holder (the SDK's engine, on its own thread) may need to let it go.
+        self._db.execute("PRAGMA busy_timeout=0")
+        self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+
+    async def execute(self, sql: str, rows: Sequence[Params] | Params = ()) -> None:
+        await self._retry(self._execute, sql, rows)
+
+    async def fetch(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
+        return await self._retry(lambda: self._db.execute(sql, params or {}).fetchall())
+
+    def json_text(self, column: str, key: str) -> str:
+        return f"json_extract({column}, '$.{key}')"
+
+    async def aclose(self) -> None:
+        self._db.close()
+
+    def _execute(self, sql: str, rows: Sequence[Params] | Params) -> None:
+        if isinstance(rows, Mapping) or len(rows) <= 1:
+            single = rows if isinstance(rows, Mapping) else (rows[0] if rows else {})
+            self._db.execute(sql, single)
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.executemany(sql, rows)
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    async def _retry(self, step: Any, *args: Any) -> Any:
+        delay = FIRST_RETRY_DELAY
+        for _ in range(TRIES):
+            try:
+                return step(*args)
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                    raise
+            await asyncio.sleep(delay)
+            delay *= 2
+        raise StoreBusy(f"{self.path} stayed locked by another connection")
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite store URL (`sqlite+aiosqlite:////abs/path.db`); None for any
+    other database."""
+    scheme, _, rest = url.partition("://")
+    if not scheme.startswith("sqlite"):
+        return None
+    file = rest.removeprefix("/").partition("?")[0]
+    if file in ("", ":memory:"):
+        # Every connection would see a database of its own, all gone at the restart.
+        raise StoreUnavailable(f"the store {url} names no file: SQLite needs one")
+    return Path(file)
+
+
+def redacted(url: str) -> str:
+    """A store URL fit for logs and errors: the password hidden."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()

@@ -1,0 +1,75 @@
+"""The desk's app: its browser blueprint's rules, and the concerns that add routes to it.
+
+Every change goes through the same request handler as A2A (`SendMessage`,
+`CancelTask`), as the same caller the access layer established, so roles,
+ownership, the answer rules and loop protection are A2A's, not a copy. The page
+adds only what a browser needs: a form token per caller, action and task, and the
+channel ("web") that the audit log records.
+
+The pages' rules are here (a strict CSP and no caching on every response of the
+app, Web Push's included; a refusal shown as a page); the routes are in modules
+named for what they do: the list and task pages (page_routes.py), their live
+streams (stream_routes.py), the forms that drive tasks (form_routes.py), the merge
+(merge_routes.py), the local sign-in (signin_routes.py) and Web Push's JSON routes,
+which keep rules of their own (push_routes.py). Each is handed one `DeskKit`
+(route_kit.py).
+"""
+
+from __future__ import annotations
+
+from quart import Blueprint, Quart, Response, request
+from quart.typing import ResponseReturnValue
+
+from tailagent.web import render
+from tailagent.web.caller import current_caller
+from tailagent.web.pages.actions import register_forms
+from tailagent.web.pages.merging import register_merge
+from tailagent.web.pages.signin import register_signin
+from tailagent.web.pages.streams import register_streams
+from tailagent.web.pages.task_lists import TaskLists
+from tailagent.web.pages.viewing import register_pages
+from tailagent.web.parts import DeskParts
+from tailagent.web.push.routes import push_blueprint
+from tailagent.web.route_kit import DeskKit, Refused
+
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+
+
+async def security_headers(response: Response) -> Response:
+    """On every response of the desk's app, both blueprints: Web Push's notifications
+    page is a page too, and its service worker runs under the CSP it was served with."""
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+def blueprint(kit: DeskKit) -> Blueprint:
+    """The desk's pages, streams and forms under `/desk`, with the browser's rules."""
+    desk_bp = Blueprint("desk", __name__, url_prefix="/desk", static_folder="static")
+
+    @desk_bp.errorhandler(Refused)
+    async def refused(exc: Refused) -> ResponseReturnValue:
+        back = request.path.rsplit("/", 1)[0] if request.method == "POST" else "/desk/"
+        page = render.refusal(str(exc), back, kit.viewer(current_caller()))
+        return Response(page, status=exc.status, content_type="text/html; charset=utf-8")
+
+    concerns = (register_pages, register_streams, register_forms, register_merge, register_signin)
+    for register in concerns:
+        register(desk_bp, kit)
+    return desk_bp
+
+
+def desk_app(parts: DeskParts) -> Quart:
+    """The desk as a Quart app of its own (mounted lazily, see `LazyDesk`)."""
+    kit = DeskKit(parts, TaskLists(parts.store, parts.desk, parts.conversations))
+    app = Quart("tailagent")
+    app.after_request(security_headers)
+    app.register_blueprint(blueprint(kit))
+    app.register_blueprint(push_blueprint(kit))
+    return app
