@@ -3,14 +3,18 @@
 A person on the tailnet opens it with no login (whois says who they are), follows
 tasks live, reads diffs and answers the agent's questions; a person on the box signs
 in once with the link `tailagent web` prints. It reads tasks through the task store
-and sends work and answers through the A2A request handler (routes.py), so it can
-never do what A2A would refuse. The access layer applies the page's own rules to its
-routes (access/browser.py, access/guard.py): same-origin POSTs only, and the sign-in
-cookie counts here and nowhere else.
+and sends work and answers through the A2A request handler (web/route_kit.py), so it
+can never do what A2A would refuse. The access layer applies the page's own rules to
+its routes (access/browser.py, access/guard.py): same-origin POSTs only, and the
+sign-in cookie counts here and nowhere else.
 
-`app.py` builds the parts and calls `mount`; nothing else of the server knows the
-page exists. The page's Quart app, its templates and routes (~11 MiB of a server's
-memory) are loaded on the first request for the page: a server that only A2A
+Here: the app and its rules (desk_app), what every route is given (route_kit, parts),
+the caller, form tokens and the HTML renderer; the pages are web/pages/, Web Push's
+routes web/push/ (Web Push itself is tailagent/webpush/).
+
+`tailagent/app.py` builds the parts and calls `mount`; nothing else of the server
+knows the page exists. The page's Quart app, its templates and routes (~11 MiB of a
+server's memory) are loaded on the first request for the page: a server that only A2A
 programs call never holds them.
 """
 

@@ -8,11 +8,10 @@ channel ("web") that the audit log records.
 
 The pages' rules are here (a strict CSP and no caching on every response of the
 app, Web Push's included; a refusal shown as a page); the routes are in modules
-named for what they do: the list and task pages (page_routes.py), their live
-streams (stream_routes.py), the forms that drive tasks (form_routes.py), the merge
-(merge_routes.py), the local sign-in (signin_routes.py) and Web Push's JSON routes,
-which keep rules of their own (push_routes.py). Each is handed one `DeskKit`
-(route_kit.py).
+named for what they do, in web/pages/: the list and task pages (viewing.py), their
+live streams (streams.py), the forms that drive tasks (actions.py), the merge
+(merging.py) and the local sign-in (signin.py); Web Push's JSON routes keep rules of
+their own (web/push/routes.py). Each is handed one `DeskKit` (web/route_kit.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ One renderer serves both the first page and the live updates: an entry pushed ov
 SSE is the same fragment the server would have put in the page, so what a person
 sees never depends on whether it came live or with a reload. Everything the agent
 or a caller wrote passes through autoescaping; the only markup made from their text
-is markdown.py's, which escapes first.
+is web/pages/markdown.py's, which escapes first.
 """
 
 from __future__ import annotations

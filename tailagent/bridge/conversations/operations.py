@@ -1,10 +1,10 @@
 """The operations on a conversation a message asks for instead of a turn: `merge`,
 `diff`, `discard`, and the list of the caller's conversations.
 
-They run on the conversation's worktree (bridge/conversations/workplace.py), not through the
-agent: no task is made, and the answer is one message. Who may run which, on which
-conversation, and when (never while a turn runs in it) changes with the worktrees'
-operations, not with the rules that admit a turn.
+They run on the conversation's worktree (bridge/conversations/workplace.py), not
+through the agent: no task is made, and the answer is one message. Who may run which,
+on which conversation, and when (never while a turn runs in it) changes with the
+worktrees' operations, not with the rules that admit a turn.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class ConversationOperations:
             return await self._conversation_list(context)
         if not params.message.context_id:
             raise InvalidParamsError(message=f"a {kind} names its conversation: set contextId")
-        # Its id, or the start of one (the short id its branch shows): see short_ids.py.
+        # Its id, or the start of one (the short id its branch shows): see names.py.
         context_id = await resolve(params.message.context_id, self._owners,
                                    self._conversations, context)  # fmt: skip
         refuse_unless_own(await self._owners.owner(context_id), context_id, context)

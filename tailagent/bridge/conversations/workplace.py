@@ -184,7 +184,8 @@ class Isolated:
             if commit is None and status.ahead == 0 and not status.files:
                 await self.worktrees.release(turn.context_id)
             # What the turn really changed, read from its commit: what the page shows of
-            # a finished turn, whatever the agent reported (bounded; see patches.py).
+            # a finished turn, whatever the agent reported (bounded; see
+            # workspace/worktrees/patches.py).
             change = await self.worktrees.committed(turn.context_id, commit) if commit else None
         except GitError as exc:
             # The turn's work stays in the worktree, uncommitted: the next turn's commit

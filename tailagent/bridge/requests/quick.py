@@ -2,11 +2,11 @@
 
 A blocking SendMessage that starts a new task, with no push config, in a store no
 other server reads, shows its task to nobody through A2A before it is final or
-waiting (see state.UNSEEN_UNTIL_SETTLED): nobody can subscribe to it, and only the
-desk, which reads the store's snapshots, sees it run. a2a-sdk would still run it as
-any task: an ActiveTask with a producer and a consumer task and queues between
-them. Here the executor's events go straight into the SDK's own TaskManager, which
-folds each into the task and saves it through the store, as the SDK's consumer
+waiting (see `UNSEEN_UNTIL_SETTLED` in tailagent/store/): nobody can subscribe to it,
+and only the desk, which reads the store's snapshots, sees it run. a2a-sdk would still
+run it as any task: an ActiveTask with a producer and a consumer task and queues
+between them. Here the executor's events go straight into the SDK's own TaskManager,
+which folds each into the task and saves it through the store, as the SDK's consumer
 does. The turn runs in a task of its own, so a caller that goes away does not stop
 it, and a cancel finds it here (`cancel`), in the SDK's order: the executor's
 cancel first, then the turn.
@@ -23,8 +23,8 @@ from a2a.server.events import Event, EventQueue
 from a2a.server.tasks import TaskManager, TaskStore
 from a2a.types.a2a_pb2 import Task
 
-from tailagent.store.state import mark_failed
-from tailagent.store.task_states import ENDED_STATES
+from tailagent.store.finality import mark_failed
+from tailagent.store.finality import ENDED_STATES
 
 log = logging.getLogger(__name__)
 

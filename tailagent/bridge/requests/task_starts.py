@@ -1,9 +1,10 @@
 """The two ways a new task starts besides a2a-sdk's own path.
 
 A quick send: a blocking send whose task nobody sees before it ends or waits runs in
-bridge/requests/quick.py, after the checks the SDK's path would make. A streamed task that must
-wait for its place is made and stored at once, so its caller sees it submitted rather
-than nothing. Both copy a part of the SDK's path, so they change when the SDK does.
+bridge/requests/quick.py, after the checks the SDK's path would make. A streamed task
+that must wait for its place is made and stored at once, so its caller sees it
+submitted rather than nothing. Both copy a part of the SDK's path, so they change
+when the SDK does.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ whose paths all lie in the workspace, its last word as a whole word; it reads in
 shell's script only for a shell at a trusted path given a plain `-c`, and a shell
 given anything else is asked whatever the rules say. A deny or ask rule matches when
 any command a shell could run from the line matches (`shell.reading`, through every
-wrapper `shell_programs` knows), or any form of any path.
+wrapper `programs` knows), or any form of any path.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ rule's glob saw is exactly the program and arguments that will run. A deny (or a
 rule should catch the command wherever it hides (`reading`): every simple
 command in the line, in substitutions and here-doc bodies, inside `sh -c '…'`,
 `eval`, `find -exec`, and after wrappers such as `env`, `sudo` or `flock -c` (what
-each program runs is `shell_programs`'s to know).
+each program runs is `programs`'s to know).
 
 tree-sitter-bash is a maintained grammar of bash (MIT, as tree-sitter is) with wheels
 that carry the compiled parser; what it cannot parse is marked as an error, which
@@ -151,7 +151,7 @@ def simple_command(line: str) -> SimpleCommand | None:
 def shell_script(words: Words) -> str | None:
     """The script of `SH -c SCRIPT` or `SH -c -- SCRIPT`, when those are all the words
     and SH is a shell that only root could have put where it is
-    (`shell_programs.trusted_shell`); None for anything else."""
+    (`programs.trusted_shell`); None for anything else."""
     plain = words[1:] in (("-c", words[-1]), ("-c", "--", words[-1]))
     return words[-1] if len(words) > 2 and plain and trusted_shell(words[0]) else None
 

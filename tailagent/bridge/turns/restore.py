@@ -1,9 +1,10 @@
 """Tasks a previous run of the server left waiting for an answer, taken back.
 
-A prompt outlasts a restart (`parked`): at start the executor keeps each waiting task
-here, and the answer that arrives for one reloads the agent's session and gives it the
-answer as a prompt. Reloading can fail in ways a running turn never does (the session
-is gone, the agent cannot load sessions), so it stands apart from starting a turn.
+A prompt outlasts a restart (bridge/answers/waiting.py): at start the executor keeps
+each waiting task here, and the answer that arrives for one reloads the agent's session
+and gives it the answer as a prompt. Reloading can fail in ways a running turn never
+does (the session is gone, the agent cannot load sessions), so it stands apart from
+starting a turn.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class Restorer:
         self._waiting: dict[str, Waiting] = {}
 
     def keep(self, tasks: list[Task]) -> None:
-        """Keeps the tasks a previous run left waiting for an answer (`parked`)."""
+        """Keeps the tasks a previous run left waiting for an answer (answers/waiting.py)."""
         for task in tasks:
             waiting = waiting_of(task)
             if waiting is not None:

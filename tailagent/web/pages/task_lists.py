@@ -18,14 +18,15 @@ from a2a.types.a2a_pb2 import Task
 from tailagent.access.identity import Caller
 from tailagent.bridge.conversations.fates import fates
 from tailagent.bridge.conversations.workplace import Conversations
-from tailagent.store.task_table import Position
+from tailagent.store.table import Position
 from tailagent.store.tasks import CoalescingTaskStore, position
 from tailagent.web.pages.live import Desk
 from tailagent.web.pages.transcript import Row, row
 
 LIST_LIMIT = 50
 LIST_CACHE = 64  # people whose list is kept between changes
-# Where a page of older tasks starts: `<microseconds>-<task id>` (see store.position).
+# Where a page of older tasks starts: `<microseconds>-<task id>` (see `position` in
+# tailagent/store/).
 OLDER = re.compile(r"(\d{1,20})-([\w.:-]{1,200})")
 
 
@@ -66,7 +67,8 @@ class TaskLists:
     async def _fates(self, page: ListPage) -> ListPage:
         """The page with each row whose branch was merged or discarded since its turn
         saying so: read at every view (a merge or a discard moves no task, so the
-        shared read does not change with it), from records only (branch_fates.py)."""
+        shared read does not change with it), from records only
+        (bridge/conversations/fates.py)."""
         said = await fates(self.conversations, page.tasks)
         if not said:
             return page

@@ -5,7 +5,7 @@ status message to the history, and artifacts to the task), so the page needs no
 record of its own: the same task a `GetTask` returns is cut into entries here. An
 entry's key stays the same while its content changes (a tool call that finishes,
 an answer that grows, a plan replaced in place), which is what lets a live view
-send only what changed (see live.py).
+send only what changed (see web/pages/live.py).
 
 The entries read as a conversation: what the person asked, what the agent says and
 asks, and who decided what, in words. The protocol's own vocabulary (an answer's
@@ -191,8 +191,9 @@ def is_answer(message: Message) -> bool:
 
 
 def _decision(message: Message, meta: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any]:
-    """Who decided what, from the resumed status's metadata (answers.AnswerRecord) and
-    its sentence, whose words after the first `: ` are the person's detail."""
+    """Who decided what, from the resumed status's metadata (`AnswerRecord` in
+    bridge/answers/) and its sentence, whose words after the first `: ` are the person's
+    detail."""
     _, _, detail = _text(message.parts).partition(": ")
     request = asked.get(str(meta.get("requestId", "")), {})
     return {

@@ -1,8 +1,8 @@
 """The desk's two pages that only read: the list of tasks and one task's page.
 
 They change with what a person sees (the templates' context, the sections of a task),
-not with how the page stays live (stream_routes.py) or what its forms do
-(form_routes.py), so they stand apart from both.
+not with how the page stays live (streams.py) or what its forms do (actions.py), so
+they stand apart from both.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ a person's subscriptions, and the answer a notification's Allow or Deny brings.
 
 These are JSON routes for the page's own script (static/notify.js) and its service
 worker (static/sw.js), on a blueprint of their own because their rules differ from
-the pages' (push_json.py: a bounded JSON body, refusals as JSON). They sit behind the
+the pages' (json_rules.py: a bounded JSON body, refusals as JSON). They sit behind the
 same access layer as the pages: the caller is whoever whois (or the local sign-in)
 says, a POST must come from the page's own origin, and a subscription is made only
 with a token the page was given for that caller.

@@ -3,7 +3,7 @@ and the plain page listing the devices they are told on, each removable.
 
 A subscription is made only with a token the page was given for that caller, and it
 keeps the device's tailnet address, which the access policy is asked about before each
-message (push_policy.py); that, not the notifications themselves or the app's
+message (web/push/policy.py); that, not the notifications themselves or the app's
 manifest, is what changes in this module.
 """
 
