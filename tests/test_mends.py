@@ -19,9 +19,9 @@ import pytest
 from hypercorn.asyncio.tcp_server import TCPServer
 
 from bench.bench_core import rpc
-from tailagent.agents.acp import process as acp_process
-from tailagent.listening import serving
+from tailagent.mends import acp_cancel
 from tailagent.mends import event_queues as sdk_queues
+from tailagent.mends import hypercorn_connections as hypercorn_mends
 from tailagent.mends import jsonrpc as jsonrpc
 from tailagent.mends import sql_stores as sdk_sql
 from tailagent.mends import tracing as sdk_tracing
@@ -30,11 +30,11 @@ from tests.conftest import start_server
 
 # In the order a start meets them: a2a-sdk's at import (SQL, queues) and before the
 # server is imported (tracing), then the server's own imports: the JSON-RPC adapter
-# (with the app), Hypercorn's (with serving.py).
+# (with the app), Hypercorn's (with listening/serving.py).
 SDK_MENDS = [sdk_sql.SQL_MEND, sdk_queues.QUEUES_MEND, sdk_tracing.TRACING_MEND]
-HYPERCORN_MENDS = [serving.LET_GO_MEND, serving.SAY_CUT_MEND]
+HYPERCORN_MENDS = [hypercorn_mends.LET_GO_MEND, hypercorn_mends.SAY_CUT_MEND]
 MENDS = [*SDK_MENDS, jsonrpc.PARAMS_MEND, *HYPERCORN_MENDS]
-ACP_MEND = acp_process.CANCEL_REQUEST_MEND
+ACP_MEND = acp_cancel.CANCEL_REQUEST_MEND
 PINS = Path(__file__).resolve().parent.parent / "tailagent" / "binary" / "pins.txt"
 
 # importlib.metadata answering with other versions of some distributions.
@@ -68,8 +68,8 @@ def test_each_mend_is_written_for_the_pinned_version_installed_here(mend: mends.
 
 
 def test_on_the_pinned_hypercorn_its_two_methods_are_the_mends() -> None:
-    assert TCPServer._read_data is serving._read_then_let_go
-    assert TCPServer.run is serving._run_or_say_cut
+    assert TCPServer._read_data is hypercorn_mends._read_then_let_go
+    assert TCPServer.run is hypercorn_mends._run_or_say_cut
     assert mends.REFUSED == []
 
 
@@ -101,8 +101,9 @@ def test_on_another_hypercorn_its_mends_are_refused_whole() -> None:
         from hypercorn.asyncio.tcp_server import TCPServer
         from tailagent.mends import versions as mends
         from tailagent.listening import serving
-        print(TCPServer._read_data is serving._read_until_eof)
-        print(TCPServer.run is serving._run_connection)
+        from tailagent.mends import hypercorn_connections as hypercorn_mends
+        print(TCPServer._read_data is hypercorn_mends._read_until_eof)
+        print(TCPServer.run is hypercorn_mends._run_connection)
         print(*mends.REFUSED, sep="\\n")
         """,
     )
@@ -179,7 +180,8 @@ def test_on_another_acp_its_cancel_request_is_not_sent_and_the_start_says_so() -
         logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(message)s")
         from tailagent.mends import versions as mends
         from tailagent.agents.acp import process
-        print(process.SENDS_RAW_NOTIFICATIONS)
+        from tailagent.mends import acp_cancel
+        print(acp_cancel.SENDS_RAW_NOTIFICATIONS)
         mends.say_refused(logging.getLogger("tailagent"))
         mends.say_refused(logging.getLogger("tailagent"))  # each line is said once
         """,

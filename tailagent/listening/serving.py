@@ -1,36 +1,21 @@
-"""How tailagent runs Hypercorn: its configuration, and two mends, to how it lets go
-of a connection its client has closed, and to how a connection that the stop cuts ends
-(one warning line, not an asyncio traceback).
+"""How tailagent runs Hypercorn on its socket: the configuration, and Hypercorn's own
+log lines under a name that does not call each one an error.
 
-Hypercorn (0.18) keeps a kept-alive connection that its client closed (the socket
-sits in CLOSE-WAIT) until the connection's keep-alive timer runs out, 5 s later:
-the connection's task group waits for that timer before it closes the socket. So
-every connection of a burst lived, with its parser, buffers and tasks, 5 s past
-the client's goodbye, and what it held was freed after the quiet-time trim had
-run (see memory.py): 1,000 streams left the server ~3 MiB higher, and the
-descriptors of a thousand dead connections open. Stopping the timer once the
-client's end is read lets the connection close at once, as it would with no
-keep-alive at all.
-
-Both are written for Hypercorn 0.18.0; on another version each is left out and the
-start says so (mends.py). A third, which sent a response's head and body in one send,
-is gone: its gain was within noise (docs/measured.md, issue 36).
+Importing this module applies the two mends of how Hypercorn ends a connection
+(mends/hypercorn_connections.py): they live with the other mends of dependencies'
+internals, each with its version check.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
 
-from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.config import Config
 
 from tailagent.listening.listener import LISTEN_BACKLOG
-from tailagent.mends.versions import Mend, applies
-
-log = logging.getLogger("tailagent")
+from tailagent.mends import hypercorn_connections  # noqa: F401  (applies the mends)
 
 
 def _not_running_on(record: logging.LogRecord) -> bool:
@@ -46,51 +31,6 @@ HYPERCORN_LOG.addFilter(_not_running_on)
 
 # Long enough for Hypercorn to finish the responses already under way at stop.
 GRACEFUL_TIMEOUT = 5.0
-
-HYPERCORN = ("hypercorn", ("0.18.0",))
-LET_GO_MEND = Mend(
-    "Hypercorn's TCPServer._read_data (a connection its client closed let go at once)",
-    *HYPERCORN,
-    without="such connections stay open 5 s, in CLOSE-WAIT",
-)
-SAY_CUT_MEND = Mend(
-    "Hypercorn's TCPServer.run (a connection the stop cuts said in one line)",
-    *HYPERCORN,
-    without="each such connection logs an asyncio traceback at stop",
-)
-_read_until_eof = TCPServer._read_data
-
-
-async def _read_then_let_go(self: TCPServer) -> None:
-    await _read_until_eof(self)
-    # The client is gone: no request can come on this connection any more.
-    await self.idle_task.stop()
-
-
-if applies(LET_GO_MEND):
-    TCPServer._read_data = _read_then_let_go  # type: ignore[method-assign]
-
-_run_connection = TCPServer.run
-
-
-async def _run_or_say_cut(self: TCPServer) -> None:
-    """Hypercorn's connection, ending quietly when the stop cuts it. At stop, Hypercorn
-    cancels the connections still busy after GRACEFUL_TIMEOUT, and Python 3.11's
-    asyncio streams log each cancelled one as an error with a 28-line traceback (its
-    done-callback asks a cancelled task for its exception); one line says it instead."""
-    try:
-        await _run_connection(self)
-    except asyncio.CancelledError:
-        peer = self.writer.get_extra_info("peername")
-        who = f"from {peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "on the unix socket"
-        log.warning(
-            "stopping: cut a connection %s still busy %.0f s after the stop began",
-            who, GRACEFUL_TIMEOUT,
-        )  # fmt: skip
-
-
-if applies(SAY_CUT_MEND):
-    TCPServer.run = _run_or_say_cut  # type: ignore[method-assign]
 
 
 def hypercorn_config(sock: socket.socket) -> Config:

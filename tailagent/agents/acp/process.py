@@ -31,26 +31,14 @@ from acp.schema import (
 
 from tailagent import __version__
 from tailagent.agents.events import AgentStartError
-from tailagent.mends.versions import Mend, applies
+from tailagent.mends.acp_cancel import send_cancel_request
 from tailagent.sandbox.fences import Fence
-
-# `connection._conn.send_notification` is acp's private side, read for 0.12.1 only: on
-# another version tailagent does not reach into it (the call is given up without the
-# notification) rather than guess.
-CANCEL_REQUEST_MEND = Mend(
-    what="ACP's $/cancel_request sent through acp's private connection (acp/process.py)",
-    dist="agent-client-protocol",
-    written_for=("0.12.1",),
-    without="a session/close or session/resume given up on is not cancelled at the agent",
-)
-SENDS_RAW_NOTIFICATIONS = applies(CANCEL_REQUEST_MEND)
 
 log = logging.getLogger("tailagent.agent")
 
 STDERR_TAIL_LINES = 20
 STDERR_LOG_LINES = 200  # per process; past this, stderr is kept but no longer logged
 STREAM_LIMIT = 16 * 1024 * 1024  # one ACP message may carry a whole file
-CANCEL_REQUEST = "$/cancel_request"
 REQUEST_CANCELLED = -32800
 # After $/cancel_request, how long the agent has to answer the request it was told of.
 CANCEL_ANSWER_WAIT = 1.0
@@ -225,13 +213,8 @@ class AgentProcess:
         connection = self.connection
         if request_id is not None and connection is not None and self.alive:
             log.info("agent %s: gave up on %s after %.0f s", self.pid, method, within)
-            if SENDS_RAW_NOTIFICATIONS:
-                with contextlib.suppress(Exception):
-                    # acp 0.12.1 has no call for $/ notifications: its connection's
-                    # private JSON-RPC side sends it as is (checked for that version).
-                    await connection._conn.send_notification(
-                        CANCEL_REQUEST, {"requestId": request_id}
-                    )
+            with contextlib.suppress(Exception):
+                await send_cancel_request(connection, request_id)
             await asyncio.wait({task}, timeout=CANCEL_ANSWER_WAIT)
         task.cancel()
         with contextlib.suppress(BaseException):
