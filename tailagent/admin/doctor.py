@@ -24,7 +24,7 @@ from tailagent.process import origin
 from tailagent.statedir.lock import running_server
 from tailagent.store.database import StoreUnavailable, redacted
 from tailagent.store.databases import open_database
-from tailagent.workspace.worktrees.holdings import KINDS, held
+from tailagent.workspace.worktrees.ending.holdings import KINDS, held
 
 
 @dataclass(frozen=True)

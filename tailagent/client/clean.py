@@ -1,5 +1,5 @@
 """`tailagent clean`: removes what tailagent keeps in a state dir that is no
-conversation's (see workspace/worktrees/holdings.py), saying each first.
+conversation's (see workspace/worktrees/ending/holdings.py), saying each first.
 
 It reads the state dir itself, so it runs only while no server does: a running server's
 worktree made ahead is its own, and its stop removes it anyway. Like `discard`, it asks
@@ -14,7 +14,7 @@ from pathlib import Path
 from tailagent.client.errors import EXIT_COMPLETED, EXIT_USAGE
 from tailagent.output.visible import visible
 from tailagent.statedir.lock import running_server
-from tailagent.workspace.worktrees.holdings import clean, held
+from tailagent.workspace.worktrees.ending.holdings import clean, held
 
 
 def clean_command(state_dir: Path, yes: bool, dry_run: bool) -> int:

@@ -19,21 +19,22 @@ the base branch, its working tree, its index and its objects as they were.
 
 The agent may write any file of its directory, `.git` included. So tailagent's git names
 the git dir and work tree itself, overrides every setting of the conversation's config
-that could run a program, and first looks at the `.git` (guard.py): one whose alternates,
-`commondir` or symbolic links could have git read another conversation's objects is
-reported (WorktreeTampered) and not used; the turn's changes are not committed.
+that could run a program, and first looks at the `.git` (repos/guard.py): one whose
+alternates, `commondir` or symbolic links could have git read another conversation's
+objects is reported (WorktreeTampered) and not used; the turn's changes are not committed.
 
-The bridge talks to `Worktrees` (facade.py) only; each concern has its own file: records
-(what is tailagent's), lock, making and ahead (the directory made ahead and its adoption),
-idle, turns (turn commits and their trailers), changes (status and diff), patches (a
-change's stat and bounded diff, as a merge's preview and a turn's page show it), removal and
-cleanup (discard, prune, sweep), merging, fates (which turn commits a merge or a discard
-took), quarantine, merge_commit and base_checkout, legacy (an older tailagent's `git
-worktree`s converted); repository, guard and gitdirs run and guard git for all of them.
+The bridge talks to `Worktrees` (facade.py) only. Here, beside it, is the life of one
+conversation's directory, a file per concern: records (what is tailagent's), lock, making
+and ahead (the directory made ahead and its adoption), idle, turns (turn commits and their
+trailers), changes (status and diff), patches (a change's stat and bounded diff, as a
+merge's preview and a turn's page show it), fates (which turn commits a merge or a discard
+took), probe, legacy (an older tailagent's `git worktree`s converted) and errors. Three
+rooms hold the rest: repos/ (git run and guarded for all of them), merge/ (a branch
+merged back into its base) and ending/ (directories taken away: discard, prune, `clean`).
 """
 
 from tailagent.workspace.worktrees.changes import WorktreeStatus
-from tailagent.workspace.worktrees.cleanup import DiscardResult
+from tailagent.workspace.worktrees.ending.cleanup import DiscardResult
 from tailagent.workspace.worktrees.errors import (
     MergeConflict,
     MergeRefused,
@@ -43,7 +44,7 @@ from tailagent.workspace.worktrees.errors import (
     WorktreeTampered,
 )
 from tailagent.workspace.worktrees.facade import Worktrees
-from tailagent.workspace.worktrees.merging import MergePreview, MergeResult, Strategy
+from tailagent.workspace.worktrees.merge.merging import MergePreview, MergeResult, Strategy
 from tailagent.workspace.worktrees.patches import FileStat, Patch
 from tailagent.workspace.worktrees.probe import probe
 from tailagent.workspace.worktrees.records import BRANCH_PREFIX, Merged, Worktree

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tailagent.workspace.git import GitError, Repository, git
-from tailagent.workspace.worktrees.fs import is_dir, is_file, text, unlink
-from tailagent.workspace.worktrees.gitdirs import forget
+from tailagent.workspace.worktrees.ending.removal import Removal
 from tailagent.workspace.worktrees.lock import WorktreeLock
 from tailagent.workspace.worktrees.making import Maker
 from tailagent.workspace.worktrees.records import (
@@ -32,8 +31,9 @@ from tailagent.workspace.worktrees.records import (
     Worktree,
     fresh,
 )
-from tailagent.workspace.worktrees.removal import Removal
-from tailagent.workspace.worktrees.repository import WorkspaceRepo
+from tailagent.workspace.worktrees.repos.fs import is_dir, is_file, text, unlink
+from tailagent.workspace.worktrees.repos.gitdirs import forget
+from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 # The name the worktrees have always logged under, kept so log lines read as before.
 log = logging.getLogger("tailagent.workspace.worktrees")

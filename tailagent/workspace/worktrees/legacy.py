@@ -25,10 +25,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tailagent.workspace.git import GitError, git
-from tailagent.workspace.worktrees.fs import is_dir, is_real_dir, lexists
-from tailagent.workspace.worktrees.gitdirs import git_dir_of, links_to, stale
 from tailagent.workspace.worktrees.records import Records, Worktree
-from tailagent.workspace.worktrees.repository import WorkspaceRepo
+from tailagent.workspace.worktrees.repos.fs import is_dir, is_real_dir, lexists
+from tailagent.workspace.worktrees.repos.gitdirs import git_dir_of, links_to, stale
+from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 log = logging.getLogger("tailagent.workspace.worktrees")
 

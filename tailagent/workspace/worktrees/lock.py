@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tailagent.workspace.git import GitError
-from tailagent.workspace.worktrees.fs import make_root
+from tailagent.workspace.worktrees.repos.fs import make_root
 
 LOCK_WAIT = 60.0  # seconds another process may hold the worktrees' lock (a long rebase)
 

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tailagent.workspace.git import GitError, git
-from tailagent.workspace.worktrees.fs import is_dir, unlink
-from tailagent.workspace.worktrees.porcelain import unique
 from tailagent.workspace.worktrees.probe import probe
 from tailagent.workspace.worktrees.records import BRANCH_PREFIX, Records, Worktree, fresh
-from tailagent.workspace.worktrees.repository import WorkspaceRepo
+from tailagent.workspace.worktrees.repos.fs import is_dir, unlink
+from tailagent.workspace.worktrees.repos.porcelain import unique
+from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 
 @dataclass

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tailagent.workspace.git import GitError, git, one_line
-from tailagent.workspace.worktrees.fs import is_dir, resolved
-from tailagent.workspace.worktrees.gitdirs import in_progress
+from tailagent.workspace.worktrees.repos.fs import is_dir, resolved
+from tailagent.workspace.worktrees.repos.gitdirs import in_progress
 
 
 async def _toplevel(repo: Path) -> Path:

@@ -20,8 +20,8 @@ from pathlib import Path
 from tailagent.statedir.files import write_private
 from tailagent.workspace.git import GitError
 from tailagent.workspace.worktrees.errors import NoWorktree, OtherRepository, WorktreeDeleted
-from tailagent.workspace.worktrees.fs import make_root, text
-from tailagent.workspace.worktrees.repository import WorkspaceRepo
+from tailagent.workspace.worktrees.repos.fs import make_root, text
+from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 BRANCH_PREFIX = "tailagent/"
 # A worktree made ahead of the conversation that will take it is named `+ready-<hex>`:

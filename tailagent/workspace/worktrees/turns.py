@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 
 from tailagent.workspace.git import GitError, Repository, git, one_line
-from tailagent.workspace.worktrees.gitdirs import in_progress
 from tailagent.workspace.worktrees.lock import WorktreeLock
 from tailagent.workspace.worktrees.records import Records, Worktree
-from tailagent.workspace.worktrees.repository import WorkspaceRepo
+from tailagent.workspace.worktrees.repos.gitdirs import in_progress
+from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 SUBJECT_LIMIT = 72
 _TRAILER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
@@ -89,7 +89,7 @@ class TurnCommits:
         what, the task and context), so `git log` says who is behind every change.
 
         Returns the commit's sha, or None when nothing changed; WorktreeTampered (nothing
-        committed) when the worktree's `.git` could steer git elsewhere (guard.py). The
+        committed) when the worktree's `.git` could steer git elsewhere (repos/guard.py). The
         commit is made in the conversation's own repository. The agent's own commits stay as
         they are. No hooks run (unless `git_programs`), pre-commit and commit-msg never
         (`--no-verify`), and the commit is not signed: this is a checkpoint on tailagent's

@@ -10,8 +10,8 @@ from typing import Literal
 
 from tailagent.workspace.git import Repository, git, one_line
 from tailagent.workspace.worktrees.errors import MergeConflict, MergeRefused
-from tailagent.workspace.worktrees.porcelain import split_z, unique
 from tailagent.workspace.worktrees.records import Worktree
+from tailagent.workspace.worktrees.repos.porcelain import split_z, unique
 from tailagent.workspace.worktrees.turns import clip
 
 Strategy = Literal["squash", "merge", "rebase"]

@@ -18,9 +18,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from tailagent.workspace.worktrees.gitdirs import forget
+from tailagent.workspace.worktrees.ending.removal import TRASH
 from tailagent.workspace.worktrees.records import BRANCH_PREFIX
-from tailagent.workspace.worktrees.removal import TRASH
+from tailagent.workspace.worktrees.repos.gitdirs import forget
 
 # What each kind of holding is, as a person reads it.
 KINDS = {

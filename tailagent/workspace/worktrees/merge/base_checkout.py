@@ -12,11 +12,11 @@ from pathlib import Path
 
 from tailagent.workspace.git import git, one_line
 from tailagent.workspace.worktrees.errors import MergeRefused
-from tailagent.workspace.worktrees.gitdirs import in_progress, rebasing
-from tailagent.workspace.worktrees.merge_commit import Strategy
-from tailagent.workspace.worktrees.porcelain import listing, status_paths, unique
+from tailagent.workspace.worktrees.merge.commit import Strategy
 from tailagent.workspace.worktrees.records import Worktree
-from tailagent.workspace.worktrees.repository import WorkspaceRepo
+from tailagent.workspace.worktrees.repos.gitdirs import in_progress, rebasing
+from tailagent.workspace.worktrees.repos.porcelain import listing, status_paths, unique
+from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 
 async def base_checkout(repo: WorkspaceRepo, base: str) -> Path | None:

@@ -31,11 +31,11 @@ from tailagent.workspace.git import (
     git,
     without_drivers,
 )
-from tailagent.workspace.worktrees import guard
 from tailagent.workspace.worktrees.errors import WorktreeTampered
-from tailagent.workspace.worktrees.fs import resolved
-from tailagent.workspace.worktrees.gitdirs import borrowed_objects, common_dir_of
-from tailagent.workspace.worktrees.porcelain import status_paths, unique
+from tailagent.workspace.worktrees.repos import guard
+from tailagent.workspace.worktrees.repos.fs import resolved
+from tailagent.workspace.worktrees.repos.gitdirs import borrowed_objects, common_dir_of
+from tailagent.workspace.worktrees.repos.porcelain import status_paths, unique
 
 FALLBACK_NAME = "tailagent"
 FALLBACK_EMAIL = "tailagent@localhost"

@@ -17,17 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tailagent.workspace.git import GitError, Repository, git
-from tailagent.workspace.worktrees.base_checkout import advance, base_checkout
+from tailagent.workspace.worktrees.ending.removal import Removal
 from tailagent.workspace.worktrees.errors import MergeConflict, MergeRefused
 from tailagent.workspace.worktrees.fates import Fates
 from tailagent.workspace.worktrees.lock import WorktreeLock
-from tailagent.workspace.worktrees.merge_commit import STRATEGIES, Strategy, message, rebase
+from tailagent.workspace.worktrees.merge.base_checkout import advance, base_checkout
+from tailagent.workspace.worktrees.merge.commit import STRATEGIES, Strategy, message, rebase
+from tailagent.workspace.worktrees.merge.quarantine import Scratch, scratch
 from tailagent.workspace.worktrees.patches import Patch, between
-from tailagent.workspace.worktrees.porcelain import listing, unique
-from tailagent.workspace.worktrees.quarantine import Scratch, scratch
 from tailagent.workspace.worktrees.records import Records, Worktree
-from tailagent.workspace.worktrees.removal import Removal
-from tailagent.workspace.worktrees.repository import WorkspaceRepo
+from tailagent.workspace.worktrees.repos.porcelain import listing, unique
+from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 from tailagent.workspace.worktrees.turns import check_worktree
 
 # The name the worktrees have always logged under, kept so log lines read as before.
