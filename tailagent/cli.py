@@ -600,7 +600,8 @@ def _service(args: argparse.Namespace) -> int:
 
 def _admin(args: argparse.Namespace) -> int:
     """`token`, `audit` and `keys`: the state dir's and the store's own records."""
-    from tailagent.admin.commands import audit_command, token_command
+    from tailagent.admin.audit import audit_command
+    from tailagent.admin.tokens import token_command
     from tailagent.card.commands import keys_command
 
     # A bare `tailagent keys` has no options of its own: defaults.

@@ -31,7 +31,7 @@ from tailagent.bridge.turns.executor import BridgeExecutor
 from tailagent.card.builder import build_card
 from tailagent.card.publish import CardPublisher, CardSigningFailed
 from tailagent.config import Settings, default_state_dir
-from tailagent.cost.ledger import Spending
+from tailagent.cost.budgets import Spending
 from tailagent.listening.listener import listener_url, open_listener
 from tailagent.listening.probe import healthy
 from tailagent.listening.serving import hypercorn_config

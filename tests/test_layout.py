@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tailagent"
 
 EXECUTOR_PARTS = (
     "turns.runtime", "turns.start", "turns.pump", "answers.applying", "turns.permissions",
-    "turns.costs", "turns.restore", "requests.requester",
+    "turns.restore", "requests.requester",
 )  # fmt: skip
 HANDLER_PARTS = (
     "requests.admission", "answers.checks", "conversations.ownership",
@@ -40,6 +40,7 @@ FORBIDDEN = [
     ("tailagent.push", "tailagent.bridge", "push delivers what the bridge hands it"),
     ("tailagent.store", "tailagent.bridge", "what is kept knows nothing of turns"),
     ("tailagent.store", "tailagent.cost", "the store keeps rows; what they cost is cost's"),
+    ("tailagent.cost", "tailagent.bridge", "cost counts a turn; it knows nothing of the bridge"),
     # Inside the bridge: the executor's and the handler's parts are handed what they
     # need; none reaches back up to the class that composes it.
     *(

@@ -23,10 +23,11 @@ from rich.text import Text
 
 from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, NotOperator, self_login
 from tailagent.access.tokens import TokenStore
-from tailagent.admin.commands import parse_since
+from tailagent.client.since import parse_since
 from tailagent.config import Settings
+from tailagent.cost.budgets import resets_at
 from tailagent.cost.figures import dollars
-from tailagent.cost.ledger import DayUsage, Usage, owner_named, person_of, resets_at
+from tailagent.cost.ledger import DayUsage, Usage, owner_named, person_of
 from tailagent.output.visible import json_line, visible
 from tailagent.store.database import StoreUnavailable, redacted, sqlite_path
 from tailagent.store.databases import open_database

@@ -1,4 +1,4 @@
-"""What each person's work costs, and what they may spend.
+"""The books: what each person's work cost, kept in rows of the store.
 
 Teams share one box and one agent account; the agent reports what a turn cost, and
 only tailagent knows who asked for it. Each turn's cost is added to one row per
@@ -8,8 +8,8 @@ and `tailagent usage` reads it without a server. A person's day is the sum of th
 rows for that day (what a budget is checked against); a conversation's cost is the sum
 of its rows.
 
-A person's own daily budget, set by the box's owner (`tailagent budget set`), is kept
-in `caller_budgets` and wins over `budgets.per_caller_daily_usd`.
+A person's own daily budget, set by the box's owner (`tailagent budget set`), is a row
+here too (`caller_budgets`); what a budget allows and refuses is budgets.py's.
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from tailagent.config import BudgetSettings
-from tailagent.cost.figures import dollars
-from tailagent.output.metrics import COST_USD, TOKENS, caller_label
 from tailagent.store.database import Database
 
 _CREATE_USAGE = (
@@ -83,7 +80,7 @@ _SET_BUDGET = (
     "INSERT INTO caller_budgets (owner, daily_usd, set_at) VALUES (:o, :u, :t)"
     " ON CONFLICT (owner) DO UPDATE SET daily_usd = excluded.daily_usd, set_at = excluded.set_at"
 )
-# The kinds of caller an owner name starts with (identity.py's `Caller.owner`).
+# The kinds of caller an owner name starts with (access/identity.py's `Caller.owner`).
 OWNER_KINDS = ("user:", "tags:", "token:", "local:")
 
 
@@ -127,12 +124,6 @@ def today() -> str:
     return datetime.now(UTC).date().isoformat()
 
 
-def resets_at() -> str:
-    """When today's budgets start again: the next UTC midnight."""
-    tomorrow = datetime.now(UTC).date() + timedelta(days=1)
-    return f"{tomorrow.isoformat()} 00:00 UTC"
-
-
 def owner_named(name: str) -> str:
     """The owner name of a person as people write it: a login (`alice@example.com`), a
     tag (`tag:ci`), or the owner name itself (`token:ci`, `user:alice@example.com`)."""
@@ -153,6 +144,9 @@ def person_of(owner: str) -> str:
 
 
 class Usage:
+    """The ledger's tables in the store: each person's days and conversations, what
+    running turns and agent sessions have reported, and each person's own budget."""
+
     def __init__(self, database: Database) -> None:
         self._db = database
 
@@ -258,49 +252,3 @@ class Usage:
         """Every person's own daily budget."""
         rows = await self._db.fetch("SELECT owner, daily_usd FROM caller_budgets ORDER BY owner")
         return {owner: float(usd) for owner, usd in rows}
-
-
-class Spending:
-    """The budgets, checked before a turn starts, and each turn's cost, kept when it ends."""
-
-    def __init__(self, usage: Usage, budgets: BudgetSettings) -> None:
-        self.usage = usage
-        self.budgets = budgets
-
-    async def daily_budget(self, owner: str) -> tuple[float, bool] | None:
-        """The person's budget for a day and whether it is their own; None: no limit."""
-        own = await self.usage.budget_of(owner)
-        if own is not None:
-            return own, True
-        configured = self.budgets.per_caller_daily_usd
-        return None if configured is None else (configured, False)
-
-    async def refusal(self, owner: str) -> str | None:
-        """Why the person may not start a turn now (their day's budget is spent); None
-        when they may."""
-        budget = await self.daily_budget(owner)
-        if budget is None:
-            return None
-        spent = await self.usage.spent(owner)
-        if spent < budget[0]:
-            return None
-        return over_budget_text(person_of(owner), budget[0], spent, budget[1])
-
-    async def record(self, owner: str, context_id: str, cost: Cost, session_id: str = "") -> Cost:
-        """Keeps a turn's cost; returns what its conversation cost so far."""
-        label = caller_label(person_of(owner))
-        COST_USD.labels(label).inc(cost.usd)
-        TOKENS.labels(label, "input").inc(cost.input_tokens)
-        TOKENS.labels(label, "output").inc(cost.output_tokens)
-        await self.usage.add(owner, context_id, cost, session_id)
-        return await self.usage.conversation(context_id)
-
-
-def over_budget_text(who: str, budget: float, spent: float, own: bool) -> str:
-    """The refusal of a turn to a person past their day's budget: which budget, what was
-    spent, and when it starts again."""
-    which = "their own daily budget" if own else "budgets.per_caller_daily_usd"
-    return (
-        f"{who} has spent {dollars(spent)} of {dollars(budget)} today ({which}): no new task "
-        f"until it resets at {resets_at()} (midnight UTC)"
-    )

@@ -1,7 +1,7 @@
 """What the server keeps in its store, opened in order at start and closed in order
 at stop: the tasks (a2a-sdk's table, behind the coalescing store), the
 context -> agent session map, who owns each conversation, the audit log, what each
-person's work cost (usage.py), and the signals between servers that share a store.
+person's work cost (cost/ledger.py), and the signals between servers that share a store.
 
 Opening it is also where the last run's leftovers are settled: tasks it left working
 are closed as failed, and tasks it left waiting for an answer are handed back to be

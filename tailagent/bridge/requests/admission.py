@@ -35,7 +35,7 @@ from tailagent.bridge.requests import attachments
 from tailagent.bridge.requests.peer_tasks import runs_elsewhere
 from tailagent.bridge.turns.executor import BridgeExecutor
 from tailagent.config import AttachmentSettings
-from tailagent.cost.ledger import Spending
+from tailagent.cost.budgets import Spending
 from tailagent.store.audit import AuditEntry, AuditLog
 from tailagent.store.owners import ConversationOwners
 from tailagent.store.task_states import ENDED_STATES

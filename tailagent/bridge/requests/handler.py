@@ -18,7 +18,7 @@ Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it
   also when two arrive together (the first claims the prompt as it is admitted);
 - a conversation is its owner's (store/owners.py): a message, diff, merge or
   discard naming another person's context is "not found", as another's task is;
-- a person who spent their day's budget (cost/ledger.py) is refused a new task,
+- a person who spent their day's budget (cost/budgets.py) is refused a new task,
   and the refusal is audited;
 - a listed task whose branch was merged or discarded since its turn says so in its
   `worktree.state` (bridge/conversations/fates.py).
@@ -65,7 +65,7 @@ from tailagent.bridge.turns.executor import BridgeExecutor
 from tailagent.card.builder import for_caller
 from tailagent.config import AgentSettings, AttachmentSettings, WorkspaceSettings
 from tailagent.config.tool_rules import Rule
-from tailagent.cost.ledger import Spending
+from tailagent.cost.budgets import Spending
 from tailagent.push.targets import PushRefused, PushTargets
 from tailagent.store.audit import AuditLog
 from tailagent.store.owners import ConversationOwners

@@ -13,7 +13,7 @@ who decided what (`answered`) refuses late answers that name the prompt.
 This class routes each request to its part, each in its own module: who the caller is
 (`requester`, read once per request), starting a turn (`turn_start`), the agent's
 events (`pump`), an answer (`answering`), the rules and the audit (`permissions`),
-costs and budgets (`turn_costs`) and tasks taken back after a restart (`restore`).
+costs and budgets (cost/turns.py) and tasks taken back after a restart (`restore`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Conversations, Shared
 from tailagent.bridge.requests.requester import requester_of
 from tailagent.bridge.turns import tck
-from tailagent.bridge.turns.costs import TurnCosts
 from tailagent.bridge.turns.permissions import PermissionDecisions
 from tailagent.bridge.turns.publish import Publisher, open_task, text_part
 from tailagent.bridge.turns.pump import Pump
@@ -46,7 +45,8 @@ from tailagent.bridge.turns.runtime import Runtimes, TaskRuntime
 from tailagent.bridge.turns.start import TurnStarter
 from tailagent.config import AttachmentSettings
 from tailagent.config.tool_rules import Rule
-from tailagent.cost.ledger import Spending
+from tailagent.cost.budgets import Spending
+from tailagent.cost.turns import TurnCosts
 from tailagent.store.audit import AuditLog
 
 

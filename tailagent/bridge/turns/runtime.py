@@ -25,7 +25,7 @@ from tailagent.output.metrics import TURN_SECONDS
 
 # The executor's parts log as the executor, as they did as one class: log lines and an
 # operator's filters on them stay as they were.
-log = logging.getLogger("tailagent.bridge.turns.executor")
+log = logging.getLogger("tailagent.bridge.executor")
 
 # How long an agent told to stop (loop protection, a budget) gets to wind down.
 DRAIN_TIMEOUT = 10.0
@@ -33,7 +33,8 @@ DRAIN_TIMEOUT = 10.0
 
 @dataclass
 class TaskRuntime:
-    """What one task keeps while its turn is alive on this server."""
+    """What one task keeps while its turn is alive on this server. Its cost fields are
+    what cost/turns.py's `LiveTurn` asks of a turn: the books count it as one."""
 
     task_id: str
     context_id: str
@@ -62,14 +63,6 @@ class TaskRuntime:
     session_cost: float | None = None
     settled: bool = False  # its cost counted though it ended without a result
     cost_refused: bool = False  # a figure of its agent's was refused (logged once)
-
-    def session_grew(self) -> float | None:
-        """What the session's running cost grew by in this turn; None when the agent
-        reported none. A smaller total than before: the agent counts from zero again."""
-        if self.session_cost is None:
-            return None
-        before = self.session_cost_before or 0.0
-        return self.session_cost - before if self.session_cost >= before else self.session_cost
 
 
 class Runtimes:

@@ -33,10 +33,10 @@ from tailagent.bridge.conversations.workplace import (
 )
 from tailagent.bridge.requests import attachments
 from tailagent.bridge.requests.requester import Requester
-from tailagent.bridge.turns.costs import TurnCosts
 from tailagent.bridge.turns.publish import Publisher
 from tailagent.bridge.turns.runtime import Runtimes, TaskRuntime, log
 from tailagent.config import AttachmentSettings
+from tailagent.cost.turns import TurnCosts
 from tailagent.workspace.git import GitError
 
 

@@ -1,4 +1,5 @@
-"""`tailagent token` and `tailagent audit`: the owner's commands on this box's state.
+"""`tailagent audit`: every permission decision on an agent's tool calls, who made it
+and when, read from the store itself (no server needs to run), oldest first.
 
 An audit row holds what callers and agents wrote (a tool's input, a reason, a device's
 name): each cell is text, never rich markup, with its control characters escaped.
@@ -8,69 +9,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import sys
 from dataclasses import asdict
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import UTC, datetime
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
-from tailagent.access.tokens import TokenStore
-from tailagent.output.visible import json_line, visible
+from tailagent.admin.tables import cells, console
+from tailagent.client.since import parse_since
+from tailagent.output.visible import json_line
 from tailagent.store.audit import AuditEntry, AuditLog
 from tailagent.store.database import StoreUnavailable, redacted, sqlite_path
 from tailagent.store.databases import open_database
-
-_AGE = re.compile(r"(\d+)([smhd])")
-PIPED_WIDTH = 240
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-
-def token_command(args: argparse.Namespace, state_dir: Path) -> int:
-    store = TokenStore(state_dir)
-    if args.action == "add":
-        try:
-            token = store.add(args.name, tuple(args.roles or ["caller"]))
-        except ValueError as exc:
-            print(f"tailagent: {exc}", file=sys.stderr)
-            return 1
-        print(token)  # alone on stdout, so `TOKEN=$(tailagent token add ci)` works
-        roles = ", ".join(args.roles or ["caller"])
-        print(
-            f"token {args.name!r} ({roles}) is shown this once (only its hash is kept). Send it "
-            "as `Authorization: Bearer <token>`, or `tailagent call --token <token>` "
-            "(or $TAILAGENT_TOKEN)",
-            file=sys.stderr,
-        )
-        return 0
-    if args.action == "revoke":
-        try:
-            store.revoke(args.name)
-        except KeyError as exc:
-            print(f"tailagent: {exc.args[0]}", file=sys.stderr)
-            return 1
-        print(f"revoked {args.name}", file=sys.stderr)
-        return 0
-    if args.json:
-        for info in store.list():
-            row = {"name": info.name, "roles": list(info.roles), "created": info.created}
-            print(json_line(row))
-        return 0
-    table = Table("name", "roles", "created")
-    for info in store.list():
-        table.add_row(*_cells(info.name, ", ".join(info.roles), info.created))
-    _console().print(table)
-    return 0
-
-
-def _cells(*values: str) -> list[Text]:
-    """A table row's cells as text, escaped: none is read as markup or acts on the
-    terminal (a reason `no [/]` is shown as written, not refused by rich)."""
-    return [Text(visible(value)) for value in values]
 
 
 def _local_time(stamp: str, short: bool = False) -> str:
@@ -106,20 +57,6 @@ def _audit_table() -> Table:
     return table
 
 
-def _console() -> Console:
-    """A terminal's own width; a wide one when piped, so rows stay whole for grep."""
-    return Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
-
-
-def parse_since(text: str) -> datetime:
-    age = _AGE.fullmatch(text.strip())
-    if age:
-        amount, unit = int(age.group(1)), _UNITS[age.group(2)]
-        return datetime.now(UTC) - timedelta(**{unit: amount})
-    moment = datetime.fromisoformat(text)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _no_database_yet(store_url: str) -> bool:
     """A SQLite store no server has made yet: nothing to read, and nothing to create."""
     path = sqlite_path(store_url)
@@ -153,11 +90,11 @@ def audit_command(args: argparse.Namespace, store_url: str) -> int:
         return 0
     table, short = _audit_table(), sys.stdout.isatty()
     for e in entries:
-        when, decision, *rest = _cells(
+        when, decision, *rest = cells(
             _local_time(e.at, short), e.decision, e.tool, e.input, e.answered_by, e.reason,
             e.task_id[:8],
         )  # fmt: skip
         decision.stylize("green" if e.decision == "allow" else "red")
         table.add_row(when, decision, *rest)
-    _console().print(table)
+    console().print(table)
     return 0
