@@ -24,6 +24,7 @@ from tailagent.access.localapi import LocalAPIUnavailable, self_dns_name
 from tailagent.agents.events import AgentBackend, AgentStartError
 from tailagent.agents.registry import agent_kind, agent_label, agent_programs, make_backend
 from tailagent.app import build_app
+from tailagent.bridge.answers.waiting import waiting_of
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Conversations, Isolated, Shared, choose
 from tailagent.bridge.requests.handler import GuardedRequestHandler
@@ -32,6 +33,7 @@ from tailagent.card.builder import build_card
 from tailagent.card.publish import CardPublisher, CardSigningFailed
 from tailagent.config import Settings, default_state_dir
 from tailagent.cost.budgets import Spending
+from tailagent.cost.ledger import Usage
 from tailagent.listening.listener import listener_url, open_listener
 from tailagent.listening.probe import healthy
 from tailagent.listening.serving import hypercorn_config
@@ -46,12 +48,10 @@ from tailagent.sandbox.bwrap import SandboxUnavailable
 from tailagent.sandbox.fences import Sandbox
 from tailagent.statedir.files import NotPrivate, close_dir
 from tailagent.statedir.lock import StateDirBusy, StateLock
-from tailagent.store.database import StoreUnavailable, redacted
-from tailagent.store.databases import open_database
-from tailagent.store.opening import Storage, open_storage
+from tailagent.store.database import StoreUnavailable, open_database, redacted
+from tailagent.store.opening import STOP_MESSAGE, Storage, open_storage
 from tailagent.store.sdk_stores import SdkStores
 from tailagent.store.signals import CANCEL, PUSH
-from tailagent.store.state import STOP_MESSAGE
 from tailagent.tailnet.presence import BoxTailscaled, Presence, PresenceError, ServeEntryPresence
 from tailagent.web.pages.live import Desk
 from tailagent.webpush.service import WebPush
@@ -150,13 +150,15 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
             desk.saved(task, owner)
             webpush.alerts.saved(task, owner)
 
-        storage = await open_storage(settings, database, sdk, push.task_changed, saved)
+        storage = await open_storage(settings, database, sdk, can_wait, push.task_changed, saved)
+        usage = Usage(database)  # what each person's work cost, kept beside the tasks
+        await usage.initialize()
         for task in storage.closed:
             push.watch(task.id)  # a push config may wait for this last state
             push.task_changed(task)
         pool = _open_pool(settings, backend, storage)
         await _start_agent(settings, conversations, backend, storage, sandbox)
-        spending = Spending(storage.usage, settings.budgets)
+        spending = Spending(usage, settings.budgets)
         executor = _make_executor(
             settings, backend, pool, storage, conversations, spending, sandbox.summary()
         )
@@ -179,6 +181,14 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         signing.cancel()
         await asyncio.gather(signing, return_exceptions=True)
         raise
+
+
+def can_wait(task: Task) -> bool:
+    """Whether a task outlives a restart: it waits for an answer to a prompt the next
+    start can read back (bridge/turns/restore.py). A start keeps these and a stop leaves
+    them, by this one rule, so a stop ends exactly what the next start would otherwise
+    close."""
+    return waiting_of(task) is not None
 
 
 def _open_pool(settings: Settings, backend: AgentBackend, storage: Storage) -> SessionPool:

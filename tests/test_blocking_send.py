@@ -13,7 +13,7 @@ import httpx
 from a2a.types.a2a_pb2 import Task
 
 from bench.bench_core import rpc
-from tailagent.store.state import SERVER_ID_KEY, SERVER_URL_KEY
+from tailagent.store.tasks import SERVER_ID_KEY, SERVER_URL_KEY
 from tests.a2a_helpers import A2A, state_name, texts, user_message
 from tests.conftest import RunningServer
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 from a2a.types.a2a_pb2 import SendMessageRequest
 
-from tailagent.store.state import STOP_MESSAGE
+from tailagent.store.opening import STOP_MESSAGE
 from tests.a2a_helpers import A2A, state_name, texts, user_message
 from tests.conftest import start_server
 from tests.processes import alive, children

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from a2a.types.a2a_pb2 import SendMessageRequest
 
-from tailagent.store.state import RESTART_MESSAGE, STOP_MESSAGE
+from tailagent.store.opening import RESTART_MESSAGE, STOP_MESSAGE
 from tests.a2a_helpers import A2A, kind_of, state_name, texts, user_message
 from tests.conftest import start_server
 from tests.test_decisions import send_now

@@ -11,8 +11,8 @@ import pytest
 from tailagent.agents.echo import EchoBackend, EchoSession
 from tailagent.agents.events import AgentEvent, Notice, Text, Thought, with_ready
 from tailagent.bridge.conversations.sessions import ContextBusy, SessionPool
-from tailagent.store.databases import open_database
-from tailagent.store.state import SessionMap
+from tailagent.store.database import open_database
+from tailagent.store.session_map import SessionMap
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import ListTasksRequest, Task, TaskState, TaskStatus
 
 from tailagent.access.identity import OwnerUser
-from tailagent.store.databases import open_database
+from tailagent.store.database import open_database
+from tailagent.store.opening import close_unfinished_tasks
 from tailagent.store.sdk_stores import SdkStores
-from tailagent.store.state import UNSEEN_UNTIL_SETTLED, close_unfinished_tasks
-from tailagent.store.task_table import TaskTable
-from tailagent.store.tasks import CoalescingTaskStore
+from tailagent.store.table import TaskTable
+from tailagent.store.tasks import UNSEEN_UNTIL_SETTLED, CoalescingTaskStore
 
 if TYPE_CHECKING:  # imported for real only through SdkStores (see tailagent/mends/sql_stores.py)
     from a2a.server.tasks.database_task_store import DatabaseTaskStore

@@ -30,12 +30,12 @@ from tailagent.store.database import (
     SqliteDatabase,
     StoreBusy,
     StoreUnavailable,
+    open_database,
     redacted,
 )
-from tailagent.store.databases import open_database
 from tailagent.store.sdk_stores import SdkStores
-from tailagent.store.state import SessionMap
-from tailagent.store.task_table import TaskTable
+from tailagent.store.session_map import SessionMap
+from tailagent.store.table import TaskTable
 from tailagent.store.tasks import CoalescingTaskStore
 
 if TYPE_CHECKING:  # imported for real only through SdkStores (see tailagent/mends/sql_stores.py)

@@ -20,8 +20,7 @@ from tailagent.admin.tables import cells, console
 from tailagent.client.since import parse_since
 from tailagent.output.visible import json_line
 from tailagent.store.audit import AuditEntry, AuditLog
-from tailagent.store.database import StoreUnavailable, redacted, sqlite_path
-from tailagent.store.databases import open_database
+from tailagent.store.database import StoreUnavailable, open_database, redacted, sqlite_path
 
 
 def _local_time(stamp: str, short: bool = False) -> str:

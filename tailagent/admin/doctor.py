@@ -22,8 +22,7 @@ from tailagent.listening.probe import healthy
 from tailagent.output.visible import visible
 from tailagent.process import origin
 from tailagent.statedir.lock import running_server
-from tailagent.store.database import StoreUnavailable, redacted
-from tailagent.store.databases import open_database
+from tailagent.store.database import StoreUnavailable, open_database, redacted
 from tailagent.workspace.worktrees.ending.holdings import KINDS, held
 
 

@@ -29,8 +29,7 @@ from tailagent.cost.budgets import resets_at
 from tailagent.cost.figures import dollars
 from tailagent.cost.ledger import DayUsage, Usage, owner_named, person_of
 from tailagent.output.visible import json_line, visible
-from tailagent.store.database import StoreUnavailable, redacted, sqlite_path
-from tailagent.store.databases import open_database
+from tailagent.store.database import StoreUnavailable, open_database, redacted, sqlite_path
 
 T = TypeVar("T")
 

@@ -1,4 +1,5 @@
-"""The store's SQL, said once for SQLite and PostgreSQL.
+"""Where the store's statements run, said once for SQLite and PostgreSQL, and the
+database a store URL names (`open_database`).
 
 The default store is one SQLite file that only this server writes. Its statements run
 on one plain sqlite3 connection, on the event loop: in WAL mode with
@@ -6,7 +7,8 @@ on one plain sqlite3 connection, on the event loop: in WAL mode with
 from the OS's cache, tens of microseconds, less than the hop to a worker thread an
 async driver costs. SQLAlchemy is never imported for it (it is ~18 MiB of a server's
 memory). A PostgreSQL store that several servers share goes through SQLAlchemy's async
-engine (engine_database.py), imported only then.
+engine, imported only when one is opened (`open_engine`: for such a store, or for
+a2a-sdk's own stores, see sdk_stores.py).
 
 Statements are text with `:named` parameters, which both take; the few places where
 the two dialects differ ask the database (`json_text`, `postgres`).
@@ -19,10 +21,13 @@ import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from tailagent.statedir.files import create_private
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 # A busy database (another process, or the SDK's own engine when a rare request loaded
 # it, holds the write lock) is tried again this many times, the wait doubling from this.
@@ -133,6 +138,67 @@ class SqliteDatabase(Database):
             await asyncio.sleep(delay)
             delay *= 2
         raise StoreBusy(f"{self.path} stayed locked by another connection")
+
+
+class EngineDatabase(Database):
+    """A store through SQLAlchemy's async engine: a PostgreSQL that servers share."""
+
+    postgres = True
+
+    def __init__(self, url: str) -> None:
+        from sqlalchemy import text  # SQLAlchemy, only now
+        from sqlalchemy.exc import SQLAlchemyError
+
+        self.url = url
+        self.errors = (SQLAlchemyError, OSError)
+        self._text = text
+        self.engine = open_engine(url)
+
+    async def execute(self, sql: str, rows: Sequence[Params] | Params = ()) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(self._text(sql), rows if rows else None)  # type: ignore[arg-type]
+
+    async def fetch(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
+        async with self.engine.connect() as conn:
+            result = await conn.execute(self._text(sql), dict(params or {}))
+            return [tuple(row) for row in result]
+
+    def json_text(self, column: str, key: str) -> str:
+        return f"({column} ->> '{key}')"
+
+    async def aclose(self) -> None:
+        await self.engine.dispose()
+
+
+def open_database(url: str) -> Database:
+    """The store at `url`: SQLite tuned for one local service, or a shared PostgreSQL."""
+    path = sqlite_path(url)
+    if path is not None:
+        return SqliteDatabase(url, path)
+    return EngineDatabase(url)
+
+
+def open_engine(url: str) -> AsyncEngine:
+    """An engine on the store: SQLite tuned for one local service, or a shared PostgreSQL.
+    Imports SQLAlchemy (~18 MiB): a server on the default SQLite store opens one only
+    for a request that needs a2a-sdk's stores."""
+    from sqlalchemy import event
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    if sqlite_path(url) is None:
+        # pre_ping: a database restart costs one retried connection, not a failed request.
+        return create_async_engine(url, pool_pre_ping=True)
+    engine = create_async_engine(url)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _tune(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=5000")
+        cursor.close()
+
+    return engine
 
 
 def sqlite_path(url: str) -> Path | None:

@@ -1,31 +1,41 @@
 """What the server keeps in its store, opened in order at start and closed in order
 at stop: the tasks (a2a-sdk's table, behind the coalescing store), the
-context -> agent session map, who owns each conversation, the audit log, what each
-person's work cost (cost/ledger.py), and the signals between servers that share a store.
+context -> agent session map, who owns each conversation, the audit log, and the
+signals between servers that share a store. What each person's work cost is kept in
+the same database, but opened by its own room (cost/ledger.py).
 
 Opening it is also where the last run's leftovers are settled: tasks it left working
-are closed as failed, and tasks it left waiting for an answer are handed back to be
-taken up again (see parked.py).
+are closed as failed, and tasks the caller's `keep` says the next start takes back
+(those waiting for an answer) are handed back to be taken up again.
 """
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from a2a.types.a2a_pb2 import Task
 
-from tailagent.bridge.answers.waiting import waiting_of
 from tailagent.config import Settings
-from tailagent.cost.ledger import Usage
+from tailagent.statedir.files import write_private
 from tailagent.store.audit import AuditLog
 from tailagent.store.database import Database
+from tailagent.store.finality import mark_failed
 from tailagent.store.owners import ConversationOwners
 from tailagent.store.sdk_stores import SdkStores
+from tailagent.store.session_map import SessionMap
 from tailagent.store.signals import TaskSignals
-from tailagent.store.state import SessionMap, close_unfinished_tasks, server_id
-from tailagent.store.task_table import TaskTable
-from tailagent.store.tasks import CoalescingTaskStore
+from tailagent.store.table import TaskTable
+from tailagent.store.tasks import SERVER_ID_KEY, CoalescingTaskStore
+
+log = logging.getLogger(__name__)
+
+SERVER_ID_FILE = "server-id"
+STOP_MESSAGE = "The server stopped while this task was running; its turn was ended."
+RESTART_MESSAGE = "The server restarted while this task was running; its turn was lost."
 
 
 @dataclass
@@ -37,12 +47,13 @@ class Storage:
     session_map: SessionMap
     owners: ConversationOwners
     audit: AuditLog
-    usage: Usage
     signals: TaskSignals
     # Tasks the last run left working, closed as failed now.
     closed: list[Task]
     # Tasks the last run left waiting for an answer, with their owners.
     waiting: list[tuple[Task, str]]
+    # Whether a task outlives a restart: a start keeps these and a stop leaves them.
+    keep: Callable[[Task], bool]
     _table: TaskTable
 
     async def contexts(self) -> set[str]:
@@ -51,9 +62,9 @@ class Storage:
 
     async def close_unfinished(self, message: str) -> list[str]:
         """At stop: ends as failed, saying `message`, every task this process holds
-        unfinished but those the next start takes back (`can_wait`), so that start finds
+        unfinished but those the next start takes back (`keep`), so that start finds
         none of them to close; returns the ids of those ended."""
-        return await self.tasks.close_held(message, keep=can_wait)
+        return await self.tasks.close_held(message, keep=self.keep)
 
     async def flush(self) -> None:
         """Writes what is still held in memory: the last task states, the session map."""
@@ -65,29 +76,57 @@ class Storage:
         await self.database.aclose()
 
 
-def can_wait(task: Task) -> bool:
-    """Whether a task outlives a restart: it waits for an answer to a prompt the next
-    start can read back (parked.py). A start keeps these and a stop leaves them, by this
-    one rule, so a stop ends exactly what the next start would otherwise close."""
-    return waiting_of(task) is not None
+def server_id(state_dir: Path) -> str:
+    """This server's stable name in a shared store, kept in its state dir: the tasks it
+    runs carry it, so its restart closes its own unfinished tasks and nobody else's."""
+    path = state_dir / SERVER_ID_FILE
+    if not path.exists():
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_private(path, uuid.uuid4().hex + "\n")
+    return path.read_text().strip()
+
+
+async def close_unfinished_tasks(
+    table: TaskTable, server: str, keep: Callable[[Task], bool] = lambda _: False
+) -> tuple[list[Task], list[tuple[Task, str]]]:
+    """Marks every task this server's previous run left unfinished as failed (and those
+    no server claims, from before servers were named), but those `keep` says can be taken
+    back (a task waiting for an answer); returns the failed ones and the kept ones, with
+    their owners: their agent turn died with that process, and a task must never read
+    as `working` forever.
+    Another server's tasks in a shared store are its own to close."""
+    unfinished = await table.unfinished(SERVER_ID_KEY, server)
+    kept = [(task, owner) for task, owner in unfinished if keep(task)]
+    stale = [(task, owner) for task, owner in unfinished if not keep(task)]
+    for task, owner in stale:
+        mark_failed(task, RESTART_MESSAGE, "server_restarted")
+        await table.save(task, owner)
+    if stale:
+        log.info("closed %d task(s) left unfinished by the previous run", len(stale))
+    if kept:
+        log.info("%d task(s) still wait for an answer, as before the restart", len(kept))
+    return [task for task, _ in stale], kept
 
 
 async def open_storage(
     settings: Settings,
     database: Database,
     sdk: SdkStores,
+    keep: Callable[[Task], bool],
     on_change: Callable[[Task], None],
     on_save: Callable[[Task, str], None],
 ) -> Storage:
-    """Opens everything kept in the store. `on_change` hears of every task state
-    change (push notifications), `on_save` of every save with its owner (the desk)."""
+    """Opens everything kept in the store. `keep` says which unfinished task outlives a
+    restart (one waiting for an answer the next start can ask again), `on_change` hears
+    of every task state change (push notifications), `on_save` of every save with its
+    owner (the desk)."""
     shared = settings.store is not None
     server = (server_id(settings.state_dir), settings.advertised_url)
     table = TaskTable(database, sdk)
     await table.create()
     if shared:
         await table.index_contexts()
-    closed, waiting = await close_unfinished_tasks(table, server[0], keep=can_wait)
+    closed, waiting = await close_unfinished_tasks(table, server[0], keep=keep)
     tasks = CoalescingTaskStore(
         table, sdk, server, on_change=on_change, shared=shared, on_save=on_save
     )
@@ -99,8 +138,6 @@ async def open_storage(
     await owners.initialize()
     audit = AuditLog(database)
     await audit.initialize()
-    usage = Usage(database)
-    await usage.initialize()
     return Storage(
-        database, sdk, tasks, session_map, owners, audit, usage, signals, closed, waiting, table
+        database, sdk, tasks, session_map, owners, audit, signals, closed, waiting, keep, table
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from tailagent.store.database import Database
-from tailagent.store.task_table import TABLE as TASKS
+from tailagent.store.table import TABLE as TASKS
 
 MAX_CACHED = 10_000
 

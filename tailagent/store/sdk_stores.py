@@ -11,7 +11,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from tailagent.mends.sql_stores import load_sql_module
-from tailagent.store.database import Database
+from tailagent.store.database import Database, EngineDatabase, open_engine
 
 if TYPE_CHECKING:
     from a2a.server.tasks.database_push_notification_config_store import (
@@ -41,8 +41,6 @@ class SdkStores:
 
     def _engine_for_sdk(self) -> AsyncEngine:
         if self._engine is None:
-            from tailagent.store.engine import EngineDatabase, open_engine
-
             if isinstance(self._database, EngineDatabase):
                 self._engine = self._database.engine
             else:

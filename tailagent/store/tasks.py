@@ -7,7 +7,8 @@ kinds of save reach the database at once: a task's first save, and every save
 that leaves it in a final or paused state (the states a caller acts on). The
 saves in between (a task that is still working) are kept in memory and written
 by one background writer within WRITE_DELAY, the latest snapshot per task. Reads of
-a task this process holds come from memory.
+a task this process holds come from memory. The rows themselves, in a2a-sdk's own
+`tasks` table, are table.py's.
 
 After a crash, a task may therefore miss the last intermediate updates of the
 turn that crashed, and reads as failed by the restart rule anyway; nothing a
@@ -19,27 +20,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 from a2a.server.context import ServerCallContext
+from a2a.server.id_generator import IDGenerator, IDGeneratorContext
 from a2a.server.owner_resolver import resolve_user_scope
 from a2a.server.tasks import TaskStore
 from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task, TaskState
 
 from tailagent.access.identity import caller_of
 from tailagent.output.metrics import TASK_STATES
+from tailagent.store.finality import UNFINISHED_STATES, mark_failed
 from tailagent.store.sdk_stores import SdkStores
-from tailagent.store.state import (
-    SERVER_ID_KEY,
-    SERVER_URL_KEY,
-    UNSEEN_UNTIL_SETTLED,
-    WRITE_DELAY,
-    MintedIds,
-    mark_failed,
-)
-from tailagent.store.task_states import UNFINISHED_STATES
-from tailagent.store.task_table import Position, TaskTable
+from tailagent.store.table import Position, TaskTable
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +45,41 @@ _DEFERRABLE = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 # When a task was made (ISO 8601, UTC): its status timestamp moves with every update,
 # and A2A gives a task no creation time of its own.
 STARTED_AT_KEY = "tailagentStartedAt"
+# Task metadata naming the server that runs the task, in a store several may share.
+SERVER_ID_KEY = "tailagentServerId"
+SERVER_URL_KEY = "tailagentServerUrl"
+# Set in a request's call context when its caller can learn of the task only from
+# the response, which comes once the task is final or waiting: a blocking SendMessage
+# with no push config, in a store no other server reads.
+UNSEEN_UNTIL_SETTLED = "tailagent.unseenUntilSettled"
+WRITE_DELAY = 0.05
+MAX_MINTED = 10_000
+
+
+class MintedIds(IDGenerator):
+    """Ids this process generated for new tasks or contexts, with nothing stored under
+    them yet: a store can answer "not found" for them without asking the database.
+
+    Handed to a2a-sdk as its id generator. Ids whose request failed before anything
+    was stored are forgotten oldest first, past a bound.
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[str, None] = {}
+
+    def generate(self, context: IDGeneratorContext | None = None) -> str:
+        new_id = str(uuid.uuid4())
+        self._ids[new_id] = None
+        if len(self._ids) > MAX_MINTED:
+            for stale in list(self._ids)[: MAX_MINTED // 2]:
+                del self._ids[stale]
+        return new_id
+
+    def __contains__(self, some_id: object) -> bool:
+        return some_id in self._ids
+
+    def discard(self, some_id: str) -> None:
+        self._ids.pop(some_id, None)
 
 
 class CoalescingTaskStore(TaskStore):
@@ -67,7 +97,7 @@ class CoalescingTaskStore(TaskStore):
         self._sdk = sdk
         # Other servers may run tasks in this store (so contexts are checked across them).
         self._shared = shared
-        # (id, URL) of this server, stamped on every task it runs (see state.SERVER_ID_KEY).
+        # (id, URL) of this server, stamped on every task it runs (see SERVER_ID_KEY).
         self._server_id, self._server_url = server
         # Told of every state change (push notifications); must not block.
         self._on_change = on_change
@@ -134,7 +164,7 @@ class CoalescingTaskStore(TaskStore):
             )
         first = held is None
         # A new task whose request will show it to nobody before it is final or waiting
-        # (see state.UNSEEN_UNTIL_SETTLED) needs no write before then: one write, not two.
+        # (see UNSEEN_UNTIL_SETTLED) needs no write before then: one write, not two.
         unseen = first and task.id in self.minted and context.state.get(UNSEEN_UNTIL_SETTLED)
         self.minted.discard(task.id)
         self._held[task.id] = (owner, snapshot)

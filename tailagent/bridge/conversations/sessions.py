@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from tailagent.agents.events import AgentBackend, AgentSession
-from tailagent.store.state import MintedIds, SessionMap
+from tailagent.store.session_map import SessionMap
+from tailagent.store.tasks import MintedIds
 
 log = logging.getLogger(__name__)
 

@@ -37,8 +37,8 @@ from tailagent.bridge.turns.executor import BridgeExecutor
 from tailagent.config import AttachmentSettings
 from tailagent.cost.budgets import Spending
 from tailagent.store.audit import AuditEntry, AuditLog
+from tailagent.store.finality import ENDED_STATES
 from tailagent.store.owners import ConversationOwners
-from tailagent.store.task_states import ENDED_STATES
 from tailagent.store.tasks import CoalescingTaskStore
 
 BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)

@@ -68,11 +68,10 @@ from tailagent.config.tool_rules import Rule
 from tailagent.cost.budgets import Spending
 from tailagent.push.targets import PushRefused, PushTargets
 from tailagent.store.audit import AuditLog
+from tailagent.store.finality import ENDED_STATES
 from tailagent.store.owners import ConversationOwners
 from tailagent.store.signals import TaskSignals
-from tailagent.store.state import UNSEEN_UNTIL_SETTLED
-from tailagent.store.task_states import ENDED_STATES
-from tailagent.store.tasks import CoalescingTaskStore
+from tailagent.store.tasks import UNSEEN_UNTIL_SETTLED, CoalescingTaskStore
 
 
 class GuardedRequestHandler(DefaultRequestHandler):

@@ -23,8 +23,7 @@ from a2a.server.events import Event, EventQueue
 from a2a.server.tasks import TaskManager, TaskStore
 from a2a.types.a2a_pb2 import Task
 
-from tailagent.store.finality import mark_failed
-from tailagent.store.finality import ENDED_STATES
+from tailagent.store.finality import ENDED_STATES, mark_failed
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""The tasks table, read and written by tailagent itself.
+"""The tasks table, read and written in tailagent's own SQL (tasks.py is the store in
+front of it, which holds running tasks in memory and coalesces their saves).
 
 The table is a2a-sdk's (`tasks`, as its DatabaseTaskStore defines it), so the SDK's
 store, which still serves ListTasks, and any tool that knows it read the same rows.
@@ -21,8 +22,8 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from tailagent.access.identity import OwnerUser
 from tailagent.store.database import Database
+from tailagent.store.finality import UNFINISHED_STATES
 from tailagent.store.sdk_stores import SdkStores
-from tailagent.store.task_states import UNFINISHED_STATES
 
 TABLE = "tasks"
 # The SDK's store marks each row with the protocol version of its format.
@@ -95,7 +96,7 @@ class TaskTable:
         self, owner: str | None, limit: int, before: Position | None = None
     ) -> list[tuple[Task, str]]:
         """The latest tasks with their owners, newest first: one owner's, or everyone's;
-        with `before`, only those that sort after that position (see store.position)."""
+        with `before`, only those that sort after that position (see tasks.position)."""
         params: dict[str, Any] = {"limit": limit}
         where: list[str] = []
         if owner is not None:
