@@ -9,7 +9,7 @@ from a2a.types.a2a_pb2 import SendMessageRequest
 from a2a.utils.errors import A2AError
 
 from tailagent.agents.events import PermissionAsked, PermissionOption, Question, QuestionAsked
-from tailagent.bridge.answers.meaning import (
+from tailagent.bridge.answers.reading import (
     UNCLEAR_REASON,
     AnswerError,
     Reply,

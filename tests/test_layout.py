@@ -11,11 +11,11 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "tailagent"
 
 EXECUTOR_PARTS = (
-    "turns.runtime", "turns.start", "turns.pump", "answers.applying", "turns.permissions",
-    "turns.restore", "requests.requester",
+    "turns.runtime", "turns.start", "turns.pump", "answers.applying", "answers.judging",
+    "turns.permissions", "turns.restore", "requests.requester",
 )  # fmt: skip
 HANDLER_PARTS = (
-    "requests.admission", "answers.checks", "conversations.ownership",
+    "requests.admission", "answers.judging", "conversations.ownership",
     "conversations.operations", "requests.peer_tasks", "requests.task_starts",
 )  # fmt: skip
 

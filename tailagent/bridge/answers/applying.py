@@ -1,9 +1,10 @@
-"""A caller's answer applied to the prompt a turn is parked on.
+"""A caller's answer applied to the prompt a turn is parked on: the turn path's door
+into answers, as `judging.py` is the request path's.
 
-`answers` says what an answer means (parsing, the record of who decided what); this
-module does what follows from one on a live turn: the claim settled, who decided
-published, the audit row written, loop protection counted, and the agent told (or, for
-a task taken back after a restart, prompted again with the answer).
+`reading.py` says what a reply means and `records.py` who decided what; this module
+does what follows from one on a live turn: the claim settled, who decided published,
+the audit row written, loop protection counted, and the agent told (or, for a task
+taken back after a restart, prompted again with the answer).
 """
 
 from __future__ import annotations
@@ -11,38 +12,17 @@ from __future__ import annotations
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import Message, TaskState
-from google.protobuf.json_format import MessageToDict
 
 from tailagent.agents.events import PermissionAsked, PromptText, TurnOptions
 from tailagent.bridge.answers.claims import Claims, claim_of
-from tailagent.bridge.answers.meaning import (
-    DEFAULT_VIA,
-    AnswerError,
-    Reply,
-    decision_text,
-    parse_answer,
-    record_of,
-)
+from tailagent.bridge.answers.reading import AnswerError, parse_answer, reply_of
+from tailagent.bridge.answers.records import DEFAULT_VIA, decision_text, record_of
 from tailagent.bridge.answers.waiting import resume_text
 from tailagent.bridge.conversations.workplace import signature
 from tailagent.bridge.requests.requester import Requester
 from tailagent.bridge.turns.permissions import PermissionDecisions, request_key
 from tailagent.bridge.turns.publish import text_part
 from tailagent.bridge.turns.runtime import TaskRuntime
-
-
-def reply_of(message: Message) -> Reply:
-    texts = [p.text for p in message.parts if p.HasField("text")]
-    data = tuple(
-        item
-        for p in message.parts
-        if p.HasField("data")
-        for item in [MessageToDict(p.data)]
-        if isinstance(item, dict)
-    )
-    meta = MessageToDict(message.metadata) if message.HasField("metadata") else {}
-    request_id = meta.get("requestId")
-    return Reply(" ".join(texts), data, request_id if isinstance(request_id, str) else None)
 
 
 class AnswerApplier:

@@ -2,12 +2,12 @@
 
 With the desk, waits get long: a person approves from their phone an hour later, and a
 deploy or a reboot may come first. So a task in input-required is left so in the store
-when the server stops (gracefully or not), and the next start takes it back from there:
-the question is read back from the task's own last status (its data part says all of
-it), and the answer, when it comes, is given to the agent's reloaded session as a prompt
-that says what was asked and what was decided, so the work goes on rather than starting
-over. A task that was working at a crash is not taken back: its turn was cut off
-mid-step, and resuming it blind would be unsafe.
+when the server stops (gracefully or not), and the next start takes it back from there
+(turns/restore.py): the question is read back from the task's own last status (its
+data part says all of it), and the answer, when it comes, is given to the agent's
+reloaded session as a prompt that says what was asked and what was decided, so the
+work goes on rather than starting over. A task that was working at a crash is not
+taken back: its turn was cut off mid-step, and resuming it blind would be unsafe.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from tailagent.agents.events import (
     QuestionAsked,
     QuestionOption,
 )
-from tailagent.bridge.answers.meaning import AnswerRecord, ParsedAnswer, answerer_text
+from tailagent.bridge.answers.reading import ParsedAnswer
+from tailagent.bridge.answers.records import AnswerRecord, answerer_text
 
 OPTION_KINDS = ("allow_once", "allow_always", "reject_once", "reject_always")
 

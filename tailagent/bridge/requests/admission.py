@@ -6,6 +6,10 @@ ask for, a follow-up to a task that can take one (the SDK's own words for a task
 does not know), a person within their day's budget and their number of worktrees,
 a conversation that is the caller's and not busy, and last the prompt an answer
 claims. They change with what a person may start, not with how a turn then runs.
+
+Whether a follow-up answers a prompt, which, and whether its sender may give it is
+asked of answers' one door (bridge/answers/judging.py): `judge` among a follow-up's
+checks, `hold` last; admission keeps only the order in which refusals come.
 """
 
 from __future__ import annotations
@@ -15,13 +19,12 @@ import uuid
 from a2a.server.context import ServerCallContext
 from a2a.server.owner_resolver import resolve_user_scope
 from a2a.types.a2a_pb2 import Message, SendMessageRequest, Task, TaskState
-from a2a.utils.errors import InvalidParamsError, InvalidRequestError, UnsupportedOperationError
+from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict
 
 from tailagent.access.identity import caller_of
 from tailagent.agents.modes import mode_refusal
-from tailagent.bridge.answers.checks import bind_answer, check_approver, refuse_second_answer
-from tailagent.bridge.answers.meaning import AlreadyAnswered
+from tailagent.bridge.answers.judging import AnswerJudge
 from tailagent.bridge.conversations.names import refuse_a_start, resolve
 from tailagent.bridge.conversations.ownership import (
     START_ANOTHER,
@@ -33,7 +36,6 @@ from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Isolated, Shared
 from tailagent.bridge.requests import attachments
 from tailagent.bridge.requests.peer_tasks import runs_elsewhere
-from tailagent.bridge.turns.executor import BridgeExecutor
 from tailagent.config import AttachmentSettings
 from tailagent.cost.budgets import Spending
 from tailagent.store.audit import AuditEntry, AuditLog
@@ -57,7 +59,7 @@ class Admission:
         self,
         store: CoalescingTaskStore,
         pool: SessionPool,
-        executor: BridgeExecutor,
+        answers: AnswerJudge,
         owners: ConversationOwners,
         conversations: Isolated | Shared,
         *,
@@ -68,7 +70,7 @@ class Admission:
     ) -> None:
         self._store = store
         self._pool = pool
-        self._executor = executor
+        self._answers = answers
         self._owners = owners
         self._conversations = conversations
         self._attachment_limits = attachment_limits
@@ -93,10 +95,7 @@ class Admission:
         if message.task_id:
             # Last, and with no await since the task was read: the check and the
             # claim are one step on the event loop.
-            try:
-                self._executor.claim(message.task_id, context)
-            except AlreadyAnswered as exc:
-                raise InvalidRequestError(message=str(exc)) from None
+            self._answers.hold(message.task_id, context)
         return stored
 
     def _check_parts_and_mode(self, message: Message, context: ServerCallContext) -> None:
@@ -133,8 +132,7 @@ class Admission:
                 )
             )
         message.context_id = stored.context_id
-        bind_answer(message, stored)
-        refuse_second_answer(self._executor, message)  # before "still working": it says more
+        self._answers.judge(message, stored, context)  # before "still working": it says more
         if stored.status.state in ENDED_STATES:
             raise UnsupportedOperationError(
                 message=(
@@ -150,7 +148,6 @@ class Admission:
                     "or send a new message without taskId."
                 )
             )
-        check_approver(self._executor, message.task_id, context)
         if any(m.message_id == message.message_id for m in stored.history):
             message.metadata.update({"originalMessageId": message.message_id})
             message.message_id = f"{message.message_id}~{uuid.uuid4().hex[:8]}"

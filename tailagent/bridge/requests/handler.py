@@ -24,9 +24,11 @@ Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it
   `worktree.state` (bridge/conversations/fates.py).
 
 This class is the thin place where the SDK's `on_*` hooks are overridden; each rule
-lives in a module of its own: admission.py (what a message passes before a turn),
-answer_checks.py, ownership.py, operations.py (merge, diff, discard, the list),
-peer_tasks.py (tasks another server runs) and task_starts.py (the quick send).
+lives in a module of its own: requests/admission.py (what a message passes before a
+turn), answers/judging.py (which prompt an answer is for, and whether its sender may
+give it), conversations/ownership.py, conversations/operations.py (merge, diff,
+discard, the list), requests/peer_tasks.py (tasks another server runs) and
+requests/task_starts.py (the quick send).
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
         self._quick = QuickTurns(executor, store)
         self._rules = rules
         self._admission = Admission(
-            store, pool, executor, owners, conversations,
+            store, pool, executor.judge, owners, conversations,
             attachment_limits=attachment_limits or AttachmentSettings(),
             max_worktrees_per_caller=max_worktrees_per_caller, spending=spending, audit=audit,
         )  # fmt: skip

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from a2a.server.context import ServerCallContext
 
 from tailagent.access.identity import Caller, caller_of
-from tailagent.bridge.answers.meaning import DEFAULT_VIA, Answerer
+from tailagent.bridge.answers.records import DEFAULT_VIA, Answerer
 
 # The call-context state key naming the channel a request came through ("web" from
 # the web page); absent means A2A.

@@ -5,15 +5,19 @@ A turn that asks the caller something publishes input-required and returns from
 follow-up message calls `execute()` again; the pending prompt lives in the register of
 live turns (`runtime`), keyed by task id, not inside one `execute()` call.
 
-A prompt is answered once. The handler admits an answer by claiming the pending
-prompt (`claim`); until that answer is applied or given back, any other answer
-to the task is refused naming who came first, and once applied, the record of
-who decided what (`answered`) refuses late answers that name the prompt.
+A prompt is answered once. The executor keeps the claims on pending prompts and
+hands them, with its view of each task's pending prompt, to the answer judge
+(`judge`, bridge/answers/judging.py), the request path's one door into answers:
+admission asks it which prompt a follow-up answers and whether its sender may, and
+last holds the prompt for it; until that answer is applied or given back, any other
+answer to the task is refused naming who came first, and once applied, the record
+of who decided what refuses late answers that name the prompt.
 
 This class routes each request to its part, each in its own module: who the caller is
-(`requester`, read once per request), starting a turn (`turn_start`), the agent's
-events (`pump`), an answer (`answering`), the rules and the audit (`permissions`),
-costs and budgets (cost/turns.py) and tasks taken back after a restart (`restore`).
+(requests/requester.py, read once per request), starting a turn (turns/start.py), the
+agent's events (turns/pump.py), an answer (answers/applying.py), the rules and the
+audit (turns/permissions.py), costs and budgets (cost/turns.py) and tasks taken back
+after a restart (turns/restore.py).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from a2a.types.a2a_pb2 import SendMessageRequest, Task, TaskState
 from tailagent.agents.events import AgentBackend, PermissionAsked, Prompting
 from tailagent.bridge.answers.applying import AnswerApplier
 from tailagent.bridge.answers.claims import Claims, claim_of
-from tailagent.bridge.answers.meaning import AnswerRecord
+from tailagent.bridge.answers.judging import AnswerJudge
 from tailagent.bridge.answers.waiting import Waiting
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Conversations, Shared
@@ -86,11 +90,12 @@ class BridgeExecutor(AgentExecutor):
             fence,
         )
         self._answers = AnswerApplier(self._claims, self._decisions, max_permission_denials)
+        self._judge = AnswerJudge(self._claims, self.pending, self.holds)
         self._pump = Pump(pool, self._runtimes, self._decisions, costs, conversations)
         self._conversations = conversations
 
     def restore(self, tasks: list[Task]) -> None:
-        """Takes back the tasks a previous run left waiting for an answer (`parked`)."""
+        """Takes back the tasks a previous run left waiting for an answer (answers/waiting.py)."""
         self._restorer.keep(tasks)
 
     def pending(self, task_id: str) -> Prompting | None:
@@ -100,24 +105,10 @@ class BridgeExecutor(AgentExecutor):
             return runtime.pending
         return self._restorer.prompt(task_id)
 
-    def answered(self, task_id: str, request_id: str) -> AnswerRecord | None:
-        """Who answered this prompt on this server, what, when and through which channel."""
-        return self._claims.answered(task_id, request_id)
-
-    def claim(self, task_id: str, context: ServerCallContext) -> None:
-        """Holds the task's pending prompt for the answer this request carries.
-
-        Synchronous, and called last in the handler's admission: nothing runs between
-        the check and the hold, so of two answers sent at once exactly one gets it.
-        Raises AlreadyAnswered while another answer holds the prompt, and after one was
-        applied while the task is not parked again (the stored task may still read
-        input-required then; letting this answer on would fail the task).
-        """
-        if task_id not in self._runtimes and task_id not in self._restorer:
-            return
-        prompt = self.pending(task_id)
-        request_id = prompt.request_id if prompt is not None else None
-        self._claims.take(task_id, request_id, requester_of(context).answerer, context)
+    @property
+    def judge(self) -> AnswerJudge:
+        """Which prompt a follow-up answers and whether its sender may: admission's to ask."""
+        return self._judge
 
     def release(self, context: ServerCallContext) -> None:
         """Gives back the prompt this request claimed, if its answer was not applied
@@ -186,7 +177,7 @@ class BridgeExecutor(AgentExecutor):
 
     @property
     def waiting(self) -> int:
-        """Tasks waiting for an answer: they outlast a stop (see `parked`)."""
+        """Tasks waiting for an answer: they outlast a stop (see answers/waiting.py)."""
         return self._runtimes.parked() + len(self._restorer)
 
     async def stop_all(self, reason: str, grace: float = 5.0) -> list[str]:

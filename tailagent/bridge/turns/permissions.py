@@ -16,7 +16,7 @@ from pathlib import Path
 from a2a.server.tasks import TaskUpdater
 
 from tailagent.agents.events import Notice, PermissionAsked, PermissionDecision, QuestionAsked
-from tailagent.bridge.answers.meaning import deny_message
+from tailagent.bridge.answers.reading import deny_message
 from tailagent.bridge.answers.waiting import Waiting
 from tailagent.bridge.rules.matching import first_match
 from tailagent.bridge.turns.runtime import DRAIN_TIMEOUT, Runtimes, TaskRuntime, log

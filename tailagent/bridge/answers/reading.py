@@ -1,4 +1,4 @@
-"""Turning a caller's follow-up message into an answer for the pending prompt.
+"""Reading what a caller's follow-up means for the pending prompt.
 
 A structured data part always wins over text, because an app that sends one meant
 exactly that. Free text is for people: it allows only when the reply clearly says
@@ -9,9 +9,11 @@ explicitly or not at all.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any, Literal
+
+from a2a.types.a2a_pb2 import Message
+from google.protobuf.json_format import MessageToDict
 
 from tailagent.agents.events import (
     Answer,
@@ -31,8 +33,6 @@ DENY_WORDS = frozenset(
 MAX_FREE_TEXT_WORDS = 8
 UNCLEAR_REASON = "the reply was not a clear yes or no"
 _EDGE_PUNCTUATION = '"“”«».,;:!?()[]{}…'
-# The channel an answer came through when the request says nothing (the web page says "web").
-DEFAULT_VIA = "a2a"
 
 
 def deny_message(reason: str) -> str:
@@ -71,6 +71,21 @@ class Reply:
     text: str
     data: tuple[dict[str, Any], ...] = ()
     request_id: str | None = None
+
+
+def reply_of(message: Message) -> Reply:
+    """The words, data parts and named prompt a follow-up message carries."""
+    texts = [p.text for p in message.parts if p.HasField("text")]
+    data = tuple(
+        item
+        for p in message.parts
+        if p.HasField("data")
+        for item in [MessageToDict(p.data)]
+        if isinstance(item, dict)
+    )
+    meta = MessageToDict(message.metadata) if message.HasField("metadata") else {}
+    request_id = meta.get("requestId")
+    return Reply(" ".join(texts), data, request_id if isinstance(request_id, str) else None)
 
 
 class AnswerError(ValueError):
@@ -166,89 +181,3 @@ def _question(reply: Reply, pending: QuestionAsked) -> ParsedAnswer:
         raise AnswerError("the reply has no answer: send text or a data part with answers")
     first = pending.questions[0].question
     return ParsedAnswer(QuestionAnswers({first: text}), denied=False)
-
-
-Decision = Literal["allow", "deny", "answer"]
-_VERBS: dict[Decision, str] = {"allow": "allowed", "deny": "denied", "answer": "answered"}
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class Answerer:
-    """Who answered a prompt, from which device, through which channel, and when.
-
-    `by` is a person's login, a tagged node's tags, or `token:<name>`: what a
-    reader recognises, without the kind prefixes task owners carry.
-    """
-
-    by: str
-    node: str = ""
-    via: str = DEFAULT_VIA
-    at: datetime = field(default_factory=_now)
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerRecord:
-    """One prompt's decision, kept so the task can show it and a second answer be
-    refused naming it."""
-
-    request_id: str
-    decision: Decision
-    detail: str  # a denial's reason, or the labels a question was answered with
-    answerer: Answerer
-
-    def metadata(self) -> dict[str, str]:
-        """The decision as status metadata, for clients that read fields, not words."""
-        who = self.answerer
-        return {
-            "requestId": self.request_id,
-            "decision": self.decision,
-            "answeredBy": who.by,
-            "answeredFrom": who.node,
-            "via": who.via,
-            "answeredAt": who.at.astimezone(UTC).isoformat(timespec="seconds"),
-        }
-
-
-class AlreadyAnswered(ValueError):
-    """An answer to a prompt someone else answered (or is answering) first."""
-
-
-def record_of(pending: Prompting, parsed: ParsedAnswer, answerer: Answerer) -> AnswerRecord:
-    """What a parsed answer decided, in the record's terms."""
-    if isinstance(pending, QuestionAsked):
-        labels = parsed.answer.answers if isinstance(parsed.answer, QuestionAnswers) else {}
-        return AnswerRecord(pending.request_id, "answer", ", ".join(labels.values()), answerer)
-    if parsed.denied:
-        return AnswerRecord(pending.request_id, "deny", parsed.reason, answerer)
-    return AnswerRecord(pending.request_id, "allow", "", answerer)
-
-
-def answerer_text(answerer: Answerer) -> str:
-    """`alice@example.com from laptop`, `tag:ci from ci-runner via web`, `token ci-bot`."""
-    name = answerer.by
-    if name.startswith("token:"):
-        name = "token " + name.removeprefix("token:")
-    device = f" from {answerer.node}" if answerer.node else ""
-    channel = f" via {answerer.via}" if answerer.via != DEFAULT_VIA else ""
-    return name + device + channel
-
-
-def decision_text(record: AnswerRecord) -> str:
-    """The sentence a task shows for a decision: `denied by alice@example.com from
-    laptop via web: not on main`. Pure, so every face of the server words it alike."""
-    detail = f": {record.detail}" if record.detail and record.decision != "allow" else ""
-    return f"{_VERBS[record.decision]} by {answerer_text(record.answerer)}{detail}"
-
-
-def first_answer_text(task_id: str, request_id: str, first: AnswerRecord | Answerer) -> str:
-    """Why a second answer is refused: who came first (and what they decided, once applied)."""
-    if isinstance(first, AnswerRecord):
-        what, at = f": {decision_text(first)}", first.answerer.at
-    else:
-        what, at = f" by {answerer_text(first)}", first.at
-    when = f"{at.astimezone(UTC):%H:%M:%S} UTC"
-    return f"request {request_id} of task {task_id} was already answered{what} at {when}"

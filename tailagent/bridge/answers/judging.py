@@ -1,0 +1,111 @@
+"""The request path's one door into answers: which prompt a follow-up answers, and
+whether this person may give that answer, once.
+
+A prompt is answered once, by a caller allowed to: an answer is bound to the prompt
+its sender could see, a second answer is refused naming who answered first, a
+permission prompt needs the approver role, and of two answers sent at once exactly
+one holds the prompt. Admission asks here twice, in its order of refusals: `judge`
+with the other checks of a follow-up, `hold` as its very last step. The judge is
+handed the executor's claims and its view of each task's pending prompt, so it never
+calls back into the executor or admission; applying an answer to the turn is
+`applying.py`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from a2a.server.context import ServerCallContext
+from a2a.types.a2a_pb2 import Message, Task, TaskState
+from a2a.utils.errors import InvalidRequestError
+
+from tailagent.access.identity import caller_of
+from tailagent.agents.events import PermissionAsked, Prompting
+from tailagent.bridge.answers.claims import Claims
+from tailagent.bridge.answers.reading import reply_of, reply_request_id
+from tailagent.bridge.answers.records import AlreadyAnswered, first_answer_text
+from tailagent.bridge.answers.waiting import waiting_of
+from tailagent.bridge.requests.requester import requester_of
+from tailagent.store.finality import ENDED_STATES
+
+# A stored task in one of these waits for no answer: admission refuses a follow-up to
+# it in its own words ("has already …", "is still working"), not as an answer.
+WAITS_FOR_NONE = (*ENDED_STATES, TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
+
+
+class AnswerJudge:
+    """Says which prompt of task T a follow-up answers, and refuses it (an
+    InvalidRequestError saying why) when this person may not give that answer now."""
+
+    def __init__(
+        self,
+        claims: Claims,
+        pending: Callable[[str], Prompting | None],
+        alive: Callable[[str], bool],
+    ) -> None:
+        """`pending`: the prompt a task is parked on; `alive`: whether a turn of the
+        task lives here (running, waiting, or taken back after a restart)."""
+        self._claims = claims
+        self._pending = pending
+        self._alive = alive
+
+    def judge(self, message: Message, stored: Task, context: ServerCallContext) -> None:
+        """Binds the answer to its prompt, refuses a second answer and, for a task that
+        waits for one, an answer its sender may not give. A task that waits for none is
+        left to admission's own words ("has already …", "is still working")."""
+        request_id = self._bind(message, stored)
+        self._refuse_second(message.task_id, request_id)
+        if stored.status.state not in WAITS_FOR_NONE:
+            self._check_approver(message.task_id, context)
+
+    def hold(self, task_id: str, context: ServerCallContext) -> None:
+        """Holds the task's pending prompt for the answer this request carries.
+
+        Synchronous, and called last in admission: nothing runs between the check and
+        the hold, so of two answers sent at once exactly one gets it. Refused while
+        another answer holds the prompt, and after one was applied while the task is
+        not parked again (the stored task may still read input-required then; letting
+        this answer on would fail the task).
+        """
+        if not self._alive(task_id):
+            return
+        prompt = self._pending(task_id)
+        request_id = prompt.request_id if prompt is not None else None
+        try:
+            self._claims.take(task_id, request_id, requester_of(context).answerer, context)
+        except AlreadyAnswered as exc:
+            raise InvalidRequestError(message=str(exc)) from None
+
+    def _bind(self, message: Message, stored: Task) -> str | None:
+        """An answer that names no prompt is for the one its sender could see: the one
+        the task shows. Named in the message, it is refused once another answer took
+        that prompt (the stored task may still show it a moment after the turn moved
+        on), rather than applied to what came next or taken for a new prompt."""
+        request_id = reply_request_id(reply_of(message))
+        waiting = waiting_of(stored)
+        if waiting is not None and not request_id:
+            request_id = waiting.prompt.request_id
+            message.metadata.update({"requestId": request_id})
+        return request_id
+
+    def _refuse_second(self, task_id: str, request_id: str | None) -> None:
+        """An answer naming a prompt this server saw answered is refused, naming who
+        answered first, rather than restated as stale or refused as "still working"."""
+        first = self._claims.answered(task_id, request_id) if request_id else None
+        if first is not None:
+            raise InvalidRequestError(message=first_answer_text(task_id, first.request_id, first))
+
+    def _check_approver(self, task_id: str, context: ServerCallContext) -> None:
+        """An answer to a permission prompt needs the approver role. Refused here,
+        the prompt stays pending, untouched, for a caller who has it."""
+        caller = caller_of(context)
+        if isinstance(self._pending(task_id), PermissionAsked) and not (
+            caller and caller.may("approver")
+        ):
+            who = caller.owner if caller else "this caller"
+            raise InvalidRequestError(
+                message=(
+                    f"{who} may not answer permission prompts (it lacks the approver role); "
+                    f"task {task_id} stays waiting for a caller who has it."
+                )
+            )
