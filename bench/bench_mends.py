@@ -1,19 +1,19 @@
 """What each mend of a dependency's private internals buys today: A/B, mend on and off.
 
-For the mends that are about speed (sdk_queues.py, sdk_tracing.py; serving.py's head
-and body in one send until issue 36 measured it within noise) it starts two tailagent
-servers, both up at once: A as shipped, B with that one mend taken back out before it
-serves (see OFF: the rest of the process is the same). Each is called on one
-keep-alive connection, in alternating blocks (the first of a pair alternating, as
-bench_load.side_by_side does): sequential SendMessage (`--call send`: a blocking send
-of a new task, which bridge/requests/quick.py runs past the SDK's queues) or
-SendStreamingMessage read to its end (`--call stream`: through the SDK's queues).
-`--pairs` fresh pairs of servers in turn; per pair the two medians and their ratio A /
-B (below 1: the mend makes a call faster), and the server's own CPU time per call
-(utime + stime from /proc, summed over the blocks), which the other processes of a
-shared machine move less than they move wall time. For sdk_sql.py, which is about
-memory, each of `--pairs` fresh interpreters imports the server with and without it,
-interleaved, and reads its VmRSS.
+For the mends that are about speed (mends/event_queues.py, mends/tracing.py; a Hypercorn
+mend sending a response's head and body in one send until issue 36 measured it within
+noise) it starts two tailagent servers, both up at once: A as shipped, B with that one
+mend taken back out before it serves (see OFF: the rest of the process is the same).
+Each is called on one keep-alive connection, in alternating blocks (the first of a pair
+alternating, as bench_load.side_by_side does): sequential SendMessage (`--call send`: a
+blocking send of a new task, which bridge/requests/quick.py runs past the SDK's queues)
+or SendStreamingMessage read to its end (`--call stream`: through the SDK's queues).
+`--pairs` fresh pairs of servers in turn; per pair the two medians and their ratio A / B
+(below 1: the mend makes a call faster), and the server's own CPU time per call (utime +
+stime from /proc, summed over the blocks), which the other processes of a shared machine
+move less than they move wall time. For mends/sql_stores.py, which is about memory, each
+of `--pairs` fresh interpreters imports the server with and without it, interleaved, and
+reads its VmRSS.
 
 Run it from a clean tree (`git archive HEAD | tar -x -C DIR; cd DIR`): the servers
 import tailagent from the working directory.
@@ -58,7 +58,7 @@ OFF = {
     ),
 }
 
-# sdk_sql.py taken back out: the SDK imports its SQL stores, as without the mend.
+# mends/sql_stores.py taken back out: the SDK imports its SQL stores, as without the mend.
 SQL_OFF = (
     "import sys, tailagent\n"
     "from tailagent.mends.sql_stores import DEFERRED\n"

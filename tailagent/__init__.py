@@ -3,7 +3,7 @@
 import sys
 
 # First of ours, in every way tailagent starts: a process whose environment may hold a
-# secret is made not dumpable before anything else runs (undumpable.py).
+# secret is made not dumpable before anything else runs (process/undumpable.py).
 import tailagent.process.undumpable  # noqa: F401
 from tailagent.mends.event_queues import use_asyncio_queues
 from tailagent.mends.sql_stores import defer_sql_modules

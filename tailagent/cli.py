@@ -631,7 +631,7 @@ def _spending(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     # The server's secrets out of /proc/<pid>/environ, where its agents could read them:
-    # may exec this process again, without them in its environment (secret_env.py).
+    # may exec this process again, without them in its environment (process/secret_env.py).
     secret_env.hide()
     flags = {
         "agent": args.agent,
@@ -660,14 +660,14 @@ def _serve(args: argparse.Namespace) -> int:
     for line in unknown_environment(os.environ):
         logging.getLogger("tailagent").warning("%s", line)
     if args.store and urlsplit(args.store).password:
-        # Unlike the environment (secret_env.py), no exec takes it back out of argv.
+        # Unlike the environment (process/secret_env.py), no exec takes it back out of argv.
         logging.getLogger("tailagent").warning(
             "the --store URL holds a password, which every user of this box can read in "
             "/proc/%d/cmdline: give the URL in TAILAGENT_STORE or the config file instead",
             os.getpid(),
         )
     # a2a-sdk wraps every call in an OpenTelemetry span, which costs even with no
-    # exporter: off, and its wrappers left out (sdk_tracing.py), unless set to true.
+    # exporter: off, and its wrappers left out (mends/tracing.py), unless set to true.
     os.environ.setdefault("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")
     from tailagent.mends.tracing import untraced_unless_enabled
 

@@ -1,7 +1,8 @@
 """Starts one server: takes the state dir, binds the listener, joins the tailnet,
 wires the rooms together (build_service), serves until a signal, and closes
 everything in order. Each room lives in its own module: the app (app.py), the
-store (store/opening.py), the listener (listener.py), Hypercorn (serving.py)."""
+store (store/opening.py), the listener (listening/listener.py), Hypercorn
+(listening/serving.py)."""
 
 from __future__ import annotations
 

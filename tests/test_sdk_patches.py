@@ -1,7 +1,7 @@
-"""What tailagent changes in how a2a-sdk runs (sdk_queues.py, sdk_tracing.py), each
-checked in a fresh interpreter, as a server process starts: the SDK's queues are
-asyncio's and behave as the SDK expects of them; its tracing wrappers are left out
-only when its tracing is off."""
+"""What tailagent changes in how a2a-sdk runs (mends/event_queues.py,
+mends/tracing.py), each checked in a fresh interpreter, as a server process starts:
+the SDK's queues are asyncio's and behave as the SDK expects of them; its tracing
+wrappers are left out only when its tracing is off."""
 
 from __future__ import annotations
 

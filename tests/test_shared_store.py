@@ -188,8 +188,9 @@ def test_a_store_that_cannot_be_reached_stops_the_start_with_one_line(tmp_path: 
 
 
 def test_a_store_url_in_the_environment_is_not_warned_of(tmp_path: Path) -> None:
-    """TAILAGENT_STORE is taken out of the environment block at start (secret_env.py),
-    so a password there is not on show: no warning, and the same one-line stop."""
+    """TAILAGENT_STORE is taken out of the environment block at start
+    (process/secret_env.py), so a password there is not on show: no warning, and the
+    same one-line stop."""
     env = {**os.environ, "TAILAGENT_STORE": "postgresql://tailagent:secret@127.0.0.1:1/nowhere"}
     done = subprocess.run(
         [sys.executable, "-m", "tailagent", "serve", "--agent", "echo", "--listen",

@@ -3,12 +3,13 @@
 Another process of the server's user may read /proc/<pid>/environ, fd/* and mem of a
 process that is dumpable. tailagent makes itself not dumpable in its first lines
 (tailagent/process/undumpable.py) and `serve` takes the key out of its environ in place
-(secret_env.py, no exec), so what is left is Python's own start, before any code of
-ours. tests/secret_probe.py is that other process, run with runuser as `nobody`, started
-before the server and handed its pid at its exec, polling until the server says where
-it serves. As root the probe reads everything (the kernel lets root), so the server runs
-as nobody when the probe is of its user, with this checkout and the venv's packages run
-by the system's python3 (tests/test_sandbox_nobody.py: nobody cannot run the venv's).
+(tailagent/process/secret_env.py, no exec), so what is left is Python's own start,
+before any code of ours. tests/secret_probe.py is that other process, run with runuser
+as `nobody`, started before the server and handed its pid at its exec, polling until the
+server says where it serves. As root the probe reads everything (the kernel lets root),
+so the server runs as nobody when the probe is of its user, with this checkout and the
+venv's packages run by the system's python3 (tests/test_sandbox_nobody.py: nobody cannot
+run the venv's).
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ class CardVariant(NamedTuple):
 def signer_command() -> list[str]:
     """The signer child: `-m` alone would put the current directory first on its
     sys.path, and a `tailagent/` folder there (a clone, seen from its parent) would be
-    imported in place of this package (origin.python_child says how it is not)."""
+    imported in place of this package (process/origin.py's python_child says how it
+    is not)."""
     if getattr(sys, "frozen", False):
         return [sys.executable, SIGNER_ARGUMENT]
     return python_child("tailagent.card.signer")

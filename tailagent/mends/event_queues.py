@@ -6,11 +6,11 @@ a2a-sdk moves every event of a task through queues it makes in one place
 also safe across threads and built on aiologic's primitives. The SDK uses them from
 the event loop only, so that safety buys nothing here, and on a streamed send it costs
 the server ~14 % more CPU (docs/measured.md, issue 36; a blocking send of a new task
-goes past the queues, bridge/requests/quick.py). `use_asyncio_queues`, called before a2a-sdk is
-imported, puts in that module's place one that makes the queues 3.13 makes, from the
-backport of its `Queue` (`backports.asyncio.queues`), so culsans and aiologic are
-never imported. Written for a2a-sdk 1.3.0's module (its three names); on another
-version the SDK's own queues stay (mends.py).
+goes past the queues, bridge/requests/quick.py). `use_asyncio_queues`, called before
+a2a-sdk is imported, puts in that module's place one that makes the queues 3.13 makes,
+from the backport of its `Queue` (`backports.asyncio.queues`), so culsans and aiologic
+are never imported. Written for a2a-sdk 1.3.0's module (its three names); on another
+version the SDK's own queues stay (mends/versions.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tailagent.mends.versions import Mend, applies
 
 COMPAT_MODULE = "a2a.utils._async_queue_compat"
 QUEUES_MEND = Mend(
-    what=f"a2a-sdk's queues on asyncio's Queue ({COMPAT_MODULE} replaced, sdk_queues.py)",
+    what=f"a2a-sdk's queues on asyncio's Queue ({COMPAT_MODULE} replaced, mends/event_queues.py)",
     dist="a2a-sdk",
     written_for=("1.3.0",),
     without="its queues stay culsans' (a stream costs the server ~14 % more CPU)",

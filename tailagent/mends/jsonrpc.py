@@ -6,7 +6,7 @@ a2a-sdk 1.3.0's 0.3 compatibility layer answers malformed params of a 0.3 method
 -32602 Invalid params. Only that answer differs here; dispatch stays the SDK's.
 
 The correction takes the place of the dispatcher's private `_v03_adapter` and calls
-the adapter's private `_generate_error_response`, so it is a mend (tailagent/mends/versions.py),
+the adapter's private `_generate_error_response`, so it is a mend (mends/versions.py),
 for a2a-sdk 1.3.0 only: decided when this module is imported, with the server, so the
 start can say it was left out.
 """

@@ -8,7 +8,7 @@ to placeholders when their import fails, as it does without SQLAlchemy installed
 `defer_sql_modules` makes it fail that way (a None in sys.modules), and
 `load_sql_module` imports one for real when it is needed. Written for a2a-sdk 1.3.0's
 module names and fallbacks; on another version they are imported as the SDK does
-(mends.py).
+(mends/versions.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ DEFERRED = (
     "a2a.server.cluster.database_task_store",
 )
 SQL_MEND = Mend(
-    what="a2a-sdk's SQL stores left out until used (sdk_sql.py)",
+    what="a2a-sdk's SQL stores left out until used (mends/sql_stores.py)",
     dist="a2a-sdk",
     written_for=("1.3.0",),
     without="every server imports them and SQLAlchemy at start (~18 MiB more)",

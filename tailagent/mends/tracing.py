@@ -8,7 +8,7 @@ handlers. On a streamed send that costs the server ~6 % more CPU, ~2 % on a bloc
 one (docs/measured.md, issue 36), for nothing. `untraced_unless_enabled`, called
 before any of those modules is imported, turns the decorators into pass-throughs when
 the SDK's own switch says tracing is off; when it is on, it changes nothing. Written
-for a2a-sdk 1.3.0's decorators; on another version they stay as they are (mends.py).
+for a2a-sdk 1.3.0's decorators; on another version they stay as they are (mends/versions.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ T = TypeVar("T")
 # The packages whose modules decorate at import time; once one is in, it is too late.
 DECORATING = ("a2a.server", "a2a.client", "a2a.compat")
 TRACING_MEND = Mend(
-    what="a2a-sdk's tracing wrappers left out while its tracing is off (sdk_tracing.py)",
+    what="a2a-sdk's tracing wrappers left out while its tracing is off (mends/tracing.py)",
     dist="a2a-sdk",
     written_for=("1.3.0",),
     without="each call still opens a no-op span (a stream costs ~6 % more CPU)",

@@ -1,8 +1,9 @@
 """Mends of dependencies' private internals, each applied only to the version it was
 written for.
 
-tailagent replaces a few private pieces of Hypercorn and a2a-sdk (serving.py,
-sdk_queues.py, sdk_tracing.py, sdk_sql.py, mends/jsonrpc.py). Each was written
+tailagent replaces a few private pieces of a2a-sdk, Hypercorn and acp, each in a module
+of this folder named for what it mends (event_queues.py, sql_stores.py, tracing.py,
+jsonrpc.py, hypercorn_connections.py, acp_cancel.py). Each was written
 against one release's code; on another, a replaced method may no longer match what
 calls it, or a module put in place may miss a name, and an upgrade would break the
 server or quietly drop the mend. So each mend names the distribution and the

@@ -14,7 +14,7 @@ import gc
 import logging
 from collections.abc import Callable
 
-log = logging.getLogger("tailagent.process.memory")
+log = logging.getLogger("tailagent.memory")
 
 QUIET_SECONDS = 2.0
 POLL_SECONDS = 0.25

@@ -16,7 +16,7 @@ from typing import Any
 
 from tailagent.access.localapi import ConfigChanged, LocalAPI, NotOperator, self_dns_name
 
-log = logging.getLogger("tailagent.tailnet.serve_entry")
+log = logging.getLogger("tailagent.tailnet")
 ATTEMPTS = 3
 
 
