@@ -2,7 +2,7 @@
 
 A blocking SendMessage that starts a new task, with no push config, in a store no
 other server reads, shows its task to nobody through A2A before it is final or
-waiting (see `UNSEEN_UNTIL_SETTLED` in tailagent/store/): nobody can subscribe to it,
+waiting (see store/tasks.py's `UNSEEN_UNTIL_SETTLED`): nobody can subscribe to it,
 and only the desk, which reads the store's snapshots, sees it run. a2a-sdk would still
 run it as any task: an ActiveTask with a producer and a consumer task and queues
 between them. Here the executor's events go straight into the SDK's own TaskManager,

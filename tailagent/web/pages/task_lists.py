@@ -26,7 +26,7 @@ from tailagent.web.pages.transcript import Row, row
 LIST_LIMIT = 50
 LIST_CACHE = 64  # people whose list is kept between changes
 # Where a page of older tasks starts: `<microseconds>-<task id>` (see `position` in
-# tailagent/store/).
+# store/tasks.py).
 OLDER = re.compile(r"(\d{1,20})-([\w.:-]{1,200})")
 
 

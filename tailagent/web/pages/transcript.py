@@ -192,7 +192,7 @@ def is_answer(message: Message) -> bool:
 
 def _decision(message: Message, meta: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any]:
     """Who decided what, from the resumed status's metadata (`AnswerRecord` in
-    bridge/answers/) and its sentence, whose words after the first `: ` are the person's
+    bridge/answers/records.py) and its sentence, whose words after the first `: ` are the person's
     detail."""
     _, _, detail = _text(message.parts).partition(": ")
     request = asked.get(str(meta.get("requestId", "")), {})
