@@ -1,7 +1,7 @@
 """The server's settings: what there is to set, and its defaults.
 
 One Settings object, read from a TOML file < the environment < command-line flags
-(config/sources.py), each value checked as it is read (config/values.py): a bad one
+(config/sources.py), each value checked as it is read (config/checks.py): a bad one
 stops the start with a single line naming where it came from, the key, and what is
 wrong. The settings know nothing of the bridge or the agents.
 """

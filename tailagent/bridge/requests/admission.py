@@ -170,7 +170,7 @@ class Admission:
 
     async def _enter_conversation(self, message: Message, context: ServerCallContext) -> None:
         """Makes sure the message's conversation is its sender's: a `contextId` that
-        starts the id of one the sender may act on means that one (short_ids.py); a new
+        starts the id of one the sender may act on means that one (conversations/names.py); a new
         message starts one of the sender's (a `contextId` nobody has, and that starts
         nobody's, becomes theirs); another person's is refused as not found, but to an
         admin."""

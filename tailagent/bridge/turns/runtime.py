@@ -53,7 +53,7 @@ class TaskRuntime:
     turn: TurnRecord | None = None  # what the turn's commit will say (worktree isolation)
     directory: Path | None = None  # the conversation's worktree; None: the workspace
     # Taken back after a restart: the agent's reloaded session gets the answer as a
-    # prompt (`parked.resume_text`), not as the reply to a request it no longer has.
+    # prompt (`resume_text`, answers/waiting.py), not as the reply to a request it no longer has.
     restored: bool = False
     owner: str = "unknown"  # whose work it is: the person its cost is counted to
     cost: Cost = field(default_factory=Cost)  # the task's turns so far
