@@ -25,7 +25,7 @@ from tailagent.access.localapi import LocalAPIUnavailable, self_dns_name
 from tailagent.agents.events import AgentBackend, AgentStartError
 from tailagent.agents.registry import agent_kind, agent_label, agent_programs, make_backend
 from tailagent.app import build_app
-from tailagent.bridge.answers.waiting import waiting_of
+from tailagent.bridge.answers.waiting import can_wait
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Conversations, Isolated, Shared, choose
 from tailagent.bridge.requests.handler import GuardedRequestHandler
@@ -182,14 +182,6 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         signing.cancel()
         await asyncio.gather(signing, return_exceptions=True)
         raise
-
-
-def can_wait(task: Task) -> bool:
-    """Whether a task outlives a restart: it waits for an answer to a prompt the next
-    start can read back (bridge/turns/restore.py). A start keeps these and a stop leaves
-    them, by this one rule, so a stop ends exactly what the next start would otherwise
-    close."""
-    return waiting_of(task) is not None
 
 
 def _open_pool(settings: Settings, backend: AgentBackend, storage: Storage) -> SessionPool:

@@ -17,6 +17,8 @@ UNFINISHED_STATES = (
     TaskState.TASK_STATE_INPUT_REQUIRED,
     TaskState.TASK_STATE_AUTH_REQUIRED,
 )
+# Still going, and asking nobody anything: a follow-up to one has nothing to answer.
+BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 ENDED_STATES = (
     TaskState.TASK_STATE_COMPLETED,
     TaskState.TASK_STATE_FAILED,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from a2a.server.context import ServerCallContext
-from a2a.types.a2a_pb2 import Message, Task, TaskState
+from a2a.types.a2a_pb2 import Message, Task
 from a2a.utils.errors import InvalidRequestError
 
 from tailagent.access.identity import caller_of
@@ -26,11 +26,11 @@ from tailagent.bridge.answers.reading import reply_of, reply_request_id
 from tailagent.bridge.answers.records import AlreadyAnswered, first_answer_text
 from tailagent.bridge.answers.waiting import waiting_of
 from tailagent.bridge.requests.requester import requester_of
-from tailagent.store.finality import ENDED_STATES
+from tailagent.store.finality import BUSY_STATES, ENDED_STATES
 
 # A stored task in one of these waits for no answer: admission refuses a follow-up to
 # it in its own words ("has already …", "is still working"), not as an answer.
-WAITS_FOR_NONE = (*ENDED_STATES, TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
+WAITS_FOR_NONE = (*ENDED_STATES, *BUSY_STATES)
 
 
 class AnswerJudge:

@@ -126,3 +126,11 @@ def resume_text(prompt: Prompting, parsed: ParsedAnswer, record: AnswerRecord) -
     answers = parsed.answer.answers if isinstance(parsed.answer, QuestionAnswers) else {}
     said = "; ".join(f'"{question}": {answer}' for question, answer in answers.items())
     return f"{intro} You asked the person questions. {who} answered: {said}. Go on with the task."
+
+
+def can_wait(task: Task) -> bool:
+    """Whether a task outlives a restart: it waits for an answer to a prompt the next
+    start can read back (bridge/turns/restore.py). A start keeps these and a stop leaves
+    them, by this one rule, so a stop ends exactly what the next start would otherwise
+    close."""
+    return waiting_of(task) is not None

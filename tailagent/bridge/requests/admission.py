@@ -39,11 +39,9 @@ from tailagent.bridge.requests.peer_tasks import runs_elsewhere
 from tailagent.config import AttachmentSettings
 from tailagent.cost.budgets import Spending
 from tailagent.store.audit import AuditEntry, AuditLog
-from tailagent.store.finality import ENDED_STATES
+from tailagent.store.finality import BUSY_STATES, ENDED_STATES
 from tailagent.store.owners import ConversationOwners
 from tailagent.store.tasks import CoalescingTaskStore
-
-BUSY_STATES = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
 
 def ended(task: Task) -> str:
