@@ -62,8 +62,8 @@ FLOORS = [
         "access", "listening", "process", "tailnet", "tsnet", "service", "sandbox"}),
     ("the work, knowing nothing of A2A", {"agents", "workspace", "webpush"}),
     ("what is kept", {"store"}),
-    ("A2A's edges and the books: the card, the client, plain routes, push, cost", {
-        "card", "client", "plain_routes", "push", "cost"}),
+    ("A2A's edges and the books: the card, the client, plain routes, push, cost, delegation", {
+        "card", "client", "plain_routes", "push", "cost", "delegation"}),
     ("the bridge between A2A and the agent", {"bridge"}),
     ("what people use: the desk and the owner's commands", {"web", "admin"}),
     ("wiring and commands", {"app", "server", "cli", "__main__", "binary"}),

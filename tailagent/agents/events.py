@@ -8,7 +8,7 @@ small and closed is what lets one mapping serve every agent.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -261,12 +261,43 @@ class Skill:
     examples: tuple[str, ...] = ()
 
 
+Progress = Callable[[str], Awaitable[None]]
+
+
+class TurnTools(Protocol):
+    """The tools tailagent itself gives an agent for one turn (through an MCP server
+    of its own, or directly to the echo agent): the tailnet's other tailagents, and
+    handing one of them a sub-task on behalf of the person whose turn it is."""
+
+    async def list_peers(self) -> list[JSONDict]:
+        """The tailagents this node may hand work to: name, url, agent, skills."""
+        ...
+
+    async def delegate(
+        self,
+        peer: str,
+        message: str,
+        conversation: str | None = None,
+        progress: Progress | None = None,
+    ) -> str:
+        """Sends `message` to `peer` as the person's sub-task and returns its answer;
+        `progress` gets a line for each step the peer reports. Raises
+        DelegationFailed with a reason an agent can read."""
+        ...
+
+
+class DelegationFailed(Exception):
+    """A hand-off did not complete; str() says why, for the agent to read."""
+
+
 @dataclass(frozen=True, slots=True)
 class TurnOptions:
-    """What the caller asked for this turn, in message metadata `mode` / `model`."""
+    """What the caller asked for this turn, in message metadata `mode` / `model`, and
+    the tools tailagent offers the agent for it (None: none)."""
 
     mode: str | None = None
     model: str | None = None
+    tools: TurnTools | None = None
 
 
 class AgentSession(Protocol):
