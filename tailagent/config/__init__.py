@@ -288,6 +288,32 @@ class BudgetSettings:
     per_task_usd: float | None = None
 
 
+DELEGATED_ROLES = ("caller", "approver")
+PEER_SCHEMES = ("http", "https")
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationSettings:
+    """Work handed between tailagents (the `[delegation]` table). Inbound: which nodes
+    may hand work here for a person, and how far a chain of hops may reach; outbound:
+    which peers this node hands work to without asking, and how their URLs are made."""
+
+    # Nodes that may hand work here: tags ("tag:build") or names ("devbox-1", or the
+    # MagicDNS name); a node whose grant under access.capability says {"delegate": true}
+    # may too.
+    allowed_nodes: tuple[str, ...] = ()
+    max_depth: int = 3
+    # The most a delegated request gets, whatever the person may do here directly: it
+    # acts for them through another box, so never as the owner of this one.
+    roles: tuple[str, ...] = DELEGATED_ROLES
+    # How old the calling hop's signature may be: a replayed one is refused within it.
+    window_seconds: float = 60.0
+    allow_peers: tuple[str, ...] = ()
+    scheme: str = "https"
+    port: int = 443
+    proxy: str = ""  # an HTTP proxy onto the tailnet (tailscaled's outbound proxy)
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     agent: str = "claude"
@@ -327,6 +353,7 @@ class Settings:
     workspace: WorkspaceSettings = field(default_factory=WorkspaceSettings)
     budgets: BudgetSettings = field(default_factory=BudgetSettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    delegation: DelegationSettings = field(default_factory=DelegationSettings)
 
     @property
     def store_url(self) -> str:

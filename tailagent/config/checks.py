@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tailagent.config import ROLES, SETTING_SOURCES, Listen, parse_listen
+from tailagent.config import DELEGATED_ROLES, ROLES, SETTING_SOURCES, Listen, parse_listen
 
 
 def one_of(options: tuple[str, ...]) -> Callable[[Any], str]:
@@ -209,3 +209,62 @@ def http_url(value: Any) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"must be an http(s) URL, not {text!r}")
     return text.rstrip("/")
+
+
+# Hops an actor chain may hold at most, whatever delegation.max_depth says: the header
+# that carries it is bounded too (a token a hop).
+MOST_HOPS = 16
+
+
+def depth(value: Any) -> int:
+    hops = positive_int(value)
+    if hops > MOST_HOPS:
+        raise ValueError(f"must be {MOST_HOPS} hops or fewer, not {hops}")
+    return hops
+
+
+def port(value: Any) -> int:
+    number = positive_int(value)
+    if number > 65535:
+        raise ValueError(f"must be a port, 1 to 65535, not {number}")
+    return number
+
+
+def node_list(value: Any) -> tuple[str, ...]:
+    """Tailnet nodes by tag ("tag:build"), short name ("devbox-1") or MagicDNS name
+    ("devbox-1.tail.example.ts.net", a trailing dot dropped), lower case."""
+    nodes = []
+    for entry in string_list(value):
+        text = entry.strip().lower().removesuffix(".")
+        if text.startswith("tag:"):
+            if not re.fullmatch(r"tag:[a-z0-9][a-z0-9-]*", text):
+                raise ValueError(f"{entry!r} is not a tag such as tag:build")
+        elif not re.fullmatch(
+            r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*", text
+        ):
+            raise ValueError(
+                f"a node is a tag (tag:build), a name (devbox-1) or a MagicDNS name, not {entry!r}"
+            )
+        nodes.append(text)
+    return tuple(nodes)
+
+
+def delegated_role_list(value: Any) -> tuple[str, ...]:
+    """The roles a delegated request may get: never admin, which is the box's own."""
+    roles = role_list(value)
+    if "admin" in roles:
+        raise ValueError(
+            f"a delegated request acts for a person through another box: roles are "
+            f"{', '.join(DELEGATED_ROLES)}, not 'admin'"
+        )
+    return roles
+
+
+def proxy_url(value: Any) -> str:
+    """An HTTP proxy (http://HOST:PORT), or "" for none."""
+    if value == "":
+        return ""
+    url = http_url(value)
+    if urlsplit(url).scheme != "http":
+        raise ValueError(f"must be an http:// proxy such as http://127.0.0.1:1055, not {url!r}")
+    return url

@@ -18,6 +18,7 @@ from tailagent.config import (
     HTTPS_MODES,
     ISOLATION_MODES,
     LOG_LEVELS,
+    PEER_SCHEMES,
     PERMISSION_MODES,
     SANDBOX_MODES,
     SANDBOX_NETWORKS,
@@ -27,6 +28,7 @@ from tailagent.config import (
     BudgetSettings,
     ClaudeSettings,
     ConfigError,
+    DelegationSettings,
     DeskSettings,
     PushSettings,
     SandboxSettings,
@@ -122,6 +124,14 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "sandbox.allow_hosts": checks.string_list,
     "sandbox.hide": checks.path_list,
     "sandbox.bwrap": checks.file_path,
+    "delegation.allowed_nodes": checks.node_list,
+    "delegation.max_depth": checks.depth,
+    "delegation.roles": checks.delegated_role_list,
+    "delegation.window_seconds": checks.positive_number,
+    "delegation.allow_peers": checks.string_list,
+    "delegation.scheme": checks.one_of(PEER_SCHEMES),
+    "delegation.port": checks.port,
+    "delegation.proxy": checks.proxy_url,
 }
 # TOML table -> Settings field; `agent` is also a plain key (which agent), so its
 # table lands in `agent_process`.
@@ -137,6 +147,7 @@ SECTIONS = {
     "workspace": "workspace",
     "budgets": "budgets",
     "sandbox": "sandbox",
+    "delegation": "delegation",
 }
 SECTION_TYPES = {
     "access": AccessSettings,
@@ -150,6 +161,7 @@ SECTION_TYPES = {
     "workspace": WorkspaceSettings,
     "budgets": BudgetSettings,
     "sandbox": SandboxSettings,
+    "delegation": DelegationSettings,
 }
 
 
