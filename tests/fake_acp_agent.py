@@ -39,6 +39,13 @@ words acted on in order of appearance:
     usage:C[:CUR] usage_update: 1000 tokens in context per turn so far, a window of 200000,
                   and C (the session's running cost) in CUR (USD unless given); no C, no cost
     setup         says its mode and the MCP servers its session was given
+    mcp:TOOL[:B64]  starts the session's stdio MCP server named "tailagent" (as a real agent
+                  does, with the `mcp` package's client) and calls TOOL with the JSON B64
+                  decodes to ({} without it); says "mcp progress: <message>" for each
+                  progress notification, then "mcp TOOL said: <text>" (or "mcp TOOL
+                  error: <text>")
+    connect:PATH  connects to the unix socket PATH itself; says "connect PATH: ok" or
+                  "connect PATH: <the error>"
     hostile       HOSTILE (text that would act on a terminal) in a thought, a message, a
                   tool's title, input and output, a file written (hostile.txt) and its
                   edit's diff, and a permission request's title and input
@@ -164,6 +171,7 @@ class Session:
 
     cwd: str
     mcp_servers: list[str] = field(default_factory=list)
+    stdio: dict[str, Any] = field(default_factory=dict)  # name -> its McpServerStdio
     mode: str = "default"
     model: str = "fast"
     turns: int = 0
@@ -191,6 +199,11 @@ class TurnCancelled(Exception):
 
 
 Action = Callable[[Turn, str, str | None], Awaitable[None]]
+
+
+def _stdio_servers(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The session's stdio MCP servers (those with a command), by name."""
+    return {s.name: s for s in kwargs.get("mcp_servers") or [] if getattr(s, "command", None)}
 
 
 def _int_or(word: str | None, default: int) -> int:
@@ -259,6 +272,8 @@ class FakeAgent:
             "usage": self._usage,
             "model": self._model,
             "elicit": self._elicit,
+            "mcp": self._mcp,
+            "connect": self._connect,
         }
 
     # -- connection and lifecycle ---------------------------------------------------------
@@ -309,6 +324,7 @@ class FakeAgent:
         session_id = uuid.uuid4().hex
         servers = [s.name for s in kwargs.get("mcp_servers") or []]
         self._sessions[session_id] = Session(cwd=cwd, mcp_servers=servers)
+        self._sessions[session_id].stdio = _stdio_servers(kwargs)
         self._note(f"new {session_id}")
         await self.conn.session_update(
             session_id=session_id,
@@ -363,6 +379,7 @@ class FakeAgent:
             self._sessions[session_id] = Session(cwd=cwd, mcp_servers=servers)
         else:
             session.cwd = cwd
+        self._sessions[session_id].stdio = _stdio_servers(kwargs)
 
     async def resume_session(
         self, cwd: str, session_id: str, **kwargs: Any
@@ -706,6 +723,37 @@ class FakeAgent:
     async def _setup(self, turn: Turn, arg: str, following: str | None) -> None:
         servers = ",".join(turn.session.mcp_servers) or "none"
         await self._say(turn, f"mode: {turn.session.mode}; mcp: {servers}\n")
+
+    async def _mcp(self, turn: Turn, arg: str, following: str | None) -> None:
+        from mcp import Client  # only this word needs it: the other tests start faster
+        from mcp.client.stdio import StdioServerParameters
+
+        tool, _, encoded = arg.partition(":")
+        args = json.loads(base64.b64decode(encoded)) if encoded else {}
+        spec = turn.session.stdio.get("tailagent")
+        if spec is None:
+            await self._say(turn, f"mcp {tool} error: no MCP server named tailagent\n")
+            return
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            await self._say(turn, f"mcp progress: {message}\n")
+
+        env = {e.name: e.value for e in spec.env or []}
+        server = StdioServerParameters(command=spec.command, args=list(spec.args), env=env)
+        async with Client(server) as client:
+            result = await client.call_tool(tool, args, progress_callback=progress)
+        text = " ".join(getattr(c, "text", "") for c in result.content)
+        said = "error" if result.is_error else "said"
+        await self._say(turn, f"mcp {tool} {said}: {text}\n")
+
+    async def _connect(self, turn: Turn, arg: str, following: str | None) -> None:
+        try:
+            _, writer = await asyncio.open_unix_connection(arg)
+            writer.close()
+            outcome = "ok"
+        except OSError as exc:
+            outcome = f"{type(exc).__name__}: {exc.strerror}"
+        await self._say(turn, f"connect {arg}: {outcome}\n")
 
     async def _env(self, turn: Turn, arg: str, following: str | None) -> None:
         await self._say(turn, "env: " + ",".join(sorted(os.environ)) + "\n")

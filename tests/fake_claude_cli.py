@@ -34,6 +34,11 @@ appearance:
                   (FAKE_CLAUDE_NOT_LOGGED_IN=1 does this for every turn)
     crash         "fatal: fake claude crashed" on stderr, then exit status 1
     cost:N        the turn costs N dollars (else 0.0123)
+    mcp:TOOL[:B64]  a call of tool mcp__tailagent__TOOL with the JSON B64 decodes to ({}
+                  without it), made as the CLI makes one to an SDK MCP server: mcp_message
+                  control requests (initialize, notifications/initialized, tools/call) to
+                  server "tailagent", behind a can_use_tool prompt unless allowed;
+                  "mcp TOOL said: <text>" (or "mcp TOOL error: <text>")
 
 As the real CLI does, each result's total_cost_usd (and modelUsage's costUSD) is the
 running total of every turn this process served. With --max-budget-usd B, a turn that
@@ -63,6 +68,7 @@ Run: tests/fake_claude_cli.py --output-format stream-json --verbose --input-form
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import queue
@@ -341,6 +347,24 @@ class FakeClaude:
             "capabilities": [],
         }
 
+    def mcp(self, server: str, message: dict[str, Any]) -> dict[str, Any]:
+        """One JSON-RPC message to an SDK MCP server, over the control protocol: the
+        `mcp_response` the SDK answers with."""
+        request_id = str(uuid.uuid4())
+        event = threading.Event()
+        answers: list[dict[str, Any]] = []
+        self._pending[request_id] = (event, answers)
+        request = {"subtype": "mcp_message", "server_name": server, "message": message}
+        self.emit({"type": "control_request", "request_id": request_id, "request": request})
+        try:
+            while not event.wait(0.02):
+                if self._eof.is_set():
+                    return {"error": {"message": "stdin closed"}}
+        finally:
+            self._pending.pop(request_id, None)
+        response = answers[0].get("response") or {}
+        return dict(response.get("mcp_response") or {"error": answers[0].get("error")})
+
     def ask_permission(self, request: dict[str, Any]) -> dict[str, Any]:
         """Send a can_use_tool control request and wait for the SDK's answer. An
         interrupt (or stdin closing) meanwhile cancels the request and the turn."""
@@ -418,6 +442,7 @@ class Turn:
         self.last_text = ""
         self.user_uuid = message.get("uuid") if isinstance(message.get("uuid"), str) else None
         self.answered = False
+        self.said = ""  # what the last MCP call came back with
 
     def over(self) -> None:
         if not self.answered:
@@ -719,11 +744,42 @@ class Turn:
                 self.text_block(f"tick {i}/{count}")
                 if i < count and self.cli._interrupted.wait(1.0):
                     self.check()
+        elif word.startswith("mcp:"):
+            tool, _, encoded = word[len("mcp:") :].partition(":")
+            args = json.loads(base64.b64decode(encoded)) if encoded else {}
+            self.tool(
+                f"mcp__tailagent__{tool}",
+                args,
+                lambda used: (self.mcp_call(tool, used), None),
+                after=lambda used: self.text_block(self.said),
+                denied=lambda message: self.text_block(f"mcp {tool} denied: {message}"),
+            )
         elif word == "crash":
             sys.stderr.write("fatal: fake claude crashed\n")
             sys.stderr.flush()
             time.sleep(0.2)  # let the SDK's stderr reader see it before stdout closes
             os._exit(1)
+
+    def mcp_call(self, tool: str, args: dict[str, Any]) -> str:
+        """The handshake (as the CLI makes it with each SDK server), then the call."""
+        hello = {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "claude-code", "version": VERSION},
+        }
+        self.cli.mcp("tailagent", {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                   "params": hello})  # fmt: skip
+        self.cli.mcp("tailagent", {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        call = {"name": tool, "arguments": args}
+        answer = self.cli.mcp("tailagent", {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                            "params": call})  # fmt: skip
+        result = answer.get("result") or {}
+        text = " ".join(str(c.get("text", "")) for c in result.get("content") or [])
+        if "error" in answer:
+            text = str(answer["error"].get("message"))
+        said = "error" if "error" in answer or result.get("isError") else "said"
+        self.said = f"mcp {tool} {said}: {text}"
+        return text
 
     @staticmethod
     def answers(used: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -36,12 +37,16 @@ from claude_agent_sdk import (
     ToolResultBlock,
     ToolUseBlock,
     UserMessage,
+    create_sdk_mcp_server,
+    tool,
 )
+from claude_agent_sdk.types import CanUseToolShadowedWarning, McpSdkServerConfig
 
 from tailagent.agents.events import (
     AgentEvent,
     AgentStartError,
     Answer,
+    DelegationFailed,
     FileChanged,
     PermissionAsked,
     PermissionDecision,
@@ -62,6 +67,7 @@ from tailagent.agents.events import (
     TurnDone,
     TurnFailed,
     TurnOptions,
+    TurnTools,
     camel_keys,
 )
 from tailagent.agents.modes import CLAUDE_CODE
@@ -82,6 +88,16 @@ STDERR_TAIL_LINES = 20
 STDERR_LOG_LINES = 200  # per session; past this, stderr is kept but no longer logged
 STDERR_LINE_CHARS = 4000  # of one line, logged
 _DONE = object()
+OWN_TOOLS = "tailagent"  # the MCP server of tailagent's own tools, as Claude names it
+# Allowed without Claude asking: delegating is asked of the person by tailagent itself
+# ("Hand to devbox-2: …"), and listing the peers decides nothing.
+OWN_TOOL_NAMES = (f"mcp__{OWN_TOOLS}__list_peers", f"mcp__{OWN_TOOLS}__delegate")
+# The SDK's advice that allowed tools skip can_use_tool: for these two, that is the point.
+warnings.filterwarnings(
+    "ignore",
+    "can_use_tool will not be invoked for: " + ", ".join(OWN_TOOL_NAMES) + r"\.",
+    CanUseToolShadowedWarning,
+)
 
 
 def bundled_cli() -> Path:
@@ -201,6 +217,59 @@ def _questions(tool_input: dict[str, Any]) -> tuple[Question, ...]:
     )
 
 
+def _tool_answer(text: str, error: bool = False) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "is_error": error}
+
+
+def own_tools_server(current: Callable[[], TurnTools | None]) -> McpSdkServerConfig:
+    """tailagent's own tools (list_peers, delegate) as claude-agent-sdk's in-process
+    MCP server: each call goes to the tools of the turn running now (`current`), so a
+    call between turns is refused. The SDK forwards no progress to Claude; the person
+    sees the peer's progress in the turn itself."""
+
+    async def tools_or_refuse() -> TurnTools:
+        tools = current()
+        if tools is None:
+            raise DelegationFailed("no turn is running: tailagent's tools act only for one")
+        return tools
+
+    @tool("list_peers", "The tailagents on this tailnet this node may hand work to.", {})
+    async def list_peers(args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            peers = await (await tools_or_refuse()).list_peers()
+        except DelegationFailed as exc:
+            return _tool_answer(str(exc), error=True)
+        return _tool_answer(json.dumps(peers))
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "peer": {"type": "string", "description": "a name list_peers gave"},
+            "message": {"type": "string", "description": "the sub-task"},
+            "conversation": {"type": "string", "description": "an earlier hand-off's"},
+        },
+        "required": ["peer", "message"],
+    }
+
+    @tool(
+        "delegate",
+        "Hands a sub-task to a peer on behalf of the person whose task this is (they may "
+        "be asked first) and returns the peer's answer.",
+        schema,
+    )
+    async def delegate(args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            tools = await tools_or_refuse()
+            answer = await tools.delegate(
+                str(args["peer"]), str(args["message"]), args.get("conversation") or None
+            )
+        except DelegationFailed as exc:
+            return _tool_answer(str(exc), error=True)
+        return _tool_answer(answer)
+
+    return create_sdk_mcp_server(OWN_TOOLS, tools=[list_peers, delegate])
+
+
 def _tool_text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -220,6 +289,7 @@ class ClaudeSession:
         mcp_servers: tuple[McpServer, ...] = (),
         max_budget_usd: float | None = None,
         launcher: Path | None = None,
+        own_tools: bool = False,
     ):
         self._settings = settings
         self._launcher = launcher or cli  # what runs (the CLI inside its sandbox)
@@ -234,6 +304,10 @@ class ClaudeSession:
             else {"type": "stdio", "command": s.command, "args": list(s.args), "env": s.env}
             for s in mcp_servers
         }
+        self._tools: TurnTools | None = None  # the running turn's (TurnOptions.tools)
+        self._own_tools = own_tools
+        if own_tools:
+            self._mcp[OWN_TOOLS] = own_tools_server(lambda: self._tools)
         self._workspace = workspace
         self._session_id = session_id
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
@@ -251,7 +325,7 @@ class ClaudeSession:
             cwd=str(s.cwd or self._workspace),
             permission_mode=s.permission_mode,  # type: ignore[arg-type]
             model=s.model,
-            allowed_tools=list(s.allowed_tools),
+            allowed_tools=[*s.allowed_tools, *(OWN_TOOL_NAMES if self._own_tools else ())],
             setting_sources=list(s.setting_sources),  # type: ignore[arg-type]
             max_turns=s.max_turns,
             system_prompt={"type": "preset", "preset": "claude_code"},
@@ -303,6 +377,7 @@ class ClaudeSession:
         self._cancelled = False
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._queue = queue
+        self._tools = options.tools if options is not None else None
         reader = asyncio.create_task(self._read(text, queue), name="claude-turn")
         self._reader = reader
         try:
@@ -313,6 +388,7 @@ class ClaudeSession:
                 yield item
         finally:
             self._queue = None
+            self._tools = None
             if not reader.done():
                 reader.cancel()
                 with contextlib.suppress(BaseException):
@@ -501,8 +577,10 @@ class ClaudeBackend:
         spare_directory: Callable[[], Awaitable[Path]] | None = None,
         max_budget_usd: float | None = None,
         sandbox: Sandbox | None = None,
+        own_tools: bool = False,
     ) -> None:
         self.settings = settings
+        self.own_tools = own_tools  # tailagent's list_peers and delegate, in every session
         self.sandbox = sandbox
         self.max_budget_usd = max_budget_usd  # `budgets.per_task_usd`
         self.mcp_servers = mcp_servers
@@ -569,6 +647,7 @@ class ClaudeBackend:
             self.mcp_servers,
             self.max_budget_usd,
             launcher=fence.launcher(self._cli.path) if fence is not None else None,
+            own_tools=self.own_tools,
         )
         try:
             await session.connect()

@@ -49,6 +49,9 @@ PRIVATE_TMP = Path("/tmp")
 SANDBOXES = "sandboxes"  # <state dir>/sandboxes/<key>: one conversation's private things
 SWEEP_EVERY = 600.0  # seconds between looks for the private things of gone conversations
 RUN_KEPT = (Path("/run/systemd/resolve"),)  # /etc/resolv.conf points here on some boxes
+# Where a fenced agent finds the folder of its conversation's socket to tailagent's own
+# tools (delegation/tool_socket.py): the one piece of the server it reaches.
+TOOLS_INSIDE = Path("/run/tailagent")
 
 
 @dataclass(frozen=True)
@@ -250,10 +253,17 @@ class Sandbox:
         key = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:20]
         return self._state_dir / SANDBOXES / key
 
-    def fence(self, directory: Path, network: str | None = None, home: bool = True) -> Fence:
+    def fence(
+        self,
+        directory: Path,
+        network: str | None = None,
+        home: bool = True,
+        tools: Path | None = None,
+    ) -> Fence:
         """The fence of the conversation working in `directory`. `network` and `home`
         are for tailagent's own work in a fence (installing an agent: the network on, no
-        copies of an agent's login)."""
+        copies of an agent's login). `tools`, the folder of the conversation's socket to
+        tailagent's tools, is bound at TOOLS_INSIDE."""
         directory = directory.resolve()
         network = network or self.settings.network
         if not self.on:
@@ -272,6 +282,8 @@ class Sandbox:
         if home:
             self._home_layers(mounts, private / "home")
         self._own(mounts, directory)
+        if tools is not None:
+            mounts.rw(tools, TOOLS_INSIDE)
         if network != "on":  # before the sealing: it mounts in the state dir
             mounts.args += ["--unshare-net", *self._network_options]
         options = [str(self._bwrap), *mounts.args, *mounts.sealed()]

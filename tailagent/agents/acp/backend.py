@@ -24,15 +24,23 @@ from tailagent.agents.acp.install import installed, program
 from tailagent.agents.acp.logins import SILENT_WITHOUT_LOGIN, login_of
 from tailagent.agents.acp.presets import Preset, agent_environment, command_line
 from tailagent.agents.acp.process import AgentProcess
-from tailagent.agents.acp.session import AUTH_REQUIRED, AcpSession, AgentNeedsLogin, HostClient
+from tailagent.agents.acp.session import (
+    AUTH_REQUIRED,
+    AcpSession,
+    AgentNeedsLogin,
+    HostClient,
+    ToolChannel,
+    ToolChannels,
+)
 from tailagent.agents.acp.terminals import Terminals
 from tailagent.agents.events import Notice, Skill
 from tailagent.agents.spares import Spares
 from tailagent.config import AgentSettings
 from tailagent.config.mcp_servers import McpServer
-from tailagent.sandbox.fences import Sandbox
+from tailagent.sandbox.fences import TOOLS_INSIDE, Sandbox
 
 log = logging.getLogger("tailagent.agent")
+OWN_TOOLS = "tailagent"  # the MCP server of tailagent's own tools, as the agent names it
 # Login methods that take an API key from the agent's environment (codex-acp 2.x).
 API_KEY_METHODS = frozenset({"api-key", "apikey", "openai-api-key"})
 
@@ -56,8 +64,11 @@ class AcpBackend:
         mcp_servers: tuple[McpServer, ...] = (),
         sandbox: Sandbox | None = None,
         spare_directory: Callable[[], Awaitable[Path]] | None = None,
+        tool_channels: ToolChannels | None = None,
     ) -> None:
         self.sandbox = sandbox
+        # tailagent's own tools (list_peers, delegate), offered to every session when set.
+        self.tool_channels = tool_channels
         self.mcp_servers: list[Any] = [_acp_server(s) for s in mcp_servers]
         self.preset = preset
         self.name = preset.name
@@ -98,8 +109,15 @@ class AcpBackend:
         # Fenced, a preset's package is installed by tailagent, not fetched by npx.
         self._package = preset.package if fenced and custom_command is None else None
 
+    def _fenced(self) -> bool:
+        return self.sandbox is not None and self.sandbox.on
+
     def _process(self, directory: Path) -> AgentProcess:
-        fence = self.sandbox.fence(directory) if self.sandbox is not None else None
+        # A fenced process reaches its conversation's tool socket only through the
+        # folder bound into its fence when it starts (it serves that directory only).
+        channels = self.tool_channels if self._fenced() else None
+        tools = channels.folder(directory) if channels is not None else None
+        fence = self.sandbox.fence(directory, tools=tools) if self.sandbox is not None else None
         return AgentProcess(
             self.argv,
             self.env,
@@ -170,30 +188,47 @@ class AcpBackend:
         process.host.workspace = root
         cwd = str(root)
         notice: Notice | None = None
+        tools = await self._tool_channel(root)
+        servers = self._servers(tools)
         try:
             if resume_id:
-                how, notice, options = await self._reattach(process, resume_id, cwd)
+                how, notice, options = await self._reattach(process, resume_id, cwd, servers)
                 if how is not None:
                     log.info("session %s taken up again with %s", resume_id, how)
-                    session = self._session(process, resume_id, root)
+                    session = self._session(process, resume_id, root, tools)
                     session.reattached_with = how
                     session.config_options = options
                     return session
-            created = await self._new_session(process, cwd)
-        except RequestError as exc:
-            if exc.code == AUTH_REQUIRED:
+            created = await self._new_session(process, cwd, servers)
+        except BaseException as exc:
+            if tools is not None:
+                await tools.close()
+            if isinstance(exc, RequestError) and exc.code == AUTH_REQUIRED:
                 raise self._needs_login() from None
             raise
-        session = self._session(process, created.session_id, root)
+        session = self._session(process, created.session_id, root, tools)
         session.config_options = list(created.config_options or [])
         if notice is not None:
             session.note(notice)
         return session
 
+    async def _tool_channel(self, root: Path) -> ToolChannel | None:
+        if self.tool_channels is None:
+            return None
+        return await self.tool_channels.open(root, TOOLS_INSIDE if self._fenced() else None)
+
+    def _servers(self, tools: ToolChannel | None) -> list[Any]:
+        """The session's MCP servers: the configured ones, and tailagent's own."""
+        if tools is None:
+            return self.mcp_servers
+        command, *args = tools.command
+        own = McpServerStdio(name=OWN_TOOLS, command=command, args=args, env=[])
+        return [*self.mcp_servers, own]
+
     def _needs_login(self) -> AgentNeedsLogin:
         return AgentNeedsLogin(f"The agent needs a login on the server: {self.preset.login_hint}.")
 
-    async def _new_session(self, process: AgentProcess, cwd: str) -> Any:
+    async def _new_session(self, process: AgentProcess, cwd: str, servers: list[Any]) -> Any:
         """A new session. Most agents list their login methods whether or not they are
         logged in (Gemini with its key set, OpenCode), so only the session's own refusal
         says a login is missing; one the agent can complete from a key it was given
@@ -202,7 +237,7 @@ class AcpBackend:
         connection = process.connection
         assert connection is not None
         try:
-            return await connection.new_session(cwd=cwd, mcp_servers=self.mcp_servers)
+            return await connection.new_session(cwd=cwd, mcp_servers=servers)
         except RequestError as exc:
             method = self._key_login(process.auth_methods) if exc.code == AUTH_REQUIRED else None
             if method is None:
@@ -210,7 +245,7 @@ class AcpBackend:
         log.info("agent %s: logging in with %s (its key is in the agent's environment)",
                  process.pid, method)  # fmt: skip
         await connection.authenticate(method_id=method)
-        return await connection.new_session(cwd=cwd, mcp_servers=self.mcp_servers)
+        return await connection.new_session(cwd=cwd, mcp_servers=servers)
 
     def _key_login(self, methods: list[Any]) -> str | None:
         """The id of a login method the agent completes by itself from a key in its
@@ -228,7 +263,7 @@ class AcpBackend:
         return None
 
     async def _reattach(
-        self, process: AgentProcess, resume_id: str, cwd: str
+        self, process: AgentProcess, resume_id: str, cwd: str, servers: list[Any]
     ) -> tuple[str | None, Notice | None, list[Any]]:
         """Takes up an earlier session: session/resume where the agent offers it (it
         reattaches without replaying the history to us), else session/load. Returns the
@@ -249,7 +284,7 @@ class AcpBackend:
                 continue
             try:
                 taken = await process.bounded(
-                    take_up(cwd=cwd, session_id=resume_id, mcp_servers=self.mcp_servers),
+                    take_up(cwd=cwd, session_id=resume_id, mcp_servers=servers),
                     acp.AGENT_METHODS[how.replace("/", "_")], resume_id, within,
                 )  # fmt: skip
                 return how, None, list(taken.config_options or [])
@@ -276,7 +311,9 @@ class AcpBackend:
             [],
         )
 
-    def _session(self, process: AgentProcess, session_id: str, root: Path) -> AcpSession:
+    def _session(
+        self, process: AgentProcess, session_id: str, root: Path, tools: ToolChannel | None
+    ) -> AcpSession:
         return AcpSession(
             process,
             session_id,
@@ -289,6 +326,7 @@ class AcpBackend:
                 self.settings.max_terminals_per_turn,
                 process.fence,
             ),
+            tools=tools,
         )
 
     async def aclose(self) -> None:

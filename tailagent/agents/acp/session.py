@@ -18,7 +18,7 @@ import shlex
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import acp
 from acp import RequestError
@@ -88,6 +88,7 @@ from tailagent.agents.events import (
     TurnDone,
     TurnFailed,
     TurnOptions,
+    TurnTools,
     UsageUpdated,
     camel_keys,
     with_ready,
@@ -100,6 +101,29 @@ TERMINAL_OPTIONS = (
     PermissionOption("allow_once", "Allow", "allow_once"),
     PermissionOption("reject_once", "Deny", "reject_once"),
 )
+
+
+class ToolChannel(Protocol):
+    """A session's door to tailagent's own tools (delegation/tool_socket.py): the MCP
+    server its agent starts, and the turn whose tools that server reaches."""
+
+    command: list[str]  # how the agent starts the MCP server (a stdio one)
+
+    def serve(self, tools: TurnTools | None) -> None:
+        """The running turn's tools; None between turns (a call is then refused)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class ToolChannels(Protocol):
+    """Where each conversation's ToolChannel lives: `folder`, bound into its fence
+    before its agent starts; `open`, the channel of a session in `directory`, its
+    command naming the folder where the agent sees it (`inside`, None: where it is)."""
+
+    def folder(self, directory: Path) -> Path: ...
+
+    async def open(self, directory: Path, inside: Path | None = None) -> ToolChannel: ...
 
 
 class AgentNeedsLogin(AgentStartError):
@@ -141,8 +165,10 @@ class AcpSession:
         login_hint: str,
         cancel_timeout: float,
         terminals: Terminals,
+        tools: ToolChannel | None = None,
     ) -> None:
         self.process = process
+        self.tools = tools
         self._session_id = session_id
         self.workspace = workspace
         self._login_hint = login_hint
@@ -237,6 +263,8 @@ class AcpSession:
         self._waiting.clear()
         queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
         self._queue = queue
+        if self.tools is not None:
+            self.tools.serve(options.tools if options is not None else None)
         self._prompt_task = asyncio.ensure_future(
             connection.prompt(session_id=self._session_id, prompt=self._blocks(parts))
         )
@@ -264,6 +292,8 @@ class AcpSession:
                 return
         finally:
             self._queue = None
+            if self.tools is not None:
+                self.tools.serve(None)
             await self.terminals.end_turn()
 
     async def _choose_model(self, model: str) -> TurnFailed | Notice | None:
@@ -391,6 +421,8 @@ class AcpSession:
                     self._session_id, exc,
                 )  # fmt: skip
         await self.process.stop(grace=self._cancel_timeout)
+        if self.tools is not None:
+            await self.tools.close()
 
 
 class HostClient:
