@@ -1,7 +1,8 @@
 """What the server keeps in its store, opened in order at start and closed in order
 at stop: the tasks (a2a-sdk's table, behind the coalescing store), the
 context -> agent session map, who owns each conversation, the audit log, and the
-signals between servers that share a store. What each person's work cost is kept in
+signals between servers that share a store, and the peer tasks this node's tasks
+handed work to. What each person's work cost is kept in
 the same database, but opened by its own room (cost/ledger.py).
 
 Opening it is also where the last run's leftovers are settled: tasks it left working
@@ -23,6 +24,7 @@ from tailagent.config import Settings
 from tailagent.statedir.files import write_private
 from tailagent.store.audit import AuditLog
 from tailagent.store.database import Database
+from tailagent.store.delegations import DelegationLinks
 from tailagent.store.finality import mark_failed
 from tailagent.store.owners import ConversationOwners
 from tailagent.store.sdk_stores import SdkStores
@@ -55,6 +57,8 @@ class Storage:
     # Whether a task outlives a restart: a start keeps these and a stop leaves them.
     keep: Callable[[Task], bool]
     _table: TaskTable
+    # The peer tasks this node's tasks handed work to (delegation/outbound.py).
+    delegations: DelegationLinks
 
     async def contexts(self) -> set[str]:
         """Every context the store has a task in (a worktree of any other is a leftover)."""
@@ -138,6 +142,9 @@ async def open_storage(
     await owners.initialize()
     audit = AuditLog(database)
     await audit.initialize()
+    delegations = DelegationLinks(database)
+    await delegations.initialize()
     return Storage(
-        database, sdk, tasks, session_map, owners, audit, signals, closed, waiting, keep, table
-    )
+        database, sdk, tasks, session_map, owners, audit, signals, closed, waiting, keep, table,
+        delegations,
+    )  # fmt: skip

@@ -1,0 +1,247 @@
+"""The calling side of a hand-off (box A): a turn's `delegate` tool, on the wire.
+
+An agent on this box asks for a sub-task to be run on a peer; this module makes that
+a step of the person's own turn. The person is asked first (unless
+`delegation.allow_peers` names the peer), the sub-task goes out as A2A with the actor
+chain that says whose work it is, the peer's progress and questions come back into
+this turn (its questions attributed to the peer, answered by the person as any local
+one), and the answer, or the peer's reason for failing, comes back to the agent. Each
+request is signed afresh, so the peer's replay window and nonce checks hold for a
+relayed answer too, and each relayed answer is signed as the person who gave it.
+
+What the wire looks like for one peer task (stream, relay, poll after a break) is in
+peer_task.py; how a peer's question is shown here and answered there, in relay.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import httpx
+from a2a.client import ClientConfig, create_client
+
+from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
+from tailagent.agents.events import (
+    AgentEvent,
+    Answer,
+    DelegationFailed,
+    JSONDict,
+    Notice,
+    PermissionAsked,
+    PermissionDecision,
+    PermissionOption,
+    Progress,
+    QuestionAsked,
+)
+from tailagent.card.keyfile import key_version
+from tailagent.card.keys import KeyStore, SigningKey
+from tailagent.card.peers import Peer
+from tailagent.card.publish import JWKS_PATH
+from tailagent.config import Settings
+from tailagent.cost.ledger import Usage
+from tailagent.delegation.chain import extend
+from tailagent.delegation.peer_task import PeerTask
+from tailagent.store.delegations import DelegationLinks
+
+log = logging.getLogger(__name__)
+
+Asker = Callable[[PermissionAsked | QuestionAsked], Awaitable[Answer]]
+Notify = Callable[[AgentEvent], Awaitable[None]]
+HAND_OPTIONS = (
+    PermissionOption("allow_once", "Hand it over", "allow_once"),
+    PermissionOption("reject_once", "Don't", "reject_once"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnIdentity:
+    """Whose turn hands work over: this node's task and conversation, their owner (as
+    the store names it), the person (login) and their device, and the chain the turn's
+    request came with (empty unless this node is itself a middle hop)."""
+
+    task_id: str
+    context_id: str
+    owner: str
+    person: str
+    device: str
+    chain: tuple[str, ...] = ()
+
+
+class Directory(Protocol):
+    """The tailnet's tailagents this node may hand work to (directory.py)."""
+
+    async def peers(self) -> list[Peer]: ...
+
+    async def find(self, name: str) -> Peer: ...
+
+
+class HopSigner:
+    """This node's hop of a chain: its card key (read again only when `keys rotate`
+    wrote a new one), its JWKS URL as its card names it, its MagicDNS name."""
+
+    def __init__(self, state_dir: Any, jku: str, localapi: LocalAPI) -> None:
+        self._state_dir = state_dir
+        self._jku = jku
+        self._localapi = localapi
+        self._key: tuple[int, SigningKey] | None = None
+        self._node = ""
+
+    async def node(self) -> str:
+        if not self._node:
+            try:
+                name = self_dns_name(await self._localapi.status())
+            except LocalAPIUnavailable as exc:
+                raise DelegationFailed(f"cannot name this node to the peer: {exc}") from None
+            if not name:
+                raise DelegationFailed("tailscaled does not name this node: is it logged in?")
+            self._node = name.lower()
+        return self._node
+
+    def _signing_key(self) -> SigningKey:
+        version = key_version(self._state_dir)
+        if self._key is None or self._key[0] != version:
+            self._key = (version, KeyStore(self._state_dir).current())
+        return self._key[1]
+
+    async def chain(self, turn: TurnIdentity, audience: str, person: str, device: str) -> list[str]:
+        """The turn's chain with this node's hop to `audience`, acting as `person`."""
+        node = await self.node()
+        return extend(
+            turn.chain, self._signing_key(), self._jku, person=person, device=device,
+            node=node, audience=audience, task_id=turn.task_id, context_id=turn.context_id,
+        )  # fmt: skip
+
+
+class DelegatorFactory:
+    """One per server: what every turn's Delegator shares (the way to peers, the
+    signer, the link table, the ledger)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        directory: Directory,
+        links: DelegationLinks,
+        usage: Usage,
+        localapi: LocalAPI,
+        proxy: str | None = None,
+    ) -> None:
+        """`proxy`: how this node reaches the tailnet when not `delegation.proxy` (an
+        embedded node's own proxy)."""
+        self.settings = settings
+        self.directory = directory
+        self.links = links
+        self.usage = usage
+        self.signer = HopSigner(settings.state_dir, settings.advertised_url + JWKS_PATH, localapi)
+        self.proxy = settings.delegation.proxy or proxy or None
+
+    def for_turn(self, turn: TurnIdentity, ask: Asker, notify: Notify) -> Delegator:
+        return Delegator(self, turn, ask, notify)
+
+    def http(self) -> httpx.AsyncClient:
+        """A client to the tailnet; the read has no bound, a peer's turn may be long."""
+        return httpx.AsyncClient(
+            headers={"A2A-Version": "1.0"},
+            timeout=httpx.Timeout(10.0, read=None),
+            proxy=self.proxy,
+        )
+
+
+class Delegator:
+    """Implements agents.events.TurnTools for one turn of one person."""
+
+    def __init__(
+        self, factory: DelegatorFactory, turn: TurnIdentity, ask: Asker, notify: Notify
+    ) -> None:
+        self._factory = factory
+        self._turn = turn
+        self._ask = ask
+        self._notify = notify
+        self._running: set[PeerTask] = set()
+
+    async def list_peers(self) -> list[JSONDict]:
+        peers = await self._factory.directory.peers()
+        return [
+            {"name": p.peer.split(".")[0], "url": p.url, "agent": p.name, "skills": p.skills}
+            for p in peers
+        ]
+
+    async def delegate(
+        self,
+        peer: str,
+        message: str,
+        conversation: str | None = None,
+        progress: Progress | None = None,
+    ) -> str:
+        found = await self._factory.directory.find(peer)
+        short = found.peer.split(".")[0] or peer
+        await self._consent(found, short, message)
+        turn, links = self._turn, self._factory.links
+        peer_context = conversation or await links.peer_context(turn.context_id, found.url)
+
+        async def report(line: str) -> None:
+            if progress is not None:
+                await progress(line)
+            else:
+                await self._notify(Notice(line))
+
+        async def sign(person: str) -> list[str]:
+            device = turn.device if person == turn.person else ""
+            return await self._factory.signer.chain(turn, audience(found), person, device)
+
+        async def linked(peer_task_id: str, peer_context_id: str) -> None:
+            await links.add(
+                turn.task_id, found.url, peer_task_id, peer_context_id, context_id=turn.context_id
+            )
+
+        async with self._factory.http() as http:
+            config = ClientConfig(httpx_client=http, streaming=True)
+            try:
+                client = await create_client(found.url, client_config=config)
+            except Exception as exc:
+                raise DelegationFailed(f"cannot reach {short} at {found.url}: {exc}") from None
+            task = PeerTask(client, short, sign, self._ask, report, linked, turn.person)
+            self._running.add(task)
+            try:
+                outcome = await task.run(message, peer_context)
+            finally:
+                self._running.discard(task)
+                await client.close()
+        if outcome.cost_usd:
+            await self._factory.usage.record_delegated(
+                turn.owner, turn.context_id, turn.task_id, short, outcome.cost_usd,
+                peer_task_id=task.task_id,
+            )  # fmt: skip
+        return outcome.text
+
+    async def _consent(self, found: Peer, short: str, message: str) -> None:
+        """Asks the person unless a rule lets this peer have work without asking (named
+        by its short name or its MagicDNS name)."""
+        allowed = {name.lower() for name in self._factory.settings.delegation.allow_peers}
+        if allowed & {short.lower(), audience(found)}:
+            return
+        first = message.strip().splitlines()[0] if message.strip() else ""
+        asked = PermissionAsked(
+            request_id="",
+            tool="delegate",
+            input={"peer": short, "message": message},
+            title=f"Hand to {short}: {first}",
+            options=HAND_OPTIONS,
+        )
+        answer = await self._ask(asked)
+        if not (isinstance(answer, PermissionDecision) and answer.allow):
+            raise DelegationFailed("the person declined")
+
+    async def cancel(self) -> None:
+        """Cancels the peer tasks this turn started that still run."""
+        running = list(self._running)
+        await asyncio.gather(*(task.cancel() for task in running), return_exceptions=True)
+
+
+def audience(peer: Peer) -> str:
+    """The node a hop calls: the MagicDNS name in the peer's URL."""
+    return (urlsplit(peer.url).hostname or peer.peer).lower()

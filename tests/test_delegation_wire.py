@@ -1,0 +1,261 @@
+"""Box A's wire side of a hand-off: the Delegator, against a real peer server.
+
+Two real servers on loopback play devbox-1 (A) and devbox-2 (B), each with a fake
+tailscaled naming it; a forwarding proxy plays the tailnet between them, as tailscaled's
+outbound HTTP proxy does. B lets devbox-1 hand work here for alice. The Delegator runs
+in the test with A's state dir (A's card key, A's JWKS URL): B checks each hop against
+the JWKS A serves, as it would on a tailnet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from a2a.types.a2a_pb2 import Task
+
+from tailagent.access.localapi import LocalAPI
+from tailagent.agents.events import (
+    AgentEvent,
+    Answer,
+    DelegationFailed,
+    PermissionAsked,
+    PermissionDecision,
+    Prompting,
+)
+from tailagent.card.verify import KnownAgents
+from tailagent.config import DelegationSettings, Settings
+from tailagent.cost.ledger import Usage
+from tailagent.delegation.directory import PeerDirectory
+from tailagent.delegation.outbound import DelegatorFactory, TurnIdentity
+from tailagent.store.database import open_database
+from tailagent.store.delegations import DelegationLinks
+from tests.a2a_helpers import A2A, state_name
+from tests.conftest import RunningServer, start_server
+from tests.tailnet import FakeTailscaled
+from tests.tailnet_proxy import TailnetProxy
+
+ALICE = "alice@example.com"
+A_NODE, B_NODE = "devbox-1.tail.test", "devbox-2.tail.test"
+
+
+class NamedTailscaled(FakeTailscaled):
+    """A fake tailscaled whose node is `dns_name`, with `peer_names` online."""
+
+    dns_name: str = ""
+    peer_names: tuple[str, ...] = ()
+
+    def write(self) -> None:
+        self.nodes = {
+            f"nodekey:{n}": {"DNSName": n + ".", "Online": True, "UserID": 1, "Tags": ["tag:dev"]}
+            for n in self.peer_names
+        }
+        super().write()
+        state: dict[str, Any] = json.loads(self.config.read_text())
+        state["status"]["Self"]["DNSName"] = self.dns_name + "."
+        self.config.write_text(json.dumps(state))
+
+
+def named(directory: Path, dns_name: str, peers: tuple[str, ...] = ()) -> NamedTailscaled:
+    fake = NamedTailscaled(directory)
+    fake.dns_name, fake.peer_names = dns_name, peers
+    return fake
+
+
+@dataclass
+class Pair:
+    tmp: Path
+    proxy: TailnetProxy
+    a: RunningServer
+    b: RunningServer
+    b_args: list[str]
+    fakes: list[FakeTailscaled] = field(default_factory=list)
+
+    def restart_b(self, sig: int = signal.SIGKILL) -> None:
+        self.b.stop(sig)
+        self.b = start_server(self.tmp / "b", *self.b_args, state_dir=self.b.state_dir)
+        self.proxy.routes[B_NODE] = port_of(self.b)
+
+
+def port_of(server: RunningServer) -> int:
+    return int(server.url.rsplit(":", 1)[1].rstrip("/"))
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    tmp = tmp_path_factory.mktemp("wire")
+    proxy = TailnetProxy().start()
+    fake_a = named(tmp / "ts-a", A_NODE, peers=(B_NODE,)).start()
+    fake_b = named(tmp / "ts-b", B_NODE)
+    node_a = {"ID": 9, "Name": A_NODE + ".", "Addresses": ["100.64.0.9/32"], "Tags": ["tag:dev"]}
+    profile = {"ID": 2, "LoginName": "tagged-devices", "DisplayName": "Tagged Devices"}
+    fake_b.peers["100.64.0.9"] = {"Node": node_a, "UserProfile": profile, "CapMap": {}}
+    fake_b.start()
+    common = f'[delegation]\nproxy = "{proxy.url}"\nscheme = "http"\nport = 80\n'
+    (tmp / "a.toml").write_text(common)
+    (tmp / "b.toml").write_text(
+        f'[access]\nallowed_logins = ["{ALICE}"]\n{common}allowed_nodes = ["devbox-1"]\n'
+    )
+    a = start_server(tmp / "a", "--config", str(tmp / "a.toml"), "--public-url",
+                     f"http://{A_NODE}", "--tailscale-socket", str(fake_a.socket))  # fmt: skip
+    b_args = ["--config", str(tmp / "b.toml"), "--public-url", f"http://{B_NODE}",
+              "--tailscale-socket", str(fake_b.socket)]  # fmt: skip
+    b = start_server(tmp / "b", *b_args)
+    proxy.routes.update({A_NODE: port_of(a), B_NODE: port_of(b)})
+    proxy.forwarded_for[B_NODE] = "100.64.0.9"  # devbox-1, as B's serve would say
+    made = Pair(tmp, proxy, a, b, b_args, [fake_a, fake_b])
+    yield made
+    made.a.stop()
+    made.b.stop()
+    for fake in made.fakes:
+        fake.stop()
+    proxy.stop()
+
+
+class Person:
+    """alice on box A: what she is asked, what she answers."""
+
+    def __init__(self, answer: Answer | None = None) -> None:
+        self.asked: list[Prompting] = []
+        self.told: list[AgentEvent] = []
+        self.answer = answer or PermissionDecision(True, "allow_once", answerer=ALICE)
+        self.before_answer: Any = None
+
+    async def ask(self, prompt: Prompting) -> Answer:
+        self.asked.append(prompt)
+        if self.before_answer is not None and len(self.asked) == 2:
+            await asyncio.to_thread(self.before_answer)
+        return self.answer
+
+    async def notify(self, event: AgentEvent) -> None:
+        self.told.append(event)
+
+
+@pytest.fixture
+async def factory(pair: Pair, tmp_path: Path) -> AsyncIterator[DelegatorFactory]:
+    settings = Settings(
+        state_dir=pair.a.state_dir,
+        public_url=f"http://{A_NODE}",
+        delegation=DelegationSettings(proxy=pair.proxy.url, scheme="http", port=80),
+    )
+    localapi = LocalAPI.tailscaled(pair.fakes[0].socket)
+    known = KnownAgents(tmp_path / "known.json")
+    directory = PeerDirectory(localapi, known, scheme="http", port=80, proxy=pair.proxy.url)
+    database = open_database(f"sqlite+aiosqlite:///{tmp_path / 'a.db'}")
+    links, usage = DelegationLinks(database), Usage(database)
+    await links.initialize()
+    await usage.initialize()
+    yield DelegatorFactory(settings, directory, links, usage, localapi)
+    await localapi.aclose()
+    await database.aclose()
+
+
+def turn(task: str) -> TurnIdentity:
+    return TurnIdentity(task, f"ctx-{task}", f"user:{ALICE}", ALICE, "laptop")
+
+
+async def peer_task(pair: Pair, task_id: str) -> Task:
+    """B's task as its owner (B's local admin) reads it."""
+    return await A2A(pair.b.url, pair.b.token).get(task_id)
+
+
+async def test_delegate_returns_the_peers_answer_asked_first(
+    pair: Pair, factory: DelegatorFactory
+) -> None:
+    alice = Person()
+    delegator = factory.for_turn(turn("t1"), alice.ask, alice.notify)
+    answer = await delegator.delegate("devbox-2", "hello from A cost:0.25")
+    assert answer == "echo: hello from A cost:0.25"
+    hand = alice.asked[0]
+    assert isinstance(hand, PermissionAsked) and hand.tool == "delegate"
+    assert hand.title == "Hand to devbox-2: hello from A cost:0.25"
+    assert hand.input == {"peer": "devbox-2", "message": "hello from A cost:0.25"}
+    (link,) = await factory.links.of_task("t1")
+    assert link.peer_url == f"http://{B_NODE}"
+    assert await factory.usage.delegated(f"user:{ALICE}") == pytest.approx(0.25)
+    # A follow-up in the same conversation continues the peer's conversation.
+    again = factory.for_turn(turn("t1"), alice.ask, alice.notify)
+    await again.delegate("devbox-2", "and again")
+    first, second = await factory.links.of_task("t1")
+    assert second.peer_context_id == first.peer_context_id
+
+
+async def test_peer_question_is_asked_here_and_answered_there(
+    pair: Pair, factory: DelegatorFactory
+) -> None:
+    alice = Person()
+    delegator = factory.for_turn(turn("t2"), alice.ask, alice.notify)
+    answer = await delegator.delegate("devbox-2", "ask:build please")
+    _, relayed = alice.asked
+    assert isinstance(relayed, PermissionAsked)
+    assert relayed.title == "devbox-2's agent asks to run `rm -rf build`"
+    assert [o.id for o in relayed.options] == ["allow_once", "reject_once"]
+    assert relayed.input == {"command": "rm -rf build"}
+    assert answer.startswith("echo: ask:build please")
+    (link,) = await factory.links.of_task("t2")
+    task = await peer_task(pair, link.peer_task_id)
+    assert state_name_of(task) == "completed"
+
+
+async def test_peer_failure_comes_back_with_its_reason(
+    pair: Pair, factory: DelegatorFactory
+) -> None:
+    alice = Person()
+    delegator = factory.for_turn(turn("t3"), alice.ask, alice.notify)
+    with pytest.raises(DelegationFailed, match="devbox-2's task failed: boom"):
+        await delegator.delegate("devbox-2", "boom")
+
+
+async def test_declined_hand_off_sends_nothing(pair: Pair, factory: DelegatorFactory) -> None:
+    alice = Person(PermissionDecision(False, "reject_once", answerer=ALICE))
+    delegator = factory.for_turn(turn("t4"), alice.ask, alice.notify)
+    with pytest.raises(DelegationFailed, match="the person declined"):
+        await delegator.delegate("devbox-2", "hello")
+    assert await factory.links.of_task("t4") == []
+
+
+async def test_cancel_cancels_the_peers_task(pair: Pair, factory: DelegatorFactory) -> None:
+    alice = Person()
+    delegator = factory.for_turn(turn("t5"), alice.ask, alice.notify)
+    running = asyncio.create_task(delegator.delegate("devbox-2", "slow 30"))
+    for _ in range(400):
+        if await factory.links.of_task("t5"):
+            break
+        await asyncio.sleep(0.05)
+    await delegator.cancel()
+    with pytest.raises(DelegationFailed, match="canceled"):
+        await asyncio.wait_for(running, 20)
+    (link,) = await factory.links.of_task("t5")
+    assert state_name_of(await peer_task(pair, link.peer_task_id)) == "canceled"
+
+
+async def test_answer_goes_through_when_the_peer_restarted(
+    pair: Pair, factory: DelegatorFactory
+) -> None:
+    """B dies while its question waits here; alice answers while it is down, and the
+    answer reaches B once it is back (its waiting task kept across the restart)."""
+    restarting = threading.Thread(target=pair.restart_b)
+
+    def kill_b() -> None:
+        pair.b.stop(signal.SIGKILL)
+        restarting.start()
+
+    alice = Person()
+    alice.before_answer = kill_b
+    delegator = factory.for_turn(turn("t6"), alice.ask, alice.notify)
+    answer = await asyncio.wait_for(delegator.delegate("devbox-2", "ask:dist go"), 150)
+    await asyncio.to_thread(restarting.join)
+    assert answer.startswith("echo: ask:dist go")
+    assert len(alice.asked) == 2  # the answer was sent again, not asked again
+    assert any("does not answer" in getattr(e, "text", "") for e in alice.told)
+
+
+def state_name_of(task: Task) -> str:
+    return state_name(task.status.state)
