@@ -5,6 +5,7 @@ vocabulary, in the order they appear, so demos and tests can exercise the whole
 bridge without a model account:
 
     think  plan  tool  edit  edit:PATH  ask  ask:NAME  question  slow N  boom  cost:N
+    delegate:PEER text...
 
 Keywords are read in any case; what follows a colon is kept as written. `ask`
 always asks for the same command (so asking twice trips loop protection); `ask:NAME`
@@ -16,7 +17,10 @@ to the working directory (`edit:notes/hello.txt` makes `notes/` as needed), so t
 conversations can conflict on purpose. An absolute PATH, or one through `..`, fails
 the edit's tool call: the echo agent writes inside its working directory only.
 `cost:N` makes the turn report that it cost N dollars (and the prompt's words as its
-tokens), so costs and budgets can be shown without a paid agent.
+tokens), so costs and budgets can be shown without a paid agent. `delegate:PEER` hands
+the rest of the prompt (its keywords are the peer's, not acted out here) to PEER, a
+tailagent on the tailnet named by host name or URL, through the turn's tools, and
+answers with the peer's answer: so the whole delegation path shows without a model.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pathlib import Path
 from tailagent.agents.events import (
     AgentEvent,
     Answer,
+    DelegationFailed,
     FileChanged,
     Notice,
     PermissionAsked,
@@ -57,11 +62,14 @@ from tailagent.agents.events import (
     TurnDone,
     TurnFailed,
     TurnOptions,
+    TurnTools,
 )
 from tailagent.agents.modes import CLAUDE_CODE
 
 # A keyword, with its argument (`edit:notes/Hello.txt`), or a number (`slow 5`).
 _WORD = re.compile(r"[A-Za-z]+(?::[\w./-]+)?|\d+")
+# `delegate:PEER` and the rest of the prompt, which is the peer's to act out.
+_HANDOFF = re.compile(r"\bdelegate:(\S+)\s*", re.IGNORECASE)
 KEYWORDS = ("think", "plan", "tool", "edit", "ask", "question", "slow", "boom")
 COLOUR_QUESTION = "Which colour do you prefer?"
 CALC_BUG, CALC_FIX = "return a - b", "return a + b"
@@ -78,6 +86,14 @@ def _prompt_text(parts: list[PromptPart]) -> str:
         elif isinstance(part, PromptFile):
             chunks.append(part.reference(part.save()))
     return "\n".join(chunks)
+
+
+def handoff_of(text: str) -> tuple[str, tuple[str, str] | None]:
+    """The prompt's own part, and the (peer, message) its `delegate:PEER` hands on."""
+    found = _HANDOFF.search(text)
+    if found is None:
+        return text, None
+    return text[: found.start()], (found.group(1), text[found.end() :])
 
 
 def cost_of(text: str) -> float:
@@ -160,8 +176,9 @@ class EchoSession:
         self._cancelled.clear()
         self._turns += 1
         text = _prompt_text(parts)
+        own, handoff = handoff_of(text)
         tool_ids = (f"tool-{n}" for n in itertools.count(1))
-        for keyword, arg in script(text):
+        for keyword, arg in script(own):
             if self._cancelled.is_set():
                 break
             if keyword == "think":
@@ -223,15 +240,24 @@ class EchoSession:
             elif keyword == "boom":
                 yield TurnFailed("boom: the echo agent failed on purpose")
                 return
+        if handoff is not None and not self._cancelled.is_set():
+            tools = options.tools if options is not None else None
+            async for event in _hand_off(*handoff, tools, next(tool_ids)):
+                yield event
+        for event in self._ending(text, own, handoff is not None):
+            yield event
+
+    def _ending(self, text: str, own: str, handed: bool) -> list[AgentEvent]:
+        """How a turn ends: cancelled; with the peer's answer (its cost the peer's, not
+        counted here); or, the echo's own, with the prompt echoed."""
         if self._cancelled.is_set():
-            yield TurnDone(stop_reason="cancelled", usage={"turns": self._turns})
-            return
-        yield Text("echo: ")
-        yield Text(text)
+            return [TurnDone(stop_reason="cancelled", usage={"turns": self._turns})]
+        if handed:
+            return [TurnDone(usage={"turns": self._turns}, cost=cost_of(own))]
         words = len(text.split())  # an echo's "tokens": the prompt's words, then "echo:" too
         usage = {"turns": self._turns, "inputChars": len(text), "inputTokens": words,
                  "outputTokens": words + 1}  # fmt: skip
-        yield TurnDone(usage=usage, cost=cost_of(text))
+        return [Text("echo: "), Text(text), TurnDone(usage=usage, cost=cost_of(text))]
 
     def _edit(self, path: str, prompt: str) -> str:
         """Writes the change it shows to a real file of its working directory: `calc.py`
@@ -292,6 +318,26 @@ class EchoSession:
         )
 
 
+async def _hand_off(
+    peer: str, message: str, tools: TurnTools | None, tool_id: str
+) -> AsyncIterator[AgentEvent]:
+    """The `delegate` tool call: the peer's answer, or why there is none."""
+    yield ToolStarted(tool_id, "delegate", f"Hand to {peer}", {"peer": peer, "message": message})
+    if tools is None:
+        why = "delegation is not available in this turn (tailagent gave the agent no tools)"
+        yield ToolFinished(tool_id, "failed", why)
+        yield Text(f"Could not hand to {peer}: {why}.\n")
+        return
+    try:
+        answer = await tools.delegate(peer, message)
+    except DelegationFailed as exc:
+        yield ToolFinished(tool_id, "failed", str(exc))
+        yield Text(f"Could not hand to {peer}: {exc}\n")
+        return
+    yield ToolFinished(tool_id, "completed", answer)
+    yield Text(answer)
+
+
 class EchoBackend:
     name = "echo"
     description = "An offline echo agent that answers with what it was sent."
@@ -302,7 +348,7 @@ class EchoBackend:
             description=(
                 "Answers with the prompt. The words think, plan, tool, edit, ask, question, "
                 "slow N and boom make it emit every kind of agent event; cost:N says the turn "
-                "cost N dollars."
+                "cost N dollars; delegate:PEER hands the rest to another tailagent."
             ),
             tags=("demo", "test"),
             examples=("think plan edit", "ask", "slow 5"),

@@ -200,18 +200,24 @@ def with_ready(first: AgentEvent, ready: asyncio.Queue[AgentEvent]) -> list[Agen
 class PermissionDecision:
     """What the caller decided. `message` is the text an agent that reads words gets;
     `reason` the caller's own words, for an agent that shows them to a person;
-    `interrupt` asks the agent to end its turn after this denial."""
+    `interrupt` asks the agent to end its turn after this denial. `answerer` is the
+    login of the person who decided ("" for a rule or tailagent itself): an answer
+    relayed to a peer box is signed as theirs."""
 
     allow: bool
     option_id: str | None = None
     message: str = ""
     interrupt: bool = False
     reason: str = ""
+    answerer: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class QuestionAnswers:
+    """The labels chosen, by question; `answerer` as PermissionDecision's."""
+
     answers: dict[str, str]
+    answerer: str = ""
 
 
 Answer = PermissionDecision | QuestionAnswers

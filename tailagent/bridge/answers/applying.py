@@ -9,6 +9,8 @@ taken back after a restart, prompted again with the answer).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import Message, TaskState
@@ -86,5 +88,7 @@ class AnswerApplier:
             text = resume_text(pending, parsed, record)
             runtime.events = runtime.session.prompt([PromptText(text)], TurnOptions())
             return True
-        await runtime.session.answer(pending.request_id, parsed.answer)
+        # Signed with who answered: a delegated prompt's answer goes on to the peer as theirs.
+        answer = replace(parsed.answer, answerer=record.answerer.by)
+        await runtime.session.answer(pending.request_id, answer)
         return True
