@@ -31,6 +31,13 @@ class Caller:
     # The device's tailnet address, as whois named it ("" off the tailnet): what the
     # policy is asked about again when no request is there (a notification's person).
     address: str = ""
+    # Came through an actor chain (another tailagent handing work here for a person):
+    # the calling node's short name, the verified tokens (which a box that is itself a
+    # middle hop extends), and the person's device as the first box's whois named it
+    # (`node` is then the box that called, not where the person sits).
+    delegated_by: str = ""
+    chain: tuple[str, ...] = ()
+    device: str = ""
 
     @property
     def owner(self) -> str:
@@ -51,7 +58,10 @@ class Caller:
         return role in self.roles or "admin" in self.roles
 
     def describe(self) -> str:
-        return f"{self.owner} ({self.established_by})" if self.established_by else self.owner
+        """The access line's and the audit's name: `user:a@b (whois …)`, and for work
+        handed here by another box, ` via devbox-1` after it."""
+        named = f"{self.owner} ({self.established_by})" if self.established_by else self.owner
+        return f"{named} via {self.delegated_by}" if self.delegated_by else named
 
 
 def caller_of(context: ServerCallContext | None) -> Caller | None:

@@ -67,7 +67,8 @@ def waiting_of(task: Task) -> Waiting | None:
         task_id=task.id,
         context_id=task.context_id,
         prompt=prompt,
-        requested_by=f"{who} ({device})" if device else who,
+        requested_by=(f"{who} ({device})" if device else who)
+        + (f" via {asker['via']}" if asker.get("via") else ""),  # handed here by a box
         subject=(text.strip().splitlines() or ["a turn of the agent"])[0],
         artifacts=frozenset(a.artifact_id for a in task.artifacts),
     )

@@ -36,9 +36,11 @@ from tailagent.workspace.worktrees import (
 log = logging.getLogger(__name__)
 
 
-def signature(who: str, device: str) -> str:
-    """A person as a commit trailer names them: `alice@example.com (laptop)`."""
-    return f"{who} ({device})" if device else who
+def signature(who: str, device: str, delegated_by: str = "") -> str:
+    """A person as a commit trailer names them: `alice@example.com (laptop)`, and for
+    work another box handed here, that box too: `alice@example.com (laptop) via devbox-1`."""
+    named = f"{who} ({device})" if device else who
+    return f"{named} via {delegated_by}" if delegated_by else named
 
 
 def subject_of(message: Message) -> str:

@@ -40,6 +40,16 @@ class Requester:
     def roles(self) -> frozenset[str]:
         return self.caller.roles if self.caller else frozenset()
 
+    @property
+    def delegated_by(self) -> str:
+        """The box that handed this work here for the person ("" for a direct caller)."""
+        return self.caller.delegated_by if self.caller else ""
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        """The actor chain it came with, verified (empty for a direct caller)."""
+        return self.caller.chain if self.caller else ()
+
 
 def requester_of(context: ServerCallContext | None) -> Requester:
     """The request's caller, answerer and audit name, read together."""
@@ -48,10 +58,13 @@ def requester_of(context: ServerCallContext | None) -> Requester:
     via = via if isinstance(via, str) and via else DEFAULT_VIA
     if caller is None:
         return Requester(None, Answerer("unknown", via=via), "unknown")
-    # A device is its short MagicDNS name, as people call it.
-    answerer = Answerer(caller.who, caller.node.split(".")[0], via)
+    # A device is its short MagicDNS name, as people call it; for work another box
+    # handed here, the person's own device, as the chain names it (not the box).
+    node = caller.device if caller.delegated_by else caller.node.split(".")[0]
+    answerer = Answerer(caller.who, node, via)
     device = f" on {answerer.node}" if answerer.node else ""
     channel = f" via {via}" if via != DEFAULT_VIA else ""
     # How the caller was established, then the device and the channel
-    # (`user:a@b (whois …) on laptop via web`).
+    # (`user:a@b (whois …) on laptop via web`; handed here by another box,
+    # `user:a@b (actor chain from devbox-1, …) via devbox-1 on laptop`).
     return Requester(caller, answerer, caller.describe() + device + channel)

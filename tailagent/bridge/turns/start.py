@@ -170,9 +170,14 @@ class TurnStarter:
             runtime.task_id,
             runtime.context_id,
             subject_of(message),
-            signature(asker.by, asker.node),
+            signature(asker.by, asker.node, requester.delegated_by),
         )
-        requested: dict[str, object] = {"requestedBy": {"who": asker.by, "device": asker.node}}
+        by = {"who": asker.by, "device": asker.node}
+        if requester.delegated_by:  # handed here by another box: say which
+            by["via"] = requester.delegated_by
+        requested: dict[str, object] = {"requestedBy": by}
+        if requester.chain:  # echoed where A2A's proposal #2028 places it
+            requested["actorChain"] = list(requester.chain)
         if fence:
             requested["sandbox"] = fence
         publisher = runtime.publisher
