@@ -1,0 +1,146 @@
+"""The keys a box checks other nodes' actor-chain hops with (delegation/node_keys.py),
+against a real server's JWKS: pinned on first use, reused, a rotation followed, a
+replaced key, a key URL on another node and an unreachable node refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tailagent.card.keys import KEYS_FILE, KeyStore
+from tailagent.delegation.chain import ChainRefused, Nonces, extend, verify_chain
+from tailagent.delegation.node_keys import KNOWN_NODES_FILE, NodeKeys
+from tests.conftest import RunningServer, start_server
+
+NODE = "127.0.0.1"  # the node the server's card and JWKS are on
+JWKS = "/.well-known/jwks.json"
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Iterator[RunningServer]:
+    """A node whose keys this test changes: a server of its own."""
+    running = start_server(tmp_path / "node")
+    yield running
+    running.stop()
+
+
+def keys_command(server: RunningServer, *args: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tailagent", "keys", *args, "--state-dir", str(server.state_dir)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def served_kids(server: RunningServer) -> list[str]:
+    return [k["kid"] for k in httpx.get(server.url + JWKS).json()["keys"]]
+
+
+def pinned(state: Path) -> dict[str, str]:
+    """Origin -> the kid pinned for it, as the file on disk says."""
+    known = json.loads((state / KNOWN_NODES_FILE).read_text())
+    return {origin: entry["jwk"]["kid"] for origin, entry in known.items()}
+
+
+async def test_first_use_pins_and_later_hops_need_no_fetch(
+    box: RunningServer, tmp_path: Path
+) -> None:
+    state = tmp_path / "checker"
+    keys = NodeKeys.of_state_dir(state)
+    (kid,) = served_kids(box)
+    jku = box.url + JWKS
+    jwk = await keys(NODE, jku, kid)
+    assert jwk["kid"] == kid
+    assert pinned(state) == {box.url: kid}
+    box.stop()
+    # The node is gone: the pinned key still checks its hops, and nothing else does.
+    assert (await keys(NODE, jku, kid)) == jwk
+    with pytest.raises(ChainRefused, match=f"cannot fetch the keys of {NODE} from {jku}"):
+        await keys(NODE, jku, "another-kid")
+
+
+async def test_a_rotation_is_followed_while_the_node_still_lists_the_pinned_key(
+    box: RunningServer, tmp_path: Path
+) -> None:
+    state = tmp_path / "checker"
+    keys = NodeKeys.of_state_dir(state)
+    jku = box.url + JWKS
+    (old,) = served_kids(box)
+    await keys(NODE, jku, old)
+    keys_command(box, "rotate")
+    new, still = served_kids(box)
+    assert still == old
+    assert (await keys(NODE, jku, new))["kid"] == new
+    assert pinned(state) == {box.url: new}
+    # A hop signed just before the rotation still checks; the pin does not move back.
+    assert (await keys(NODE, jku, old))["kid"] == old
+    assert pinned(state) == {box.url: new}
+
+
+async def test_a_replaced_key_is_refused_saying_what_to_do(
+    box: RunningServer, tmp_path: Path
+) -> None:
+    state = tmp_path / "checker"
+    keys = NodeKeys.of_state_dir(state)
+    jku = box.url + JWKS
+    (old,) = served_kids(box)
+    await keys(NODE, jku, old)
+    # The box was set up anew: a key of its own, and the pinned one gone from its JWKS.
+    (box.state_dir / KEYS_FILE).unlink()
+    keys_command(box, "init")
+    (replaced,) = served_kids(box)
+    with pytest.raises(ChainRefused) as refused:
+        await keys(NODE, jku, replaced)
+    message = str(refused.value)
+    assert f"not the key pinned for {box.url} ({old})" in message
+    assert str(state / KNOWN_NODES_FILE) in message and "to trust it anew" in message
+    assert pinned(state) == {box.url: old}
+
+
+async def test_a_key_url_on_another_node_or_an_unknown_kid_is_refused(
+    box: RunningServer, tmp_path: Path
+) -> None:
+    keys = NodeKeys.of_state_dir(tmp_path / "checker")
+    (kid,) = served_kids(box)
+    with pytest.raises(ChainRefused, match="is not on node devbox-1"):
+        await keys("devbox-1", box.url + JWKS, kid)
+    with pytest.raises(ChainRefused, match=f"no key nope in {box.url}{JWKS}"):
+        await keys(NODE, box.url + JWKS, "nope")
+    assert not (tmp_path / "checker" / KNOWN_NODES_FILE).exists()
+
+
+async def test_hops_signed_by_the_node_verify_and_a_forged_one_does_not(
+    box: RunningServer, tmp_path: Path
+) -> None:
+    """The whole check, as box B runs it on a hop the node signed with its card key."""
+    keys = NodeKeys.of_state_dir(tmp_path / "checker")
+    jku = box.url + JWKS
+    hop = {
+        "person": "alice@example.com", "device": "laptop", "node": NODE,
+        "audience": "devbox-2", "task_id": "t1", "context_id": "c1",
+    }  # fmt: skip
+
+    async def check(chain: list[str]) -> str:
+        verified = await verify_chain(
+            chain, caller_node=NODE, this_node="devbox-2", keys=keys, nonces=Nonces(60)
+        )
+        return verified.person
+
+    assert await check(extend([], KeyStore(box.state_dir).current(), jku, **hop)) == (
+        "alice@example.com"
+    )
+    keys_command(box, "rotate")
+    assert await check(extend([], KeyStore(box.state_dir).current(), jku, **hop)) == (
+        "alice@example.com"
+    )
+    # A key of someone else's, claiming the node's kid, does not sign for the node.
+    foreign = KeyStore(tmp_path / "mallory").ensure()
+    claimed = type(foreign)(KeyStore(box.state_dir).current().kid, foreign.alg, foreign.key)
+    with pytest.raises(ChainRefused, match=f"hop 1 \\({NODE}\\): bad signature"):
+        await check(extend([], claimed, jku, **hop))
