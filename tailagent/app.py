@@ -85,7 +85,8 @@ def build_app(
         yield
         await page.aclose()
 
-    router = Router(routes=[*routes, *plain_routes(publisher, fence)], lifespan=lifespan)
+    plain = plain_routes(publisher, fence, settings.delegation.allowed_nodes)
+    router = Router(routes=[*routes, *plain], lifespan=lifespan)
     served = mount(page, router)
 
     return AccessGuard(

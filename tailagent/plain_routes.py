@@ -1,14 +1,16 @@
-"""The routes outside A2A: the agent card and its keys, /metrics, /healthz and
-/favicon.ico.
+"""The routes outside A2A: the agent card and its keys, the AI Catalog, /metrics,
+/healthz and /favicon.ico.
 
 Starlette routes (a2a-sdk's own routes already run on Starlette), behind the same
 access guard as everything else; the card, /healthz and the icon are public (the
-guard's PUBLIC_PATHS), /metrics is for admins.
+guard's PUBLIC_PATHS), the catalog is answered to anyone but lists the agent only to
+whom it may serve (card/catalog.py), /metrics is for admins.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from importlib.resources import files
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -16,7 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from tailagent.access.identity import SCOPE_KEY, Caller
+from tailagent.access.identity import SCOPE_KEY, VIEWER_KEY, Caller
+from tailagent.card.catalog import CATALOG_PATH, CATALOG_TYPE, catalog
 from tailagent.card.publish import JWKS_PATH, CardPublisher
 from tailagent.output.metrics import exposition
 
@@ -28,9 +31,12 @@ FAVICON_PATH = "/favicon.ico"
 FAVICON_MAX_AGE = 86400
 
 
-def plain_routes(publisher: CardPublisher, fence: dict[str, str]) -> list[BaseRoute]:
+def plain_routes(
+    publisher: CardPublisher, fence: dict[str, str], allowed_nodes: Sequence[str]
+) -> list[BaseRoute]:
     """`fence` (how agents are sandboxed) is part of /healthz's answer: a probe that
-    watches the service sees it run unfenced."""
+    watches the service sees it run unfenced. `allowed_nodes` (delegation.allowed_nodes)
+    are the nodes the catalog lists the agent to, as one they may hand work to."""
     health = {"status": "ok", "sandbox": fence}
 
     async def agent_card(request: Request) -> Response:
@@ -51,6 +57,15 @@ def plain_routes(publisher: CardPublisher, fence: dict[str, str]) -> list[BaseRo
         await publisher.refresh()
         headers = {"Cache-Control": f"public, max-age={CARD_MAX_AGE}"}
         return Response(publisher.jwks, media_type="application/jwk-set+json", headers=headers)
+
+    async def ai_catalog(request: Request) -> Response:
+        """Per viewer (the guard's VIEWER_KEY), so never kept by a cache for another."""
+        await publisher.refresh()
+        viewer = request.scope.get(VIEWER_KEY)
+        viewer = viewer if isinstance(viewer, Caller) else None
+        body = catalog(publisher.strict.body, publisher.url + CARD_PATH, viewer, allowed_nodes)
+        headers = {"Cache-Control": "private, no-store", "Vary": "*"}
+        return Response(json.dumps(body), media_type=CATALOG_TYPE, headers=headers)
 
     async def metrics(request: Request) -> Response:
         caller = request.scope.get(SCOPE_KEY)
@@ -73,6 +88,7 @@ def plain_routes(publisher: CardPublisher, fence: dict[str, str]) -> list[BaseRo
     return [
         *(Route(path, agent_card, methods=["GET"]) for path in CARD_PATHS),
         Route(JWKS_PATH, jwks, methods=["GET"]),
+        Route(CATALOG_PATH, ai_catalog, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route(FAVICON_PATH, favicon, methods=["GET"]),

@@ -28,7 +28,7 @@ from tailagent.access.bodies import (
     shape_refused,
 )
 from tailagent.access.browser import UID_KEY, BrowserSessions, is_page_request, local_uid
-from tailagent.access.identity import SCOPE_KEY, Caller
+from tailagent.access.identity import SCOPE_KEY, VIEWER_KEY, Caller
 from tailagent.access.localapi import LocalAPIUnavailable
 from tailagent.access.logline import path_as_sent, word
 from tailagent.access.policy import Policy, Refusal, Seen
@@ -55,6 +55,9 @@ PUBLIC_PATHS = frozenset(
         STYLESHEET,  # the desk's look, for the page that says how to sign in
     }
 )
+# Answered to anyone, listing what the viewer may use: the guard names the viewer there
+# (VIEWER_KEY) but refuses no one (card/catalog.py).
+CATALOG_PATH = "/.well-known/ai-catalog.json"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 # A body is parsed for the log line's method and task, and to tell a stream, only up
 # to this size: a large one (an attachment) would be parsed twice, here and by the SDK.
@@ -231,6 +234,21 @@ def _what(request: Any) -> str:
     return f"{method} task={word(task_id)}" if task_id else method
 
 
+def _node_viewer(seen: Seen) -> Caller | None:
+    """A tailnet node the policy does not let in, as a viewer with no roles: the
+    catalog lists the agent to it only if delegation.allowed_nodes names it."""
+    peer = seen.peer
+    if peer is None:
+        return None
+    return Caller(
+        kind="tagged" if peer.tagged else "user",
+        login="" if peer.tagged else peer.user.login,
+        node=peer.node.name,
+        tags=peer.node.tags,
+        established_by=seen.established_by,
+    )
+
+
 @dataclass
 class _Outcome:
     """What one request came to, for its access line; and the binding a refusal answers
@@ -389,6 +407,18 @@ class AccessGuard:
             identified = self._signed_in(scope, headers, identified)
         return identified, isinstance(token, TokenInfo)
 
+    async def _viewer(self, scope: dict[str, Any], headers: dict[bytes, str]) -> Caller | None:
+        """The catalog's viewer, never a refusal: the caller the policy lets in, else the
+        tailnet node whois names (no roles), else None."""
+        identified, _ = await self._who(scope, headers, page=False)
+        if isinstance(identified, Caller):
+            return identified
+        try:
+            seen = await self._resolver.seen(scope, headers.get(b"x-forwarded-for", ""))
+        except (BadForwarding, LocalAPIUnavailable):
+            return None
+        return _node_viewer(seen)
+
     def _signed_in(
         self, scope: dict[str, Any], headers: dict[bytes, str], refusal: Refusal
     ) -> Caller | Refusal:
@@ -468,7 +498,10 @@ class AccessGuard:
                 return
             if page:
                 scope[UID_KEY] = await self._local_uid(scope, headers)
-            if path in PUBLIC_PATHS:
+            if path in PUBLIC_PATHS or path == CATALOG_PATH:
+                if path == CATALOG_PATH:
+                    viewer = scope[VIEWER_KEY] = await self._viewer(scope, headers)
+                    outcome.caller = viewer.describe() if viewer else outcome.caller
                 outcome.decision = "public"
                 await self._app(scope, receive, self._tracking(send, outcome, is_a2a))
                 return

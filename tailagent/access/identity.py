@@ -16,6 +16,9 @@ from starlette.requests import Request
 
 CallerKind = Literal["user", "tagged", "token", "local"]
 SCOPE_KEY = "tailagent.caller"
+# Who asks for the AI Catalog: the guard names the viewer there but never refuses, so
+# this is never the caller a route may act for (card/catalog.py).
+VIEWER_KEY = "tailagent.viewer"
 ALL_ROLES = frozenset({"caller", "approver", "admin"})
 
 

@@ -146,9 +146,13 @@ async def _peers(args: argparse.Namespace) -> int:
         for peer in peers:
             print(json.dumps(peer.as_dict()))
         return 0
-    table = Table("peer", "owner", "url", "agent", "skills", "signature")
+    table = Table("peer", "owner", "url", "agent", "skills", "delegation", "signature")
     for p in peers:
-        cells = [Text(visible(v)) for v in (p.peer, p.owner, p.url, p.name, ", ".join(p.skills))]
+        # The agents its catalog lists to this node; the card's name where it has none.
+        agents = ", ".join(p.agents) or p.name
+        hands = "accepted" if p.delegation else "-"
+        values = (p.peer, p.owner, p.url, agents, ", ".join(p.skills), hands)
+        cells = [Text(visible(v)) for v in values]
         style = "green" if p.signature.startswith("valid") else "red"
         table.add_row(*cells, Text(visible(p.signature), style))
     Console(width=None if sys.stdout.isatty() else 240).print(table)

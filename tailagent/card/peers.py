@@ -1,17 +1,23 @@
-"""Every tailagent on the tailnet: ask tailscaled for the online peers, fetch each
-one's card at the standard path, and check its signature. A peer that runs no
-tailagent is simply not in the answer."""
+"""Every tailagent on the tailnet: ask tailscaled for the online peers, read each
+one's AI Catalog (what it lists to this node: its agents, and whether this node may
+hand it work), then its card at the standard path, and check the card's signature. A
+peer that runs no tailagent is simply not in the answer; one without a catalog (an
+older tailagent) lists no agents."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
 
 from tailagent.access.localapi import LocalAPI
+from tailagent.card.catalog import A2A_CARD_TYPE, CATALOG_PATH, EXTENSION
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
+
+# A catalog lists an agent or a few: one much larger is not read.
+MAX_CATALOG_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -22,6 +28,10 @@ class Peer:
     name: str
     skills: list[str]
     signature: str
+    # What the peer's AI Catalog lists to this node: its agents' names, and whether
+    # this node may hand it work (delegation.allowed_nodes there).
+    agents: list[str] = field(default_factory=list)
+    delegation: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -47,6 +57,31 @@ def _candidates(
     return found
 
 
+def _accepts(entry: dict[str, Any]) -> bool:
+    extensions = entry.get("extensions")
+    ours = extensions.get(EXTENSION) if isinstance(extensions, dict) else None
+    return isinstance(ours, dict) and ours.get("acceptsDelegation") is True
+
+
+async def read_catalog(url: str, http: httpx.AsyncClient) -> tuple[list[str], bool]:
+    """The A2A agents a peer's catalog lists to this node, and whether any accepts its
+    delegation; none for a peer without a catalog or with one that is not one."""
+    try:
+        response = await http.get(url.rstrip("/") + CATALOG_PATH)
+        response.raise_for_status()
+        if len(response.content) > MAX_CATALOG_BYTES:
+            return [], False
+        entries = response.json().get("entries")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return [], False
+    if not isinstance(entries, list):
+        return [], False
+    agents = [e for e in entries if isinstance(e, dict) and e.get("type") == A2A_CARD_TYPE]
+    names = [str(e.get("displayName") or e.get("identifier") or "") for e in agents]
+    delegation = any(_accepts(e) for e in agents)
+    return names, delegation
+
+
 async def discover(
     localapi: LocalAPI,
     known: KnownAgents,
@@ -62,13 +97,15 @@ async def discover(
 
     async def probe(http: httpx.AsyncClient, host: str, owner: str, url: str) -> Peer | None:
         async with limit:
+            agents, delegation = await read_catalog(url, http)
             try:
                 card = await fetch_card(url, http)
             except (httpx.HTTPError, ValueError):
                 return None  # no tailagent there
             verdict = await verify_card(card, url, http, known.get(url))
             skills = [s.get("name", "") for s in card.get("skills") or []]
-            return Peer(host, owner, url, str(card.get("name", "")), skills, verdict.status)
+            name = str(card.get("name", ""))
+            return Peer(host, owner, url, name, skills, verdict.status, agents, delegation)
 
     async with httpx.AsyncClient(timeout=per_peer_timeout, proxy=proxy) as http:
         results = await asyncio.gather(*(probe(http, *c) for c in candidates))

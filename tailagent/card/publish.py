@@ -97,6 +97,11 @@ class CardPublisher:
         self.jwks = ""
         self.last_modified = ""
 
+    @property
+    def url(self) -> str:
+        """The URL the card advertises (the server's public one)."""
+        return self._url
+
     async def refresh(self) -> None:
         """Re-signs when the key file changed since the last signing (a stat a call)."""
         if key_version(self._state_dir) == self._signed_at:
