@@ -16,6 +16,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from tailagent.access.localapi import LocalAPI
+from tailagent.agents.events import DelegationFailed
+from tailagent.card.verify import KnownAgents
+from tailagent.delegation.directory import PeerDirectory
 from tests.conftest import RunningServer, start_server
 from tests.tailnet import OWNER, FakeTailscaled, status, whois
 
@@ -130,28 +134,59 @@ def test_tailscaled_down_is_still_an_answer(box: RunningServer, fake: FakeTailsc
         fake.write()
 
 
-def test_peers_reads_the_catalog(tmp_path: Path) -> None:
-    """`tailagent peers` lists what each peer's catalog lists to this box: here a local
-    caller the server lets in without a token."""
-    config = tmp_path / "c.toml"
+@pytest.fixture(scope="module")
+def peer(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[RunningServer, FakeTailscaled]]:
+    """A box B, and a tailscaled (of box A) whose one online peer is B. B lets a local
+    caller in without a token: the CLI's connection is one."""
+    tmp = tmp_path_factory.mktemp("peer")
+    config = tmp / "c.toml"
     config.write_text('name = "box-b"\n[access]\nlocal_without_token = true\n')
-    server = start_server(tmp_path, "--config", str(config))
-    fake = FakeTailscaled(tmp_path / "ts").start()
+    server = start_server(tmp, "--config", str(config))
+    fake = FakeTailscaled(tmp / "ts").start()
+    online = {"Online": True, "UserID": 1, "TailscaleIPs": ["100.64.0.2"], "DNSName": "127.0.0.1."}
+    state = {**status(), "Peer": {"b": online}}
+    fake.config.write_text(json.dumps({"status": state, "whois": {}}))
+    yield server, fake
+    fake.stop()
+    server.stop()
+
+
+def test_peers_reads_the_catalog(
+    peer: tuple[RunningServer, FakeTailscaled], tmp_path: Path
+) -> None:
+    """`tailagent peers` lists what each peer's catalog lists to this box."""
+    server, fake = peer
+    port = str(urlsplit(server.url).port)
+    where = ("--scheme", "http", "--port", port, "--tailscale-socket", str(fake.socket))
+    env = {**os.environ, "TAILAGENT_KNOWN_AGENTS": str(tmp_path / "k.json")}
+    run = [sys.executable, "-m", "tailagent", "peers"]
+    done = subprocess.run([*run, "--json", *where], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    (row,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert row["agents"] == ["box-b"] and row["delegation"] is False
+    assert row["signature"].startswith("valid")
+    table = subprocess.run([*run, *where], capture_output=True, text=True, env=env)
+    assert "delegation" in table.stdout and "box-b" in table.stdout
+
+
+async def test_the_directory_finds_a_peer_by_its_names(
+    peer: tuple[RunningServer, FakeTailscaled], tmp_path: Path
+) -> None:
+    """What box A's agent hands work to: a peer named by host, MagicDNS name or URL;
+    a name that is none of them is refused naming the peers there are."""
+    server, fake = peer
+    localapi = LocalAPI.tailscaled(fake.socket)
+    known = KnownAgents(tmp_path / "k.json")
+    directory = PeerDirectory(localapi, known, scheme="http", port=urlsplit(server.url).port)
     try:
-        peer = {"Online": True, "UserID": 1, "TailscaleIPs": ["100.64.0.2"]}
-        state = {**status(), "Peer": {"b": {**peer, "DNSName": "127.0.0.1."}}}
-        fake.config.write_text(json.dumps({"status": state, "whois": {}}))
-        port = str(urlsplit(server.url).port)
-        where = ("--scheme", "http", "--port", port, "--tailscale-socket", str(fake.socket))
-        env = {**os.environ, "TAILAGENT_KNOWN_AGENTS": str(tmp_path / "k.json")}
-        run = [sys.executable, "-m", "tailagent", "peers"]
-        done = subprocess.run([*run, "--json", *where], capture_output=True, text=True, env=env)
-        assert done.returncode == 0, done.stderr
-        (row,) = [json.loads(line) for line in done.stdout.splitlines()]
-        assert row["agents"] == ["box-b"] and row["delegation"] is False
-        assert row["signature"].startswith("valid")
-        table = subprocess.run([*run, *where], capture_output=True, text=True, env=env)
-        assert "delegation" in table.stdout and "box-b" in table.stdout
+        for name in ("127.0.0.1", "127.0.0.1.", server.url, server.url + "/"):
+            assert (await directory.find(name)).url == server.url, name
+        with pytest.raises(DelegationFailed) as refused:
+            await directory.find("devbox-9")
+        assert str(refused.value) == (
+            "no tailagent 'devbox-9' on the tailnet whose card verifies; the peers there are: 127"
+        )
     finally:
-        fake.stop()
-        server.stop()
+        await localapi.aclose()
