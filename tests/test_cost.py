@@ -160,7 +160,7 @@ def test_usage_since_leaves_out_earlier_days_and_says_so_when_empty(tmp_path: Pa
     assert table.returncode == 0
     row = next(line for line in table.stdout.splitlines() if "bob@example.com" in line)
     assert row.split() == [datetime.now(UTC).date().isoformat(), "bob@example.com", "$0.30",
-                           "—", "1", "1/2"]  # fmt: skip
+                           "—", "—", "1", "1/2"]  # fmt: skip
     assert box.cli("usage", "--since", "last week").returncode == 2
 
 

@@ -99,11 +99,11 @@ def test_a_stored_cost_that_is_no_number_breaks_no_page_and_no_json(tmp_path: Pa
         with db:
             db.execute(
                 "INSERT INTO caller_usage VALUES ('user:bob@example.com', date('now'), 'x',"
-                " 9e999, 9e999, 0, 1)"
+                " 9e999, 9e999, 0, 1, '')"
             )
             db.execute(
                 "INSERT INTO caller_usage VALUES ('user:bob@example.com', date('now'), 'y',"
-                " -5, -3, 0, 1)"
+                " -5, -3, 0, 1, '')"
             )
         db.close()
         again = box.task("bob", "cost:0.25", first["contextId"])

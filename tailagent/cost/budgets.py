@@ -3,8 +3,9 @@ turn's cost, kept when it ends.
 
 A person's own daily budget (`tailagent budget set`, kept in the ledger's
 `caller_budgets`) wins over `budgets.per_caller_daily_usd`; either holds for the UTC
-day, the same day for every server sharing a store. The rows themselves are
-ledger.py's; a running turn's stop at a budget is turns.py's.
+day, the same day for every server sharing a store, and counts what the person's turns
+handed to other boxes with their own (a refusal says how much of it that was). The rows
+themselves are ledger.py's; a running turn's stop at a budget is turns.py's.
 """
 
 from __future__ import annotations
@@ -47,23 +48,30 @@ class Spending:
         spent = await self.usage.spent(owner)
         if spent < budget[0]:
             return None
-        return over_budget_text(person_of(owner), budget[0], spent, budget[1])
+        delegated = await self.usage.delegated(owner)
+        return over_budget_text(person_of(owner), budget[0], spent, budget[1], delegated)
 
-    async def record(self, owner: str, context_id: str, cost: Cost, session_id: str = "") -> Cost:
-        """Keeps a turn's cost; returns what its conversation cost so far."""
+    async def record(
+        self, owner: str, context_id: str, cost: Cost, session_id: str = "", via: str = ""
+    ) -> Cost:
+        """Keeps a turn's cost (`via`: the node a delegated turn came through); returns
+        what its conversation cost so far."""
         label = caller_label(person_of(owner))
         COST_USD.labels(label).inc(cost.usd)
         TOKENS.labels(label, "input").inc(cost.input_tokens)
         TOKENS.labels(label, "output").inc(cost.output_tokens)
-        await self.usage.add(owner, context_id, cost, session_id)
+        await self.usage.add(owner, context_id, cost, session_id, via)
         return await self.usage.conversation(context_id)
 
 
-def over_budget_text(who: str, budget: float, spent: float, own: bool) -> str:
+def over_budget_text(
+    who: str, budget: float, spent: float, own: bool, delegated: float = 0.0
+) -> str:
     """The refusal of a turn to a person past their day's budget: which budget, what was
-    spent, and when it starts again."""
+    spent (and how much of it other boxes did), and when it starts again."""
     which = "their own daily budget" if own else "budgets.per_caller_daily_usd"
+    handed = f", {dollars(delegated)} of it on work handed to other boxes" if delegated else ""
     return (
-        f"{who} has spent {dollars(spent)} of {dollars(budget)} today ({which}): no new task "
-        f"until it resets at {resets_at()} (midnight UTC)"
+        f"{who} has spent {dollars(spent)} of {dollars(budget)} today ({which}){handed}: no "
+        f"new task until it resets at {resets_at()} (midnight UTC)"
     )

@@ -1,6 +1,11 @@
 """`tailagent usage` and `tailagent budget`: what each person's work cost on this box,
 and the daily budget each may spend.
 
+A person's work that came through another box is a row of its own ("alice@example.com
+via devbox-1"); what their work here handed to other boxes cost there is in its own
+column ("delegated"), never in their own cost: adding up `usage` over the boxes counts
+each dollar once.
+
 Both read and write the store itself, as `tailagent audit` and `tailagent token` do:
 no server needs to run, and whoever can open the state dir (or the shared database)
 is the box's owner. A budget set here holds at the next task a server admits, on
@@ -91,7 +96,9 @@ def _json_of(day: DayUsage, budget: float | None) -> dict[str, object]:
         "day": day.day,
         "person": person_of(day.owner),
         "owner": day.owner,
+        "via": day.via,
         "usd": round(day.cost.usd, 6),
+        "delegatedUsd": round(day.delegated, 6),
         "inputTokens": day.cost.input_tokens,
         "outputTokens": day.cost.output_tokens,
         "turns": day.turns,
@@ -105,19 +112,22 @@ def _print_table(days: list[DayUsage], own: dict[str, float], default: float | N
     if not days:
         print("no cost recorded on this box for those days", file=sys.stderr)
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for name, right in (("day (UTC)", False), ("person", False), ("cost", True),
-                        ("budget", True), ("turns", True), ("tokens in/out", True)):  # fmt: skip
+                        ("delegated", True), ("budget", True), ("turns", True),
+                        ("tokens in/out", True)):  # fmt: skip
         table.add_column(name, justify="right" if right else "left", no_wrap=name != "person",
                          overflow="fold")  # fmt: skip
     for day in days:
         budget = own.get(day.owner, default)
         shown = "—" if budget is None else dollars(budget)
         tokens = f"{day.cost.input_tokens:,}/{day.cost.output_tokens:,}"
+        via = f" via {day.via}" if day.via else ""
         cells = (
             day.day,
-            person_of(day.owner),
+            person_of(day.owner) + via,
             dollars(day.cost.usd),
+            dollars(day.delegated) if day.delegated else "—",
             shown,
             str(day.turns),
             tokens,
