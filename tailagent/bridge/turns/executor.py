@@ -51,6 +51,7 @@ from tailagent.config import AttachmentSettings
 from tailagent.config.tool_rules import Rule
 from tailagent.cost.budgets import Spending
 from tailagent.cost.turns import TurnCosts
+from tailagent.delegation.outbound import DelegatorFactory
 from tailagent.store.audit import AuditLog
 
 
@@ -68,9 +69,11 @@ class BridgeExecutor(AgentExecutor):
         conversations: Conversations | None = None,
         spending: Spending | None = None,
         fence: dict[str, str] | None = None,
+        delegators: DelegatorFactory | None = None,
     ) -> None:
         """`fence` says how agent processes are sandboxed (mode, network): kept with each
-        turn's task and each audited decision."""
+        turn's task and each audited decision. `delegators` gives people's turns the
+        tools to hand work to other tailagents."""
         conversations = conversations or Shared("not configured")
         workspace = workspace or Path.cwd()
         costs = TurnCosts(spending)
@@ -88,6 +91,7 @@ class BridgeExecutor(AgentExecutor):
             workspace,
             attachment_settings or AttachmentSettings(),
             fence,
+            delegators,
         )
         self._answers = AnswerApplier(self._claims, self._decisions, max_permission_denials)
         self._judge = AnswerJudge(self._claims, self.pending, self.holds)

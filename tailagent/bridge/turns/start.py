@@ -37,6 +37,8 @@ from tailagent.bridge.turns.publish import Publisher
 from tailagent.bridge.turns.runtime import Runtimes, TaskRuntime, log
 from tailagent.config import AttachmentSettings
 from tailagent.cost.turns import TurnCosts
+from tailagent.delegation.outbound import DelegatorFactory, TurnIdentity
+from tailagent.delegation.session import DelegatingSession
 from tailagent.workspace.git import GitError
 
 
@@ -79,8 +81,12 @@ class TurnStarter:
         workspace: Path,
         attachment_settings: AttachmentSettings,
         fence: dict[str, str] | None = None,
+        delegators: DelegatorFactory | None = None,
     ) -> None:
+        """`delegators` gives a person's turns the tools to hand work to other
+        tailagents (None: no turn gets them)."""
         self._fence = fence or {}
+        self._delegators = delegators
         self._conversations = conversations
         self._pool = pool
         self._runtimes = runtimes
@@ -103,7 +109,8 @@ class TurnStarter:
         had = await self._session(publisher, options, directory, requester, updater)
         if had is None:
             return None
-        session, resumed = had
+        session = self._with_tools(had[0], publisher, requester)
+        resumed = had[1]
         try:
             box = attachments.inbox(directory or self._workspace, task_id)
             parts = await prompt_parts(message, box, self._attachments)
@@ -125,6 +132,25 @@ class TurnStarter:
         self._runtimes.add(runtime)
         await self._announce(runtime, message, requester, resumed, updater, self._fence)
         return runtime
+
+    def _with_tools(
+        self, session: AgentSession, publisher: Publisher, requester: Requester
+    ) -> AgentSession:
+        """The turn's session, with the delegation tools when a person asked for the turn:
+        the work a peer does for it is that person's, and a chain must name one. A tagged
+        node, a token or a local caller gets none (their turns cannot delegate)."""
+        caller = requester.caller
+        if self._delegators is None or caller is None or caller.kind != "user":
+            return session
+        turn = TurnIdentity(
+            task_id=publisher.task_id,
+            context_id=publisher.context_id,
+            owner=caller.owner,
+            person=caller.login,
+            device=requester.answerer.node,  # the person's own device, also through a chain
+            chain=caller.chain,
+        )
+        return DelegatingSession(session, self._delegators, turn)
 
     async def _session(
         self,
