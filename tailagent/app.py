@@ -22,6 +22,7 @@ from tailagent.bridge.conversations.workplace import Conversations
 from tailagent.bridge.requests.handler import GuardedRequestHandler
 from tailagent.card.publish import CardPublisher
 from tailagent.config import Settings
+from tailagent.delegation.inbound import ChainCheck
 from tailagent.listening.listener import served_hosts
 from tailagent.mends.jsonrpc import jsonrpc_routes
 from tailagent.plain_routes import plain_routes
@@ -70,7 +71,7 @@ def build_app(
         store, handler, desk, sessions, secret, workspace, webpush, conversations, fence
     )
     page = LazyDesk(parts)
-    policy = Policy(settings.access)
+    policy = Policy(settings.access, settings.delegation)
     resolver = Resolver(
         presence.localapi,
         unix_listener=settings.listen.is_unix,
@@ -106,4 +107,5 @@ def build_app(
         advertised_url=settings.advertised_url,
         sessions=sessions,
         streams=StreamCounts(settings.max_streams_per_caller),
+        chains=ChainCheck.of_state_dir(settings.state_dir, settings.delegation),
     )

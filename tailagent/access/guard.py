@@ -28,6 +28,12 @@ from tailagent.access.bodies import (
     shape_refused,
 )
 from tailagent.access.browser import UID_KEY, BrowserSessions, is_page_request, local_uid
+from tailagent.access.delegated import (
+    CHAIN_HEADER,
+    ChainChecker,
+    delegated_caller,
+    message_chain_refused,
+)
 from tailagent.access.identity import SCOPE_KEY, VIEWER_KEY, Caller
 from tailagent.access.localapi import LocalAPIUnavailable
 from tailagent.access.logline import path_as_sent, word
@@ -302,8 +308,10 @@ class AccessGuard:
         advertised_url: str,
         sessions: BrowserSessions | None = None,
         streams: StreamCounts,
+        chains: ChainChecker | None = None,
     ) -> None:
         self._app = app
+        self._chains = chains  # checks an actor chain (delegation/chain.py); None: none taken
         self._streams = streams
         self._policy = policy
         self._resolver = resolver
@@ -391,6 +399,10 @@ class AccessGuard:
             # tailnet identity could be asked is the refusal's advice, not its name.
             advice = f", LocalAPI unreachable: start {where} for tailnet callers"
             seen = Seen(None, "local connection", advice)
+        chain = headers.get(CHAIN_HEADER)
+        if chain is not None:  # work another box hands here for a person (access/delegated.py)
+            this_node = (await self._resolver.current_self()).dns_name or ""
+            return await delegated_caller(self._policy, self._chains, seen, chain, this_node)
         return self._policy.decide(seen, token)
 
     async def _who(
@@ -442,16 +454,19 @@ class AccessGuard:
         return await self._resolver.local_owner(scope)
 
     async def _take_body(
-        self, receive: Any, declared: str, is_a2a: bool, path: str
+        self, receive: Any, declared: str, is_a2a: bool, path: str, caller: Caller
     ) -> tuple[bytes, Any] | BodyRefused:
         """The body of a request that was let in, within its limits; an A2A body's JSON
-        shape checked too, and a JSON-RPC body parsed (see `_parsed`)."""
+        shape checked too, a message's actor chain against its header's, and a JSON-RPC
+        body parsed (see `_parsed`)."""
         body = await read_body(receive, declared, self._limits)
         if isinstance(body, BodyRefused):
             return body
         if not is_a2a:
             return body, {}
         refused = shape_refused(body, self._limits)
+        if refused is None and caller.chain:
+            refused = message_chain_refused(body, caller.chain)
         if refused is not None:
             return refused
         return body, _parsed(body) if path == JSONRPC_PATH else {}
@@ -523,7 +538,7 @@ class AccessGuard:
             rpc: Any = {}
             if scope["method"] in ("POST", "PUT", "PATCH"):
                 length = headers.get(b"content-length", "")
-                taken = await self._take_body(receive, length, is_a2a, path)
+                taken = await self._take_body(receive, length, is_a2a, path, identified)
                 if isinstance(taken, BodyRefused):
                     status, reason, message = taken.status, taken.reason, taken.message
                     await _refuse(outcome, receive, send, status, reason, ACCESS_RPC_CODE, message)

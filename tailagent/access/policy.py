@@ -14,7 +14,7 @@ from typing import Any
 from tailagent.access.identity import ALL_ROLES, Caller
 from tailagent.access.localapi import WhoIs
 from tailagent.access.tokens import TokenInfo
-from tailagent.config import AccessSettings
+from tailagent.config import AccessSettings, DelegationSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +49,18 @@ def grant_roles(capabilities: dict[str, list[Any]], capability: str | None) -> s
     return roles
 
 
+def grants_delegation(capabilities: dict[str, list[Any]], capability: str | None) -> bool:
+    """A tailnet grant that lets a node hand work here: `{"delegate": true}`."""
+    values = capabilities.get(capability, []) if capability else []
+    return any(isinstance(value, dict) and value.get("delegate") is True for value in values)
+
+
 class Policy:
-    def __init__(self, settings: AccessSettings) -> None:
+    def __init__(
+        self, settings: AccessSettings, delegation: DelegationSettings | None = None
+    ) -> None:
         self.settings = settings
+        self.delegation = delegation or DelegationSettings()
         self.owner_login: str | None = None  # learned from tailscaled's status
 
     def _peer_roles(self, peer: WhoIs) -> set[str]:
@@ -80,6 +89,61 @@ class Policy:
             403,
             f"login {peer.user.login} is not in access.allowed_logins"
             f"{grant}{owner if self.owner_login else ''}",
+        )
+
+    def may_delegate(self, peer: WhoIs) -> bool:
+        """Whether a node may hand work here for a person: one of its tags or its name
+        (short or MagicDNS) in delegation.allowed_nodes, or a grant saying so."""
+        allowed = set(self.delegation.allowed_nodes)
+        name = peer.node.name.lower().removesuffix(".")
+        named = {name, name.split(".")[0], *(tag.lower() for tag in peer.node.tags)}
+        return bool(named & allowed) or grants_delegation(
+            peer.capabilities, self.settings.capability
+        )
+
+    def login_roles(self, login: str) -> set[str]:
+        """The roles a login gets here as itself, from this box's own settings (the
+        owner, access.allowed_logins): no grant, which names a device, not a person."""
+        if self.owner_login and login == self.owner_login:
+            return set(ALL_ROLES)
+        return set(self.settings.login_roles) if login in self.settings.allowed_logins else set()
+
+    def delegated(
+        self,
+        peer: WhoIs,
+        *,
+        person: str,
+        acting: str,
+        device: str,
+        chain: tuple[str, ...],
+        established_by: str,
+    ) -> Caller | Refusal:
+        """The person a verified actor chain names, as a caller here: with the roles this
+        box gives them directly and delegation.roles both allow; refused (403) when the
+        person (or who acts for them) would not be let in directly."""
+        if self.settings.require_token:
+            return Refusal(
+                403,
+                "this server requires a bearer token (access.require_token): it takes no "
+                "work handed by another box",
+            )
+        for login in dict.fromkeys((person, acting)):
+            if not self.login_roles(login) & set(self.delegation.roles):
+                owner = f" (only {self.owner_login} by default)" if self.owner_login else ""
+                return Refusal(
+                    403,
+                    f"login {login} is not let in here directly: add it to "
+                    f"access.allowed_logins{owner}",
+                )
+        return Caller(
+            kind="user",
+            login=acting,
+            roles=frozenset(self.login_roles(acting) & set(self.delegation.roles)),
+            node=peer.node.name,
+            established_by=established_by,
+            delegated_by=peer.node.name.split(".")[0],
+            chain=chain,
+            device=device,
         )
 
     def decide(self, seen: Seen, token: TokenInfo | None) -> Caller | Refusal:
