@@ -32,9 +32,13 @@ from tailagent.bridge.requests.handler import GuardedRequestHandler
 from tailagent.bridge.turns.executor import BridgeExecutor
 from tailagent.card.builder import build_card
 from tailagent.card.publish import CardPublisher, CardSigningFailed
+from tailagent.card.verify import KnownAgents
 from tailagent.config import Settings, default_state_dir
 from tailagent.cost.budgets import Spending
 from tailagent.cost.ledger import Usage
+from tailagent.delegation.directory import PeerDirectory
+from tailagent.delegation.node_keys import KNOWN_NODES_FILE
+from tailagent.delegation.outbound import DelegatorFactory
 from tailagent.listening.listener import listener_url, open_listener
 from tailagent.listening.probe import healthy
 from tailagent.listening.serving import hypercorn_config
@@ -160,9 +164,11 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         pool = _open_pool(settings, backend, storage)
         await _start_agent(settings, conversations, backend, storage, sandbox)
         spending = Spending(usage, settings.budgets)
+        delegators = _make_delegators(settings, presence, storage, usage)
         executor = _make_executor(
-            settings, backend, pool, storage, conversations, spending, sandbox.summary()
-        )
+            settings, backend, pool, storage, conversations, spending, sandbox.summary(),
+            delegators,
+        )  # fmt: skip
         _restore_waiting(executor, storage, desk, webpush)
         handler = _make_handler(
             settings, backend, executor, storage, pool, push, push_targets, conversations, spending
@@ -263,6 +269,7 @@ def _make_executor(
     conversations: Isolated | Shared,
     spending: Spending,
     fence: dict[str, str],
+    delegators: DelegatorFactory,
 ) -> BridgeExecutor:
     """The bridge that runs turns; Claude's own denial limit wins over the general one."""
     denials = settings.max_permission_denials
@@ -279,6 +286,23 @@ def _make_executor(
         attachment_settings=settings.attachments,
         spending=spending,
         fence=fence,
+        delegators=delegators,
+    )
+
+
+def _make_delegators(
+    settings: Settings, presence: Presence, storage: Storage, usage: Usage
+) -> DelegatorFactory:
+    """What a person's turns hand work to other tailagents with: the tailnet's peers
+    whose cards verify against the keys pinned in known_nodes.json (the same pins the
+    chains peers send here are checked against), reached through the configured proxy
+    or this node's own."""
+    delegation = settings.delegation
+    proxy = delegation.proxy or presence.tailnet_proxy
+    known = KnownAgents(settings.state_dir / KNOWN_NODES_FILE)
+    directory = PeerDirectory(presence.localapi, known, delegation.scheme, delegation.port, proxy)
+    return DelegatorFactory(
+        settings, directory, storage.delegations, usage, presence.localapi, presence.tailnet_proxy
     )
 
 
