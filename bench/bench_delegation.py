@@ -88,8 +88,10 @@ def main() -> int:
     try:
         laptop = net.add_node("laptop", proxy=True)  # user-1: the person
         node_a, node_b = net.add_node("boxa", proxy=True), net.add_node("boxb", proxy=True)
-        boxes.append(start_box(node_b, tmp / "boxb", [PERSON], {"allowed_nodes": ["boxa"]}))
-        boxes.append(start_box(node_a, tmp / "boxa", [PERSON], {"allow_peers": ["boxb"]}))
+        # Shared isolation: a repository per conversation would be measured, not the hop.
+        inbound, outbound = {"allowed_nodes": ["boxa"]}, {"allow_peers": ["boxb"]}
+        boxes.append(start_box(node_b, tmp / "boxb", [PERSON], inbound, "shared"))
+        boxes.append(start_box(node_a, tmp / "boxa", [PERSON], outbound, "shared"))
         urls = {"delegated": f"http://{node_a.dns_name}/", "direct": f"http://{node_b.dns_name}/"}
         times, failures = asyncio.run(sequential(laptop.proxy, urls, args.requests))
     finally:

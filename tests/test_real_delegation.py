@@ -56,6 +56,7 @@ class Box:
     config: Path
     listen: str
     server: RunningServer
+    isolation: str
 
     @property
     def url(self) -> str:
@@ -67,13 +68,13 @@ class Box:
 
     def restart(self) -> None:
         self.server.stop()
-        self.server = start_server(self.tmp, *serve_args(self.node, self.config),
+        self.server = start_server(self.tmp, *serve_args(self.node, self.config, self.isolation),
                                    state_dir=self.server.state_dir, listen=self.listen)  # fmt: skip
 
 
-def serve_args(node: Node, config: Path) -> tuple[str, ...]:
+def serve_args(node: Node, config: Path, isolation: str) -> tuple[str, ...]:
     return ("--config", str(config), "--tailscale-socket", str(node.socket),
-            "--public-url", f"http://{node.dns_name}", "--isolation", "worktree")  # fmt: skip
+            "--public-url", f"http://{node.dns_name}", "--isolation", isolation)  # fmt: skip
 
 
 def box_config(node: Node, logins: list[str], delegation: dict[str, Any]) -> str:
@@ -86,17 +87,22 @@ def box_config(node: Node, logins: list[str], delegation: dict[str, Any]) -> str
 
 
 def start_box(
-    node: Node, tmp: Path, logins: list[str], delegation: dict[str, Any] | None = None
+    node: Node,
+    tmp: Path,
+    logins: list[str],
+    delegation: dict[str, Any] | None = None,
+    isolation: str = "worktree",
 ) -> Box:
-    """tailagent with the echo agent on `node`, each conversation in a repository of
-    its own (B's commit trailers are checked), served on the tailnet at port 80."""
+    """tailagent with the echo agent on `node`, by default each conversation in a
+    repository of its own (B's commit trailers are checked), served on the tailnet at
+    port 80."""
     make_project(tmp / "workspace")
     config = tmp / "tailagent.toml"
     config.write_text(box_config(node, logins, delegation or {}))
     listen = f"127.0.0.1:{free_port()}"
-    server = start_server(tmp, *serve_args(node, config), listen=listen)
+    server = start_server(tmp, *serve_args(node, config, isolation), listen=listen)
     node.tailscale("serve", "--bg", "--http=80", server.url)
-    return Box(node, tmp, config, listen, server)
+    return Box(node, tmp, config, listen, server, isolation)
 
 
 def stop_box(box: Box) -> None:
