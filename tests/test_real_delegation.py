@@ -77,13 +77,18 @@ def serve_args(node: Node, config: Path, isolation: str) -> tuple[str, ...]:
             "--public-url", f"http://{node.dns_name}", "--isolation", isolation)  # fmt: skip
 
 
-def box_config(node: Node, logins: list[str], delegation: dict[str, Any]) -> str:
+# A's own rule allows `rm` for its own agent; a question B's agent asks is still the
+# person's to answer (A's rules never decide a relayed prompt).
+ALLOW_RM_HERE = '[[rules]]\ntool = "Bash"\ncommand = "rm*"\ndecision = "allow"\n'
+
+
+def box_config(node: Node, logins: list[str], delegation: dict[str, Any], extra: str = "") -> str:
     """A box's tailagent.toml: who it lets in, and how it delegates (reaching peers by
     MagicDNS name on port 80 through its own tailscaled's proxy)."""
     settings = {"proxy": node.proxy, "scheme": "http", "port": 80, **delegation}
     lines = ["[access]", f"allowed_logins = {json.dumps(logins)}", "[delegation]"]
     lines += [f"{key} = {json.dumps(value)}" for key, value in settings.items()]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + extra
 
 
 def start_box(
@@ -92,13 +97,14 @@ def start_box(
     logins: list[str],
     delegation: dict[str, Any] | None = None,
     isolation: str = "worktree",
+    extra: str = "",
 ) -> Box:
     """tailagent with the echo agent on `node`, by default each conversation in a
     repository of its own (B's commit trailers are checked), served on the tailnet at
     port 80."""
     make_project(tmp / "workspace")
     config = tmp / "tailagent.toml"
-    config.write_text(box_config(node, logins, delegation or {}))
+    config.write_text(box_config(node, logins, delegation or {}, extra))
     listen = f"127.0.0.1:{free_port()}"
     server = start_server(tmp, *serve_args(node, config, isolation), listen=listen)
     node.tailscale("serve", "--bg", "--http=80", server.url)
@@ -127,8 +133,10 @@ def boxb(tailnet: Tailnet, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 @pytest.fixture(scope="module")
 def boxa(tailnet: Tailnet, boxb: Box, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
-    """A lets the person and the guest in; it asks before every hand-off."""
-    box = start_box(tailnet.nodes["boxa"], tmp_path_factory.mktemp("boxa"), [PERSON, GUEST])
+    """A lets the person and the guest in; it asks before every hand-off, and allows
+    `rm` to its own agent by a rule."""
+    box = start_box(tailnet.nodes["boxa"], tmp_path_factory.mktemp("boxa"), [PERSON, GUEST],
+                    extra=ALLOW_RM_HERE)  # fmt: skip
     yield box
     stop_box(box)
 

@@ -102,6 +102,10 @@ class PermissionAsked:
     title: str
     reason: str = ""
     options: tuple[PermissionOption, ...] = ()
+    # The peer whose agent asked, for a prompt relayed from another box's task ("" for
+    # this box's own agent): that box's rules already had their say, so this box's
+    # rules never decide it; only the person does.
+    relayed_from: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,7 @@ def _permission(data: dict[str, Any], peer: str) -> PermissionAsked:
         title=f"{peer}'s agent asks to {title[:1].lower()}{title[1:]}",
         reason=str(data.get("decisionReason") or ""),
         options=options,
+        relayed_from=peer,
     )
 
 

@@ -78,7 +78,11 @@ class PermissionDecisions:
     async def apply_rule(
         self, runtime: TaskRuntime, event: PermissionAsked, updater: TaskUpdater
     ) -> bool:
-        """Decides by the first matching rule; False when the caller must be asked."""
+        """Decides by the first matching rule; False when the caller must be asked.
+        A prompt relayed from another box is always the person's to answer: the rules
+        here speak for this box's agent, not for what a peer's agent does there."""
+        if event.relayed_from:
+            return False
         root = runtime.directory or self._workspace  # where the agent's relative paths start
         # Off the loop: it resolves paths on disk, and a long command takes a while to read.
         rules, roles = self._rules, runtime.roles
