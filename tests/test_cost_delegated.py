@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -21,11 +22,23 @@ from typing import Any
 import httpx
 import pytest
 
+from tailagent.card.keys import SigningKey
 from tailagent.cost.ledger import Cost, Usage
 from tailagent.store.database import open_database
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
+from tests.tailnet import FakeTailscaled, send_message
 from tests.test_cost import A2A, Box, tailnet
+from tests.test_delegation_inbound import (  # noqa: F401 (its fixtures, used here)
+    ALICE,
+    answer,
+    box_a,
+    chain,
+    fake,
+    pending_id,
+    send,
+    serve_b,
+)
 from tests.test_tokens_and_owners import add_token, tailagent
 
 BOB = "user:bob@example.com"
@@ -51,11 +64,11 @@ def sqlite_url(box: Box) -> str:
     return f"sqlite+aiosqlite:///{box.server.state_dir / 'tailagent.db'}"
 
 
-def wide_usage(box: Box) -> str:
+def wide_usage(state_dir: Path) -> str:
     """`tailagent usage` as a table on a terminal wide enough for "… via devbox-1"."""
     env = {**os.environ, "COLUMNS": "120"}
     done = subprocess.run(
-        [sys.executable, "-m", "tailagent", "usage", "--state-dir", str(box.server.state_dir)],
+        [sys.executable, "-m", "tailagent", "usage", "--state-dir", str(state_dir)],
         capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -124,7 +137,7 @@ def test_work_that_came_through_another_box_is_the_persons_via_that_box(
                                                   via="devbox-1"))  # fmt: skip
         refused = box.send("bob", "more")
         rows = usage_lines(box)
-        table = wide_usage(box)
+        table = wide_usage(box.server.state_dir)
     assert refused["error"]["message"].startswith("bob@example.com has spent $1.00 of $1.00")
     assert sorted((row["person"], row["via"], row["usd"], row["turns"]) for row in rows) == [
         ("bob@example.com", "", 0.5, 1),
@@ -134,6 +147,46 @@ def test_work_that_came_through_another_box_is_the_persons_via_that_box(
         line.split()[1:6] == ["bob@example.com", "via", "devbox-1", "$0.50", "—"]
         for line in table.splitlines()
     ), table
+
+
+def test_a_delegated_turn_is_counted_via_the_box_that_handed_it(
+    tmp_path: Path,
+    fake: FakeTailscaled,  # noqa: F811 (the fixture imported above)
+    box_a: SigningKey,  # noqa: F811
+) -> None:
+    """Box B, handed alice's work by devbox-1 through a signed chain: its turns are
+    alice's "via devbox-1", also a turn taken back after B restarted and answered by
+    alice from her laptop directly; her own direct work stays a row of its own."""
+    b = serve_b(tmp_path, fake, box_a, '["caller", "approver"]')
+    try:
+        status, body = send(b, chain(box_a), send_message("handed on cost:0.5"))
+        assert status == 200 and body["result"]["task"]["status"]["state"] == (
+            "TASK_STATE_COMPLETED"
+        ), body
+        status, body = send(b, chain(box_a), send_message("ask first cost:0.25"))
+        waiting = body["result"]["task"]
+        request_id = pending_id(waiting)
+        b.stop(signal.SIGTERM)
+        b = start_server(tmp_path, *b.process.args[b.process.args.index("--config") :],
+                         state_dir=b.state_dir)  # fmt: skip
+        status, body = send(b, None, answer(waiting, request_id), source="laptop")
+        assert status == 200 and body["result"]["task"]["status"]["state"] == (
+            "TASK_STATE_COMPLETED"
+        ), body
+        status, body = send(b, None, send_message("mine cost:0.125"), source="laptop")
+        assert status == 200, body
+    finally:
+        b.stop()
+    done = tailagent("usage", "--json", "--state-dir", str(b.state_dir))
+    assert done.returncode == 0, done.stderr
+    rows = sorted((r["person"], r["via"], r["usd"], r["turns"])
+                  for r in map(json.loads, done.stdout.splitlines()))  # fmt: skip
+    # The taken-back turn is the echo of what it is told of the answer (no cost:N in
+    # it): still alice's via devbox-1, though she answered from her laptop.
+    assert rows == [(ALICE, "", 0.125, 1), (ALICE, "devbox-1", 0.5, 2)]
+    table = wide_usage(b.state_dir)
+    assert any(line.split()[1:5] == [ALICE, "via", "devbox-1", "$0.50"]
+               for line in table.splitlines()), table  # fmt: skip
 
 
 _OLD_USAGE = (

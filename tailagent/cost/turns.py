@@ -42,6 +42,7 @@ class LiveTurn(Protocol):
     context_id: str
     session: AgentSession
     owner: str  # the person its cost is counted to
+    via: str  # the node a delegated turn came through ("" directly): its usage row says so
     cost: Cost  # the task's turns so far
     # The agent session's running cost (ACP `usage_update`) when this turn started, and
     # now: the turn's share is the difference.
@@ -156,7 +157,7 @@ class TurnCosts:
             return {"cost": turn.cost.as_json()}
         try:
             total = await self._spending.record(
-                turn.owner, turn.context_id, cost, turn.session.session_id
+                turn.owner, turn.context_id, cost, turn.session.session_id, turn.via
             )
             if turn.session_cost is not None:
                 await self._spending.usage.set_session_cost(

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import Task
+from google.protobuf.json_format import MessageToDict
 
 from tailagent.agents.events import AgentEvent, AgentStartError, Notice, Prompting
 from tailagent.bridge.answers.claims import Claims
@@ -31,6 +32,14 @@ async def _no_events() -> AsyncIterator[AgentEvent]:
     yield
 
 
+def _via_of(task: Task) -> str:
+    """The node a task was handed here through, as its start kept it (`requestedBy.via`)."""
+    metadata = MessageToDict(task.metadata) if task.HasField("metadata") else {}
+    asker = metadata.get("requestedBy")
+    via = asker.get("via") if isinstance(asker, dict) else None
+    return via if isinstance(via, str) else ""
+
+
 class Restorer:
     def __init__(
         self,
@@ -47,6 +56,10 @@ class Restorer:
         self._runtimes = runtimes
         # Tasks a previous run left waiting for an answer, taken back at start.
         self._waiting: dict[str, Waiting] = {}
+        # The node each of them was handed here through ("" directly), from its metadata:
+        # its cost stays "via devbox-1" however its answer reaches this box. (Bounded by
+        # the tasks kept at start: one left by a cancel is a name, never a turn.)
+        self._via: dict[str, str] = {}
 
     def keep(self, tasks: list[Task]) -> None:
         """Keeps the tasks a previous run left waiting for an answer (answers/waiting.py)."""
@@ -54,6 +67,7 @@ class Restorer:
             waiting = waiting_of(task)
             if waiting is not None:
                 self._waiting[task.id] = waiting
+                self._via[task.id] = _via_of(task)
 
     def prompt(self, task_id: str) -> Prompting | None:
         waiting = self._waiting.get(task_id)
@@ -110,6 +124,7 @@ class Restorer:
             directory=directory,
             restored=True,
             owner=requester.owner,
+            via=self._via.pop(task_id, requester.delegated_by),
         )
         self._runtimes.add(runtime)
         await publisher.publish(

@@ -56,6 +56,7 @@ class TaskRuntime:
     # prompt (`resume_text`, answers/waiting.py), not as the reply to a request it no longer has.
     restored: bool = False
     owner: str = "unknown"  # whose work it is: the person its cost is counted to
+    via: str = ""  # the node it was handed here through (its usage row's "via devbox-1")
     cost: Cost = field(default_factory=Cost)  # the task's turns so far
     # The agent session's running cost (ACP `usage_update`) when this turn started, and
     # now: the turn's share is the difference.

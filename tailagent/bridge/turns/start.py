@@ -127,6 +127,7 @@ class TurnStarter:
             roles=requester.roles,
             directory=directory,
             owner=requester.owner,
+            via=requester.delegated_by,
         )
         runtime.session_cost_before = await self._costs.session_cost(session.session_id)
         self._runtimes.add(runtime)
