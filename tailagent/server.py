@@ -23,7 +23,13 @@ from tailagent.access.browser import load_secret
 from tailagent.access.guard import AccessGuard
 from tailagent.access.localapi import LocalAPIUnavailable, self_dns_name
 from tailagent.agents.events import AgentBackend, AgentStartError
-from tailagent.agents.registry import agent_kind, agent_label, agent_programs, make_backend
+from tailagent.agents.registry import (
+    agent_kind,
+    agent_label,
+    agent_programs,
+    make_backend,
+    tools_wanted,
+)
 from tailagent.app import build_app
 from tailagent.bridge.answers.waiting import can_wait
 from tailagent.bridge.conversations.sessions import SessionPool
@@ -39,6 +45,7 @@ from tailagent.cost.ledger import Usage
 from tailagent.delegation.directory import PeerDirectory
 from tailagent.delegation.node_keys import KNOWN_NODES_FILE
 from tailagent.delegation.outbound import DelegatorFactory
+from tailagent.delegation.tool_socket import ToolSockets
 from tailagent.listening.listener import listener_url, open_listener
 from tailagent.listening.probe import healthy
 from tailagent.listening.serving import hypercorn_config
@@ -80,6 +87,7 @@ class Service:
     webpush: WebPush
     desk: Desk
     sandbox: Sandbox
+    tool_sockets: ToolSockets | None  # an ACP agent's doors to tailagent's own tools
 
     async def stop_turns(self) -> int:
         """Ends every running turn and every unfinished task the next start could not
@@ -103,6 +111,8 @@ class Service:
         await self.webpush.aclose()
         await self.pool.aclose()
         await self.backend.aclose()
+        if self.tool_sockets is not None:
+            self.tool_sockets.close()  # the sessions closed theirs: now their folders
         await self.sandbox.aclose()
         await self.conversations.aclose()
         await self.storage.aclose()
@@ -131,7 +141,10 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     )
     isolated = conversations if isinstance(conversations, Isolated) else None
     sandbox = make_sandbox(settings, isolated)
-    backend = make_backend(settings, isolated.spare_directory if isolated else None, sandbox)
+    tool_sockets = ToolSockets() if tools_wanted(settings) else None  # made on first use
+    backend = make_backend(
+        settings, isolated.spare_directory if isolated else None, sandbox, tool_sockets
+    )
     database = open_database(settings.store_url)
     await database.check()
     sdk = SdkStores(database)
@@ -181,12 +194,14 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         signal_watch = _watch_signals(settings, storage, handler, push)
         return Service(
             app, executor, handler, storage, pool, backend, push, signal_watch, conversations,
-            webpush, desk, sandbox,
+            webpush, desk, sandbox, tool_sockets,
         )  # fmt: skip
     except BaseException:
         # A start that fails leaves no signer behind (it would wait on its stdin).
         signing.cancel()
         await asyncio.gather(signing, return_exceptions=True)
+        if tool_sockets is not None:
+            tool_sockets.close()  # nor a folder in the runtime directory
         raise
 
 

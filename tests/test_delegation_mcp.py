@@ -9,6 +9,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +35,7 @@ from tailagent.agents.events import (
 from tailagent.config import AgentSettings, ClaudeSettings, SandboxSettings
 from tailagent.delegation.tool_socket import ToolSockets
 from tailagent.sandbox.fences import TOOLS_INSIDE, Sandbox
-from tests.test_acp import agent_command
+from tests.test_acp import agent_command, start_acp
 from tests.test_claude import FAKE_CLI
 
 PEERS = [{"name": "devbox-2", "url": "https://devbox-2.tail.example.ts.net", "agent": "echo"}]
@@ -127,7 +131,7 @@ async def test_a_refused_hand_off_and_a_call_outside_a_turns_tools_are_errors_th
     )
     assert "mcp delegate error: " in said(refused)
     assert "the person declined" in said(refused)
-    assert "no turn is running" in said(toolless)
+    assert "no person's turn is running" in said(toolless)
     assert declined.calls == [("devbox-2", "rm -rf build", None)]
 
 
@@ -186,3 +190,29 @@ async def test_claude_calls_the_sdk_mcp_tools_without_asking_a_second_time(
     assert "mcp delegate error: no turn is running" in said(toolless)
     assert not any(isinstance(e, PermissionAsked) for e in [*listed, *handed, *toolless])
     assert tools.calls == [("devbox-2", "run the tests", None)]
+
+
+def test_a_servers_acp_agent_has_the_tools_and_a_tokens_turn_is_told_no_person_asked(
+    tmp_path: Path,
+) -> None:
+    # A runtime directory of its own (short: a socket's path is bounded), to see the
+    # server's tool sockets made there and gone after it stops.
+    runtime = Path(tempfile.mkdtemp(prefix="ta-run-"))
+    server = start_acp(tmp_path, env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)})
+    try:
+        hand_off = word("delegate", {"peer": "devbox-2", "message": "run the tests"})
+        called = subprocess.run(
+            [sys.executable, "-m", "tailagent", "call", "--url", server.url,
+             "--token", server.token, hand_off],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert called.returncode == 0, called.stdout + called.stderr + server.log()
+        assert "mcp delegate error: " in called.stdout
+        assert "no person's turn is running" in called.stdout
+        assert "(not for a token or a tagged node)" in called.stdout
+        assert [p.name for p in runtime.glob("tailagent-*/*/*")] == ["tools.sock"]
+    finally:
+        stopped = server.stop()
+    assert stopped == 0, server.log()
+    assert list(runtime.iterdir()) == []  # no socket, nor its folders, left behind
+    runtime.rmdir()

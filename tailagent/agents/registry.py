@@ -11,27 +11,45 @@ import shutil
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tailagent.agents.acp.presets import CUSTOM, PRESETS, command_line
 from tailagent.agents.events import AgentBackend
 from tailagent.config import Settings
+from tailagent.process.origin import binary_path, frozen
 from tailagent.sandbox.fences import Sandbox
+
+if TYPE_CHECKING:
+    from tailagent.agents.acp.session import ToolChannels  # the ACP schema: only if chosen
 
 
 def make_backend(
     settings: Settings,
     spare_directory: Callable[[], Awaitable[Path]] | None = None,
     sandbox: Sandbox | None = None,
+    tool_channels: ToolChannels | None = None,
 ) -> AgentBackend:
     """`spare_directory`, when conversations get directories of their own, says where
     an agent started ahead should start (Claude Code's, whose directory is fixed when it
     starts, and a fenced ACP agent's, whose sandbox is; echo starts nothing ahead).
-    `sandbox` fences every process an agent runs (echo runs none)."""
-    backend = _backend(settings, spare_directory, sandbox)
+    `sandbox` fences every process an agent runs (echo runs none).
+
+    Every Claude and ACP agent is offered tailagent's own tools (list_peers, delegate):
+    each hand-off asks the person first, and a turn no person asked for gets a readable
+    refusal, so they are safe to offer always. Claude reaches them in this process; an
+    ACP agent through `tool_channels`, its conversation's socket (tools_wanted says
+    which backends need them)."""
+    backend = _backend(settings, spare_directory, sandbox, tool_channels)
     if settings.agent_process.caller_modes is not None:
         # The operator's word, for an agent whose modes tailagent does not know.
         backend.caller_modes = settings.agent_process.caller_modes
     return backend
+
+
+def tools_wanted(settings: Settings) -> bool:
+    """Whether the backend reaches tailagent's tools through sockets (ToolChannels):
+    an ACP agent does; Claude's tools run in this process, and echo calls them directly."""
+    return settings.agent_command is not None or settings.agent in PRESETS
 
 
 def agent_kind(settings: Settings) -> str:
@@ -45,8 +63,10 @@ def agent_kind(settings: Settings) -> str:
 def agent_programs(settings: Settings) -> list[Path]:
     """The agent's own files, which its sandbox shows even where they live in a place it
     hides (a venv inside the checkout, a script under /tmp): the interpreter's prefixes,
-    its executable, and the files its command line names."""
+    its executable, and the files its command line names; in the one-file binary, the
+    binary too, which an ACP agent runs as tailagent's MCP server (tool_socket.py)."""
     programs = [Path(sys.prefix), Path(sys.base_prefix)]
+    programs += [binary_path()] if frozen() and tools_wanted(settings) else []
     kind = agent_kind(settings)
     if kind == "claude":
         from tailagent.agents.claude import find_cli
@@ -79,6 +99,7 @@ def _backend(
     settings: Settings,
     spare_directory: Callable[[], Awaitable[Path]] | None,
     sandbox: Sandbox | None,
+    tool_channels: ToolChannels | None,
 ) -> AgentBackend:
     preset = PRESETS.get(settings.agent)
     if settings.agent_command is None and settings.agent == "claude":
@@ -93,6 +114,7 @@ def _backend(
             spare_directory=spare_directory,
             max_budget_usd=settings.budgets.per_task_usd,
             sandbox=sandbox,
+            own_tools=True,
         )
     if settings.agent_command is None and preset is None:
         from tailagent.agents.echo import EchoBackend
@@ -110,4 +132,5 @@ def _backend(
         settings.mcp_servers,
         sandbox,
         spare_directory,
+        tool_channels,
     )

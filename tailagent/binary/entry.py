@@ -1,5 +1,6 @@
-"""The one-file binary's entry point: the `tailagent` command itself, and the card's
-signing process the server starts (a frozen binary has no `python -m`)."""
+"""The one-file binary's entry point: the `tailagent` command itself, the card's
+signing process the server starts, and the MCP server of tailagent's own tools an ACP
+agent starts (a frozen binary has no `python -m`)."""
 
 import sys
 
@@ -10,11 +11,16 @@ from tailagent.binary.bootloader import die_with_the_bootloader
 die_with_the_bootloader()
 
 from tailagent.card.publish import SIGNER_ARGUMENT  # noqa: E402
+from tailagent.delegation.tool_socket import MCP_ARGUMENT  # noqa: E402
 
 if sys.argv[1:2] == [SIGNER_ARGUMENT]:
     from tailagent.card.signer import main
 
     main()
+elif sys.argv[1:2] == [MCP_ARGUMENT]:
+    from tailagent.delegation.mcp_stdio import main as serve_tools
+
+    sys.exit(serve_tools(sys.argv[2:]))
 else:
     from tailagent.cli import run
 

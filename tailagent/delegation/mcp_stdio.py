@@ -115,7 +115,11 @@ def server(door: Door) -> MCPServer[Any]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m tailagent.delegation.mcp_stdio SOCKET", file=sys.stderr)
+        print(
+            "usage: python -m tailagent.delegation.mcp_stdio SOCKET (the binary: "
+            "tailagent --mcp-tools SOCKET)",
+            file=sys.stderr,
+        )
         return 2
     asyncio.run(server(Door(argv[0])).run_stdio_async())
     return 0

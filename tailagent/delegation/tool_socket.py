@@ -2,9 +2,11 @@
 
 An ACP agent reaches tools only through MCP servers it starts itself, inside its fence,
 where nothing of the server is in reach. tailagent's own MCP server (`mcp_stdio`, run by
-the agent as `python -m tailagent.delegation.mcp_stdio SOCKET`) forwards each call
+the agent as `python -m tailagent.delegation.mcp_stdio SOCKET`, or `tailagent
+--mcp-tools SOCKET` in the one-file binary, which has no `-m`) forwards each call
 through this socket to the tools of the turn running now, the person's turn: a call
-made between turns is refused, and a call can never act for another conversation.
+made between turns, or in a turn no person asked for (a token's, a tagged node's), is
+refused, and a call can never act for another conversation.
 
 Each conversation directory gets a folder of its own in the server's private runtime
 directory (0700, and short: a unix socket's path is bounded at 107 bytes), and only that
@@ -25,20 +27,25 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from tailagent.agents.events import DelegationFailed, JSONDict, Progress, TurnTools
+from tailagent.process.origin import binary_path, frozen, python_child
 
 log = logging.getLogger("tailagent.delegation")
 
 SOCKET_NAME = "tools.sock"
 MAX_LINE = 1 << 20  # one call's JSON: a sub-task's message fits many times over
 Send = Callable[[JSONDict], Awaitable[None]]
-NO_TURN = "no turn is running: tailagent's tools act only for the turn that calls them"
+# The one-file binary's entry point runs mcp_stdio when given this (binary/entry.py).
+MCP_ARGUMENT = "--mcp-tools"
+NO_TURN = (
+    "no person's turn is running: tailagent's tools hand work on only for a person "
+    "(not for a token or a tagged node), and only during their turn"
+)
 
 
 def runtime_base() -> Path:
@@ -149,7 +156,16 @@ class ToolSockets:
     directory, and how an agent starts the MCP server that reaches it."""
 
     def __init__(self, base: Path | None = None) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="tailagent-", dir=base or runtime_base()))
+        self._base = base
+        self._root: Path | None = None  # made on first use: a server whose start fails
+        # before any agent session leaves nothing behind
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            base = self._base or runtime_base()
+            self._root = Path(tempfile.mkdtemp(prefix="tailagent-", dir=base))
+        return self._root
 
     def folder(self, directory: Path) -> Path:
         """The folder of the conversation working in `directory` (made now: a fence
@@ -164,11 +180,22 @@ class ToolSockets:
         the agent sees the folder (its fence's mount point), None: where it is."""
         path = self.folder(directory) / SOCKET_NAME
         seen = (inside / SOCKET_NAME) if inside is not None else path
-        command = [sys.executable, "-m", "tailagent.delegation.mcp_stdio", str(seen)]
-        socket = ToolSocket(path, command)
+        socket = ToolSocket(path, [*mcp_command(), str(seen)])
         await socket.start()
         return socket
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(self.root)
+        root, self._root = self._root, None
+        if root is not None:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(root)
+
+
+def mcp_command() -> list[str]:
+    """How an agent starts tailagent's MCP server (the socket's path follows): the
+    binary itself with MCP_ARGUMENT when frozen, else this interpreter on the module,
+    never from the agent's working directory, where a `tailagent/` folder (a checkout)
+    would shadow this package (process/origin.py's python_child)."""
+    if frozen():
+        return [str(binary_path()), MCP_ARGUMENT]
+    return python_child("tailagent.delegation.mcp_stdio")
