@@ -190,6 +190,11 @@ def test_an_acp_agent_behind_the_binary(
         called = run([str(binary)], "call", "tool hello", env=user_env(plain_env, running))
         assert called.returncode == 0, called.stdout + called.stderr + running.log()
         assert "turn 1 of session" in called.stdout
+        # tailagent's own MCP server, which the agent starts from the binary itself
+        # (a token's turn: the tool answers that no person asked for it).
+        tools = run([str(binary)], "call", "mcp:list_peers", env=user_env(plain_env, running))
+        assert "mcp list_peers error: " in tools.stdout, tools.stdout + running.log()
+        assert "no person's turn is running" in tools.stdout
     finally:
         running.stop()
 
