@@ -187,7 +187,7 @@ async def test_claude_calls_the_sdk_mcp_tools_without_asking_a_second_time(
         await backend.aclose()
     assert json.loads(said(listed).split("mcp list_peers said: ")[1].split("echo:")[0]) == PEERS
     assert "mcp delegate said: devbox-2 answered: run the tests is done" in said(handed)
-    assert "mcp delegate error: no turn is running" in said(toolless)
+    assert "mcp delegate error: no person's turn is running" in said(toolless)
     assert not any(isinstance(e, PermissionAsked) for e in [*listed, *handed, *toolless])
     assert tools.calls == [("devbox-2", "run the tests", None)]
 

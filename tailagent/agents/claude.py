@@ -43,6 +43,7 @@ from claude_agent_sdk import (
 from claude_agent_sdk.types import CanUseToolShadowedWarning, McpSdkServerConfig
 
 from tailagent.agents.events import (
+    NO_PERSON_TURN,
     AgentEvent,
     AgentStartError,
     Answer,
@@ -230,7 +231,7 @@ def own_tools_server(current: Callable[[], TurnTools | None]) -> McpSdkServerCon
     async def tools_or_refuse() -> TurnTools:
         tools = current()
         if tools is None:
-            raise DelegationFailed("no turn is running: tailagent's tools act only for one")
+            raise DelegationFailed(NO_PERSON_TURN)
         return tools
 
     @tool("list_peers", "The tailagents on this tailnet this node may hand work to.", {})

@@ -300,6 +300,13 @@ class DelegationFailed(Exception):
     """A hand-off did not complete; str() says why, for the agent to read."""
 
 
+# What an agent's tool call is told when no person's turn is there to act for.
+NO_PERSON_TURN = (
+    "no person's turn is running: tailagent's tools hand work on only for a person "
+    "(not for a token or a tagged node), and only during their turn"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class TurnOptions:
     """What the caller asked for this turn, in message metadata `mode` / `model`, and

@@ -32,7 +32,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from tailagent.agents.events import DelegationFailed, JSONDict, Progress, TurnTools
+from tailagent.agents.events import (
+    NO_PERSON_TURN,
+    DelegationFailed,
+    JSONDict,
+    Progress,
+    TurnTools,
+)
 from tailagent.process.origin import binary_path, frozen, python_child
 
 log = logging.getLogger("tailagent.delegation")
@@ -42,10 +48,6 @@ MAX_LINE = 1 << 20  # one call's JSON: a sub-task's message fits many times over
 Send = Callable[[JSONDict], Awaitable[None]]
 # The one-file binary's entry point runs mcp_stdio when given this (binary/entry.py).
 MCP_ARGUMENT = "--mcp-tools"
-NO_TURN = (
-    "no person's turn is running: tailagent's tools hand work on only for a person "
-    "(not for a token or a tagged node), and only during their turn"
-)
 
 
 def runtime_base() -> Path:
@@ -139,7 +141,7 @@ class ToolSocket:
         if tool not in ("list_peers", "delegate"):
             raise DelegationFailed(f"no tool {tool!r}: tailagent offers list_peers and delegate")
         if tools is None:
-            raise DelegationFailed(NO_TURN)
+            raise DelegationFailed(NO_PERSON_TURN)
         if tool == "list_peers":
             return await tools.list_peers()
         peer, message = args.get("peer"), args.get("message")
