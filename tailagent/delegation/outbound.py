@@ -45,7 +45,7 @@ from tailagent.card.publish import JWKS_PATH
 from tailagent.config import Settings
 from tailagent.cost.ledger import Usage
 from tailagent.delegation.chain import extend
-from tailagent.delegation.peer_task import PeerTask
+from tailagent.delegation.peer_task import Outcome, PeerTask
 from tailagent.store.delegations import DelegationLinks
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,16 @@ class TurnIdentity:
     person: str
     device: str
     chain: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A peer as a hand-off reaches it: its URL, its short name (for the person and the
+    ledger) and its MagicDNS name (the hop's audience)."""
+
+    url: str
+    short: str
+    audience: str
 
 
 class Directory(Protocol):
@@ -180,8 +190,41 @@ class Delegator:
         found = await self._factory.directory.find(peer)
         short = found.peer.split(".")[0] or peer
         await self._consent(found, short, message)
+        peer_context = conversation or await self._factory.links.peer_context(
+            self._turn.context_id, found.url
+        )
+        link = Link(found.url, short, audience(found))
+        return await self._follow(link, progress, lambda task: task.run(message, peer_context))
+
+    async def resume(self, answer: Answer) -> tuple[str, str]:
+        """The peer's name and its answer, for a hand-off a previous run of this box left
+        waiting on the person: `answer`, given since, goes to the peer's task this turn's
+        task last handed work to (the store keeps the link), signed as who gave it, and
+        the task is followed to its end as a new one is. DelegationFailed (its reason) when
+        there is none or the peer's task fails."""
+        kept = await self._factory.links.of_task(self._turn.task_id)
+        if not kept:
+            raise DelegationFailed("this task handed no work to a peer that is kept")
+        last = kept[-1]
+        host = (urlsplit(last.peer_url).hostname or last.peer_url).lower()
+        link = Link(last.peer_url, host.split(".")[0], host)
+        answerer = answer.answerer or self._turn.person
+
+        def follow(task: PeerTask) -> Awaitable[Outcome]:
+            return task.resume(last.peer_task_id, last.peer_context_id, answer, answerer)
+
+        return link.short, await self._follow(link, None, follow)
+
+    async def _follow(
+        self,
+        link: Link,
+        progress: Progress | None,
+        step: Callable[[PeerTask], Awaitable[Outcome]],
+    ) -> str:
+        """Runs `step` on a PeerTask of the peer at `link`; its answer, its cost recorded
+        as the person's delegated cost (the peer task's whole cost, replacing any figure
+        kept for it before)."""
         turn, links = self._turn, self._factory.links
-        peer_context = conversation or await links.peer_context(turn.context_id, found.url)
 
         async def report(line: str) -> None:
             if progress is not None:
@@ -191,29 +234,29 @@ class Delegator:
 
         async def sign(person: str) -> list[str]:
             device = turn.device if person == turn.person else ""
-            return await self._factory.signer.chain(turn, audience(found), person, device)
+            return await self._factory.signer.chain(turn, link.audience, person, device)
 
         async def linked(peer_task_id: str, peer_context_id: str) -> None:
             await links.add(
-                turn.task_id, found.url, peer_task_id, peer_context_id, context_id=turn.context_id
+                turn.task_id, link.url, peer_task_id, peer_context_id, context_id=turn.context_id
             )
 
         async with self._factory.http() as http:
             config = ClientConfig(httpx_client=http, streaming=True)
             try:
-                client = await create_client(found.url, client_config=config)
+                client = await create_client(link.url, client_config=config)
             except Exception as exc:
-                raise DelegationFailed(f"cannot reach {short} at {found.url}: {exc}") from None
-            task = PeerTask(client, short, sign, self._ask, report, linked, turn.person)
+                raise DelegationFailed(f"cannot reach {link.short} at {link.url}: {exc}") from None
+            task = PeerTask(client, link.short, sign, self._ask, report, linked, turn.person)
             self._running.add(task)
             try:
-                outcome = await task.run(message, peer_context)
+                outcome = await step(task)
             finally:
                 self._running.discard(task)
                 await client.close()
         if outcome.cost_usd:
             await self._factory.usage.record_delegated(
-                turn.owner, turn.context_id, turn.task_id, short, outcome.cost_usd,
+                turn.owner, turn.context_id, turn.task_id, link.short, outcome.cost_usd,
                 peer_task_id=task.task_id,
             )  # fmt: skip
         return outcome.text

@@ -103,13 +103,28 @@ class PeerTask:
         self._result: str | None = None
         # Answers given here, by the peer's request id: sent again, never asked again.
         self._answers: dict[str, tuple[Answer, str]] = {}
+        # An answer given before this box restarted, for the prompt the peer waits on.
+        self._given: tuple[Answer, str] | None = None
+        # What each of the peer's turns said it cost (`costUsd`), for a peer that does not
+        # say what its whole task cost.
+        self._turn_costs: list[float] = []
 
     async def run(self, text: str, context_id: str | None) -> Outcome:
         first = Message(
             message_id=uuid.uuid4().hex, role=Role.ROLE_USER, context_id=context_id or ""
         )
         first.parts.append(Part(text=text))
-        step: Callable[[], AsyncIterator[StreamResponse]] = partial(self._send, first, self._person)
+        return await self._follow(partial(self._send, first, self._person))
+
+    async def resume(self, task_id: str, context_id: str, answer: Answer, answerer: str) -> Outcome:
+        """Follows a peer task a previous run of this box left waiting on the person: the
+        answer they gave since goes to the prompt the peer waits on now (the one they
+        were shown, kept by the peer across its own restarts too), then on to its end."""
+        self.task_id, self.context_id = task_id, context_id
+        self._given = (answer, answerer)
+        return await self._follow(self._current)
+
+    async def _follow(self, step: Callable[[], AsyncIterator[StreamResponse]]) -> Outcome:
         while True:
             try:
                 async for event in step():
@@ -145,6 +160,12 @@ class PeerTask:
         async for event in _guarded(stream, self._peer):
             yield event
 
+    async def _current(self) -> AsyncIterator[StreamResponse]:
+        """The peer's task as it stands now (GetTask), as a stream of one."""
+        context = await self._context(self._person)
+        call = self._client.get_task(GetTaskRequest(id=self.task_id), context=context)
+        yield StreamResponse(task=await _guarded_call(call, self._peer))
+
     async def _subscribe(self) -> AsyncIterator[StreamResponse]:
         context = await self._context(self._person)
         request = SubscribeToTaskRequest(id=self.task_id)
@@ -166,6 +187,8 @@ class PeerTask:
             line = _text(update.status.message)
             if kind == "result":
                 self._result = line
+                if usd := _usd(MessageToDict(update.metadata).get("costUsd")):
+                    self._turn_costs.append(usd)
             elif kind in PROGRESS_KINDS and line:
                 await self._report(f"{self._peer}: {line}")
         elif event.HasField("artifact_update"):
@@ -196,6 +219,9 @@ class PeerTask:
         except NotAPrompt as exc:
             raise DelegationFailed(str(exc)) from None
         given = self._answers.get(pending.request_id)
+        if given is None and self._given is not None:
+            given, self._given = self._given, None
+            self._answers[pending.request_id] = given
         if given is None:
             answer = await self._ask(pending)
             given = (answer, answer.answerer or self._person)
@@ -233,9 +259,23 @@ class PeerTask:
             what = TaskState.Name(state).removeprefix("TASK_STATE_").lower()
             reason = _text(self._status.message) or "no reason given"
             raise DelegationFailed(f"{self._peer}'s task {what}: {reason}")
-        cost = self._metadata.get("costUsd")
         text = self._result if self._result is not None else "".join(self._chunks)
-        return Outcome(text, float(cost) if isinstance(cost, int | float) else 0.0)
+        return Outcome(text, self._cost())
+
+    def _cost(self) -> float:
+        """The peer task's whole cost: what its metadata says the task cost (`cost.usd`, a
+        tailagent peer's, which counts every turn, also an agent's that reports only
+        its session's running total), else the sum of what its turns said."""
+        task = self._metadata.get("cost")
+        whole = _usd(task.get("usd")) if isinstance(task, dict) else None
+        return whole if whole is not None else sum(self._turn_costs)
+
+
+def _usd(value: object) -> float | None:
+    """A figure the peer sent, when it is a number (the ledger judges the amount)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 def _text_parts(parts: object) -> str:

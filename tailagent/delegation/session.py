@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, replace
+from typing import Any
 
 from tailagent.agents.events import (
     AgentEvent,
@@ -24,6 +25,7 @@ from tailagent.agents.events import (
     DelegationFailed,
     Prompting,
     PromptPart,
+    PromptText,
     TurnDone,
     TurnFailed,
     TurnOptions,
@@ -40,6 +42,9 @@ class _Ended:
 
 
 _Merged = asyncio.Queue[AgentEvent | _Ended]
+# The request ids of the prompts this wrapper puts into a turn: a task a restart left
+# waiting on one waits on a hand-off (bridge/turns/restore.py).
+DELEGATED = "delegate-"
 
 
 class DelegatingSession:
@@ -51,6 +56,7 @@ class DelegatingSession:
         self._turn = turn
         self._asked: dict[str, asyncio.Future[Answer]] = {}
         self._delegator: Delegator | None = None
+        self._leave_peers = False
 
     @property
     def inner(self) -> AgentSession:
@@ -68,13 +74,54 @@ class DelegatingSession:
         """What else the bridge reads of a session (`reattached_with`) is the agent's."""
         return getattr(self._inner, name)
 
-    async def prompt(
+    def prompt(
         self, parts: list[PromptPart], options: TurnOptions | None = None
     ) -> AsyncIterator[AgentEvent]:
+        async def body(delegator: Delegator, merged: _Merged) -> None:
+            turn_options = replace(options or TurnOptions(), tools=delegator)
+            await _feed(self._inner.prompt(parts, turn_options), merged)
+
+        return self._run(body)  # itself, so that closing the turn closes it at once
+
+    def resume(self, waiting: Prompting) -> AsyncIterator[AgentEvent]:
+        """The turn of a task a previous run of this box left waiting on a peer's prompt
+        (`waiting`, shown here under one of this wrapper's request ids): the person's
+        answer, when `answer` gets it, goes on to the peer's task (Delegator.resume),
+        the peer's further questions are asked in this turn as usual, and once the
+        peer's task is over the agent's reloaded session is told how it ended, as a new
+        prompt (its own turn having ended with the restart). The answer's slot is
+        taken now, before the bridge can answer."""
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._asked[waiting.request_id] = future
+
+        async def body(delegator: Delegator, merged: _Merged) -> None:
+            answer = await future
+            self._asked.pop(waiting.request_id, None)
+            try:
+                peer, said = await delegator.resume(answer)
+                told = f"{peer} finished: {said}"
+            except DelegationFailed as exc:
+                told = f"The hand-off failed: {exc}"
+            intro = (
+                "While you waited for the peer you handed work to, tailagent restarted, so "
+                "its outcome comes as a new message. "
+            )
+            text = f"{intro}{told}"
+            await _feed(
+                self._inner.prompt([PromptText(text)], TurnOptions(tools=delegator)), merged
+            )
+
+        return self._run(body)
+
+    async def _run(
+        self, body: Callable[[Delegator, _Merged], Coroutine[Any, Any, None]]
+    ) -> AsyncIterator[AgentEvent]:
+        """A turn whose events `body` puts into the merged stream, beside the Delegator's
+        (progress, the person asked), read here until the turn ends."""
         merged: _Merged = asyncio.Queue()
 
         async def ask(prompt: Prompting) -> Answer:
-            request_id = f"delegate-{uuid.uuid4().hex}"
+            request_id = f"{DELEGATED}{uuid.uuid4().hex}"
             future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
             self._asked[request_id] = future  # before the bridge can see (and answer) it
             await merged.put(replace(prompt, request_id=request_id))
@@ -88,8 +135,8 @@ class DelegatingSession:
 
         delegator = self._factory.for_turn(self._turn, ask, notify)
         self._delegator = delegator
-        events = self._inner.prompt(parts, replace(options or TurnOptions(), tools=delegator))
-        runner = asyncio.create_task(_feed(events, merged), name=f"turn-{self._turn.task_id}")
+        runner = asyncio.create_task(body(delegator, merged), name=f"turn-{self._turn.task_id}")
+        runner.add_done_callback(lambda done: _failed(done, merged))
         try:
             while True:
                 item = await merged.get()
@@ -103,14 +150,21 @@ class DelegatingSession:
         finally:
             await self._end(runner, delegator)
 
+    def leave_peers(self) -> None:
+        """The server stops while the turn waits on a peer's prompt: the peer's task is
+        left waiting too, as this task is (the link store keeps it), for the answer the
+        next start relays (`resume`); ending the turn then cancels no peer task."""
+        self._leave_peers = True
+
     async def _end(self, runner: asyncio.Task[None], delegator: Delegator) -> None:
         """The turn is over (or its reader gone): its questions are refused, the peer
         tasks it started and still runs are cancelled, the agent's stream is closed."""
         self._refuse_asked("the turn ended")
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await delegator.cancel()
+        if not self._leave_peers:
+            with contextlib.suppress(Exception):
+                await delegator.cancel()
         if self._delegator is delegator:
             self._delegator = None
 
@@ -132,13 +186,20 @@ class DelegatingSession:
     async def cancel(self) -> None:
         """Cancels the peer's tasks and the agent's turn, which then ends as it does."""
         self._refuse_asked("the task was canceled")
-        if self._delegator is not None:
+        if self._delegator is not None and not self._leave_peers:
             with contextlib.suppress(Exception):
                 await self._delegator.cancel()
         await self._inner.cancel()
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+def _failed(runner: asyncio.Task[None], merged: _Merged) -> None:
+    """A turn's body that broke outside the agent's stream (the answer refused, the
+    relay's own error) ends the turn as the agent's error would."""
+    if not runner.cancelled() and (error := runner.exception()) is not None:
+        merged.put_nowait(_Ended(error if isinstance(error, Exception) else None))
 
 
 async def _feed(events: AsyncIterator[AgentEvent], merged: _Merged) -> None:

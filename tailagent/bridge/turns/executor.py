@@ -52,6 +52,7 @@ from tailagent.config.tool_rules import Rule
 from tailagent.cost.budgets import Spending
 from tailagent.cost.turns import TurnCosts
 from tailagent.delegation.outbound import DelegatorFactory
+from tailagent.delegation.session import DELEGATED, DelegatingSession
 from tailagent.store.audit import AuditLog
 
 
@@ -82,7 +83,9 @@ class BridgeExecutor(AgentExecutor):
         self._claims = Claims()
         self._runtimes = Runtimes(pool, self._claims)
         self._decisions = PermissionDecisions(audit, rules, workspace, self._runtimes, fence)
-        self._restorer = Restorer(backend.name, conversations, pool, self._claims, self._runtimes)
+        self._restorer = Restorer(
+            backend.name, conversations, pool, self._claims, self._runtimes, delegators
+        )
         self._starter = TurnStarter(
             conversations,
             pool,
@@ -193,6 +196,9 @@ class BridgeExecutor(AgentExecutor):
         for runtime in runtimes:
             runtime.cancelled = True
             runtime.stop_reason = reason
+            waits_on_peer = runtime.pending and runtime.pending.request_id.startswith(DELEGATED)
+            if waits_on_peer and isinstance(runtime.session, DelegatingSession):
+                runtime.session.leave_peers()  # its hand-off outlasts the stop, as it does
         await asyncio.gather(
             *(runtime.session.cancel() for runtime in runtimes), return_exceptions=True
         )

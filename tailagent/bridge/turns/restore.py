@@ -23,6 +23,9 @@ from tailagent.bridge.conversations.workplace import Conversations, TurnRecord
 from tailagent.bridge.requests.requester import Requester
 from tailagent.bridge.turns.publish import Publisher
 from tailagent.bridge.turns.runtime import Runtimes, TaskRuntime, log
+from tailagent.bridge.turns.start import turn_identity
+from tailagent.delegation.outbound import DelegatorFactory
+from tailagent.delegation.session import DELEGATED, DelegatingSession
 from tailagent.workspace.git import GitError
 
 
@@ -48,7 +51,11 @@ class Restorer:
         pool: SessionPool,
         claims: Claims,
         runtimes: Runtimes,
+        delegators: DelegatorFactory | None = None,
     ) -> None:
+        """`delegators`: how a task left waiting on a peer's prompt has its answer
+        relayed to the peer (None: its answer goes to the agent, as any other)."""
+        self._delegators = delegators
         self._agent_name = agent_name
         self._conversations = conversations
         self._pool = pool
@@ -126,6 +133,7 @@ class Restorer:
             owner=requester.owner,
             via=self._via.pop(task_id, requester.delegated_by),
         )
+        await self._relaying(runtime, waiting, requester)
         self._runtimes.add(runtime)
         await publisher.publish(
             updater,
@@ -135,3 +143,29 @@ class Restorer:
             ),
         )
         return runtime
+
+    async def _relaying(self, runtime: TaskRuntime, waiting: Waiting, requester: Requester) -> None:
+        """Makes a restored task that waits on a peer's prompt relay its answer: a
+        prompt of the delegation wrapper's (its request id says so) asked while this
+        task's hand-off to a peer, kept in the link store, waited. Its answer then goes
+        to the peer's task, signed as who gave it, the task follows the peer's to its
+        end, and the reloaded agent is told the outcome (DelegatingSession.resume). Any
+        other waiting prompt (also "Hand to devbox-2", asked before a peer task
+        existed) is the agent's to be told of, as issue 22's restore does."""
+        turn = turn_identity(runtime.task_id, runtime.context_id, requester)
+        if (
+            self._delegators is None
+            or turn is None
+            or not waiting.prompt.request_id.startswith(DELEGATED)
+        ):
+            return
+        try:
+            if not await self._delegators.links.of_task(runtime.task_id):
+                return
+        except Exception:
+            log.exception("task %s: reading its hand-off to a peer", runtime.task_id)
+            return
+        session = DelegatingSession(runtime.session, self._delegators, turn)
+        runtime.session = session
+        runtime.events = session.resume(waiting.prompt)
+        runtime.restored = False  # the answer goes to the wrapper, which relays it

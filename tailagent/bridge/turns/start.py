@@ -71,6 +71,23 @@ def turn_options(message: Message) -> TurnOptions:
     )
 
 
+def turn_identity(task_id: str, context_id: str, requester: Requester) -> TurnIdentity | None:
+    """Whose turn may hand work to peers: a person's, for the work a peer does for it is
+    that person's and a chain must name one. A tagged node, a token or a local caller
+    gets None (their turns cannot delegate)."""
+    caller = requester.caller
+    if caller is None or caller.kind != "user":
+        return None
+    return TurnIdentity(
+        task_id=task_id,
+        context_id=context_id,
+        owner=caller.owner,
+        person=caller.login,
+        device=requester.answerer.node,  # the person's own device, also through a chain
+        chain=caller.chain,
+    )
+
+
 class TurnStarter:
     def __init__(
         self,
@@ -137,20 +154,10 @@ class TurnStarter:
     def _with_tools(
         self, session: AgentSession, publisher: Publisher, requester: Requester
     ) -> AgentSession:
-        """The turn's session, with the delegation tools when a person asked for the turn:
-        the work a peer does for it is that person's, and a chain must name one. A tagged
-        node, a token or a local caller gets none (their turns cannot delegate)."""
-        caller = requester.caller
-        if self._delegators is None or caller is None or caller.kind != "user":
+        """The turn's session, with the delegation tools when a person asked for the turn."""
+        turn = turn_identity(publisher.task_id, publisher.context_id, requester)
+        if self._delegators is None or turn is None:
             return session
-        turn = TurnIdentity(
-            task_id=publisher.task_id,
-            context_id=publisher.context_id,
-            owner=caller.owner,
-            person=caller.login,
-            device=requester.answerer.node,  # the person's own device, also through a chain
-            chain=caller.chain,
-        )
         return DelegatingSession(session, self._delegators, turn)
 
     async def _session(
