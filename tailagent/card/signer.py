@@ -5,7 +5,8 @@ PyJWT, ~9 MiB of a server's memory). A server signs its card at start and after 
 key rotation, and nothing else at rest needs them, so the signing runs here, in a
 short-lived child the server starts (`sign_cards`): the server holds neither the
 libraries nor the private key (push deliveries, which sign each notification, load
-them in the server when the first one is sent).
+them in the server when the first one is sent; so does the first hand-off to a peer,
+which signs a hop of the actor chain for every request: delegation/outbound.py).
 
 The child reads one JSON request on stdin, `{"state_dir", "jku", "cards": [card as
 protobuf JSON]}`, makes the first key if there is none, and writes `{"cards": [the
