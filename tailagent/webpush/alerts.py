@@ -49,6 +49,7 @@ class Prompt:
     key: str  # the request id, or the status message's id: told once per key
     request_id: str
     said: str  # "wants to run `rm -rf build`", "asks: Which colour?"
+    by: str = ""  # whose agent asks, for a prompt relayed from a peer ("devbox-2's agent")
 
 
 def _clip(text: str, chars: int) -> str:
@@ -79,7 +80,8 @@ def prompt_of(task: Task) -> Prompt:
             said = (
                 f"asks to use {_clip(str(data.get('title') or data.get('toolName')), TEXT_CHARS)}"
             )
-        return Prompt("permission", key, request_id, said)
+        peer = str(data.get("relayedFrom") or "")
+        return Prompt("permission", key, request_id, said, f"{peer}'s agent" if peer else "")
     if data.get("kind") == "ask_user_question":
         questions = data.get("questions") or [{}]
         first = str(questions[0].get("question", "")) if isinstance(questions[0], dict) else ""
@@ -136,6 +138,10 @@ class Alerts:
                     self._failures.popitem(last=False)
                 self._failed(task, owner)
             return
+        if not task.status.message.parts:
+            # The answer's own save: the SDK moves the prompt into the history while the
+            # task is still marked waiting, until the turn takes the answer. No new prompt.
+            return
         prompt = prompt_of(task)
         if self._told.get(task.id) == prompt.key:
             return
@@ -145,7 +151,7 @@ class Alerts:
     def _waiting(self, task: Task, owner: str, prompt: Prompt) -> None:
         role = "approver" if prompt.kind == "permission" else "caller"
         said: dict[str, Any] = {
-            "title": f"{self._box}: {self._agent} {prompt.said}",
+            "title": f"{self._box}: {prompt.by or self._agent} {prompt.said}",
             "body": first_prompt(task),
             "url": f"/desk/tasks/{task.id}#ask",
             "tag": task.id,

@@ -91,6 +91,7 @@ def prompt_from(data: dict[str, Any]) -> Prompting | None:
                 title=str(data.get("title") or data["toolName"]),
                 reason=str(data.get("decisionReason") or ""),
                 options=options,
+                relayed_from=str(data.get("relayedFrom") or ""),
             )
         if data.get("kind") == "ask_user_question":
             questions = tuple(

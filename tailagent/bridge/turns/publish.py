@@ -62,6 +62,9 @@ def question_prompt_text(event: QuestionAsked) -> str:
 
 
 def permission_data(event: PermissionAsked) -> dict[str, Any]:
+    """The prompt's data part; `relayedFrom` names the peer whose agent asked, only on a
+    prompt relayed from another box, so the desk and the push say whose question it is."""
+    relayed = {"relayedFrom": event.relayed_from} if event.relayed_from else {}
     return {
         "kind": "permission_request",
         "requestId": event.request_id,
@@ -70,6 +73,7 @@ def permission_data(event: PermissionAsked) -> dict[str, Any]:
         "title": event.title,
         "decisionReason": event.reason,
         "options": [{"optionId": o.id, "name": o.name, "kind": o.kind} for o in event.options],
+        **relayed,
     }
 
 

@@ -261,6 +261,7 @@ def _timeline(task: Task, who: dict[str, str]) -> list[Entry]:
         if kind in ASK_KINDS:
             request = next((d for d in _data(message.parts) if d.get("kind") == kind), {})
             data["subject"] = subject(request) if request else {"text": data["text"]}
+            data["relayedFrom"] = str(request.get("relayedFrom") or "")  # a peer's question
             asked[str(request.get("requestId", ""))] = data
         elif kind == "resumed":
             data = _decision(message, meta, asked)
