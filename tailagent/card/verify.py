@@ -18,9 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from a2a.types.a2a_pb2 import AgentCard
-from a2a.utils.signing import SignatureVerificationError, create_signature_verifier
 from google.protobuf.json_format import ParseDict
-from jwt import PyJWK
 
 from tailagent.statedir.files import write_private
 
@@ -91,6 +89,11 @@ def _as_card(card_json: dict[str, Any]) -> AgentCard:
 
 
 def _check(card: AgentCard, jwk: dict[str, Any]) -> bool:
+    # Loaded here, with the first card checked: PyJWT brings cryptography, which a
+    # server that checks no card never holds (tests/test_at_rest.py).
+    from a2a.utils.signing import SignatureVerificationError, create_signature_verifier
+    from jwt import PyJWK
+
     verify = create_signature_verifier(lambda kid, jku: PyJWK(jwk), ALGORITHMS)
     try:
         verify(card)

@@ -27,13 +27,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from jwt import PyJWK, api_jws
-from jwt.exceptions import PyJWTError
+if TYPE_CHECKING:
+    from tailagent.card.keys import SigningKey
 
-from tailagent.card.keys import SigningKey
+# PyJWT, and cryptography under it, load with the first hop signed or read (each function
+# imports them): a server nobody hands work to, or that hands none, holds neither
+# (tests/test_at_rest.py).
 
 __all__ = [
     "CHAIN_HEADER",
@@ -147,6 +149,8 @@ def _payload(hop: Hop) -> dict[str, Any]:
 
 def sign_hop(key: SigningKey, jku: str, hop: Hop) -> str:
     """The hop as a compact JWS signed with the node's card key."""
+    from jwt import api_jws
+
     payload = json.dumps(_payload(hop), separators=(",", ":")).encode()
     headers = {"kid": key.kid, "jku": jku, "typ": TOKEN_TYPE}
     return api_jws.encode(payload, key.key, algorithm=key.alg, headers=headers)
@@ -208,6 +212,9 @@ def _hop(payload: Any) -> Hop:
 
 def _read(token: str, number: int) -> tuple[dict[str, Any], Hop]:
     """The unverified header and hop of one token; ChainRefused when it is junk."""
+    from jwt import api_jws
+    from jwt.exceptions import PyJWTError
+
     try:
         parts = api_jws.decode_complete(token, options={"verify_signature": False})
         return parts["header"], _hop(json.loads(parts["payload"]))
@@ -289,6 +296,9 @@ async def _check_signature(
     key_alg = _KEY_ALG.get((str(jwk.get("kty")), str(jwk.get("crv"))))
     if key_alg != alg or jwk.get("alg", alg) != alg:
         raise ChainRefused(f"{where}: bad signature (alg {alg}, but key {kid} is not an {alg} key)")
+    from jwt import PyJWK, api_jws
+    from jwt.exceptions import PyJWTError
+
     try:
         api_jws.decode(token, PyJWK(jwk, algorithm=alg), algorithms=[alg])
     except PyJWTError as exc:
