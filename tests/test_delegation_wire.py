@@ -267,5 +267,26 @@ async def test_answer_goes_through_when_the_peer_restarted(
     assert any("does not answer" in getattr(e, "text", "") for e in alice.told)
 
 
+async def test_hand_offs_read_the_peers_card_again_only_after_a_failure(
+    pair: Pair, factory: DelegatorFactory
+) -> None:
+    """A second hand-off to B within the directory's 30 s reuses B's card, so B's log
+    shows no new card request; one after a failed hand-off reads it again."""
+
+    def card_reads() -> int:
+        return pair.b.log_path.read_text().count("GET /.well-known/agent-card.json")
+
+    alice = Person()
+    delegator = factory.for_turn(turn("t7"), alice.ask, alice.notify)
+    await delegator.delegate("devbox-2", "one")
+    before = card_reads()
+    assert await delegator.delegate("devbox-2", "two") == "echo: two"
+    assert card_reads() == before
+    with pytest.raises(DelegationFailed, match="boom"):
+        await delegator.delegate("devbox-2", "boom")
+    assert await delegator.delegate("devbox-2", "three") == "echo: three"
+    assert card_reads() == before + 1
+
+
 def state_name_of(task: Task) -> str:
     return state_name(task.status.state)

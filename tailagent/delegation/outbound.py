@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
-from a2a.client import ClientConfig, create_client
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.types.a2a_pb2 import AgentCard
 
 from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
 from tailagent.agents.events import (
@@ -45,6 +48,7 @@ from tailagent.card.publish import JWKS_PATH
 from tailagent.config import Settings
 from tailagent.cost.ledger import Usage
 from tailagent.delegation.chain import extend
+from tailagent.delegation.directory import TTL
 from tailagent.delegation.peer_task import Outcome, PeerTask
 from tailagent.store.delegations import DelegationLinks
 
@@ -148,17 +152,45 @@ class DelegatorFactory:
         self.usage = usage
         self.signer = HopSigner(settings.state_dir, settings.advertised_url + JWKS_PATH, localapi)
         self.proxy = settings.delegation.proxy or proxy or None
+        self.peers = PeerClients(self.proxy)
 
     def for_turn(self, turn: TurnIdentity, ask: Asker, notify: Notify) -> Delegator:
         return Delegator(self, turn, ask, notify)
 
+
+class PeerClients:
+    """How a hand-off reaches a peer, without paying again for what does not change
+    between hand-offs: the TLS trust store (loading it is most of an httpx client's
+    making, tens of ms) and the peer's card, kept as long as the directory keeps its
+    listing and read again after a hand-off to it fails (the peer may have moved)."""
+
+    def __init__(self, proxy: str | None) -> None:
+        self._proxy = proxy
+        self._tls: ssl.SSLContext | None = None
+        self._cards: dict[str, tuple[float, AgentCard]] = {}
+
     def http(self) -> httpx.AsyncClient:
         """A client to the tailnet; the read has no bound, a peer's turn may be long."""
+        if self._tls is None:
+            self._tls = httpx.create_ssl_context()
         return httpx.AsyncClient(
             headers={"A2A-Version": "1.0"},
             timeout=httpx.Timeout(10.0, read=None),
-            proxy=self.proxy,
+            proxy=self._proxy,
+            verify=self._tls,
         )
+
+    async def client(self, http: httpx.AsyncClient, url: str) -> Client:
+        """An A2A client of the peer at `url` on `http`."""
+        kept = self._cards.get(url)
+        if kept is None or time.monotonic() - kept[0] >= TTL:
+            kept = (time.monotonic(), await A2ACardResolver(http, url).get_agent_card())
+            self._cards[url] = kept
+        return ClientFactory(ClientConfig(httpx_client=http, streaming=True)).create(kept[1])
+
+    def forget(self, url: str) -> None:
+        """The peer at `url` failed a hand-off: its card is read again next time."""
+        self._cards.pop(url, None)
 
 
 class Delegator:
@@ -241,16 +273,19 @@ class Delegator:
                 turn.task_id, link.url, peer_task_id, peer_context_id, context_id=turn.context_id
             )
 
-        async with self._factory.http() as http:
-            config = ClientConfig(httpx_client=http, streaming=True)
+        peers = self._factory.peers
+        async with peers.http() as http:
             try:
-                client = await create_client(link.url, client_config=config)
+                client = await peers.client(http, link.url)
             except Exception as exc:
                 raise DelegationFailed(f"cannot reach {link.short} at {link.url}: {exc}") from None
             task = PeerTask(client, link.short, sign, self._ask, report, linked, turn.person)
             self._running.add(task)
             try:
                 outcome = await step(task)
+            except DelegationFailed:
+                peers.forget(link.url)
+                raise
             finally:
                 self._running.discard(task)
                 await client.close()
