@@ -19,7 +19,6 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from tailagent.card.keys import thumbprint
 from tailagent.card.verify import KnownAgents
 from tailagent.delegation.chain import ChainRefused, node_name
 
@@ -65,6 +64,9 @@ class NodeKeys:
             return await self._key(node, jku, kid, origin)
 
     async def _key(self, node: str, jku: str, kid: str, origin: str) -> dict[str, Any]:
+        # cryptography loads with the first chain checked, not with the server.
+        from tailagent.card.keys import thumbprint
+
         pinned = self._known.get(origin)
         if pinned is not None and pinned["jwk"].get("kid") == kid:
             jwk: dict[str, Any] = pinned["jwk"]

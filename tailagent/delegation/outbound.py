@@ -21,7 +21,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
@@ -42,7 +42,6 @@ from tailagent.agents.events import (
     QuestionAsked,
 )
 from tailagent.card.keyfile import key_version
-from tailagent.card.keys import KeyStore, SigningKey
 from tailagent.card.peers import Peer
 from tailagent.card.publish import JWKS_PATH
 from tailagent.config import Settings
@@ -51,6 +50,9 @@ from tailagent.delegation.chain import extend
 from tailagent.delegation.directory import TTL
 from tailagent.delegation.peer_task import Outcome, PeerTask
 from tailagent.store.delegations import DelegationLinks
+
+if TYPE_CHECKING:
+    from tailagent.card.keys import SigningKey
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +119,9 @@ class HopSigner:
         return self._node
 
     def _signing_key(self) -> SigningKey:
+        # cryptography loads with the first hand-off, not with the server (test_at_rest).
+        from tailagent.card.keys import KeyStore
+
         version = key_version(self._state_dir)
         if self._key is None or self._key[0] != version:
             self._key = (version, KeyStore(self._state_dir).current())
