@@ -269,6 +269,7 @@ class AcpSession:
             connection.prompt(session_id=self._session_id, prompt=self._blocks(parts))
         )
         prompt_task, exited = self._prompt_task, self.process.exited
+        getter: asyncio.Future[AgentEvent] | None = None
         try:
             while True:
                 getter = asyncio.ensure_future(queue.get())
@@ -291,6 +292,8 @@ class AcpSession:
                 yield self._outcome(prompt_task)
                 return
         finally:
+            if getter is not None:
+                getter.cancel()  # the turn's reader left while it waited: no get outlives it
             self._queue = None
             if self.tools is not None:
                 self.tools.serve(None)
