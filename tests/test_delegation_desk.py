@@ -1,8 +1,7 @@
 """A peer's question reaches the person on box A's desk and phone, and her answer from
 there goes back to box B as hers (issue 45, item 3), in a real Chromium.
 
-Two real servers on loopback as in tests/test_delegation_wire.py: devbox-1 (A) and
-devbox-2 (B), each with a fake tailscaled naming it, the forwarding proxy between them.
+Two real servers on loopback: devbox-1 (A) and devbox-2 (B) (tests/two_boxes.py).
 A's fake tailscaled also names alice's phone, whose browser reaches A's desk through its
 stand-in for `tailscale serve` (tests/serve_proxy.py), so the desk knows her with no
 sign-in and her turns get the delegation tools. Her push subscription is at the stand-in
@@ -20,15 +19,13 @@ import pytest
 from playwright.sync_api import Browser, expect
 
 from tests.browser import PHONE
-from tests.conftest import start_server
 from tests.push_service import PushService
 from tests.serve_proxy import ServeProxy
 from tests.tailnet import whois
-from tests.tailnet_proxy import TailnetProxy
-from tests.test_delegation_wire import A_NODE, ALICE, B_NODE, Pair, named, port_of
 from tests.test_desk import start_task
 from tests.test_desk_push import Desk
 from tests.test_real_tailnet import audit_rows
+from tests.two_boxes import ALICE, Boxes, port_of, start_boxes
 
 PHONE_IP = "100.64.0.2"  # alice's phone, as A's tailscaled names it
 SCREENSHOTS = os.environ.get("TAILAGENT_SCREENSHOTS")
@@ -37,53 +34,31 @@ RELAYED = "devbox-2's agent asks to run `rm -rf cleanup`"
 
 
 @pytest.fixture(scope="module")
-def boxes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Desk, Pair]]:
+def boxes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Desk, Boxes]]:
     """A (alice's desk, with push) and B (which lets devbox-1 hand it alice's work)."""
     tmp = tmp_path_factory.mktemp("delegation-desk")
-    proxy, push = TailnetProxy().start(), PushService()
-    fake_a = named(tmp / "ts-a", A_NODE, peers=(B_NODE,))
-    fake_a.peers[PHONE_IP] = whois(ALICE, name="pixel-7", ip=PHONE_IP)
-    fake_a.start()
-    fake_b = named(tmp / "ts-b", B_NODE)
-    node_a = {"ID": 9, "Name": A_NODE + ".", "Addresses": ["100.64.0.9/32"], "Tags": ["tag:dev"]}
-    profile = {"ID": 2, "LoginName": "tagged-devices", "DisplayName": "Tagged Devices"}
-    fake_b.peers["100.64.0.9"] = {"Node": node_a, "UserProfile": profile, "CapMap": {}}
-    fake_b.start()
-    common = f'[delegation]\nproxy = "{proxy.url}"\nscheme = "http"\nport = 80\n'
-    (tmp / "a.toml").write_text(
+    push = PushService()
+    a_sections = (
         f'[access]\nallowed_logins = ["{ALICE}"]\n[desk]\npush_services = ["{push.origin}"]\n'
-        + common
     )
-    (tmp / "b.toml").write_text(
-        f'[access]\nallowed_logins = ["{ALICE}"]\n{common}allowed_nodes = ["devbox-1"]\n'
+    pair = start_boxes(
+        tmp, a_sections=a_sections, a_callers={PHONE_IP: whois(ALICE, name="pixel-7", ip=PHONE_IP)}
     )
-    a = start_server(tmp / "a", "--config", str(tmp / "a.toml"), "--public-url",
-                     f"http://{A_NODE}", "--tailscale-socket", str(fake_a.socket))  # fmt: skip
-    b_args = ["--config", str(tmp / "b.toml"), "--public-url", f"http://{B_NODE}",
-              "--tailscale-socket", str(fake_b.socket)]  # fmt: skip
-    b = start_server(tmp / "b", *b_args)
-    proxy.routes.update({A_NODE: port_of(a), B_NODE: port_of(b)})
-    proxy.forwarded_for[B_NODE] = "100.64.0.9"  # devbox-1, as B's serve would say
-    phone = ServeProxy(port_of(a), PHONE_IP).start()
-    desk = Desk(tmp / "a", fake_a, push, a, {"alice": phone})
-    pair = Pair(tmp, proxy, a, b, b_args, [fake_a, fake_b])
+    phone = ServeProxy(port_of(pair.a), PHONE_IP).start()
+    desk = Desk(tmp / "a", pair.fakes[0], push, pair.a, {"alice": phone})
     yield desk, pair
     phone.stop()
-    a.stop()
-    b.stop()
-    for fake in pair.fakes:
-        fake.stop()
+    pair.stop()
     push.stop()
-    proxy.stop()
 
 
-def new_rows(pair: Pair, before: int) -> list[dict[str, str]]:
+def new_rows(pair: Boxes, before: int) -> list[dict[str, str]]:
     """B's audit rows written since it had `before` of them."""
     return audit_rows(pair.b)[before:]
 
 
 def test_on_her_phone_alice_allows_the_hand_off_and_b_s_question_on_a_s_desk(
-    boxes: tuple[Desk, Pair], browser: Browser, tmp_path: Path
+    boxes: tuple[Desk, Boxes], browser: Browser, tmp_path: Path
 ) -> None:
     desk, pair = boxes
     on_b_before = len(audit_rows(pair.b))
@@ -121,7 +96,7 @@ def test_on_her_phone_alice_allows_the_hand_off_and_b_s_question_on_a_s_desk(
 
 
 def test_b_s_question_reaches_alice_s_phone_as_a_push_and_her_allow_there_goes_to_b(
-    boxes: tuple[Desk, Pair],
+    boxes: tuple[Desk, Boxes],
 ) -> None:
     desk, pair = boxes
     desk.push.received.clear()

@@ -1,8 +1,7 @@
 """Box A's wire side of a hand-off: the Delegator, against a real peer server.
 
-Two real servers on loopback play devbox-1 (A) and devbox-2 (B), each with a fake
-tailscaled naming it; a forwarding proxy plays the tailnet between them, as tailscaled's
-outbound HTTP proxy does. B lets devbox-1 hand work here for alice. The Delegator runs
+Two real servers on loopback play devbox-1 (A) and devbox-2 (B) (tests/two_boxes.py);
+B lets devbox-1 hand work here for alice. The Delegator runs
 in the test with A's state dir (A's card key, A's JWKS URL): B checks each hop against
 the JWKS A serves, as it would on a tailnet.
 """
@@ -10,11 +9,9 @@ the JWKS A serves, as it would on a tailnet.
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import threading
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,85 +37,14 @@ from tailagent.delegation.outbound import DelegatorFactory, TurnIdentity
 from tailagent.store.database import open_database
 from tailagent.store.delegations import DelegationLinks
 from tests.a2a_helpers import state_name
-from tests.conftest import RunningServer, start_server
-from tests.tailnet import FakeTailscaled
-from tests.tailnet_proxy import TailnetProxy
-
-ALICE = "alice@example.com"
-A_NODE, B_NODE = "devbox-1.tail.test", "devbox-2.tail.test"
-
-
-class NamedTailscaled(FakeTailscaled):
-    """A fake tailscaled whose node is `dns_name`, with `peer_names` online."""
-
-    dns_name: str = ""
-    peer_names: tuple[str, ...] = ()
-
-    def write(self) -> None:
-        self.nodes = {
-            f"nodekey:{n}": {"DNSName": n + ".", "Online": True, "UserID": 1, "Tags": ["tag:dev"]}
-            for n in self.peer_names
-        }
-        super().write()
-        state: dict[str, Any] = json.loads(self.config.read_text())
-        state["status"]["Self"]["DNSName"] = self.dns_name + "."
-        self.config.write_text(json.dumps(state))
-
-
-def named(directory: Path, dns_name: str, peers: tuple[str, ...] = ()) -> NamedTailscaled:
-    fake = NamedTailscaled(directory)
-    fake.dns_name, fake.peer_names = dns_name, peers
-    return fake
-
-
-@dataclass
-class Pair:
-    tmp: Path
-    proxy: TailnetProxy
-    a: RunningServer
-    b: RunningServer
-    b_args: list[str]
-    fakes: list[FakeTailscaled] = field(default_factory=list)
-
-    def restart_b(self, sig: int = signal.SIGKILL) -> None:
-        self.b.stop(sig)
-        self.b = start_server(self.tmp / "b", *self.b_args, state_dir=self.b.state_dir)
-        self.proxy.routes[B_NODE] = port_of(self.b)
-
-
-def port_of(server: RunningServer) -> int:
-    return int(server.url.rsplit(":", 1)[1].rstrip("/"))
+from tests.two_boxes import A_NODE, ALICE, B_NODE, Boxes, start_boxes
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    tmp = tmp_path_factory.mktemp("wire")
-    proxy = TailnetProxy().start()
-    fake_a = named(tmp / "ts-a", A_NODE, peers=(B_NODE,)).start()
-    fake_b = named(tmp / "ts-b", B_NODE)
-    node_a = {"ID": 9, "Name": A_NODE + ".", "Addresses": ["100.64.0.9/32"], "Tags": ["tag:dev"]}
-    profile = {"ID": 2, "LoginName": "tagged-devices", "DisplayName": "Tagged Devices"}
-    fake_b.peers["100.64.0.9"] = {"Node": node_a, "UserProfile": profile, "CapMap": {}}
-    fake_b.start()
-    common = f'[delegation]\nproxy = "{proxy.url}"\nscheme = "http"\nport = 80\n'
-    (tmp / "a.toml").write_text(common)
-    (tmp / "b.toml").write_text(
-        f'[access]\nallowed_logins = ["{ALICE}"]\n{common}allowed_nodes = ["devbox-1"]\n'
-    )
-    a = start_server(tmp / "a", "--config", str(tmp / "a.toml"), "--public-url",
-                     f"http://{A_NODE}", "--tailscale-socket", str(fake_a.socket))  # fmt: skip
-    b_args = ["--config", str(tmp / "b.toml"), "--public-url", f"http://{B_NODE}",
-              "--tailscale-socket", str(fake_b.socket)]  # fmt: skip
-    b = start_server(tmp / "b", *b_args)
-    proxy.routes.update({A_NODE: port_of(a), B_NODE: port_of(b)})
-    proxy.forwarded_for[B_NODE] = "100.64.0.9"  # devbox-1, as B's serve would say
-    made = Pair(tmp, proxy, a, b, b_args, [fake_a, fake_b])
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Boxes]:
+    made = start_boxes(tmp_path_factory.mktemp("wire"))
     yield made
-    made.a.stop()
-    made.b.stop()
-    for fake in made.fakes:
-        fake.stop()
-    proxy.stop()
+    made.stop()
 
 
 class Person:
@@ -141,7 +67,7 @@ class Person:
 
 
 @pytest.fixture
-async def factory(pair: Pair, tmp_path: Path) -> AsyncIterator[DelegatorFactory]:
+async def factory(pair: Boxes, tmp_path: Path) -> AsyncIterator[DelegatorFactory]:
     settings = Settings(
         state_dir=pair.a.state_dir,
         public_url=f"http://{A_NODE}",
@@ -163,7 +89,7 @@ def turn(task: str) -> TurnIdentity:
     return TurnIdentity(task, f"ctx-{task}", f"user:{ALICE}", ALICE, "laptop")
 
 
-async def peer_task(pair: Pair, task_id: str) -> Task:
+async def peer_task(pair: Boxes, task_id: str) -> Task:
     """B's task as its owner (B's local admin) reads it, on B's own listener: the card's
     URL names devbox-2.tail.test, which only the proxy resolves."""
     body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}
@@ -175,7 +101,7 @@ async def peer_task(pair: Pair, task_id: str) -> Task:
 
 
 async def test_delegate_returns_the_peers_answer_asked_first(
-    pair: Pair, factory: DelegatorFactory
+    pair: Boxes, factory: DelegatorFactory
 ) -> None:
     alice = Person()
     delegator = factory.for_turn(turn("t1"), alice.ask, alice.notify)
@@ -196,7 +122,7 @@ async def test_delegate_returns_the_peers_answer_asked_first(
 
 
 async def test_peer_question_is_asked_here_and_answered_there(
-    pair: Pair, factory: DelegatorFactory
+    pair: Boxes, factory: DelegatorFactory
 ) -> None:
     alice = Person()
     delegator = factory.for_turn(turn("t2"), alice.ask, alice.notify)
@@ -213,7 +139,7 @@ async def test_peer_question_is_asked_here_and_answered_there(
 
 
 async def test_peer_failure_comes_back_with_its_reason(
-    pair: Pair, factory: DelegatorFactory
+    pair: Boxes, factory: DelegatorFactory
 ) -> None:
     alice = Person()
     delegator = factory.for_turn(turn("t3"), alice.ask, alice.notify)
@@ -221,7 +147,7 @@ async def test_peer_failure_comes_back_with_its_reason(
         await delegator.delegate("devbox-2", "boom")
 
 
-async def test_declined_hand_off_sends_nothing(pair: Pair, factory: DelegatorFactory) -> None:
+async def test_declined_hand_off_sends_nothing(pair: Boxes, factory: DelegatorFactory) -> None:
     alice = Person(PermissionDecision(False, "reject_once", answerer=ALICE))
     delegator = factory.for_turn(turn("t4"), alice.ask, alice.notify)
     with pytest.raises(DelegationFailed, match="the person declined"):
@@ -229,7 +155,7 @@ async def test_declined_hand_off_sends_nothing(pair: Pair, factory: DelegatorFac
     assert await factory.links.of_task("t4") == []
 
 
-async def test_cancel_cancels_the_peers_task(pair: Pair, factory: DelegatorFactory) -> None:
+async def test_cancel_cancels_the_peers_task(pair: Boxes, factory: DelegatorFactory) -> None:
     alice = Person()
     delegator = factory.for_turn(turn("t5"), alice.ask, alice.notify)
     running = asyncio.create_task(delegator.delegate("devbox-2", "slow 30"))
@@ -245,7 +171,7 @@ async def test_cancel_cancels_the_peers_task(pair: Pair, factory: DelegatorFacto
 
 
 async def test_answer_goes_through_when_the_peer_restarted(
-    pair: Pair, factory: DelegatorFactory
+    pair: Boxes, factory: DelegatorFactory
 ) -> None:
     """B dies while its question waits here; alice answers while it is down, and the
     answer reaches B once it is back (its waiting task kept across the restart)."""
@@ -268,7 +194,7 @@ async def test_answer_goes_through_when_the_peer_restarted(
 
 
 async def test_hand_offs_read_the_peers_card_again_only_after_a_failure(
-    pair: Pair, factory: DelegatorFactory
+    pair: Boxes, factory: DelegatorFactory
 ) -> None:
     """A second hand-off to B within the directory's 30 s reuses B's card, so B's log
     shows no new card request; one after a failed hand-off reads it again."""
