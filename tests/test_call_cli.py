@@ -179,6 +179,25 @@ def test_a_unix_socket_server_is_called_by_its_socket_or_found_by_its_state_dir(
         assert server.stop() == 0
 
 
+def test_a_call_on_this_box_stays_on_the_loopback_listener(tmp_path: Path) -> None:
+    """The card names the tailnet URL (--public-url), which resolves nowhere here, as on
+    a box whose tailscaled is down: a call on this box still reaches its server on
+    loopback, with the local token, and a follow-up names no other URL."""
+    server = start_server(tmp_path, "--public-url", "https://devbox.invalid")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAILAGENT_")}
+    try:
+        for where in (["--url", server.url], []):
+            result = subprocess.run(
+                [sys.executable, "-m", "tailagent", "call", "ask:cleanup", "--state-dir",
+                 str(server.state_dir), *where],
+                env=env, capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            assert result.returncode == 3, result.stderr
+            assert "devbox.invalid" not in result.stdout + result.stderr
+    finally:
+        assert server.stop() == 0
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["stop", "crash"])
 def test_a_stream_the_server_ends_shows_why(tmp_path: Path, how: int) -> None:
     """A server that stops mid-turn ends the stream with the task's failure, and the

@@ -209,7 +209,7 @@ def test_a_servers_acp_agent_has_the_tools_and_a_tokens_turn_is_told_no_person_a
         assert called.returncode == 0, called.stdout + called.stderr + server.log()
         assert "mcp delegate error: " in called.stdout
         assert "no person's turn is running" in called.stdout
-        assert "(not for a token or a tagged node)" in called.stdout
+        assert "(not for a token, this box's local token or a tagged node)" in called.stdout
         assert [p.name for p in runtime.glob("tailagent-*/*/*")] == ["tools.sock"]
     finally:
         stopped = server.stop()

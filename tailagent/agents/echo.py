@@ -36,6 +36,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tailagent.agents.events import (
+    NO_PERSON_TURN,
     AgentEvent,
     Answer,
     DelegationFailed,
@@ -324,9 +325,8 @@ async def _hand_off(
     """The `delegate` tool call: the peer's answer, or why there is none."""
     yield ToolStarted(tool_id, "delegate", f"Hand to {peer}", {"peer": peer, "message": message})
     if tools is None:
-        why = "delegation is not available in this turn (tailagent gave the agent no tools)"
-        yield ToolFinished(tool_id, "failed", why)
-        yield Text(f"Could not hand to {peer}: {why}.\n")
+        yield ToolFinished(tool_id, "failed", NO_PERSON_TURN)
+        yield Text(f"Could not hand to {peer}: {NO_PERSON_TURN}.\n")
         return
     try:
         answer = await tools.delegate(peer, message)

@@ -303,7 +303,8 @@ class DelegationFailed(Exception):
 # What an agent's tool call is told when no person's turn is there to act for.
 NO_PERSON_TURN = (
     "no person's turn is running: tailagent's tools hand work on only for a person "
-    "(not for a token or a tagged node), and only during their turn"
+    "whom whois named (not for a token, this box's local token or a tagged node), and "
+    "only during their turn"
 )
 
 

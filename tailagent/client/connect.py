@@ -145,15 +145,19 @@ def open_http(target: Target, token: str | None) -> httpx.AsyncClient:
 
 @asynccontextmanager
 async def a2a_client(target: Target, http: httpx.AsyncClient) -> AsyncIterator[Client]:
-    """An a2a-sdk client for the target. Over a unix socket the card's URLs (the
-    public, tailnet ones) are pointed back at the socket."""
+    """An a2a-sdk client for the target. On this box (a unix socket, a loopback
+    address) the card's URLs, the public tailnet ones, are pointed back at the listener
+    named: a local call stays local, with the local token, even while the tailnet is
+    down or the public name resolves nowhere yet."""
     config = ClientConfig(httpx_client=http)
-    if target.socket is None:
+    if not target.local:
         client = await create_client(target.base, client_config=config)
     else:
         card = await A2ACardResolver(http, target.base).get_agent_card()
+        here = urlsplit(target.base)
         for interface in card.supported_interfaces:
-            interface.url = UNIX_BASE + urlsplit(interface.url).path.rstrip("/")
+            path = urlsplit(interface.url).path.rstrip("/")
+            interface.url = f"{here.scheme}://{here.netloc}{path}"
         client = await create_client(card, client_config=config)
     try:
         yield client
