@@ -32,7 +32,8 @@ from tailagent.agents.events import (
     TurnDone,
     TurnOptions,
 )
-from tailagent.config import AgentSettings, ClaudeSettings, SandboxSettings
+from tailagent.agents.registry import agent_programs
+from tailagent.config import AgentSettings, ClaudeSettings, SandboxSettings, Settings
 from tailagent.delegation.tool_socket import ToolSockets
 from tailagent.sandbox.fences import TOOLS_INSIDE, Sandbox
 from tests.test_acp import agent_command, start_acp
@@ -138,7 +139,12 @@ async def test_a_refused_hand_off_and_a_call_outside_a_turns_tools_are_errors_th
 async def test_a_fenced_agent_reaches_its_own_socket_and_nothing_else_of_the_server(
     tmp_path: Path, sockets: ToolSockets
 ) -> None:
-    sandbox = Sandbox(SandboxSettings(), agent="custom", state_dir=tmp_path / "state")
+    # The agent's files as the server shows them: this venv, the fake agent, and the
+    # tailagent package its MCP server runs (all hidden where they live under /tmp).
+    programs = agent_programs(Settings(agent_command=agent_command()))
+    sandbox = Sandbox(
+        SandboxSettings(), agent="custom", state_dir=tmp_path / "state", programs=programs
+    )
     await sandbox.start()  # no bwrap here fails the test: the fence is the point
     assert sandbox.on
     other = await sockets.open(tmp_path / "another-conversation")  # another agent's

@@ -200,6 +200,6 @@ async def test_delegate_without_tools_fails_saying_so(a2a: A2A) -> None:
     }  # fmt: skip
     assert texts(result.status.message) == "Hand to devbox-2: failed"
     why = data_parts(result.status.message)[0]["output"]
-    assert why.startswith("delegation is not available in this turn")
+    assert why.startswith("no person's turn is running")
     answer = "".join(texts(a.artifact) for a in turn.artifacts("response"))
     assert answer == f"Could not hand to devbox-2: {why}.\n"

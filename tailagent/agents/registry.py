@@ -63,10 +63,12 @@ def agent_kind(settings: Settings) -> str:
 def agent_programs(settings: Settings) -> list[Path]:
     """The agent's own files, which its sandbox shows even where they live in a place it
     hides (a venv inside the checkout, a script under /tmp): the interpreter's prefixes,
-    its executable, and the files its command line names; in the one-file binary, the
-    binary too, which an ACP agent runs as tailagent's MCP server (tool_socket.py)."""
+    its executable, and the files its command line names; and what an ACP agent runs
+    as tailagent's MCP server (tool_socket.py): the one-file binary, or this package,
+    which an editable install keeps in its checkout."""
     programs = [Path(sys.prefix), Path(sys.base_prefix)]
-    programs += [binary_path()] if frozen() and tools_wanted(settings) else []
+    if tools_wanted(settings):
+        programs += [binary_path() if frozen() else Path(__file__).resolve().parents[1]]
     kind = agent_kind(settings)
     if kind == "claude":
         from tailagent.agents.claude import find_cli
