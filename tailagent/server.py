@@ -302,6 +302,7 @@ def _make_executor(
         spending=spending,
         fence=fence,
         delegators=delegators,
+        events=storage.events,
     )
 
 
@@ -355,7 +356,7 @@ def _make_handler(
         max_concurrent_turns=settings.agent_process.max_concurrent_turns,
         conversations=conversations, owners=storage.owners,
         max_worktrees_per_caller=settings.workspace.max_worktrees_per_caller,
-        spending=spending, audit=storage.audit,
+        spending=spending, audit=storage.audit, events=storage.events,
     )  # fmt: skip
 
 

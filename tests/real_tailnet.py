@@ -26,7 +26,7 @@ from typing import Any
 from tests.build_lock import building
 from tests.tailnet import free_port
 
-RELEASE = "v1.102.3"
+RELEASE = "v1.102.5"
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / ".cache" / "tailnet" / RELEASE
 CONTROL_SOURCE = Path(__file__).resolve().parent / "tailnet_control"

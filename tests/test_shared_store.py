@@ -13,7 +13,9 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from a2a.types.a2a_pb2 import SendMessageRequest, TaskPushNotificationConfig
 from a2a.utils.errors import A2AError
@@ -24,6 +26,7 @@ from tests.a2a_helpers import A2A, user_message
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
 from tests.test_push import receiving
+from tests.test_resume_stream import events, message, number, rpc, state, text
 from tests.test_tokens_and_owners import add_token, tailagent
 
 MISSING = postgres_missing()
@@ -258,3 +261,32 @@ async def test_a_conversation_is_its_owners_on_every_server(pair: Pair) -> None:
     assert (await bob_b.turn(user_message("mine", context_id=name))).final_state == "completed"
     with pytest.raises(A2AError, match=f"Conversation {name} not found"):
         await alice_a.turn(user_message("mine too", context_id=name))
+
+
+def test_a_stream_cut_on_one_server_is_taken_up_on_the_other(pair: Pair) -> None:
+    """Alice's turn runs on A; her stream drops and her client comes back through B,
+    which serves what she missed and then the rest from the store, each event once."""
+
+    def auth(server: RunningServer, **more: str) -> dict[str, str]:
+        token = pair.tokens[("alice", server.state_dir.name)]
+        return {"A2A-Version": "1.0", "Authorization": f"Bearer {token}", **more}
+
+    first: list[dict[str, Any]] = []
+    body = rpc("SendStreamingMessage", message("slow 3"))
+    with httpx.Client(timeout=30) as http:
+        with http.stream("POST", pair.a.url, json=body, headers=auth(pair.a)) as stream:
+            for event in events(stream):
+                first.append(event)
+                if "tick 1/3" in text(event):
+                    break
+        task_id = first[0]["task"]["id"]
+        seen = [n for n in map(number, first) if n is not None]
+        resume = auth(pair.b, **{"Last-Event-ID": str(seen[-1])})
+        body = rpc("SubscribeToTask", {"id": task_id})
+        with http.stream("POST", pair.b.url, json=body, headers=resume) as stream:
+            again = list(events(stream))
+    numbers = seen + [n for n in map(number, again) if n is not None]
+    assert numbers == list(range(1, len(numbers) + 1)), again
+    said = "".join(text(e) for e in first + again)
+    assert [said.count(f"tick {t}/3") for t in (1, 2, 3)] == [1, 1, 1], said
+    assert state(again[-1]) == "TASK_STATE_COMPLETED"

@@ -334,6 +334,9 @@ class Settings:
     # Streams (SSE: A2A's streamed sends and subscriptions, the desk's live pages) one
     # caller may hold open at once; each holds a connection, a descriptor, until it ends.
     max_streams_per_caller: int = 32
+    # Each task's numbered events kept for a stream taken up again (store/events.py).
+    events_kept: int = 10_000
+    events_kept_hours: float = 24.0
     max_permission_denials: int = 3
     log_level: str = "info"
     log_format: str = "text"

@@ -25,6 +25,7 @@ from tailagent.statedir.files import write_private
 from tailagent.store.audit import AuditLog
 from tailagent.store.database import Database
 from tailagent.store.delegations import DelegationLinks
+from tailagent.store.events import TaskEvents
 from tailagent.store.finality import mark_failed
 from tailagent.store.owners import ConversationOwners
 from tailagent.store.sdk_stores import SdkStores
@@ -59,6 +60,8 @@ class Storage:
     _table: TaskTable
     # The peer tasks this node's tasks handed work to (delegation/outbound.py).
     delegations: DelegationLinks
+    # Each task's numbered events, for a stream taken up again (store/events.py).
+    events: TaskEvents
 
     async def contexts(self) -> set[str]:
         """Every context the store has a task in (a worktree of any other is a leftover)."""
@@ -74,6 +77,7 @@ class Storage:
         """Writes what is still held in memory: the last task states, the session map."""
         await self.tasks.flush(final=True)
         await self.session_map.flush()
+        await self.events.aclose()
 
     async def aclose(self) -> None:
         await self.sdk.aclose()
@@ -144,7 +148,9 @@ async def open_storage(
     await audit.initialize()
     delegations = DelegationLinks(database)
     await delegations.initialize()
+    events = TaskEvents(database, settings.events_kept, settings.events_kept_hours)
+    await events.initialize()
     return Storage(
         database, sdk, tasks, session_map, owners, audit, signals, closed, waiting, keep, table,
-        delegations,
+        delegations, events,
     )  # fmt: skip

@@ -2,7 +2,7 @@ module tailagent-tsnet
 
 go 1.26.6
 
-require tailscale.com v1.102.3
+require tailscale.com v1.102.5
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect

@@ -14,6 +14,9 @@ Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it
 - in a store several servers share, a task another server runs is cancelled through
   that server and a push config added for it reaches that server (store/signals.py);
   a follow-up to it is refused with its URL;
+- a subscription that names the last event its client saw (`Last-Event-ID`) gets what
+  it missed, then the live events, on any server sharing the store
+  (requests/resumption.py);
 - a prompt is answered once: a second answer is refused saying who answered first,
   also when two arrive together (the first claims the prompt as it is admitted);
 - a conversation is its owner's (store/owners.py): a message, diff, merge or
@@ -62,6 +65,7 @@ from tailagent.bridge.requests.admission import Admission, ended
 from tailagent.bridge.requests.in_flight import TurnGate
 from tailagent.bridge.requests.peer_tasks import PeerTasks, runs_elsewhere
 from tailagent.bridge.requests.quick import QuickTurns
+from tailagent.bridge.requests.resumption import Resumption, last_seen
 from tailagent.bridge.requests.task_starts import TaskStarts
 from tailagent.bridge.turns.executor import BridgeExecutor
 from tailagent.card.builder import for_caller
@@ -70,6 +74,7 @@ from tailagent.config.tool_rules import Rule
 from tailagent.cost.budgets import Spending
 from tailagent.push.targets import PushRefused, PushTargets
 from tailagent.store.audit import AuditLog
+from tailagent.store.events import TaskEvents
 from tailagent.store.finality import ENDED_STATES
 from tailagent.store.owners import ConversationOwners
 from tailagent.store.signals import TaskSignals
@@ -98,6 +103,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
         max_worktrees_per_caller: int = WorkspaceSettings().max_worktrees_per_caller,
         spending: Spending | None = None,
         audit: AuditLog | None = None,
+        events: TaskEvents | None = None,
     ) -> None:
         conversations = conversations or Shared("not configured")
         self._gate = TurnGate(max_concurrent_turns)
@@ -130,6 +136,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
         self._peers = PeerTasks(store, signals)
         self._starts = TaskStarts(self._quick, self._gate, builder, store, pool)
         self._conversations = conversations
+        self._resumption = Resumption(store, events) if events is not None else None
 
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
@@ -216,6 +223,13 @@ class GuardedRequestHandler(DefaultRequestHandler):
     ) -> AsyncGenerator[Event, None]:
         stored = await self._store.get(params.id, context)
         elsewhere = self._store.runs_elsewhere(stored) if stored is not None else None
+        after = last_seen(context)
+        if after is not None and self._resumption is not None:
+            subscribe = super().on_subscribe_to_task
+            live = None if elsewhere else (lambda: subscribe(params, context))
+            async for event in self._resumption.follow(params.id, after, context, live):
+                yield event
+            return
         if elsewhere is not None:  # its events flow on that server only
             raise runs_elsewhere(
                 params.id, elsewhere, "subscribe there, or read it here with GetTask."

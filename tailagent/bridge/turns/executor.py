@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
+from typing import cast
 
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
@@ -41,6 +42,7 @@ from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Conversations, Shared
 from tailagent.bridge.requests.requester import requester_of
 from tailagent.bridge.turns import tck
+from tailagent.bridge.turns.numbering import NumberingQueue
 from tailagent.bridge.turns.permissions import PermissionDecisions
 from tailagent.bridge.turns.publish import Publisher, open_task, text_part
 from tailagent.bridge.turns.pump import Pump
@@ -54,6 +56,7 @@ from tailagent.cost.turns import TurnCosts
 from tailagent.delegation.outbound import DelegatorFactory
 from tailagent.delegation.session import DELEGATED, DelegatingSession
 from tailagent.store.audit import AuditLog
+from tailagent.store.events import TaskEvents
 
 
 class BridgeExecutor(AgentExecutor):
@@ -71,6 +74,7 @@ class BridgeExecutor(AgentExecutor):
         spending: Spending | None = None,
         fence: dict[str, str] | None = None,
         delegators: DelegatorFactory | None = None,
+        events: TaskEvents | None = None,
     ) -> None:
         """`fence` says how agent processes are sandboxed (mode, network): kept with each
         turn's task and each audited decision. `delegators` gives people's turns the
@@ -78,6 +82,7 @@ class BridgeExecutor(AgentExecutor):
         conversations = conversations or Shared("not configured")
         workspace = workspace or Path.cwd()
         costs = TurnCosts(spending)
+        self._events = events
         self._backend = backend
         self._costs = costs
         self._claims = Claims()
@@ -128,10 +133,20 @@ class BridgeExecutor(AgentExecutor):
         return self._backend.name != "echo" or tck.scenario_of(params.message) is None
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id = context.task_id or ""
         try:
-            await self._execute(context, event_queue)
+            await self._execute(context, await self._numbering(task_id, event_queue))
         finally:
+            if self._events is not None and task_id not in self._runtimes:
+                self._events.forget(task_id)  # its next turn may run on another server
             await self._over(context.context_id or "")
+
+    async def _numbering(self, task_id: str, queue: EventQueue) -> EventQueue:
+        """The turn's queue, numbering its events when the store keeps them."""
+        if self._events is None or not task_id:
+            return queue
+        await self._events.start(task_id)
+        return cast("EventQueue", NumberingQueue(queue, self._events, task_id))
 
     async def _over(self, context_id: str) -> None:
         """Once no turn of the conversation is alive (not running, not waiting for an
@@ -217,6 +232,7 @@ class BridgeExecutor(AgentExecutor):
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""
         context_id = context.context_id or ""
+        event_queue = await self._numbering(task_id, event_queue)
         runtime = self._runtimes.get(task_id)
         waiting = self._restorer.pop(task_id)
         held: TaskRuntime | Waiting | None = runtime or waiting

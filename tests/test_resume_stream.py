@@ -1,0 +1,106 @@
+"""A stream cut mid-turn and taken up again with its last number (issue 46): every
+event it missed, in order, each once, then the live ones, through a real server.
+
+The echo agent's `slow N` says a tick a second; the test reads the streamed turn's
+first events over JSON-RPC, drops the connection, and subscribes again with
+`Last-Event-ID`, as a phone that slept or a laptop that lost its Wi-Fi would.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from tests.conftest import RunningServer, start_server
+
+
+def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+def message(text: str) -> dict[str, Any]:
+    return {"message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER",
+                        "parts": [{"text": text}]}}  # fmt: skip
+
+
+def events(response: httpx.Response) -> Iterator[dict[str, Any]]:
+    """The StreamResponses of an SSE answer, as JSON."""
+    for line in response.iter_lines():
+        if line.startswith("data:"):
+            body = json.loads(line.removeprefix("data:"))
+            assert "result" in body, body
+            yield body["result"]
+
+
+def number(event: dict[str, Any]) -> int | None:
+    update = event.get("statusUpdate") or event.get("artifactUpdate")
+    return None if update is None else update.get("metadata", {}).get("sequence")
+
+
+def state(event: dict[str, Any]) -> str | None:
+    return event.get("statusUpdate", {}).get("status", {}).get("state")
+
+
+def text(event: dict[str, Any]) -> str:
+    update = event.get("artifactUpdate") or {}
+    return "".join(p.get("text", "") for p in update.get("artifact", {}).get("parts", []))
+
+
+def headers(server: RunningServer, **more: str) -> dict[str, str]:
+    return {"A2A-Version": "1.0", "Authorization": f"Bearer {server.token}", **more}
+
+
+def test_a_stream_cut_mid_turn_gets_exactly_what_it_missed(tmp_path: Any) -> None:
+    server = start_server(tmp_path)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            first: list[dict[str, Any]] = []
+            body = rpc("SendStreamingMessage", message("slow 4"))
+            with http.stream("POST", "/", json=body, headers=headers(server)) as stream:
+                for event in events(stream):
+                    first.append(event)
+                    if "tick 1/4" in text(event):
+                        break  # the connection drops here
+            task_id = first[0]["task"]["id"]
+            seen = [n for n in map(number, first) if n is not None]
+            assert seen == list(range(1, len(seen) + 1)), first
+            time.sleep(2.2)  # ticks 2 and 3 are said while nobody listens
+            again: list[dict[str, Any]] = []
+            resume = headers(server, **{"Last-Event-ID": str(seen[-1])})
+            body = rpc("SubscribeToTask", {"id": task_id})
+            with http.stream("POST", "/", json=body, headers=resume) as stream:
+                again = list(events(stream))
+        numbers = seen + [n for n in map(number, again) if n is not None]
+        assert numbers == list(range(1, len(numbers) + 1)), again  # each once, in order
+        said = "".join(text(e) for e in first + again)
+        for tick in range(1, 5):
+            assert said.count(f"tick {tick}/4") == 1, said
+        assert state(again[-1]) == "TASK_STATE_COMPLETED"
+        assert not any("task" in e for e in again)  # no snapshot: nothing was lost
+        # Taken up after the end: what was missed, then the stream ends.
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            late = headers(server, **{"Last-Event-ID": str(numbers[-3])})
+            body = rpc("SubscribeToTask", {"id": task_id})
+            with http.stream("POST", "/", json=body, headers=late) as stream:
+                tail = list(events(stream))
+        assert [number(e) for e in tail] == numbers[-2:]
+    finally:
+        server.stop()
+
+
+def test_a_bad_last_event_id_is_refused_saying_what_it_wants(tmp_path: Any) -> None:
+    server = start_server(tmp_path)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            done = http.post("/", json=rpc("SendMessage", message("hello")),
+                             headers=headers(server)).json()["result"]["task"]  # fmt: skip
+            body = rpc("SubscribeToTask", {"id": done["id"]})
+            reply = http.post("/", json=body, headers=headers(server, **{"Last-Event-ID": "x1"}))
+        assert "Last-Event-ID must be the number of the last event seen" in reply.text
+    finally:
+        server.stop()
