@@ -302,7 +302,7 @@ def _make_executor(
         spending=spending,
         fence=fence,
         delegators=delegators,
-        events=storage.events,
+        events=storage.events if settings.events_kept else None,
     )
 
 
@@ -356,7 +356,8 @@ def _make_handler(
         max_concurrent_turns=settings.agent_process.max_concurrent_turns,
         conversations=conversations, owners=storage.owners,
         max_worktrees_per_caller=settings.workspace.max_worktrees_per_caller,
-        spending=spending, audit=storage.audit, events=storage.events,
+        spending=spending, audit=storage.audit,
+        events=storage.events if settings.events_kept else None,
     )  # fmt: skip
 
 

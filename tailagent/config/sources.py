@@ -56,7 +56,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_parts": checks.positive_int,
     "max_json_values": checks.positive_int,
     "max_streams_per_caller": checks.positive_int,
-    "events_kept": checks.positive_int,
+    "events_kept": checks.count,
     "events_kept_hours": checks.positive_number,
     "max_permission_denials": checks.positive_int,
     "log_level": checks.one_of(LOG_LEVELS),

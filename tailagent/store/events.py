@@ -22,7 +22,6 @@ from datetime import UTC, datetime, timedelta
 
 from a2a.server.events import Event
 from a2a.types.a2a_pb2 import StreamResponse, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
-from google.protobuf.struct_pb2 import Value
 
 from tailagent.store.database import Database
 
@@ -73,7 +72,8 @@ class TaskEvents:
         self._keep = keep
         self._keep_for = timedelta(hours=keep_hours)
         self._last: dict[str, int] = {}  # task id -> its latest number, for tasks run here
-        self._unwritten: list[tuple[str, int, str, bytes]] = []
+        # (task id, number, event): serialized when written, in the writer's batch.
+        self._unwritten: list[tuple[str, int, Numbered]] = []
         self._writer: asyncio.Task[None] | None = None
         self._swept = datetime.min.replace(tzinfo=UTC)
 
@@ -94,7 +94,7 @@ class TaskEvents:
             "SELECT MAX(seq) FROM task_events WHERE task_id = :t", {"t": task_id}
         )
         stored = int(rows[0][0] or 0) if rows else 0
-        unwritten = (seq for t, seq, _, _ in self._unwritten if t == task_id)
+        unwritten = (seq for t, seq, _ in self._unwritten if t == task_id)
         self._last[task_id] = max(stored, *unwritten, 0)
 
     def number(self, task_id: str, event: Event) -> None:
@@ -103,9 +103,8 @@ class TaskEvents:
             return
         seq = self._last.get(task_id, 0) + 1
         self._last[task_id] = seq
-        event.metadata.fields[SEQUENCE_KEY].CopyFrom(Value(number_value=seq))
-        at = datetime.now(UTC).isoformat()
-        self._unwritten.append((task_id, seq, at, as_response(event).SerializeToString()))
+        event.metadata.fields[SEQUENCE_KEY].number_value = seq
+        self._unwritten.append((task_id, seq, event))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write(), name="task-events-writer")
 
@@ -120,12 +119,14 @@ class TaskEvents:
             "SELECT seq, body FROM task_events WHERE task_id = :t AND seq > :a ORDER BY seq",
             {"t": task_id, "a": after},
         )
-        found: dict[int, bytes] = {int(seq): bytes(body) for seq, body in rows}
-        found.update({n: body for t, n, _, body in self._unwritten if t == task_id and n > after})
+        found: dict[int, Numbered] = {
+            int(seq): from_response(StreamResponse.FromString(bytes(body))) for seq, body in rows
+        }
+        found.update({n: e for t, n, e in self._unwritten if t == task_id and n > after})
         numbers = sorted(found)
         kept_from = numbers[0] if numbers else None
         gap = kept_from is not None and kept_from > after + 1
-        events = [from_response(StreamResponse.FromString(found[n])) for n in numbers]
+        events = [found[n] for n in numbers]
         last = max([after, *numbers, self._last.get(task_id, 0)])
         return Replay(events, gap, last)
 
@@ -152,8 +153,12 @@ class TaskEvents:
                 continue
             del self._unwritten[: len(batch)]
 
-    async def _insert(self, batch: Iterable[tuple[str, int, str, bytes]]) -> None:
-        rows = [{"t": t, "s": s, "at": at, "b": body} for t, s, at, body in batch]
+    async def _insert(self, batch: Iterable[tuple[str, int, Numbered]]) -> None:
+        at = datetime.now(UTC).isoformat()  # to the batch's moment: the window is hours
+        rows = [
+            {"t": t, "s": s, "at": at, "b": as_response(event).SerializeToString()}
+            for t, s, event in batch
+        ]
         await self._db.execute(
             "INSERT INTO task_events (task_id, seq, at, body) VALUES (:t, :s, :at, :b)"
             " ON CONFLICT (task_id, seq) DO NOTHING",
