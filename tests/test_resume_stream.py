@@ -104,3 +104,25 @@ def test_a_bad_last_event_id_is_refused_saying_what_it_wants(tmp_path: Any) -> N
         assert "Last-Event-ID must be the number of the last event seen" in reply.text
     finally:
         server.stop()
+
+
+def test_a_number_older_than_what_is_kept_gets_the_snapshot_first(tmp_path: Any) -> None:
+    (tmp_path / "tailagent.toml").write_text("events_kept = 3\n")
+    server = start_server(tmp_path, "--config", str(tmp_path / "tailagent.toml"))
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            body = rpc("SendStreamingMessage", message("think plan tool"))
+            with http.stream("POST", "/", json=body, headers=headers(server)) as stream:
+                said = list(events(stream))
+            numbers = [n for n in map(number, said) if n is not None]
+            assert len(numbers) > 4
+            time.sleep(0.3)  # written, and the oldest let go
+            body = rpc("SubscribeToTask", {"id": said[0]["task"]["id"]})
+            old = headers(server, **{"Last-Event-ID": "1"})
+            with http.stream("POST", "/", json=body, headers=old) as stream:
+                again = list(events(stream))
+        [only] = again
+        assert only["task"]["metadata"]["replay"] == "snapshot"
+        assert only["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    finally:
+        server.stop()

@@ -122,6 +122,8 @@ class Resumption:
         replay = await self._events.since(stored.id, after)
         if replay.gap:
             yield snapshot(stored)
+            if stored.status.state in STOPS:
+                return
             replay.events = []
         ended_before = False
         while True:
