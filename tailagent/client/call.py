@@ -47,7 +47,7 @@ from tailagent.client.errors import (
     exit_code,
     run_command,
 )
-from tailagent.client.follow import Show, printer, read_the_end
+from tailagent.client.follow import Show, printer, take_up
 from tailagent.client.interrupts import Interrupts
 from tailagent.client.render import (
     Outcome,
@@ -160,7 +160,7 @@ async def run_call(args: argparse.Namespace, target: Target, console: Console) -
                         return EXIT_INTERRUPTED
                 cut = turn.result()
                 if outcome.unfinished and outcome.task_id:
-                    await read_the_end(client, outcome, show, target.url, cut)
+                    await take_up(client, outcome, show, target.url, cut)
                 if outcome.prompt is None or args.json:
                     break
                 if not args.interactive:

@@ -98,6 +98,9 @@ class Outcome:
     worktree: dict[str, Any] = field(default_factory=dict)  # the conversation's branch
     cost: dict[str, Any] = field(default_factory=dict)  # the task's, as the server kept it
     conversation_cost: dict[str, Any] = field(default_factory=dict)
+    # The number of the last event seen (metadata.sequence): where a dropped stream is
+    # taken up again (follow.py). 0: none seen, or a server that numbers none.
+    sequence: int = 0
 
     @property
     def unfinished(self) -> bool:
@@ -119,6 +122,7 @@ class Outcome:
         elif event.HasField("message"):
             self.direct_message = message_text(event.message)
             self.context_id = event.message.context_id
+        self.sequence = max(self.sequence, sequence_of(event) or 0)
 
     def _worktree(self, metadata: Struct | None) -> None:
         """Where the turn's changes went, as the server said at its end."""
@@ -138,6 +142,15 @@ class Outcome:
             data = next(iter(message_data(message)), {})
             kind = str(metadata_of(message).get("kind") or data.get("kind") or "input")
             self.prompt = Prompt(kind, self.status_text, data)
+
+
+def sequence_of(event: StreamResponse) -> int | None:
+    """The number a status or artifact update carries (store/events.py), if any."""
+    which = event.WhichOneof("payload")
+    if which not in ("status_update", "artifact_update"):
+        return None
+    found = getattr(event, which).metadata.fields.get("sequence")
+    return int(found.number_value) if found is not None else None
 
 
 def status_event(task: Task) -> StreamResponse:

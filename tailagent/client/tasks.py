@@ -8,6 +8,8 @@ import json
 import sys
 from datetime import UTC, datetime
 
+import httpx
+from a2a.client import A2AClientError
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     GetTaskRequest,
@@ -26,7 +28,7 @@ from rich.text import Text
 from tailagent.client.columns import GAP, ID_LEAST, Column, widths
 from tailagent.client.connect import Target, a2a_client, open_http
 from tailagent.client.errors import EXIT_COMPLETED, EXIT_FAILED, complain, exit_code, run_command
-from tailagent.client.follow import printer, read_the_end
+from tailagent.client.follow import printer, take_up
 from tailagent.client.render import (
     Outcome,
     OutputConsole,
@@ -171,10 +173,14 @@ async def _watch(args: argparse.Namespace, target: Target) -> int:
             # Nothing streams for a finished (or waiting) task: its state is the answer.
             show(status_event(task))
         else:
-            async for event in client.subscribe(SubscribeToTaskRequest(id=args.task)):
-                show(event)
+            cut: BaseException | None = None
+            try:
+                async for event in client.subscribe(SubscribeToTaskRequest(id=args.task)):
+                    show(event)
+            except (A2AClientError, httpx.HTTPError) as exc:
+                cut = exc
             if outcome.unfinished:
-                await read_the_end(client, outcome, show, target.url, None)
+                await take_up(client, outcome, show, target.url, cut)
     renderer.prompt(outcome)
     return exit_code(outcome)
 
