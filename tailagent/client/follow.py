@@ -24,10 +24,11 @@ from tailagent.client.render import (
 )
 
 # A dropped stream is taken up again this many times, the wait doubling from
-# FIRST_WAIT up to LONGEST_WAIT (about half a minute in all: a server's restart).
+# FIRST_WAIT up to LONGEST_WAIT (about 25 s in all: a server's restart, a network's
+# hiccup; not an outage, which the last line then reports).
 TRIES = 8
 FIRST_WAIT = 0.5
-LONGEST_WAIT = 5.0
+LONGEST_WAIT = 4.0
 
 Show = Callable[[StreamResponse], None]
 
