@@ -126,3 +126,21 @@ def test_a_number_older_than_what_is_kept_gets_the_snapshot_first(tmp_path: Any)
         assert only["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     finally:
         server.stop()
+
+
+def test_http_json_subscribe_takes_up_from_the_last_number_too(tmp_path: Any) -> None:
+    server = start_server(tmp_path)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            body = rpc("SendStreamingMessage", message("think tool"))
+            with http.stream("POST", "/", json=body, headers=headers(server)) as stream:
+                said = list(events(stream))
+            numbers = [n for n in map(number, said) if n is not None]
+            path = f"/tasks/{said[0]['task']['id']}:subscribe"
+            resume = headers(server, **{"Last-Event-ID": str(numbers[-3])})
+            with http.stream("GET", path, headers=resume) as stream:
+                tail = [json.loads(line.removeprefix("data:"))
+                        for line in stream.iter_lines() if line.startswith("data:")]  # fmt: skip
+        assert [number(e) for e in tail] == numbers[-2:], tail
+    finally:
+        server.stop()
