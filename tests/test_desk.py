@@ -363,6 +363,33 @@ def test_a_dropped_connection_resumes_with_no_gap_and_no_duplicate(
     assert tailnet.state(task_id) == "TASK_STATE_COMPLETED"
 
 
+def test_a_phone_taken_offline_and_back_shows_every_event_once(
+    tailnet: Tailnet, browser: Browser
+) -> None:
+    """The phone loses its network mid-turn (Chromium offline) while the agent goes
+    on; back online, the page shows what it missed, each once, with no reload."""
+    phone = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        page = phone.new_page()
+        task_id = start_task(page, tailnet, "alice", "tool slow 6 tool")
+        expect(page.locator(".answer")).to_contain_text("tick 1/6")
+        loads = page.evaluate("performance.getEntriesByType('navigation').length")
+        phone.set_offline(True)
+        expect(page.locator("#live")).to_contain_text("connection lost", timeout=10_000)
+        tailnet.wait_state(task_id, "TASK_STATE_COMPLETED")  # the rest said while away
+        phone.set_offline(False)
+        expect(page.locator(".task-head .state")).to_have_text("completed", timeout=15_000)
+        answer = page.locator(".answer").inner_text()
+        assert [f"tick {n}/6" for n in range(1, 7)] == re.findall(r"tick \d/6", answer)
+        keys = page.locator(".task [data-key]").evaluate_all("els => els.map(e => e.dataset.key)")
+        assert len(keys) == len(set(keys))
+        assert page.evaluate("performance.getEntriesByType('navigation').length") == loads
+        if SCREENSHOTS:
+            page.screenshot(path=f"{SCREENSHOTS}/desk-back-online.png")
+    finally:
+        phone.close()
+
+
 def test_cancel_and_follow_up_from_the_page(tailnet: Tailnet, context: BrowserContext) -> None:
     page = context.new_page()
     task_id = start_task(page, tailnet, "alice", "slow 20")
