@@ -260,4 +260,6 @@ class BridgeExecutor(AgentExecutor):
             "canceled",
             [text_part("The task was canceled by the caller.")],
         )
+        if self._events is not None:
+            self._events.forget(task_id)
         await self._over(context_id)
