@@ -366,8 +366,9 @@ def test_a_dropped_connection_resumes_with_no_gap_and_no_duplicate(
 def test_a_phone_taken_offline_and_back_shows_every_event_once(
     tailnet: Tailnet, browser: Browser
 ) -> None:
-    """The phone loses its network mid-turn (Chromium offline) while the agent goes
-    on; back online, the page shows what it missed, each once, with no reload."""
+    """The phone loses its network mid-turn (Chromium offline, its open stream cut)
+    while the agent goes on; back online, the page shows what it missed, each once,
+    with no reload."""
     phone = browser.new_context(viewport={"width": 390, "height": 844})
     try:
         page = phone.new_page()
@@ -375,6 +376,7 @@ def test_a_phone_taken_offline_and_back_shows_every_event_once(
         expect(page.locator(".answer")).to_contain_text("tick 1/6")
         loads = page.evaluate("performance.getEntriesByType('navigation').length")
         phone.set_offline(True)
+        tailnet.proxies["alice"].drop()  # the network goes, and the open stream with it
         expect(page.locator("#live")).to_contain_text("connection lost", timeout=10_000)
         tailnet.wait_state(task_id, "TASK_STATE_COMPLETED")  # the rest said while away
         phone.set_offline(False)
