@@ -144,3 +144,33 @@ def test_http_json_subscribe_takes_up_from_the_last_number_too(tmp_path: Any) ->
         assert [number(e) for e in tail] == numbers[-2:], tail
     finally:
         server.stop()
+
+
+def test_a_task_s_next_turn_numbers_on(tmp_path: Any) -> None:
+    """An answer's turn goes on from the asking turn's last number, so a replay of the
+    whole task has each number once."""
+    server = start_server(tmp_path)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            body = rpc("SendStreamingMessage", message("ask"))
+            with http.stream("POST", "/", json=body, headers=headers(server)) as stream:
+                asked = list(events(stream))
+            task_id = asked[0]["task"]["id"]
+            prompt = asked[-1]["statusUpdate"]["status"]["message"]["parts"]
+            request = next(p["data"]["requestId"] for p in prompt if "data" in p)
+            answer = message("allow")
+            answer["message"].update(taskId=task_id, metadata={"requestId": request})
+            with http.stream("POST", "/", json=rpc("SendStreamingMessage", answer),
+                             headers=headers(server)) as stream:  # fmt: skip
+                answered = list(events(stream))
+            time.sleep(0.2)
+            body = rpc("SubscribeToTask", {"id": task_id})
+            from_start = headers(server, **{"Last-Event-ID": "0"})
+            with http.stream("POST", "/", json=body, headers=from_start) as stream:
+                whole = list(events(stream))
+        first = [n for n in map(number, asked) if n is not None]
+        then = [n for n in map(number, answered) if n is not None]
+        assert then[0] == first[-1] + 1, (first, then)
+        assert [number(e) for e in whole] == first + then
+    finally:
+        server.stop()

@@ -85,10 +85,14 @@ class TaskEvents:
             f" body {body} NOT NULL, PRIMARY KEY (task_id, seq))"
         )
 
-    async def start(self, task_id: str) -> None:
+    async def start(self, task_id: str, new: bool = False) -> None:
         """Before this server numbers a task's events: its numbering goes on from the
-        last number the store has (an earlier turn, maybe on another server)."""
+        last number the store has (an earlier turn, maybe on another server); a task
+        this server has just made (`new`) has none, and asks the store nothing."""
         if task_id in self._last:
+            return
+        if new:
+            self._last[task_id] = 0
             return
         rows = await self._db.fetch(
             "SELECT MAX(seq) FROM task_events WHERE task_id = :t", {"t": task_id}

@@ -129,8 +129,8 @@ class Resumption:
         while True:
             for event in replay.events:
                 yield event
-                if _stops(event):
-                    return
+            if replay.events and _stops(replay.events[-1]):
+                return  # where the task is now (an earlier wait, answered since, is not)
             task = await self._store.get(stored.id, context)
             ended = task is None or task.status.state in ENDED_STATES
             if ended and ended_before:

@@ -134,18 +134,19 @@ class BridgeExecutor(AgentExecutor):
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""
+        new = context.current_task is None
         try:
-            await self._execute(context, await self._numbering(task_id, event_queue))
+            await self._execute(context, await self._numbering(task_id, event_queue, new))
         finally:
             if self._events is not None and task_id not in self._runtimes:
                 self._events.forget(task_id)  # its next turn may run on another server
             await self._over(context.context_id or "")
 
-    async def _numbering(self, task_id: str, queue: EventQueue) -> EventQueue:
+    async def _numbering(self, task_id: str, queue: EventQueue, new: bool = False) -> EventQueue:
         """The turn's queue, numbering its events when the store keeps them."""
         if self._events is None or not task_id:
             return queue
-        await self._events.start(task_id)
+        await self._events.start(task_id, new)
         return cast("EventQueue", NumberingQueue(queue, self._events, task_id))
 
     async def _over(self, context_id: str) -> None:
