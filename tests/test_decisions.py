@@ -99,7 +99,9 @@ async def test_the_resumed_status_says_who_allowed(a2a: A2A, server: RunningServ
     resumed = resumed_of(done)
     assert state_name(resumed.status.state) == "working"
     assert texts(resumed.status.message) == "allowed by token local"
-    for metadata in (MessageToDict(resumed.metadata), dict(resumed.status.message.metadata)):
+    numbered = MessageToDict(resumed.metadata)
+    assert numbered.pop("sequence") > 1  # the event's number (docs/protocol.md), not a reply's
+    for metadata in (numbered, dict(resumed.status.message.metadata)):
         answered_at = datetime.fromisoformat(metadata.pop("answeredAt"))
         assert before <= answered_at <= datetime.now(UTC)
         assert metadata == {
