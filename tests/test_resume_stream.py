@@ -106,6 +106,30 @@ def test_a_bad_last_event_id_is_refused_saying_what_it_wants(tmp_path: Any) -> N
         server.stop()
 
 
+def test_the_last_number_may_come_in_the_request_s_metadata(tmp_path: Any) -> None:
+    """For a client whose library sets no headers: `params.metadata.lastSequence`,
+    which the SDK's parse of a SubscribeToTask drops and tailagent reads."""
+    server = start_server(tmp_path)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            body = rpc("SendStreamingMessage", message("think tool"))
+            with http.stream("POST", "/", json=body, headers=headers(server)) as stream:
+                said = list(events(stream))
+            numbers = [n for n in map(number, said) if n is not None]
+            task_id = said[0]["task"]["id"]
+            body = rpc(
+                "SubscribeToTask", {"id": task_id, "metadata": {"lastSequence": numbers[-3]}}
+            )
+            with http.stream("POST", "/", json=body, headers=headers(server)) as stream:
+                tail = list(events(stream))
+            bad = rpc("SubscribeToTask", {"id": task_id, "metadata": {"lastSequence": "soon"}})
+            reply = http.post("/", json=bad, headers=headers(server))
+        assert [number(e) for e in tail] == numbers[-2:], tail
+        assert "metadata.lastSequence must be the number of the last event seen" in reply.text
+    finally:
+        server.stop()
+
+
 def test_a_number_older_than_what_is_kept_gets_the_snapshot_first(tmp_path: Any) -> None:
     (tmp_path / "tailagent.toml").write_text("events_kept = 3\n")
     server = start_server(tmp_path, "--config", str(tmp_path / "tailagent.toml"))

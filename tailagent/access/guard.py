@@ -34,7 +34,7 @@ from tailagent.access.delegated import (
     delegated_caller,
     message_chain_refused,
 )
-from tailagent.access.identity import SCOPE_KEY, VIEWER_KEY, Caller
+from tailagent.access.identity import RPC_KEY, SCOPE_KEY, VIEWER_KEY, Caller
 from tailagent.access.localapi import LocalAPIUnavailable
 from tailagent.access.logline import path_as_sent, word
 from tailagent.access.policy import Policy, Refusal, Seen
@@ -547,6 +547,8 @@ class AccessGuard:
                 outcome.what = _what(rpc)
                 receive = _replay(body, receive)
             scope[SCOPE_KEY] = identified
+            if isinstance(rpc, dict):
+                scope[RPC_KEY] = rpc
             # A stream holds its place until the request ends, however it ends.
             counted = opens_stream(path, rpc) and not identified.may("admin")
             if counted and not self._streams.take(identified.owner):

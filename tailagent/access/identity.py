@@ -19,6 +19,9 @@ SCOPE_KEY = "tailagent.caller"
 # Who asks for the AI Catalog: the guard names the viewer there but never refuses, so
 # this is never the caller a route may act for (card/catalog.py).
 VIEWER_KEY = "tailagent.viewer"
+# A JSON-RPC request's body as the guard parsed it: what the SDK's parse drops (a
+# SubscribeToTask's metadata) is read from it.
+RPC_KEY = "tailagent.rpc"
 ALL_ROLES = frozenset({"caller", "approver", "admin"})
 
 
@@ -101,4 +104,5 @@ class CallerContextBuilder(DefaultServerCallContextBuilder):
     def build(self, request: Request) -> ServerCallContext:
         context = super().build(request)
         context.state["caller"] = request.scope[SCOPE_KEY]
+        context.state["rpc"] = request.scope.get(RPC_KEY)
         return context

@@ -1,8 +1,9 @@
 """SubscribeToTask taken up again from the last event a client saw (A2A #1986).
 
-A client that names its last number (`Last-Event-ID` on the request, the
-`metadata.sequence` of the last event it got) is sent every event it missed, in order,
-each once, then the live ones. Without a number, a subscription is the SDK's own.
+A client that names its last number (the `metadata.sequence` of the last event it
+got, as `Last-Event-ID` on the request or `lastSequence` in its JSON-RPC metadata) is
+sent every event it missed, in order, each once, then the live ones. Without a number,
+a subscription is the SDK's own.
 
 Where the task runs decides where the live part comes from: on this server, from the
 SDK's stream of the task (subscribed before the missed events are read, so none falls
@@ -29,6 +30,7 @@ from tailagent.store.signals import POLL_INTERVAL
 from tailagent.store.tasks import CoalescingTaskStore
 
 LAST_EVENT_HEADER = "last-event-id"
+LAST_SEQUENCE_KEY = "lastSequence"
 REPLAY_KEY = "replay"
 # A stream of another server's task ends where the SDK's live one would: at the end,
 # or where the task waits for someone.
@@ -38,19 +40,30 @@ Live = Callable[[], AsyncGenerator[Event, None]]
 
 
 def last_seen(context: ServerCallContext) -> int | None:
-    """The number the client saw last, from its `Last-Event-ID` header (None: none)."""
+    """The number the client saw last: its `Last-Event-ID` header, else the
+    `metadata.lastSequence` of its JSON-RPC request (A2A's SubscribeToTask has no
+    metadata field, so the SDK drops it; the guard's parse of the body keeps it).
+    None: it named none."""
     headers = context.state.get("headers") or {}
-    given = headers.get(LAST_EVENT_HEADER)
+    given, named = headers.get(LAST_EVENT_HEADER), "Last-Event-ID"
+    if given is None:
+        given, named = _in_metadata(context.state.get("rpc")), f"metadata.{LAST_SEQUENCE_KEY}"
     if given is None:
         return None
     text = str(given).strip()
     # JSON gives the number as 12 or, through protobuf's Struct, as 12.0: both are 12.
     whole = text.removesuffix(".0")
-    if not whole.isdigit() or len(whole) > 18:
+    if isinstance(given, bool) or not whole.isdigit() or len(whole) > 18:
         raise InvalidParamsError(
-            message=f"Last-Event-ID must be the number of the last event seen, not {text!r}"
+            message=f"{named} must be the number of the last event seen, not {text!r}"
         )
     return int(whole)
+
+
+def _in_metadata(rpc: object) -> object:
+    params = rpc.get("params") if isinstance(rpc, dict) else None
+    metadata = params.get("metadata") if isinstance(params, dict) else None
+    return metadata.get(LAST_SEQUENCE_KEY) if isinstance(metadata, dict) else None
 
 
 def snapshot(task: Task) -> Task:
