@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -146,6 +147,11 @@ def test_costs_add_up_per_person_across_tasks_conversations_and_a_restart(
     assert (bob["inputTokens"], bob["outputTokens"]) == (3 + 3 + 4, 4 + 4 + 5)
     assert (carol["usd"], carol["turns"], carol["owner"]) == (1.0, 1, "user:carol@example.com")
     assert bob["budgetUsd"] is None
+    # Every turn's end reads its conversation's cost: through an index, not every row.
+    with sqlite3.connect(box.server.state_dir / "tailagent.db") as db:
+        plan = db.execute("EXPLAIN QUERY PLAN SELECT SUM(usd) FROM caller_usage"
+                          " WHERE context_id = 'c'").fetchall()  # fmt: skip
+    assert "ix_caller_usage_context_id" in str(plan), plan
 
 
 def test_usage_since_leaves_out_earlier_days_and_says_so_when_empty(tmp_path: Path) -> None:

@@ -40,6 +40,12 @@ _CREATE_USAGE = (
     " usd {real} NOT NULL, input_tokens BIGINT NOT NULL, output_tokens BIGINT NOT NULL,"
     " turns BIGINT NOT NULL, via TEXT NOT NULL DEFAULT '', PRIMARY KEY (owner, day, context_id))"
 )
+# A turn's end reads its conversation's cost (`conversation`): without this index that
+# read went through every row of every person's days, 0.03 ms at 1,000 conversations
+# and 0.65 ms at 10,000, on every turn.
+_INDEX_USAGE_BY_CONVERSATION = (
+    "CREATE INDEX IF NOT EXISTS ix_caller_usage_context_id ON caller_usage (context_id)"
+)
 # One row per task of this box and the peer's task it handed work to: the peer's figure
 # for that task is its whole cost so far, so a report again (a retry, a follow-up turn of
 # the same peer task) replaces the row's figure, never adds to it; a smaller one (a late
@@ -188,6 +194,7 @@ class Usage:
     async def initialize(self) -> None:
         real = "DOUBLE PRECISION" if self._db.postgres else "REAL"
         await self._db.execute(_CREATE_USAGE.format(real=real))
+        await self._db.execute(_INDEX_USAGE_BY_CONVERSATION)
         await self._db.execute(_CREATE_BUDGETS.format(real=real))
         await self._db.execute(_CREATE_RUNNING.format(real=real))
         await self._db.execute(_CREATE_SESSIONS.format(real=real))
