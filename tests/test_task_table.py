@@ -4,6 +4,8 @@ on real SQLite files."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -98,7 +100,9 @@ def full_task(task_id: str) -> Task:
     task = Task(id=task_id, context_id="ctx-1", status=status)
     task.history.append(Message(message_id="m1", role=Role.ROLE_USER, parts=[Part(text="日本")]))
     task.artifacts.append(Artifact(artifact_id="a1", parts=[Part(text="diff")]))
-    task.metadata.update({"kind": "prompt", "n": 3})
+    # Every kind of value a Struct holds, nested: tailagent writes metadata its own way.
+    task.metadata.update({"kind": "prompt", "n": 3, "none": None, "flag": False,
+                          "deep": {"list": [1.5, "x", None, True, {"k": []}], "empty": {}}})  # fmt: skip
     return task
 
 
@@ -122,6 +126,12 @@ async def test_writes_the_row_the_sdk_store_writes(stores: tuple[Store, Store]) 
     await sdk.sdk.save(done, ALICE)
     await own.table.save(done, "user:alice")
     assert own.rows() == sdk.rows()
+    # A number JSON cannot hold is refused, as the SDK's conversion refuses it.
+    done.metadata.update({"cost": math.inf})
+    with pytest.raises(ValueError):
+        await sdk.sdk.save(done, ALICE)
+    with pytest.raises(ValueError):
+        await own.table.save(done, "user:alice")
 
 
 async def test_each_reads_and_lists_what_the_other_wrote(stores: tuple[Store, Store]) -> None:
@@ -211,6 +221,27 @@ async def test_session_map_round_trip(tmp_path: Path) -> None:
     reread = SessionMap(database)
     assert await reread.get("ctx-2", "echo") == "s2"
     assert await reread.get("ctx-2", "claude") is None  # another agent's session
+    await database.aclose()
+
+
+async def test_the_log_reaches_the_database_file_off_the_event_loop(tmp_path: Path) -> None:
+    """The loop's commits only append to the write-ahead log; the checkpointer's thread
+    copies them into the database file within a moment of them."""
+    path = tmp_path / "tailagent.db"
+    database = open_database(f"sqlite+aiosqlite:///{path}")
+    assert isinstance(database, SqliteDatabase)
+    await database.execute("CREATE TABLE t (n INTEGER)")
+    await database.execute("INSERT INTO t VALUES (:n)", [{"n": n} for n in range(5000)])
+    # Read as the file alone holds it (immutable: the log is left out).
+    file_only = f"file:{path}?immutable=1"
+    for _ in range(50):
+        await asyncio.sleep(0.1)
+        with contextlib.closing(sqlite3.connect(file_only, uri=True)) as db:
+            with contextlib.suppress(sqlite3.OperationalError):  # no table in the file yet
+                if db.execute("SELECT COUNT(*) FROM t").fetchone() == (5000,):
+                    break
+    else:
+        raise AssertionError("the rows never reached the database file")
     await database.aclose()
 
 
