@@ -198,3 +198,43 @@ def test_a_task_s_next_turn_numbers_on(tmp_path: Any) -> None:
         assert [number(e) for e in whole] == first + then
     finally:
         server.stop()
+
+
+def test_a_blocking_send_s_turn_is_numbered_not_kept_and_its_next_turn_numbers_on(
+    tmp_path: Any,
+) -> None:
+    """A blocking SendMessage's first turn streams to nobody, so no stream can miss its
+    events: they are numbered, not kept. The task's own number carries the count over
+    a restart, to the answer's turn, and a replay from before it gets the snapshot, as
+    for events no longer kept."""
+    server = start_server(tmp_path)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            reply = http.post("/", json=rpc("SendMessage", message("ask")), headers=headers(server))
+        asked = reply.json()["result"]["task"]
+        assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        last = int(asked["metadata"]["sequence"])
+        assert last > 1
+    finally:
+        server.stop()
+    server = start_server(tmp_path, state_dir=server.state_dir)  # a restart: nothing in memory
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            parts = asked["status"]["message"]["parts"]
+            request = next(p["data"]["requestId"] for p in parts if "data" in p)
+            answer = message("allow")
+            answer["message"].update(taskId=asked["id"], metadata={"requestId": request})
+            with http.stream("POST", "/", json=rpc("SendStreamingMessage", answer),
+                             headers=headers(server)) as stream:  # fmt: skip
+                answered = [n for n in map(number, events(stream)) if n is not None]
+            time.sleep(0.2)  # written
+            body = rpc("SubscribeToTask", {"id": asked["id"]})
+            from_start = headers(server, **{"Last-Event-ID": "0"})
+            with http.stream("POST", "/", json=body, headers=from_start) as stream:
+                whole = list(events(stream))
+        assert answered == list(range(last + 1, last + 1 + len(answered))), (last, answered)
+        [snapshot] = whole  # the task as it is now stands in for every event
+        assert snapshot["task"]["metadata"]["replay"] == "snapshot"
+        assert snapshot["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    finally:
+        server.stop()

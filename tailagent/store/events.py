@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from a2a.server.events import Event
-from a2a.types.a2a_pb2 import StreamResponse, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
+from a2a.types.a2a_pb2 import (
+    StreamResponse,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskStatusUpdateEvent,
+)
 
 from tailagent.store.database import Database
 
@@ -85,10 +90,12 @@ class TaskEvents:
             f" body {body} NOT NULL, PRIMARY KEY (task_id, seq))"
         )
 
-    async def start(self, task_id: str, new: bool = False) -> None:
+    async def start(self, task_id: str, new: bool = False, task: Task | None = None) -> None:
         """Before this server numbers a task's events: its numbering goes on from the
-        last number the store has (an earlier turn, maybe on another server); a task
-        this server has just made (`new`) has none, and asks the store nothing."""
+        last number the store has (an earlier turn, maybe on another server), or the
+        task's own (`metadata.sequence`, its last status update's: an earlier turn's
+        events may not have been kept); a task this server has just made (`new`) has
+        none, and asks the store nothing."""
         if task_id in self._last:
             return
         if new:
@@ -99,15 +106,20 @@ class TaskEvents:
         )
         stored = int(rows[0][0] or 0) if rows else 0
         unwritten = (seq for t, seq, _ in self._unwritten if t == task_id)
-        self._last[task_id] = max(stored, *unwritten, 0)
+        own = task.metadata.fields.get(SEQUENCE_KEY) if task is not None else None
+        floor = int(own.number_value) if own is not None else 0
+        self._last[task_id] = max(stored, *unwritten, floor)
 
-    def number(self, task_id: str, event: Event) -> None:
-        """Gives a status or artifact update its number and keeps it (written soon)."""
+    def number(self, task_id: str, event: Event, keep: bool = True) -> None:
+        """Gives a status or artifact update its number and, unless no stream can have
+        missed it (`keep` False, see executor.py), keeps it (written soon)."""
         if not isinstance(event, Numbered):
             return
         seq = self._last.get(task_id, 0) + 1
         self._last[task_id] = seq
         event.metadata.fields[SEQUENCE_KEY].number_value = seq
+        if not keep:
+            return
         self._unwritten.append((task_id, seq, event))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write(), name="task-events-writer")

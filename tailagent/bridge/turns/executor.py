@@ -57,6 +57,7 @@ from tailagent.delegation.outbound import DelegatorFactory
 from tailagent.delegation.session import DELEGATED, DelegatingSession
 from tailagent.store.audit import AuditLog
 from tailagent.store.events import TaskEvents
+from tailagent.store.tasks import UNSEEN_UNTIL_SETTLED
 
 
 class BridgeExecutor(AgentExecutor):
@@ -135,19 +136,28 @@ class BridgeExecutor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""
         new = context.current_task is None
+        # The first turn of a task whose request shows it to nobody before it settles
+        # (store/tasks.py's UNSEEN_UNTIL_SETTLED): no stream gets its events, so none
+        # can miss one. They are numbered, for the next turn to number on, not kept.
+        call = context.call_context
+        unseen = new and call is not None and bool(call.state.get(UNSEEN_UNTIL_SETTLED))
         try:
-            await self._execute(context, await self._numbering(task_id, event_queue, new))
+            queue = await self._numbering(context, event_queue, new, keep=not unseen)
+            await self._execute(context, queue)
         finally:
             if self._events is not None and task_id not in self._runtimes:
                 self._events.forget(task_id)  # its next turn may run on another server
             await self._over(context.context_id or "")
 
-    async def _numbering(self, task_id: str, queue: EventQueue, new: bool = False) -> EventQueue:
-        """The turn's queue, numbering its events when the store keeps them."""
+    async def _numbering(
+        self, context: RequestContext, queue: EventQueue, new: bool = False, keep: bool = True
+    ) -> EventQueue:
+        """The turn's queue, numbering its events when the store keeps events."""
+        task_id = context.task_id
         if self._events is None or not task_id:
             return queue
-        await self._events.start(task_id, new)
-        return cast("EventQueue", NumberingQueue(queue, self._events, task_id))
+        await self._events.start(task_id, new, context.current_task)
+        return cast("EventQueue", NumberingQueue(queue, self._events, task_id, keep))
 
     async def _over(self, context_id: str) -> None:
         """Once no turn of the conversation is alive (not running, not waiting for an
@@ -233,7 +243,7 @@ class BridgeExecutor(AgentExecutor):
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""
         context_id = context.context_id or ""
-        event_queue = await self._numbering(task_id, event_queue)
+        event_queue = await self._numbering(context, event_queue)
         runtime = self._runtimes.get(task_id)
         waiting = self._restorer.pop(task_id)
         held: TaskRuntime | Waiting | None = runtime or waiting

@@ -12,13 +12,16 @@ class NumberingQueue:
     """Stands in for the SDK's EventQueue where a turn enqueues (TaskUpdater, the first
     Task): the one method a publisher calls, numbered; the rest is the SDK's queue."""
 
-    def __init__(self, queue: EventQueue, events: TaskEvents, task_id: str) -> None:
+    def __init__(
+        self, queue: EventQueue, events: TaskEvents, task_id: str, keep: bool = True
+    ) -> None:
         self._queue = queue
         self._events = events
         self._task_id = task_id
+        self._keep = keep
 
     async def enqueue_event(self, event: Event) -> None:
-        self._events.number(self._task_id, event)
+        self._events.number(self._task_id, event, keep=self._keep)
         await self._queue.enqueue_event(event)
 
     def __getattr__(self, name: str) -> object:
