@@ -55,6 +55,16 @@ def headers(server: RunningServer, **more: str) -> dict[str, str]:
     return {"A2A-Version": "1.0", "Authorization": f"Bearer {server.token}", **more}
 
 
+def streamed(
+    http: httpx.Client, server: RunningServer, text: str
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """A streamed turn read to its end: its events, and the numbers they carry."""
+    body = rpc("SendStreamingMessage", message(text))
+    with http.stream("POST", "/", json=body, headers=headers(server)) as stream:
+        said = list(events(stream))
+    return said, [n for n in map(number, said) if n is not None]
+
+
 def test_a_stream_cut_mid_turn_gets_exactly_what_it_missed(tmp_path: Any) -> None:
     server = start_server(tmp_path)
     try:
@@ -112,10 +122,7 @@ def test_the_last_number_may_come_in_the_request_s_metadata(tmp_path: Any) -> No
     server = start_server(tmp_path)
     try:
         with httpx.Client(base_url=server.url, timeout=30) as http:
-            body = rpc("SendStreamingMessage", message("think tool"))
-            with http.stream("POST", "/", json=body, headers=headers(server)) as stream:
-                said = list(events(stream))
-            numbers = [n for n in map(number, said) if n is not None]
+            said, numbers = streamed(http, server, "think tool")
             task_id = said[0]["task"]["id"]
             body = rpc(
                 "SubscribeToTask", {"id": task_id, "metadata": {"lastSequence": numbers[-3]}}
@@ -135,10 +142,7 @@ def test_a_number_older_than_what_is_kept_gets_the_snapshot_first(tmp_path: Any)
     server = start_server(tmp_path, "--config", str(tmp_path / "tailagent.toml"))
     try:
         with httpx.Client(base_url=server.url, timeout=30) as http:
-            body = rpc("SendStreamingMessage", message("think plan tool"))
-            with http.stream("POST", "/", json=body, headers=headers(server)) as stream:
-                said = list(events(stream))
-            numbers = [n for n in map(number, said) if n is not None]
+            said, numbers = streamed(http, server, "think plan tool")
             assert len(numbers) > 4
             time.sleep(0.3)  # written, and the oldest let go
             body = rpc("SubscribeToTask", {"id": said[0]["task"]["id"]})
@@ -156,10 +160,7 @@ def test_http_json_subscribe_takes_up_from_the_last_number_too(tmp_path: Any) ->
     server = start_server(tmp_path)
     try:
         with httpx.Client(base_url=server.url, timeout=30) as http:
-            body = rpc("SendStreamingMessage", message("think tool"))
-            with http.stream("POST", "/", json=body, headers=headers(server)) as stream:
-                said = list(events(stream))
-            numbers = [n for n in map(number, said) if n is not None]
+            said, numbers = streamed(http, server, "think tool")
             path = f"/tasks/{said[0]['task']['id']}:subscribe"
             resume = headers(server, **{"Last-Event-ID": str(numbers[-3])})
             with http.stream("GET", path, headers=resume) as stream:

@@ -101,8 +101,8 @@ def full_task(task_id: str) -> Task:
     task.history.append(Message(message_id="m1", role=Role.ROLE_USER, parts=[Part(text="日本")]))
     task.artifacts.append(Artifact(artifact_id="a1", parts=[Part(text="diff")]))
     # Every kind of value a Struct holds, nested: tailagent writes metadata its own way.
-    task.metadata.update({"kind": "prompt", "n": 3, "none": None, "flag": False,
-                          "deep": {"list": [1.5, "x", None, True, {"k": []}], "empty": {}}})  # fmt: skip
+    deep = {"list": [1.5, "x", None, True, {"k": []}], "empty": {}}
+    task.metadata.update({"kind": "prompt", "n": 3, "none": None, "flag": False, "deep": deep})
     return task
 
 
@@ -236,10 +236,12 @@ async def test_the_log_reaches_the_database_file_off_the_event_loop(tmp_path: Pa
     file_only = f"file:{path}?immutable=1"
     for _ in range(50):
         await asyncio.sleep(0.1)
-        with contextlib.closing(sqlite3.connect(file_only, uri=True)) as db:
-            with contextlib.suppress(sqlite3.OperationalError):  # no table in the file yet
-                if db.execute("SELECT COUNT(*) FROM t").fetchone() == (5000,):
-                    break
+        with (
+            contextlib.closing(sqlite3.connect(file_only, uri=True)) as db,
+            contextlib.suppress(sqlite3.OperationalError),  # no table in the file yet
+        ):
+            if db.execute("SELECT COUNT(*) FROM t").fetchone() == (5000,):
+                break
     else:
         raise AssertionError("the rows never reached the database file")
     await database.aclose()
