@@ -53,6 +53,22 @@ async def test_the_answer_is_the_stored_task(server: RunningServer) -> None:
     assert stored == sent
 
 
+def test_an_answer_shaped_by_its_request_is_rendered_as_asked(server: RunningServer) -> None:
+    """The answer reuses the rendering the store made for the task's row only while
+    it is the same task: a request for no history gets none, though the row has it."""
+    body = rpc("SendMessage", "think quick no history")
+    body["params"]["configuration"] = {"historyLength": 0}  # type: ignore[index]
+    headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {server.token}"}
+    answered = httpx.post(server.url, json=body, headers=headers, timeout=30).json()
+    task = answered["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert "history" not in task, task
+    asked = {"id": task["id"]}
+    stored = httpx.post(server.url, json=rpc("GetTask", "") | {"params": asked},
+                        headers=headers, timeout=30).json()["result"]  # fmt: skip
+    assert [m["role"] for m in stored["history"]] == ["ROLE_USER", "ROLE_AGENT"]
+
+
 async def test_it_can_be_canceled_while_it_runs(server: RunningServer) -> None:
     agent = A2A(server.url, server.token)
     blocking = asyncio.create_task(agent.send(user_message("slow 30 quick cancel")))

@@ -33,7 +33,8 @@ from tests.conftest import start_server
 # (with the app), Hypercorn's (with listening/serving.py).
 SDK_MENDS = [sdk_sql.SQL_MEND, sdk_queues.QUEUES_MEND, sdk_tracing.TRACING_MEND]
 HYPERCORN_MENDS = [hypercorn_mends.LET_GO_MEND, hypercorn_mends.SAY_CUT_MEND]
-MENDS = [*SDK_MENDS, jsonrpc.PARAMS_MEND, *HYPERCORN_MENDS]
+JSONRPC_MENDS = [jsonrpc.PARAMS_MEND, jsonrpc.ANSWER_MEND]
+MENDS = [*SDK_MENDS, *JSONRPC_MENDS, *HYPERCORN_MENDS]
 ACP_MEND = acp_cancel.CANCEL_REQUEST_MEND
 PINS = Path(__file__).resolve().parent.parent / "tailagent" / "binary" / "pins.txt"
 
@@ -134,23 +135,25 @@ def test_on_another_a2a_sdk_its_queues_sql_and_tracing_are_left_as_the_sdk_has_t
         print(JsonRpcDispatcher._handle_send_message.__code__.co_qualname)
         from tailagent.mends import jsonrpc as jsonrpc
         routes = jsonrpc.jsonrpc_routes(None, "/", None)
+        print(type(routes[0].endpoint.__self__).__name__)
         print(type(routes[0].endpoint.__self__._v03_adapter).__name__)
         print("culsans" in sys.modules, "sqlalchemy" in sys.modules)
         print(*mends.REFUSED, sep="\\n")
         """,
     )
     lines = out.splitlines()
-    assert lines[:6] == [
+    assert lines[:7] == [
         "False",
         "False",
         "False",
         "trace_function.<locals>.async_wrapper",
+        "JsonRpcDispatcher",
         "JSONRPC03Adapter",
         "True True",
     ]
-    refused = lines[6:]
+    refused = lines[7:]
     assert [line.split(" is written for ")[0] for line in refused] == [
-        f"mend left out: {mend.what}" for mend in [*SDK_MENDS, jsonrpc.PARAMS_MEND]
+        f"mend left out: {mend.what}" for mend in [*SDK_MENDS, *JSONRPC_MENDS]
     ]
     assert all("a2a-sdk 1.3.0, and 1.4.0 is installed" in line for line in refused)
 

@@ -13,14 +13,12 @@ format; a test compares them byte for byte).
 from __future__ import annotations
 
 import json
-import math
 from datetime import UTC, datetime
 from typing import Any
 
 from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import Task, TaskState
 from google.protobuf.json_format import MessageToDict, ParseDict
-from google.protobuf.struct_pb2 import Struct, Value
 
 from tailagent.access.identity import OwnerUser
 from tailagent.store.database import Database
@@ -71,11 +69,12 @@ class TaskTable:
         for statement in SQLITE_SCHEMA:
             await self._db.execute(statement)
 
-    async def save(self, task: Task, owner: str) -> None:
+    async def save(self, task: Task, owner: str, shown: dict[str, Any] | None = None) -> None:
+        """Writes the task's row; `shown`, its MessageToDict rendering, if made already."""
         if self._db.postgres:
             await (await self._sdk.tasks()).save(task, ServerCallContext(user=OwnerUser(owner)))
             return
-        await self._db.execute(_UPSERT, row_of(task, owner))
+        await self._db.execute(_UPSERT, row_of(task, owner, shown))
 
     async def get(self, task_id: str, owner: str) -> Task | None:
         rows = await self._db.fetch(
@@ -152,10 +151,12 @@ class TaskTable:
         )
 
 
-def row_of(task: Task, owner: str) -> dict[str, Any]:
+def row_of(task: Task, owner: str, shown: dict[str, Any] | None = None) -> dict[str, Any]:
     """The row a2a-sdk's store writes for the task, as SQLite stores it: JSON as text
     (None as `null`, as SQLAlchemy's JSON type writes it) and the timestamp in
-    SQLAlchemy's SQLite format."""
+    SQLAlchemy's SQLite format. `shown`: the task as MessageToDict renders it, when the
+    caller has rendered it already (tasks.py does, once, for the row and the answer)."""
+    shown = MessageToDict(task) if shown is None else shown
     status = task.status
     updated = status.timestamp.ToDatetime() if status.HasField("timestamp") else None
     return {
@@ -164,30 +165,12 @@ def row_of(task: Task, owner: str) -> dict[str, Any]:
         "kind": "task",
         "owner": owner,
         "last_updated": _sqlite_datetime(updated) if updated is not None else None,
-        "status": json.dumps(MessageToDict(status)),
-        "artifacts": json.dumps([MessageToDict(artifact) for artifact in task.artifacts]),
-        "history": json.dumps([MessageToDict(message) for message in task.history]),
+        "status": json.dumps(shown.get("status", {})),
+        "artifacts": json.dumps(shown.get("artifacts", [])),
+        "history": json.dumps(shown.get("history", [])),
         "protocol_version": PROTOCOL_VERSION,
-        "metadata": json.dumps(struct_dict(task.metadata) if task.metadata.fields else None),
+        "metadata": json.dumps(shown.get("metadata") if task.metadata.fields else None),
     }
-
-
-def struct_dict(struct: Struct) -> dict[str, Any]:
-    """A Struct as MessageToDict gives it, key for key, in a third of its time (a task's
-    metadata is most of a row, written on every final save). Like it, refuses a number
-    JSON cannot hold."""
-    return {key: _plain(value) for key, value in struct.fields.items()}
-
-
-def _plain(value: Value) -> Any:
-    kind = value.WhichOneof("kind")
-    if kind == "struct_value":
-        return struct_dict(value.struct_value)
-    if kind == "list_value":
-        return [_plain(item) for item in value.list_value.values]
-    if kind == "number_value" and not math.isfinite(value.number_value):
-        raise ValueError(f"a Struct's number is not finite: {value.number_value}")
-    return None if kind in (None, "null_value") else getattr(value, kind)
 
 
 def _sqlite_datetime(moment: datetime) -> str:
