@@ -48,6 +48,7 @@ class LiveTurn(Protocol):
     # now: the turn's share is the difference.
     session_cost_before: float | None
     session_cost: float | None
+    running_rows: bool  # its session's running-turn rows may be in the store
     settled: bool  # its cost counted though it ended without a result
     cost_refused: bool  # a figure of its agent's was refused (logged once)
 
@@ -156,9 +157,9 @@ class TurnCosts:
                 self._session_costs[turn.session.session_id] = turn.session_cost
             return {"cost": turn.cost.as_json()}
         try:
-            total = await self._spending.record(
-                turn.owner, turn.context_id, cost, turn.session.session_id, turn.via
-            )
+            # Its session's running-turn rows go as it is counted, when there may be any.
+            clears = turn.session.session_id if turn.running_rows else ""
+            total = await self._spending.record(turn.owner, turn.context_id, cost, clears, turn.via)
             if turn.session_cost is not None:
                 await self._spending.usage.set_session_cost(
                     turn.session.session_id, turn.session_cost
@@ -197,6 +198,7 @@ class TurnCosts:
         task_limit = self._spending.budgets.per_task_usd
         if task_limit is not None and turn.cost.usd + grew >= task_limit:
             return self._budget_stop_text(turn.cost.usd + grew)
+        turn.running_rows = True
         try:
             await self._spending.usage.running(
                 turn.task_id, turn.session.session_id, turn.owner, grew

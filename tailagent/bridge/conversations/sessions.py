@@ -94,6 +94,9 @@ class SessionPool:
         # Contexts whose live session an admin switched to a mode callers may not choose:
         # a mode lasts as long as its session, so such a session serves admins only.
         self._unguarded: set[str] = set()
+        # Sessions opened new (an id never seen before) whose first turn has not
+        # started: nothing they cost can be in the books yet (see first_turn).
+        self._opened_new: set[str] = set()
 
     @property
     def minted_contexts(self) -> MintedIds:
@@ -179,6 +182,7 @@ class SessionPool:
             self._sessions[context_id] = session
             self._note_mode(context_id, mode)
             if session.session_id != resume_id:
+                self._opened_new.add(session.session_id)
                 await self._map.put(context_id, self._backend.name, session.session_id)
             self._start_sweeper()
             return session, resume_id is not None and session.session_id == resume_id
@@ -201,6 +205,15 @@ class SessionPool:
         oldest = next(iter(self._idle))
         del self._idle[oldest]
         await self._close(oldest)
+
+    def first_turn(self, session_id: str) -> bool:
+        """Whether the session was opened new for the turn now starting in it (True
+        once): no cost of it, counted or running, can be in the store, so the turn's
+        books need not be read or cleared for it."""
+        if session_id not in self._opened_new:
+            return False
+        self._opened_new.discard(session_id)
+        return True
 
     async def persist(self) -> None:
         """Writes the context -> session map now (it is written lazily otherwise): a task
@@ -250,6 +263,7 @@ class SessionPool:
         self._unguarded.discard(context_id)
         session = self._sessions.pop(context_id, None)
         if session is not None:
+            self._opened_new.discard(session.session_id)
             try:
                 await session.close()
             except Exception:

@@ -62,6 +62,10 @@ class TaskRuntime:
     # now: the turn's share is the difference.
     session_cost_before: float | None = None
     session_cost: float | None = None
+    # Running-turn rows of its session may be in the store (an earlier turn's, maybe
+    # of a server since killed, or its own): its count clears them. False for a
+    # session opened new for it, until it reports a running cost.
+    running_rows: bool = True
     settled: bool = False  # its cost counted though it ended without a result
     cost_refused: bool = False  # a figure of its agent's was refused (logged once)
 

@@ -146,7 +146,10 @@ class TurnStarter:
             owner=requester.owner,
             via=requester.delegated_by,
         )
-        runtime.session_cost_before = await self._costs.session_cost(session.session_id)
+        if self._pool.first_turn(session.session_id):
+            runtime.running_rows = False  # and no cost counted before it either
+        else:
+            runtime.session_cost_before = await self._costs.session_cost(session.session_id)
         self._runtimes.add(runtime)
         await self._announce(runtime, message, requester, resumed, updater, self._fence)
         return runtime
