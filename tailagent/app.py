@@ -28,7 +28,7 @@ from tailagent.mends.jsonrpc import jsonrpc_routes
 from tailagent.plain_routes import plain_routes
 from tailagent.store.database import Database
 from tailagent.store.spent_tokens import SpentAnswers
-from tailagent.store.tasks import CoalescingTaskStore
+from tailagent.store.tasks import ANSWER_KEY, CoalescingTaskStore
 from tailagent.tailnet.presence import Presence
 from tailagent.web import LazyDesk, mount
 from tailagent.web.pages.live import Desk
@@ -53,7 +53,7 @@ def build_app(
     `database` is the store's, where notification answers already used are kept."""
     context_builder = CallerContextBuilder()
     routes = [
-        *jsonrpc_routes(handler, "/", context_builder),
+        *jsonrpc_routes(handler, "/", context_builder, ANSWER_KEY),
         # Tenants are not used here: leave out the SDK's catch-all `/{tenant}` mount,
         # which would otherwise swallow every other path.
         *(

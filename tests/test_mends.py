@@ -74,6 +74,14 @@ def test_on_the_pinned_hypercorn_its_two_methods_are_the_mends() -> None:
     assert mends.REFUSED == []
 
 
+def test_on_the_pinned_a2a_sdk_its_json_rpc_answers_and_0_3_params_are_mended() -> None:
+    routes = jsonrpc.jsonrpc_routes(None, "/", None, "tailagent.answer")  # type: ignore[arg-type]
+    dispatcher = routes[0].endpoint.__self__  # type: ignore[attr-defined]
+    assert type(dispatcher) is jsonrpc._Dispatcher
+    assert dispatcher.answer_key == "tailagent.answer"
+    assert type(dispatcher._v03_adapter) is jsonrpc._Params03Adapter
+
+
 def test_on_the_pinned_a2a_sdk_its_queues_sql_and_tracing_are_mended() -> None:
     if sys.version_info >= (3, 13):
         pytest.skip("3.13's own queues: the queue mend is not needed")
@@ -134,7 +142,7 @@ def test_on_another_a2a_sdk_its_queues_sql_and_tracing_are_left_as_the_sdk_has_t
         from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
         print(JsonRpcDispatcher._handle_send_message.__code__.co_qualname)
         from tailagent.mends import jsonrpc as jsonrpc
-        routes = jsonrpc.jsonrpc_routes(None, "/", None)
+        routes = jsonrpc.jsonrpc_routes(None, "/", None, "tailagent.answer")
         print(type(routes[0].endpoint.__self__).__name__)
         print(type(routes[0].endpoint.__self__._v03_adapter).__name__)
         print("culsans" in sys.modules, "sqlalchemy" in sys.modules)

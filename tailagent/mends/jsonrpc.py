@@ -6,7 +6,8 @@ a2a-sdk 1.3.0's 0.3 compatibility layer answers malformed params of a 0.3 method
 -32602 Invalid params. Only that answer differs here; dispatch stays the SDK's.
 
 A blocking SendMessage answers with its task, which the store has just rendered with
-MessageToDict for the task's row (store/tasks.py's ANSWER_KEY): the answer takes that
+MessageToDict for the task's row, and left in the call context (store/tasks.py's
+ANSWER_KEY, named here by app.py): the answer takes that
 rendering when the task is still equal to the one rendered, instead of rendering it
 again (~0.1 ms of a ~2.5 ms turn). Anything else is rendered as the SDK renders it.
 
@@ -38,7 +39,6 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from tailagent.mends.versions import Mend, applies
-from tailagent.store.tasks import ANSWER_KEY
 
 PARAMS_MEND = Mend(
     what="a2a-sdk's 0.3 JSON-RPC adapter answering bad params -32602 (mends/jsonrpc.py)",
@@ -58,11 +58,16 @@ ANSWER_MENDED = applies(ANSWER_MEND)
 
 
 class _Dispatcher(JsonRpcDispatcher):
+    """Answers SendMessage with the rendering left under `answer_key` in the call
+    context as (the task rendered, its MessageToDict), while the task is still that."""
+
+    answer_key = ""
+
     async def _handle_send_message(
         self, request_obj: SendMessageRequest, context: ServerCallContext
     ) -> dict[str, Any]:
         result = await self.request_handler.on_message_send(request_obj, context)
-        answer = context.state.pop(ANSWER_KEY, None)
+        answer = context.state.pop(self.answer_key, None)
         if isinstance(result, Task):
             if answer is not None and answer[0] == result:
                 return {"task": answer[1]}
@@ -86,10 +91,19 @@ class _Params03Adapter(JSONRPC03Adapter):
 
 
 def jsonrpc_routes(
-    handler: RequestHandler, path: str, context_builder: ServerCallContextBuilder
+    handler: RequestHandler,
+    path: str,
+    context_builder: ServerCallContextBuilder,
+    answer_key: str = "",
 ) -> list[Route]:
-    kind = _Dispatcher if ANSWER_MENDED else JsonRpcDispatcher
-    dispatcher = kind(handler, context_builder, enable_v0_3_compat=True)
+    """The endpoint; `answer_key`: where the store leaves a settled task's rendering
+    in the call context (store/tasks.py's ANSWER_KEY), "" for none."""
+    if ANSWER_MENDED and answer_key:
+        answering = _Dispatcher(handler, context_builder, enable_v0_3_compat=True)
+        answering.answer_key = answer_key
+        dispatcher: JsonRpcDispatcher = answering
+    else:
+        dispatcher = JsonRpcDispatcher(handler, context_builder, enable_v0_3_compat=True)
     if PARAMS_MENDED:
         dispatcher._v03_adapter = _Params03Adapter(handler, context_builder)
     return [Route(path, endpoint=dispatcher.handle_requests, methods=["POST"])]
