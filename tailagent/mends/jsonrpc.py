@@ -6,10 +6,10 @@ a2a-sdk 1.3.0's 0.3 compatibility layer answers malformed params of a 0.3 method
 -32602 Invalid params. Only that answer differs here; dispatch stays the SDK's.
 
 A blocking SendMessage answers with its task, which the store has just rendered with
-MessageToDict for the task's row, and left in the call context (store/tasks.py's
-ANSWER_KEY, named here by app.py): the answer takes that
-rendering when the task is still equal to the one rendered, instead of rendering it
-again (~0.1 ms of a ~2.5 ms turn). Anything else is rendered as the SDK renders it.
+MessageToDict for the task's row and left in the call context (store/tasks.py's
+ANSWER_KEY, named here by app.py): the answer takes that rendering while the task is
+still equal to the one rendered, instead of rendering it again (~0.1 ms of a ~2.5 ms
+turn). Anything else is rendered as the SDK renders it.
 
 The correction takes the place of the dispatcher's private `_v03_adapter` and calls
 the adapter's private `_generate_error_response`; the answer replaces the private
