@@ -101,7 +101,7 @@ def full_task(task_id: str) -> Task:
     task = Task(id=task_id, context_id="ctx-1", status=status)
     task.history.append(Message(message_id="m1", role=Role.ROLE_USER, parts=[Part(text="日本")]))
     task.artifacts.append(Artifact(artifact_id="a1", parts=[Part(text="diff")]))
-    # Every kind of value a Struct holds, nested: tailagent writes metadata its own way.
+    # Every kind of value a Struct holds, nested: the row is cut from one rendering.
     deep = {"list": [1.5, "x", None, True, {"k": []}], "empty": {}}
     task.metadata.update({"kind": "prompt", "n": 3, "none": None, "flag": False, "deep": deep})
     return task
