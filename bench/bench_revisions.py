@@ -84,14 +84,18 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=50, help="timed requests a block")
     args = parser.parse_args()
     names = [args.base, args.new or "working tree"]
+    times: list[list[float]] = [[], []]
+    cpu = [0.0, 0.0]
     with tempfile.TemporaryDirectory() as scratch:
         tmp = Path(scratch)
-        roots = [worktree(tmp, args.base), worktree(tmp, args.new) if args.new else ROOT]
-        servers = [start_server(tmp / f"server-{i}", program=serving_from(root))
-                   for i, root in enumerate(roots)]  # fmt: skip
+        made: list[Path] = []  # the worktrees to remove, however the run ends
+        servers: list[RunningServer] = []
         try:
-            times: list[list[float]] = [[], []]
-            cpu = [0.0, 0.0]
+            made.append(worktree(tmp, args.base))
+            if args.new:
+                made.append(worktree(tmp, args.new))
+            for i, root in enumerate([*made, ROOT][:2]):
+                servers.append(start_server(tmp / f"server-{i}", program=serving_from(root)))
             for number in range(args.blocks):
                 for i in (0, 1) if number % 2 == 0 else (1, 0):
                     before = cpu_seconds(servers[i].process.pid)
@@ -100,7 +104,7 @@ def main() -> int:
         finally:
             for server in servers:
                 server.stop()
-            for root in roots[: 2 if args.new else 1]:
+            for root in made:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                                 str(root)], check=False)  # fmt: skip
     served = args.blocks * (WARM_UP + args.requests)

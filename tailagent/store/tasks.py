@@ -189,11 +189,11 @@ class CoalescingTaskStore(TaskStore):
             self._on_save(snapshot, owner)
         if (first and not unseen) or task.status.state not in _DEFERRABLE:
             self._dirty.discard(task.id)
-            shown = None
-            if context.state.get(UNSEEN_UNTIL_SETTLED):
-                shown = MessageToDict(snapshot)
-                context.state[ANSWER_KEY] = self._answer(task, shown)
             try:
+                shown = None
+                if context.state.get(UNSEEN_UNTIL_SETTLED):  # a failed rendering fails the write
+                    shown = MessageToDict(snapshot)
+                    context.state[ANSWER_KEY] = self._answer(task, shown)
                 await self._write(snapshot, owner, shown=shown)
             except Exception as exc:
                 if first:  # nothing stored: the request fails as a whole

@@ -53,7 +53,7 @@ def last_seen(context: ServerCallContext) -> int | None:
     text = str(given).strip()
     # JSON gives the number as 12 or, through protobuf's Struct, as 12.0: both are 12.
     whole = text.removesuffix(".0")
-    if isinstance(given, bool) or not whole.isdigit() or len(whole) > 18:
+    if not whole.isdigit() or len(whole) > 18:
         raise InvalidParamsError(
             message=f"{named} must be the number of the last event seen, not {text!r}"
         )
