@@ -1,9 +1,10 @@
 """What each mend of a dependency's private internals buys today: A/B, mend on and off.
 
-For the mends that are about speed (mends/event_queues.py, mends/tracing.py; a Hypercorn
-mend sending a response's head and body in one send until issue 36 measured it within
-noise) it starts two tailagent servers, both up at once: A as shipped, B with that one
-mend taken back out before it serves (see OFF: the rest of the process is the same).
+For the mends that are about speed (mends/event_queues.py, mends/tracing.py,
+mends/required_fields.py; a Hypercorn mend sending a response's head and body in one
+send until issue 36 measured it within noise) it starts two tailagent servers, both
+up at once: A as shipped, B with that one mend taken back out before it serves (see
+OFF: the rest of the process is the same).
 Each is called on one keep-alive connection, in alternating blocks (the first of a pair
 alternating, as bench_load.side_by_side does): sequential SendMessage (`--call send`: a
 blocking send of a new task, which bridge/requests/quick.py runs past the SDK's queues)
@@ -19,7 +20,7 @@ Run it from a clean tree (`git archive HEAD | tar -x -C DIR; cd DIR`): the serve
 import tailagent from the working directory.
 
 Usage: python bench/bench_mends.py [--pairs 3] [--requests 600] [--blocks 12]
-    [--call send|stream] [--only none,queues,tracing,sql]
+    [--call send|stream] [--only none,queues,tracing,required,sql]
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ OFF = {
     "tracing": (
         "import tailagent.mends.tracing\n"
         "tailagent.mends.tracing.untraced_unless_enabled = lambda: False\n"
+    ),
+    "required": (
+        "from a2a.utils import proto_utils\n"
+        "from tailagent.mends import required_fields\n"
+        "proto_utils._validate_proto_required_fields_internal = required_fields.SDK_WALK\n"
     ),
 }
 
@@ -137,7 +143,7 @@ async def main() -> int:
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--blocks", type=int, default=12)
     parser.add_argument("--call", choices=("send", "stream"), default="send")
-    parser.add_argument("--only", default="queues,tracing,sql")
+    parser.add_argument("--only", default="queues,tracing,required,sql")
     args = parser.parse_args()
     for mend in args.only.split(","):
         if mend == "sql":

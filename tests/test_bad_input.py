@@ -136,3 +136,24 @@ async def test_jsonrpc_0_3_bad_params_are_32602(a2a: A2A, body: dict[str, object
     assert error["code"] == -32602
     assert "pydantic" not in response.text
     await still_serving(a2a)
+
+
+@pytest.mark.parametrize("method", ["SendMessage", "SendStreamingMessage"])
+async def test_a_message_missing_required_fields_is_32602_naming_each(
+    a2a: A2A, method: str
+) -> None:
+    """a2a-sdk's check of REQUIRED fields (mends/required_fields.py reads each type once)
+    still finds every one missing, nested names and all, and nothing is run."""
+    message = {"parts": [], "metadata": {"deep": {"list": [1, {"x": None}]}}}
+    body = json.dumps(rpc(method, {"message": message})).encode()
+    response = await post(a2a, a2a.url, body, {"Content-Type": "application/json", **V1})
+    error = response.json()["error"]
+    assert error["code"] == -32602
+    violations = next(d for d in error["data"] if d["@type"].endswith("BadRequest"))
+    assert violations["fieldViolations"] == [
+        {"field": "message.message_id", "description": "Field is required."},
+        {"field": "message.role", "description": "Field is required."},
+        {"field": "message.parts", "description": "Field must contain at least one element."},
+    ]
+    assert_no_trace(response)
+    await still_serving(a2a)

@@ -16,10 +16,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from a2a.types import a2a_pb2
+from a2a.utils import proto_utils
+from google.protobuf.json_format import ParseDict
+from google.protobuf.message import Message
 from hypercorn.asyncio.tcp_server import TCPServer
 
 from bench.bench_core import rpc
-from tailagent.mends import acp_cancel
+from tailagent.mends import acp_cancel, required_fields
 from tailagent.mends import event_queues as sdk_queues
 from tailagent.mends import hypercorn_connections as hypercorn_mends
 from tailagent.mends import jsonrpc as jsonrpc
@@ -34,7 +38,8 @@ from tests.conftest import start_server
 SDK_MENDS = [sdk_sql.SQL_MEND, sdk_queues.QUEUES_MEND, sdk_tracing.TRACING_MEND]
 HYPERCORN_MENDS = [hypercorn_mends.LET_GO_MEND, hypercorn_mends.SAY_CUT_MEND]
 JSONRPC_MENDS = [jsonrpc.PARAMS_MEND, jsonrpc.ANSWER_MEND]
-MENDS = [*SDK_MENDS, *JSONRPC_MENDS, *HYPERCORN_MENDS]
+APP_MENDS = [required_fields.REQUIRED_FIELDS_MEND, *JSONRPC_MENDS]
+MENDS = [*SDK_MENDS, *APP_MENDS, *HYPERCORN_MENDS]
 ACP_MEND = acp_cancel.CANCEL_REQUEST_MEND
 PINS = Path(__file__).resolve().parent.parent / "tailagent" / "binary" / "pins.txt"
 
@@ -80,6 +85,52 @@ def test_on_the_pinned_a2a_sdk_its_json_rpc_answers_and_0_3_params_are_mended() 
     assert type(dispatcher) is jsonrpc._Dispatcher
     assert dispatcher.answer_key == "tailagent.answer"
     assert type(dispatcher._v03_adapter) is jsonrpc._Params03Adapter
+
+
+def test_on_the_pinned_a2a_sdk_its_required_fields_walk_is_the_mend() -> None:
+    assert proto_utils._validate_proto_required_fields_internal is required_fields.missing_required
+
+
+def every_message_type() -> list[Message]:
+    """One empty message of each type A2A defines, and some filled in part, down to
+    maps and lists of messages that miss fields of their own."""
+    empty = [getattr(a2a_pb2, name)() for name in sorted(a2a_pb2.DESCRIPTOR.message_types_by_name)]
+    task = ParseDict(
+        {
+            "id": "t",
+            "history": [{"role": "ROLE_USER"}, {"messageId": "m", "parts": [{}]}],
+            "artifacts": [{"parts": []}, {"artifactId": "a", "parts": [{"text": "x"}]}],
+            "metadata": {"deep": {"list": [1, {"x": None}]}},
+        },
+        a2a_pb2.Task(),
+    )
+    card = ParseDict(
+        {
+            "name": "n",
+            "skills": [{"id": "s"}],
+            "securitySchemes": {
+                "key": {"apiKeySecurityScheme": {}},
+                "oauth": {"oauth2SecurityScheme": {"flows": {"clientCredentials": {}}}},
+            },
+            "supportedInterfaces": [{"url": "http://x"}],
+        },
+        a2a_pb2.AgentCard(),
+    )
+    send = ParseDict(
+        {"message": {"messageId": "m", "parts": [{"data": {}}]}}, a2a_pb2.SendMessageRequest()
+    )
+    return [*empty, task, card, send]
+
+
+@pytest.mark.parametrize("message", every_message_type(), ids=lambda m: m.DESCRIPTOR.name)
+def test_the_mended_walk_finds_what_the_sdk_walk_finds(
+    message: Message, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mended = required_fields.missing_required(message)
+    monkeypatch.setattr(
+        proto_utils, "_validate_proto_required_fields_internal", required_fields.SDK_WALK
+    )
+    assert mended == required_fields.SDK_WALK(message)
 
 
 def test_on_the_pinned_a2a_sdk_its_queues_sql_and_tracing_are_mended() -> None:
@@ -145,23 +196,26 @@ def test_on_another_a2a_sdk_its_queues_sql_and_tracing_are_left_as_the_sdk_has_t
         routes = jsonrpc.jsonrpc_routes(None, "/", None, "tailagent.answer")
         print(type(routes[0].endpoint.__self__).__name__)
         print(type(routes[0].endpoint.__self__._v03_adapter).__name__)
+        from a2a.utils import proto_utils
+        print(proto_utils._validate_proto_required_fields_internal.__module__)
         print("culsans" in sys.modules, "sqlalchemy" in sys.modules)
         print(*mends.REFUSED, sep="\\n")
         """,
     )
     lines = out.splitlines()
-    assert lines[:7] == [
+    assert lines[:8] == [
         "False",
         "False",
         "False",
         "trace_function.<locals>.async_wrapper",
         "JsonRpcDispatcher",
         "JSONRPC03Adapter",
+        "a2a.utils.proto_utils",
         "True True",
     ]
-    refused = lines[7:]
+    refused = lines[8:]
     assert [line.split(" is written for ")[0] for line in refused] == [
-        f"mend left out: {mend.what}" for mend in [*SDK_MENDS, *JSONRPC_MENDS]
+        f"mend left out: {mend.what}" for mend in [*SDK_MENDS, *APP_MENDS]
     ]
     assert all("a2a-sdk 1.3.0, and 1.4.0 is installed" in line for line in refused)
 
