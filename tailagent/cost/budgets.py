@@ -52,16 +52,24 @@ class Spending:
         return over_budget_text(person_of(owner), budget[0], spent, budget[1], delegated)
 
     async def record(
-        self, owner: str, context_id: str, cost: Cost, session_id: str = "", via: str = ""
+        self,
+        owner: str,
+        context_id: str,
+        cost: Cost,
+        session_id: str = "",
+        via: str = "",
+        *,
+        first: bool = False,
     ) -> Cost:
         """Keeps a turn's cost (`via`: the node a delegated turn came through); returns
-        what its conversation cost so far."""
+        what its conversation cost so far: this cost, when it is the `first` counted in
+        its conversation."""
         label = caller_label(person_of(owner))
         COST_USD.labels(label).inc(cost.usd)
         TOKENS.labels(label, "input").inc(cost.input_tokens)
         TOKENS.labels(label, "output").inc(cost.output_tokens)
         await self.usage.add(owner, context_id, cost, session_id, via)
-        return await self.usage.conversation(context_id)
+        return cost if first else await self.usage.conversation(context_id)
 
 
 def over_budget_text(

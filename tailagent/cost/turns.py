@@ -49,6 +49,7 @@ class LiveTurn(Protocol):
     session_cost_before: float | None
     session_cost: float | None
     running_rows: bool  # its session's running-turn rows may be in the store
+    conversation_new: bool  # its conversation began with it, and nothing is counted yet
     settled: bool  # its cost counted though it ended without a result
     cost_refused: bool  # a figure of its agent's was refused (logged once)
 
@@ -159,7 +160,10 @@ class TurnCosts:
         try:
             # Its session's running-turn rows go as it is counted, when there may be any.
             clears = turn.session.session_id if turn.running_rows else ""
-            total = await self._spending.record(turn.owner, turn.context_id, cost, clears, turn.via)
+            first, turn.conversation_new = turn.conversation_new, False
+            total = await self._spending.record(
+                turn.owner, turn.context_id, cost, clears, turn.via, first=first
+            )
             if turn.session_cost is not None:
                 await self._spending.usage.set_session_cost(
                     turn.session.session_id, turn.session_cost

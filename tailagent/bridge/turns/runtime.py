@@ -66,6 +66,9 @@ class TaskRuntime:
     # of a server since killed, or its own): its count clears them. False for a
     # session opened new for it, until it reports a running cost.
     running_rows: bool = True
+    # Its conversation began with it (an id this server minted for it): no cost of the
+    # conversation can be counted before its own, so its first count needs no sum.
+    conversation_new: bool = False
     settled: bool = False  # its cost counted though it ended without a result
     cost_refused: bool = False  # a figure of its agent's was refused (logged once)
 

@@ -123,6 +123,9 @@ class TurnStarter:
             await publisher.fail(updater, f"The conversation's worktree is not usable: {exc}")
             return None
         options = turn_options(message)
+        # Asked before the session is opened: opening it stores the context's session,
+        # and the id is this server's minted one no longer.
+        new_conversation = context_id in self._pool.minted_contexts
         had = await self._session(publisher, options, directory, requester, updater)
         if had is None:
             return None
@@ -145,6 +148,7 @@ class TurnStarter:
             directory=directory,
             owner=requester.owner,
             via=requester.delegated_by,
+            conversation_new=new_conversation,
         )
         if self._pool.first_turn(session.session_id):
             runtime.running_rows = False  # and no cost counted before it either
