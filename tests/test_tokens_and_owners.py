@@ -6,11 +6,14 @@ import json
 import stat
 import subprocess
 import sys
+from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 from a2a.types.a2a_pb2 import SubscribeToTaskRequest
 from a2a.utils.errors import A2AError
 
+from tailagent.access.tokens import TokenInfo, TokenStore
 from tests.a2a_helpers import A2A, state_name, user_message
 from tests.conftest import RunningServer
 
@@ -50,6 +53,19 @@ def test_token_add_list_revoke(server: RunningServer) -> None:
     refused = httpx.post(server.url, json=body, headers=headers)
     assert refused.status_code == 401
     assert refused.headers["www-authenticate"] == "Bearer"
+
+
+def test_a_token_remembered_by_the_server_is_refused_once_revoked(tmp_path: Path) -> None:
+    """The server remembers the tokens that verified; the CLI's revoke, right after,
+    changes the file, and the next request's token is checked against it again."""
+    serving, cli = TokenStore(tmp_path), TokenStore(tmp_path)
+    for _ in range(20):
+        token = cli.add("ci-bot", ("caller",))
+        assert serving.verify(token) == TokenInfo("ci-bot", ("caller",), ANY)
+        assert serving.verify(token) is not None  # remembered
+        cli.revoke("ci-bot")
+        assert serving.verify(token) is None
+        assert serving.verify("ta_" + token[3:][::-1]) is None  # never a wrong one
 
 
 async def test_tasks_belong_to_the_caller_that_created_them(server: RunningServer) -> None:

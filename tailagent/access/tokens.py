@@ -1,6 +1,7 @@
 """Bearer tokens: named, with roles, stored only as hashes, revocable.
 
-The file (`tokens.json` in the state dir, 0600) is re-read when it changes, so
+The file (`tokens.json` in the state dir, 0600) is re-read when it changes (it is
+replaced whole, so a change is a new inode even within one tick of the clock), so
 `tailagent token revoke` takes effect on a running server at its next request.
 A `local` token is made on first start and kept in `local-token` (0600): it is
 how `tailagent call`, run by the same user on the same box, gets in without a
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,18 +42,25 @@ class TokenStore:
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / TOKENS_FILE
         self.local_path = state_dir / LOCAL_TOKEN_FILE
-        self._loaded_at: float | None = None
+        # The file's (inode, mtime, size) when it was read, and what it held.
+        self._loaded_at: tuple[int, int, int] | None = None
         self._entries: dict[str, dict[str, object]] = {}
+        # The tokens that verified against what the file holds now, by their text: a
+        # caller's every request after its first costs a lookup, not a hash and a pass
+        # over every stored hash. Emptied whenever the file changes.
+        self._verified: dict[str, TokenInfo] = {}
 
     def _load(self) -> dict[str, dict[str, object]]:
         try:
-            mtime = self.path.stat().st_mtime_ns
+            seen = os.stat(self.path)
         except FileNotFoundError:
-            self._entries, self._loaded_at = {}, None
+            self._entries, self._loaded_at, self._verified = {}, None, {}
             return self._entries
-        if mtime != self._loaded_at:
+        version = (seen.st_ino, seen.st_mtime_ns, seen.st_size)
+        if version != self._loaded_at:
             self._entries = json.loads(self.path.read_text() or "{}")
-            self._loaded_at = mtime
+            self._loaded_at = version
+            self._verified = {}
         return self._entries
 
     def _save(self, entries: dict[str, dict[str, object]]) -> None:
@@ -87,12 +96,19 @@ class TokenStore:
         ]
 
     def verify(self, token: str) -> TokenInfo | None:
-        """The token's entry, compared in constant time against every stored hash."""
+        """The token's entry: one that verified since the file last changed, else its
+        hash compared in constant time against every stored hash. Only tokens that
+        verify are remembered, so there are never more than the file holds."""
+        entries = self._load()
+        if (known := self._verified.get(token)) is not None:
+            return known
         presented = _hash(token)
         found: TokenInfo | None = None
-        for name, entry in self._load().items():
+        for name, entry in entries.items():
             if hmac.compare_digest(presented, str(entry["hash"])):
                 found = TokenInfo(name, tuple(entry["roles"]), str(entry["created"]))  # type: ignore[arg-type]
+        if found is not None:
+            self._verified[token] = found
         return found
 
     def ensure_local(self) -> None:
