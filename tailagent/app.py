@@ -13,7 +13,7 @@ from starlette.routing import Mount, Router
 from tailagent.access.bodies import BodyLimits
 from tailagent.access.browser import BrowserSessions, load_secret
 from tailagent.access.guard import AccessGuard
-from tailagent.access.identity import CallerContextBuilder
+from tailagent.access.identity import RPC_KEY, CallerContextBuilder
 from tailagent.access.policy import Policy
 from tailagent.access.resolve import Resolver
 from tailagent.access.streams import StreamCounts
@@ -54,7 +54,7 @@ def build_app(
     `database` is the store's, where notification answers already used are kept."""
     context_builder = CallerContextBuilder()
     routes = [
-        *jsonrpc_routes(handler, "/", context_builder, ANSWER_KEY),
+        *jsonrpc_routes(handler, "/", context_builder, ANSWER_KEY, RPC_KEY),
         # Tenants are not used here: leave out the SDK's catch-all `/{tenant}` mount,
         # which would otherwise swallow every other path.
         *(

@@ -21,6 +21,8 @@ from a2a.utils import proto_utils
 from google.protobuf.json_format import ParseDict
 from google.protobuf.message import Message
 from hypercorn.asyncio.tcp_server import TCPServer
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from bench.bench_core import rpc
 from tailagent.mends import acp_cancel, required_fields
@@ -39,7 +41,8 @@ SDK_MENDS = [sdk_sql.SQL_MEND, sdk_queues.QUEUES_MEND, sdk_tracing.TRACING_MEND]
 HYPERCORN_MENDS = [hypercorn_mends.LET_GO_MEND, hypercorn_mends.SAY_CUT_MEND]
 JSONRPC_MENDS = [jsonrpc.PARAMS_MEND, jsonrpc.ANSWER_MEND]
 APP_MENDS = [required_fields.REQUIRED_FIELDS_MEND, *JSONRPC_MENDS]
-MENDS = [*SDK_MENDS, *APP_MENDS, *HYPERCORN_MENDS]
+STARLETTE_MENDS = [jsonrpc.PARSED_MEND]
+MENDS = [*SDK_MENDS, *APP_MENDS, *STARLETTE_MENDS, *HYPERCORN_MENDS]
 ACP_MEND = acp_cancel.CANCEL_REQUEST_MEND
 PINS = Path(__file__).resolve().parent.parent / "tailagent" / "binary" / "pins.txt"
 
@@ -85,6 +88,27 @@ def test_on_the_pinned_a2a_sdk_its_json_rpc_answers_and_0_3_params_are_mended() 
     assert type(dispatcher) is jsonrpc._Dispatcher
     assert dispatcher.answer_key == "tailagent.answer"
     assert type(dispatcher._v03_adapter) is jsonrpc._Params03Adapter
+
+
+async def test_a_json_rpc_body_the_guard_parsed_is_not_read_again() -> None:
+    async def json_of(request: Request) -> Response:
+        return JSONResponse(await request.json())
+
+    async def no_body() -> dict[str, object]:
+        raise AssertionError("the body was read again")
+
+    async def empty_body() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    endpoint = jsonrpc.taking_parsed(json_of, "parsed")
+    scope = {"type": "http", "method": "POST", "headers": [], "parsed": {"id": 1}}
+    answered = await endpoint(Request(scope, no_body))
+    assert json.loads(answered.body) == {"id": 1}
+    scope["parsed"] = {}  # the guard's parse of an empty body: the dispatcher's to refuse
+    with pytest.raises(json.JSONDecodeError):
+        await endpoint(Request(scope, empty_body))
+    routes = jsonrpc.jsonrpc_routes(None, "/", None, "", "parsed")  # type: ignore[arg-type]
+    assert routes[0].endpoint.__qualname__ == "taking_parsed.<locals>.endpoint_taking_parsed"
 
 
 def test_on_the_pinned_a2a_sdk_its_required_fields_walk_is_the_mend() -> None:
@@ -221,7 +245,8 @@ def test_on_another_a2a_sdk_its_queues_sql_and_tracing_are_left_as_the_sdk_has_t
 
 
 def test_a_start_on_other_versions_says_each_mend_left_out_and_serves(tmp_path: Path) -> None:
-    fake = textwrap.dedent(FAKE_VERSIONS.format(fake={"hypercorn": "0.19.0", "a2a-sdk": "1.4.0"}))
+    others = {"hypercorn": "0.19.0", "a2a-sdk": "1.4.0", "starlette": "1.11.0"}
+    fake = textwrap.dedent(FAKE_VERSIONS.format(fake=others))
     start = fake + "from tailagent.cli import run\nrun()\n"
     server = start_server(tmp_path, program=("-c", start), env=dict(os.environ))
     try:
