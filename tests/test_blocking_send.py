@@ -106,3 +106,25 @@ async def test_a_caller_who_leaves_does_not_stop_it(server: RunningServer) -> No
     left = await appears(agent, "slow 2 quick leave")
     done = await settled(agent, left.id, "completed")
     assert texts(done.artifacts[-1]).endswith("echo: slow 2 quick leave")
+
+
+async def test_only_a_turn_someone_may_stream_closes_its_answer(server: RunningServer) -> None:
+    """The close of the answer's stream, an empty last chunk, changes nothing in a task:
+    a blocking send's first turn, which nobody can stream, leaves that event out and
+    holds the same answer as a streamed send; its next turn, which may be streamed,
+    closes its answer again."""
+    agent = A2A(server.url, server.token)
+    streamed = await agent.turn("same words")
+    assert [c.last_chunk for c in streamed.artifacts("response")][-1] is True
+    streamed_task = await agent.get(streamed.task_id)
+    sent = (await agent.send(user_message("same words"))).task
+    assert list(sent.artifacts) == list(streamed_task.artifacts)
+    numbered = streamed_task.metadata["sequence"]
+    assert numbered == len(streamed.events) - 1  # the first response is the task itself
+    assert sent.metadata["sequence"] == numbered - 1
+
+    asked = (await agent.send(user_message("ask:quick"))).task
+    assert state_name(asked.status.state) == "input_required"
+    answered = await agent.turn(user_message("yes", task_id=asked.id, context_id=asked.context_id))
+    assert answered.final_state == "completed"
+    assert [c.last_chunk for c in answered.artifacts("response")][-1] is True

@@ -143,7 +143,7 @@ class BridgeExecutor(AgentExecutor):
         unseen = new and call is not None and bool(call.state.get(UNSEEN_UNTIL_SETTLED))
         try:
             queue = await self._numbering(context, event_queue, new, keep=not unseen)
-            await self._execute(context, queue)
+            await self._execute(context, queue, watched=not unseen)
         finally:
             if self._events is not None and task_id not in self._runtimes:
                 self._events.forget(task_id)  # its next turn may run on another server
@@ -166,7 +166,9 @@ class BridgeExecutor(AgentExecutor):
         if context_id and not any(r.context_id == context_id for r in self._runtimes.all()):
             await self._conversations.turn_over(context_id)
 
-    async def _execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+    async def _execute(
+        self, context: RequestContext, event_queue: EventQueue, watched: bool = True
+    ) -> None:
         message = context.message
         assert message is not None and context.task_id and context.context_id
         task_id, context_id = context.task_id, context.context_id
@@ -202,6 +204,7 @@ class BridgeExecutor(AgentExecutor):
             # The guard refuses messages for a working task before they get here.
             await Publisher(task_id, context_id).fail(updater, "Task is already running.")
             return
+        runtime.watched = watched
         await self._pump.run(runtime, updater)
 
     @property

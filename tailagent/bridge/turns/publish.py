@@ -240,8 +240,12 @@ class Publisher:
             {"requestId": event.request_id},
         )
 
-    async def finish(self, updater: TaskUpdater, event: TurnDone, extra: dict[str, Any]) -> None:
-        if RESPONSE_ARTIFACT in self._started:
+    async def finish(
+        self, updater: TaskUpdater, event: TurnDone, extra: dict[str, Any], close: bool = True
+    ) -> None:
+        """The turn's answer, then its end. `close`: a stream may be reading the answer,
+        which is then closed."""
+        if close and RESPONSE_ARTIFACT in self._started:
             # The closing chunk carries no parts: it only marks the stream complete.
             await updater.add_artifact(
                 [],

@@ -141,7 +141,7 @@ class Pump:
             why = self._costs.agent_budget_text(runtime)
             await _fail_at_budget(runtime, why, outcome, updater)
             return
-        await runtime.publisher.finish(updater, event, outcome)
+        await runtime.publisher.finish(updater, event, outcome, close=runtime.watched)
 
     async def _stop_at_budget(self, runtime: TaskRuntime, why: str, updater: TaskUpdater) -> None:
         """Ends a turn that crossed a budget as its agent's own budget stop ends one: the

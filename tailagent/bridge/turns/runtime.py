@@ -69,6 +69,11 @@ class TaskRuntime:
     # Its conversation began with it (an id this server minted for it): no cost of the
     # conversation can be counted before its own, so its first count needs no sum.
     conversation_new: bool = False
+    # Whether this turn's events may reach a stream. Not for the first turn of a task
+    # whose request shows it to nobody before it settles (store/tasks.py's
+    # UNSEEN_UNTIL_SETTLED): the close of its answer's stream is left out then, being
+    # an event that changes nothing in the task.
+    watched: bool = True
     settled: bool = False  # its cost counted though it ended without a result
     cost_refused: bool = False  # a figure of its agent's was refused (logged once)
 
