@@ -9,7 +9,7 @@ import httpx
 import pytest
 from a2a.types.a2a_pb2 import TaskState
 
-from tests.a2a_helpers import A2A
+from tests.a2a_helpers import A2A, user_message
 
 V1 = {"A2A-Version": "1.0"}
 
@@ -157,3 +157,31 @@ async def test_a_message_missing_required_fields_is_32602_naming_each(
     ]
     assert_no_trace(response)
     await still_serving(a2a)
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity"])
+async def test_a_number_json_has_not_is_refused_as_no_json_and_nothing_runs(
+    a2a: A2A, number: str
+) -> None:
+    """Python's JSON reader takes NaN and the infinities, JSON has neither (RFC 8259),
+    and a task holding one could be neither answered nor stored: -32603, the task lost.
+    The words as text are only text."""
+    before = len(await a2a.list())
+    message = {"messageId": number, "role": "ROLE_USER", "parts": [{"text": f"{number}?"}]}
+    as_text = json.dumps({**message, "metadata": {"x": "THE NUMBER"}})
+    body = as_text.replace('"THE NUMBER"', number)
+    jsonrpc = (
+        f'{{"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {{"message": {body}}}}}'
+    )
+    headers = {"Content-Type": "application/json", **V1}
+    response = await post(a2a, a2a.url, jsonrpc, headers)
+    error = response.json()["error"]
+    assert error["code"] == -32700
+    assert error["message"] == f"the body is not JSON: {number} is not a number JSON has (RFC 8259)"
+    rest = await post(a2a, a2a.url + "/message:send", f'{{"message": {body}}}', headers)
+    assert rest.status_code == 400
+    assert rest.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert number in rest.json()["error"]["message"]
+    assert len(await a2a.list()) == before
+    sent = await a2a.send(user_message(f"{number} as text"))
+    assert sent.task.status.state == TaskState.TASK_STATE_COMPLETED

@@ -30,6 +30,7 @@ from hypercorn.typing import ASGIReceiveEvent
 DISCARD_LIMIT = 64 * 1024 * 1024
 # How long a refusal sent before the body was read waits for Hypercorn to let go of it.
 LET_GO_SECONDS = 1.0
+PARSE_ERROR = -32700  # JSON-RPC's code for a body that is not JSON
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ class BodyRefused:
     status: int
     reason: str  # the refusal's name: the metrics label, and AIP-193's ErrorInfo reason
     message: str
+    rpc_code: int | None = None  # its JSON-RPC error code, if not the access layer's own
 
 
 async def read_body(receive: Any, declared: str, limits: BodyLimits) -> bytes | BodyRefused:
@@ -154,6 +156,32 @@ def shape_refused(body: bytes, limits: BodyLimits) -> BodyRefused | None:
     except ValueError:
         return None
     return shape_refusal(value, limits)
+
+
+class _NoJsonNumber(Exception):
+    """A number Python's JSON reader takes and JSON has not (its word is str())."""
+
+
+def _no_json_number(word: str) -> Any:
+    raise _NoJsonNumber(word)
+
+
+def number_refused(body: bytes) -> BodyRefused | None:
+    """Why a body Python reads as JSON is not: it holds NaN or an infinity as a number
+    (RFC 8259 has neither). a2a-sdk would carry one into a task's metadata, where
+    nothing can write it out again: the answer and the task's row both failed (-32603,
+    the task lost). The same words inside strings are text, and pass; a body that is
+    not JSON at all is left for the binding's own parse error."""
+    if b"NaN" not in body and b"Infinity" not in body:
+        return None
+    try:
+        json.loads(body, parse_constant=_no_json_number)
+    except _NoJsonNumber as exc:
+        message = f"the body is not JSON: {exc} is not a number JSON has (RFC 8259)"
+        return BodyRefused(400, "NOT_JSON", message, rpc_code=PARSE_ERROR)
+    except (ValueError, RecursionError):
+        return None
+    return None
 
 
 def plainly_within(body: bytes, limits: BodyLimits) -> bool:

@@ -24,6 +24,7 @@ from tailagent.access.bodies import (
     BodyLimits,
     BodyRefused,
     answer_unread,
+    number_refused,
     read_body,
     shape_refused,
 )
@@ -464,7 +465,7 @@ class AccessGuard:
             return body
         if not is_a2a:
             return body, {}
-        refused = shape_refused(body, self._limits)
+        refused = shape_refused(body, self._limits) or number_refused(body)
         if refused is None and caller.chain:
             refused = message_chain_refused(body, caller.chain)
         if refused is not None:
@@ -541,7 +542,8 @@ class AccessGuard:
                 taken = await self._take_body(receive, length, is_a2a, path, identified)
                 if isinstance(taken, BodyRefused):
                     status, reason, message = taken.status, taken.reason, taken.message
-                    await _refuse(outcome, receive, send, status, reason, ACCESS_RPC_CODE, message)
+                    code = taken.rpc_code or ACCESS_RPC_CODE
+                    await _refuse(outcome, receive, send, status, reason, code, message)
                     return
                 body, rpc = taken
                 outcome.what = _what(rpc)
