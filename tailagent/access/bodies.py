@@ -31,6 +31,7 @@ DISCARD_LIMIT = 64 * 1024 * 1024
 # How long a refusal sent before the body was read waits for Hypercorn to let go of it.
 LET_GO_SECONDS = 1.0
 PARSE_ERROR = -32700  # JSON-RPC's code for a body that is not JSON
+INVALID_REQUEST = -32600  # JSON-RPC's code for any other body not taken
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ class BodyRefused:
     status: int
     reason: str  # the refusal's name: the metrics label, and AIP-193's ErrorInfo reason
     message: str
-    rpc_code: int | None = None  # its JSON-RPC error code, if not the access layer's own
+    rpc_code: int = INVALID_REQUEST  # its JSON-RPC error code
 
 
 async def read_body(receive: Any, declared: str, limits: BodyLimits) -> bytes | BodyRefused:

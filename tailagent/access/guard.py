@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from hypercorn.typing import ASGIReceiveEvent, ASGISendEvent
 
 from tailagent.access.bodies import (
+    INVALID_REQUEST,
     BodyLimits,
     BodyRefused,
     answer_unread,
@@ -98,7 +99,7 @@ def _headers(scope: dict[str, Any]) -> dict[bytes, str]:
 
 # Refusals by the access layer, in each binding's words: the JSON-RPC error code (an
 # Invalid Request: no method ran) and the AIP-193 status of the HTTP+JSON binding.
-ACCESS_RPC_CODE = -32600
+ACCESS_RPC_CODE = INVALID_REQUEST
 REST_STATUS = {
     400: "INVALID_ARGUMENT",
     401: "UNAUTHENTICATED",
@@ -542,8 +543,7 @@ class AccessGuard:
                 taken = await self._take_body(receive, length, is_a2a, path, identified)
                 if isinstance(taken, BodyRefused):
                     status, reason, message = taken.status, taken.reason, taken.message
-                    code = taken.rpc_code or ACCESS_RPC_CODE
-                    await _refuse(outcome, receive, send, status, reason, code, message)
+                    await _refuse(outcome, receive, send, status, reason, taken.rpc_code, message)
                     return
                 body, rpc = taken
                 outcome.what = _what(rpc)

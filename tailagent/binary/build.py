@@ -42,8 +42,9 @@ COLLECT_SUBMODULES = (
     "sqlalchemy.dialects.postgresql",
 )
 HIDDEN_IMPORTS = ("aiosqlite", "asyncpg", "socksio")
-# Read through importlib.metadata at run time (`--version`, opentelemetry's entry points).
-COPY_METADATA = ("tailagent", *origin.CARRIED, "opentelemetry-api")
+# Read through importlib.metadata at run time (`--version`, the mends' version checks,
+# opentelemetry's entry points).
+COPY_METADATA = ("tailagent", *origin.CARRIED, "starlette", "opentelemetry-api")
 # Test tools the import graph may reach, and drivers SQLAlchemy's hook names for
 # dialects tailagent never uses (each would be a "not found" warning).
 EXCLUDE = ("pytest", "mypy", "PyInstaller", "tkinter", "pysqlite2", "MySQLdb")
