@@ -39,7 +39,7 @@ def whois(
 
 def status() -> dict[str, Any]:
     return {
-        "Version": "1.102.3",
+        "Version": "1.102.5",
         "BackendState": "Running",
         "Self": {
             "UserID": 1,
