@@ -25,7 +25,7 @@ from a2a.types.a2a_pb2 import (
     TaskState,
     TaskStatus,
 )
-from google.protobuf.json_format import SerializeToJsonError
+from google.protobuf.json_format import MessageToDict, SerializeToJsonError
 
 from tailagent.access.identity import OwnerUser
 from tailagent.store import database as database_module
@@ -38,7 +38,7 @@ from tailagent.store.database import (
 )
 from tailagent.store.sdk_stores import SdkStores
 from tailagent.store.session_map import SessionMap
-from tailagent.store.table import TaskTable
+from tailagent.store.table import TaskTable, row_of
 from tailagent.store.tasks import CoalescingTaskStore
 
 if TYPE_CHECKING:  # imported for real only through SdkStores (see tailagent/mends/sql_stores.py)
@@ -133,6 +133,20 @@ async def test_writes_the_row_the_sdk_store_writes(stores: tuple[Store, Store]) 
         await sdk.sdk.save(done, ALICE)
     with pytest.raises(SerializeToJsonError):  # MessageToDict's own refusal, of the task
         await own.table.save(done, "user:alice")
+
+
+def test_a_row_is_the_same_from_a_rendering_at_hand_or_its_own() -> None:
+    """A quick send's settled row is cut from the task's whole rendering (the answer's
+    too); every other row renders its parts itself, the metadata faster: the same row."""
+    bare = Task(id="t2", context_id="ctx-2", status=TaskStatus(state=TaskState.TASK_STATE_WORKING))
+    for task in (full_task("t1"), bare):
+        assert row_of(task, "user:alice") == row_of(task, "user:alice", MessageToDict(task))
+    refused = full_task("t3")
+    refused.metadata.update({"deep": {"cost": -math.inf}})
+    with pytest.raises(SerializeToJsonError):
+        row_of(refused, "user:alice")
+    with pytest.raises(SerializeToJsonError):
+        MessageToDict(refused)
 
 
 async def test_each_reads_and_lists_what_the_other_wrote(stores: tuple[Store, Store]) -> None:

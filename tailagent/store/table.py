@@ -13,12 +13,14 @@ format; a test compares them byte for byte).
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime
 from typing import Any
 
 from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import Task, TaskState
-from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.json_format import MessageToDict, ParseDict, SerializeToJsonError
+from google.protobuf.struct_pb2 import Struct, Value
 
 from tailagent.access.identity import OwnerUser
 from tailagent.store.database import Database
@@ -156,7 +158,7 @@ def row_of(task: Task, owner: str, shown: dict[str, Any] | None = None) -> dict[
     (None as `null`, as SQLAlchemy's JSON type writes it) and the timestamp in
     SQLAlchemy's SQLite format. `shown`: the task as MessageToDict renders it, when the
     caller has rendered it already (tasks.py does, once, for the row and the answer)."""
-    shown = MessageToDict(task) if shown is None else shown
+    shown = _row_parts(task) if shown is None else shown
     status = task.status
     updated = status.timestamp.ToDatetime() if status.HasField("timestamp") else None
     return {
@@ -171,6 +173,36 @@ def row_of(task: Task, owner: str, shown: dict[str, Any] | None = None) -> dict[
         "protocol_version": PROTOCOL_VERSION,
         "metadata": json.dumps(shown.get("metadata") if task.metadata.fields else None),
     }
+
+
+def _row_parts(task: Task) -> dict[str, Any]:
+    """The parts of a task a row holds, as MessageToDict of the whole task renders them,
+    the metadata (most of a row, and the dearest to render) in a third of its time:
+    what a row written with no rendering at hand costs (a stream's saves, a long turn's
+    deferred ones)."""
+    return {
+        "status": MessageToDict(task.status),
+        "artifacts": [MessageToDict(artifact) for artifact in task.artifacts],
+        "history": [MessageToDict(message) for message in task.history],
+        "metadata": struct_dict(task.metadata),
+    }
+
+
+def struct_dict(struct: Struct) -> dict[str, Any]:
+    """A Struct as MessageToDict gives it, key for key. Like it, refuses a number JSON
+    cannot hold."""
+    return {key: _plain(value) for key, value in struct.fields.items()}
+
+
+def _plain(value: Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return struct_dict(value.struct_value)
+    if kind == "list_value":
+        return [_plain(item) for item in value.list_value.values]
+    if kind == "number_value" and not math.isfinite(value.number_value):
+        raise SerializeToJsonError(f"a Struct's number is not finite: {value.number_value}")
+    return None if kind in (None, "null_value") else getattr(value, kind)
 
 
 def _sqlite_datetime(moment: datetime) -> str:

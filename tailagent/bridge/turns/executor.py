@@ -167,7 +167,7 @@ class BridgeExecutor(AgentExecutor):
             await self._conversations.turn_over(context_id)
 
     async def _execute(
-        self, context: RequestContext, event_queue: EventQueue, watched: bool = True
+        self, context: RequestContext, event_queue: EventQueue, *, watched: bool
     ) -> None:
         message = context.message
         assert message is not None and context.task_id and context.context_id
