@@ -252,9 +252,7 @@ async def _start_agent(
         await sandbox.start()
     except SandboxUnavailable as exc:
         raise AgentStartError(f"cannot fence the agent: {exc}") from None
-    proxy = sandbox.proxy
-    if proxy is not None:
-        SANDBOX_PROXY_REFUSED.set_function(lambda: sum(proxy.refused.values()))
+    SANDBOX_PROXY_REFUSED.set_function(sandbox.proxy_refusals)
     pruned = []
     if isinstance(conversations, Isolated):
         pruned = await conversations.worktrees.prune(await storage.contexts())

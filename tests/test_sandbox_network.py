@@ -160,26 +160,27 @@ async def test_a_host_not_named_is_refused_saying_why_logged_once_and_counted(
     caplog.set_level(logging.INFO, logger="tailagent.sandbox")
     async with running(sockdir, ["example.com"]) as proxy:
         for _ in range(3):
-            assert await connect(proxy, "evil.example:443") == (
-                403,
-                "not in sandbox.allow_hosts: evil.example",
-            )
+            assert await connect(proxy, "evil.example:443") == (403, NOT_NAMED)
         status, _, body = answer(await ask(proxy, b"GET http://Evil.Example./x HTTP/1.1\r\n\r\n"))
-        assert (status, body) == (403, "not in sandbox.allow_hosts: evil.example\n")
+        assert (status, body) == (403, NOT_NAMED + "\n")
         assert proxy.refused == {"evil.example": 4}
     said = [r.getMessage() for r in caplog.records if r.name == "tailagent.sandbox"]
-    assert said == ["sandbox proxy refused evil.example: not in sandbox.allow_hosts: evil.example"]
+    assert said == [f"sandbox proxy refused evil.example: {NOT_NAMED}"]
+
+
+NOT_NAMED = 'not in sandbox.allow_hosts: evil.example (add "evil.example" to allow it)'
 
 
 async def test_localhost_is_refused_by_default(sockdir: Path, echo_port: int) -> None:
     async with running(sockdir, []) as proxy:
         assert await connect(proxy, f"localhost:{echo_port}") == (
             403,
-            "not in sandbox.allow_hosts: localhost",
+            f'not in sandbox.allow_hosts: localhost (add "localhost:{echo_port}" to allow it)',
         )
         assert await connect(proxy, f"127.0.0.1:{echo_port}") == (
             403,
-            "loopback address refused: 127.0.0.1 (name it in sandbox.allow_hosts to allow)",
+            f'loopback address refused: 127.0.0.1 (add "127.0.0.1:{echo_port}" to '
+            "sandbox.allow_hosts to allow it)",
         )
 
 
@@ -191,8 +192,10 @@ async def test_a_name_never_unlocks_a_private_address_its_dns_gives(
     async with running(sockdir, [f"localhost:{echo_port}"]) as proxy:
         status, said = await connect(proxy, f"localhost:{echo_port}")
         assert status == 403
-        assert said.startswith("loopback address refused: ")
-        assert said.endswith(" for localhost (name it in sandbox.allow_hosts to allow)")
+        # What to do, when the name is named already: name the address.
+        assert said.startswith("localhost resolves to loopback address ")
+        assert said.endswith(f':{echo_port}", or a CIDR around it) to sandbox.allow_hosts')
+        assert "naming localhost does not allow it; add the address (" in said
         assert proxy.refused == {"localhost": 1}
     named = [f"localhost:{echo_port}", f"127.0.0.0/8:{echo_port}", f"[::1]:{echo_port}"]
     async with running(sockdir, named) as proxy:
@@ -224,10 +227,10 @@ async def test_addresses_that_are_not_public_are_refused_unless_named(
     sockdir: Path, target: str, said: str
 ) -> None:
     async with running(sockdir, ["*.example.com", "8.8.8.8"]) as proxy:
-        assert await connect(proxy, target) == (
-            403,
-            f"{said} (name it in sandbox.allow_hosts to allow)",
-        )
+        status, text = await connect(proxy, target)
+        assert status == 403
+        assert text.startswith(f'{said} (add "')
+        assert text.endswith('" to sandbox.allow_hosts to allow it)')
 
 
 async def test_a_named_cidr_lets_its_addresses_through(sockdir: Path) -> None:
@@ -262,7 +265,9 @@ def test_the_allowlist_reads_names_patterns_addresses_and_ports() -> None:
     assert allow.host_refusal("example.com", 443) is None
     assert allow.host_refusal("a.corp.example", 80) is None
     assert allow.host_refusal("a.b.corp.example", 443) is None
-    assert allow.host_refusal("corp.example", 443) == "not in sandbox.allow_hosts: corp.example"
+    assert allow.host_refusal("corp.example", 443) == (
+        'not in sandbox.allow_hosts: corp.example (add "corp.example" to allow it)'
+    )
     assert allow.host_refusal("evilcorp.example", 443) is not None
     assert allow.host_refusal("git.example.org", 8443) is None
     assert allow.host_refusal("git.example.org", 443) is not None
@@ -718,7 +723,7 @@ async def test_through_bubblewrap_the_proxy_is_the_only_way_out(
         assert said["v6"] == "HTTP/1.1 200 Connection established\r\n\r\n"
     assert said["direct"] == "ConnectionRefusedError"  # its loopback is its own
     assert said["http"] == "GET /through HTTP/1.1"
-    assert said["http_refused"] == [403, "not in sandbox.allow_hosts: evil.example\n"]
+    assert said["http_refused"] == [403, NOT_NAMED + "\n"]
     assert "Tunnel connection failed: 403" in said["https_refused"]
 
 

@@ -27,7 +27,7 @@ AGENT_PROCESSES = Gauge(
 )  # fmt: skip
 SANDBOX_PROXY_REFUSED = Gauge(
     "tailagent_sandbox_proxy_refused",
-    "Connections the allowlist's proxy refused to fenced agents since the start.",
+    "Connections the sandbox's proxies refused to fenced agents since the start.",
     registry=REGISTRY,
 )  # fmt: skip
 AGENT_SESSIONS_HELD = Gauge(

@@ -1,12 +1,14 @@
-"""What a fenced agent may reach through the allowlist's proxy (`sandbox.allow_hosts`),
-decided on names and addresses alone, with no socket: the proxy (proxy.py) asks these
-questions of every request before it connects anywhere.
+"""What a fenced agent may reach through its proxy, decided on names and addresses
+alone, with no socket: the proxy (proxy.py) asks these questions of every connection
+before it opens one.
 
-A name must be listed (exactly, or under a `*.` pattern) for the port asked; and every
-address it resolves to must be public, unless that address or a CIDR around it is listed
-itself. A listed name never unlocks a loopback, private, link-local, tailnet, multicast
-or reserved address, or DNS the agent controls would point a listed name at the box or
-the tailnet (DNS rebinding).
+With `sandbox.network = "allowlist"` a name must be listed in `sandbox.allow_hosts`
+(exactly, or under a `*.` pattern) for the port asked. With `"on"` (`public`) any name
+and port will do. Either way, every address a name resolves to must be public, unless
+that address or a CIDR around it is listed itself. A listed name never unlocks a
+loopback, private, link-local, tailnet, multicast or reserved address, or DNS the agent
+controls would point a listed name at the box or the tailnet (DNS rebinding); the box's
+own addresses, public ones included, are the proxy's to refuse (it knows them).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 DEFAULT_PORTS = frozenset({80, 443})
+LIST = "sandbox.allow_hosts"
 TAILNET = (ipaddress.ip_network("100.64.0.0/10"), ipaddress.ip_network("fd7a:115c:a1e0::/48"))
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
 LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
@@ -97,11 +100,14 @@ class Allowlist:
     names: dict[str, set[int]] = field(default_factory=dict)
     suffixes: list[tuple[str, frozenset[int]]] = field(default_factory=list)
     networks: list[tuple[IPNetwork, frozenset[int]]] = field(default_factory=list)
+    # `sandbox.network = "on"`: every name and public address on every port, the entries
+    # only unlocking the addresses they name.
+    public: bool = False
 
     @classmethod
-    def parse(cls, entries: Iterable[str]) -> Allowlist:
+    def parse(cls, entries: Iterable[str], *, public: bool = False) -> Allowlist:
         """ValueError, saying which entry, for one that is none of the above."""
-        allow = cls()
+        allow = cls(public=public)
         for entry in entries:
             try:
                 allow.add(entry)
@@ -149,16 +155,22 @@ class Allowlist:
             if self.names_address(address, port):
                 return None
             kind = address_kind(address)
+            where = f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
             if kind:
-                return (
-                    f"{kind} address refused: {address} (name it in sandbox.allow_hosts to allow)"
-                )
+                return f'{kind} address refused: {address} (add "{where}" to {LIST} to allow it)'
+
+            if self.public:
+                return None
             if not any(address in net for net, _ in self.networks):
-                return f"not in sandbox.allow_hosts: {address}"
+                return f'not in sandbox.allow_hosts: {address} (add "{where}" to allow it)'
             return f"port {port} of {address} not in sandbox.allow_hosts"
+        if self.public:
+            return None
         ports = self.name_ports(host)
         if ports is None:
-            return f"not in sandbox.allow_hosts: {host}"
+            shown = host if port in DEFAULT_PORTS else f"{host}:{port}"
+            return f'not in sandbox.allow_hosts: {host} (add "{shown}" to allow it)'
+
         if port not in ports:
             allowed = ", ".join(str(p) for p in sorted(ports))
             return f"port {port} of {host} not in sandbox.allow_hosts (it allows {allowed})"
@@ -169,7 +181,20 @@ class Allowlist:
         kind = address_kind(address)
         if kind is None or self.names_address(address, port):
             return None
-        return (
-            f"{kind} address refused: {address} for {host} "
-            "(name it in sandbox.allow_hosts to allow)"
-        )
+        return refused_address(kind, address, port, host)
+
+    def this_box_refusal(self, address: IPAddress, port: int, host: str) -> str | None:
+        """Why an address of this box's own interfaces is refused, or None if named."""
+        if self.names_address(address, port):
+            return None
+        return refused_address("this box's own", address, port, host)
+
+
+def refused_address(kind: str, address: IPAddress, port: int, host: str) -> str:
+    """The refusal of an address a name resolved to, and what to do: a name never unlocks
+    such an address, so the address itself is what to name."""
+    where = f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
+    return (
+        f"{host} resolves to {kind} address {address}, refused: naming {host} does not "
+        f'allow it; add the address ("{where}", or a CIDR around it) to sandbox.allow_hosts'
+    )

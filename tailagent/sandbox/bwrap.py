@@ -28,6 +28,10 @@ OFF = 'or set sandbox.mode = "off" to run agents unfenced (every report then say
 # The namespaces every fence asks for; a systemd unit must allow these (see systemd/).
 NAMESPACE_FLAGS = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try")
 PROBE_TIMEOUT = 10.0
+# The kernel's knob a fence must never write (the next crash runs its program as root),
+# and how a shell says it may not.
+CORE_PATTERN = "/proc/sys/kernel/core_pattern"
+REFUSALS = ("Read-only file system", "Permission denied")
 
 
 class SandboxUnavailable(Exception):
@@ -72,6 +76,23 @@ def explain(stderr: str) -> str:
     return f"{cause} (bwrap said: {said})"
 
 
+async def _run(argv: list[str]) -> tuple[int, str]:
+    """A probe's exit status and what it said on stderr; SandboxUnavailable if it did
+    not run."""
+    try:
+        child = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, stderr = await asyncio.wait_for(child.communicate(), timeout=PROBE_TIMEOUT)
+    except (OSError, TimeoutError) as exc:
+        raise SandboxUnavailable(f"{argv[0]} did not run: {exc}; {OFF}") from None
+    assert child.returncode is not None
+    return child.returncode, stderr.decode(errors="replace")
+
+
 async def check(network: bool, configured: Path | None = None) -> Path:
     """The bwrap to fence agents with, once a fence was made with it here; else
     SandboxUnavailable saying why and what to do."""
@@ -80,16 +101,27 @@ async def check(network: bool, configured: Path | None = None) -> Path:
         raise SandboxUnavailable(f"sandbox.bwrap: {configured} is not an executable; {OFF}")
     if bwrap is None:
         raise SandboxUnavailable(f"no bubblewrap (bwrap) on this box: {INSTALL}, {OFF}")
-    try:
-        child = await asyncio.create_subprocess_exec(
-            *probe_argv(bwrap, network),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        _, stderr = await asyncio.wait_for(child.communicate(), timeout=PROBE_TIMEOUT)
-    except (OSError, TimeoutError) as exc:
-        raise SandboxUnavailable(f"{bwrap} did not run: {exc}; {OFF}") from None
-    if child.returncode != 0:
-        raise SandboxUnavailable(f"{explain(stderr.decode(errors='replace'))}; {OFF}")
+    code, stderr = await _run(probe_argv(bwrap, network))
+    if code != 0:
+        raise SandboxUnavailable(f"{explain(stderr)}; {OFF}")
     return bwrap
+
+
+async def check_knobs(bwrap: Path, proc_options: list[str]) -> str:
+    """That a fence made with `proc_options` cannot write the kernel's knobs: it tries to
+    open CORE_PATTERN for writing (and writes nothing). What it was refused with, else
+    SandboxUnavailable: a fenced agent could then make the next crash run its program
+    as root."""
+    argv = probe_argv(bwrap, network=True)
+    at = argv.index("--cap-drop")
+    argv[at:at] = proc_options
+    argv[argv.index("--") + 1 :] = ["/bin/sh", "-c", f": >> {CORE_PATTERN}"]
+    code, stderr = await _run(argv)
+    said = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    if code != 0 and any(word in said for word in REFUSALS):
+        return said
+    seen = "opened it" if code == 0 else f"said: {said!r}"
+    raise SandboxUnavailable(
+        f"a fence here could write {CORE_PATTERN} (the probe {seen}), and so run a "
+        f"program as root at the next crash; {OFF}"
+    )

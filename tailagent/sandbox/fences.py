@@ -27,6 +27,7 @@ whatever was shown (the state dir, secrets), then the conversation's own pieces 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -40,6 +41,7 @@ from pathlib import Path
 
 from tailagent.config import SandboxSettings
 from tailagent.sandbox import bwrap, home
+from tailagent.sandbox.allowlist import Allowlist
 from tailagent.sandbox.home import AgentHome
 from tailagent.sandbox.proxy import AllowlistProxy, bridge_argv, proxy_env
 
@@ -52,6 +54,27 @@ RUN_KEPT = (Path("/run/systemd/resolve"),)  # /etc/resolv.conf points here on so
 # Where a fenced agent finds the folder of its conversation's socket to tailagent's own
 # tools (delegation/tool_socket.py): the one piece of the server it reaches.
 TOOLS_INSIDE = Path("/run/tailagent")
+# Where it finds the folder of its conversation's own proxy socket, read-only, and the
+# port of its own loopback where the bridge to that socket listens.
+PROXY_INSIDE = Path("/run/tailagent-proxy")
+PROXY_PORT = 3128
+# Connections one conversation may hold open through its proxy at once: one agent cannot
+# use up what another needs (each conversation has a proxy of its own).
+PROXY_CONNECTIONS = 64
+# The kernel's knobs under /proc, read-only inside however the server runs: uid 0 may
+# write /proc/sys (core_pattern runs a program as root at the next crash) whatever its
+# capabilities. bwrap covers /proc/irq and /proc/bus itself.
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "fs")
+# What of the kernel's state /proc would show of the whole box, not this fence.
+PROC_HIDDEN = (
+    "kcore",
+    "keys",
+    "key-users",
+    "timer_list",
+    "sched_debug",
+    "latency_stats",
+    "kallsyms",
+)
 
 
 @dataclass(frozen=True)
@@ -173,9 +196,13 @@ class Sandbox:
         self._programs = [Path(p) for p in programs]
         self._home = (user_home or Path.home()).resolve()
         self._bwrap: Path | None = None
-        self._proxy: AllowlistProxy | None = None
+        # What each network mode's proxies let through, and each conversation's proxy,
+        # by the folder of its socket.
+        self._allow: dict[str, Allowlist] = {}
+        self._proxies: dict[Path, AllowlistProxy] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self._refused_before = 0  # by the proxies of conversations gone since the start
         self._network_inside: tuple[str, ...] = ()
-        self._network_options: tuple[str, ...] = ()
         self._swept = 0.0
 
     @property
@@ -200,46 +227,49 @@ class Sandbox:
 
     async def start(self) -> None:
         """Checks a fence can be made here (SandboxUnavailable says why not and what to
-        do) and starts what the network mode needs."""
+        do), with the kernel's knobs out of its reach, and readies the proxies."""
         if not self.on:
             return
-        self._bwrap = await bwrap.check(self.settings.network != "on", self.settings.bwrap)
-        if self.settings.network == "allowlist":
-            await self._start_proxy()
-        self._sweep()
-
-    async def _start_proxy(self) -> None:
-
-        folder = self._state_dir / SANDBOXES / ".net"
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        socket = folder / "proxy.sock"
+        self._bwrap = await bwrap.check(True, self.settings.bwrap)
+        await bwrap.check_knobs(self._bwrap, self.proc_options())
         hosts = (*self.agent_home.hosts, *self.settings.allow_hosts)
-        proxy = AllowlistProxy(socket, hosts)
-        await proxy.start()
-        self._proxy = proxy
-        port = 3128
-        bridge = bridge_argv(_interpreter(), str(socket), port)
+        self._allow = {
+            "on": Allowlist.parse(self.settings.allow_hosts, public=True),
+            "allowlist": Allowlist.parse(hosts),
+        }
+        bridge = bridge_argv(_interpreter(), str(PROXY_INSIDE / "proxy.sock"), PROXY_PORT)
         self._programs.append(Path(bridge[3]))  # the bridge's script, shown inside
         self._network_inside = tuple(bridge)
-        # Inside, loopback is the sandbox's own (a test server the agent starts): direct.
-        env = {**proxy_env(port), "NO_PROXY": "localhost,127.0.0.1,::1"}
-        env["no_proxy"] = env["NO_PROXY"]
-        options = ["--bind", str(folder), str(folder)]
-        for name, value in env.items():
-            options += ["--setenv", name, value]
-        self._network_options = tuple(options)
-        log.info("sandbox: agents reach only %s, through tailagent's proxy", ", ".join(hosts))
+        if self.settings.network == "allowlist":
+            log.info("sandbox: agents reach only %s, through tailagent's proxy", ", ".join(hosts))
+        elif self.settings.network == "on":
+            named = ", but what sandbox.allow_hosts names" if self.settings.allow_hosts else ""
+            log.info("sandbox: agents reach the internet through tailagent's proxy (never "
+                     "loopback, the tailnet, private addresses or this box%s)", named)  # fmt: skip
+        self._sweep()
 
     async def aclose(self) -> None:
-        proxy = self._proxy
-        self._proxy = None
-        if proxy is not None:
-            await proxy.aclose()
+        proxies = list(self._proxies.values())
+        self._proxies.clear()
+        await asyncio.gather(*(p.aclose() for p in proxies), *self._closing)
 
-    @property
-    def proxy(self) -> AllowlistProxy | None:
-        """The allowlist's proxy, when there is one (its refusals are counted)."""
-        return self._proxy
+    def proxy_refusals(self) -> int:
+        """Connections the proxies refused to fenced agents since the start (/metrics)."""
+        counted = sum(sum(p.refused.values()) for p in self._proxies.values())
+        return self._refused_before + counted
+
+    @staticmethod
+    def proc_options() -> list[str]:
+        """The kernel's knobs under /proc read-only, and its box-wide state hidden (after
+        `--proc`: the host's own files, bound over the fence's)."""
+        options = []
+        for name in PROC_READ_ONLY:
+            if Path("/proc", name).exists():
+                options += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+        for name in PROC_HIDDEN:
+            if Path("/proc", name).exists():
+                options += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+        return options
 
     # ---- one conversation's fence ---------------------------------------------------
 
@@ -276,6 +306,7 @@ class Sandbox:
         tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
         (private / "directory").write_text(str(directory))
         mounts = _Mounts(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"])
+        mounts.args += self.proc_options()
         self._hide_foreign(mounts, directory, tmp)
         self._show_programs(mounts, directory)
         self._hide_secrets(mounts)
@@ -284,15 +315,34 @@ class Sandbox:
         self._own(mounts, directory)
         if tools is not None:
             mounts.rw(tools, TOOLS_INSIDE)
-        if network != "on":  # before the sealing: it mounts in the state dir
-            mounts.args += ["--unshare-net", *self._network_options]
-        options = [str(self._bwrap), *mounts.args, *mounts.sealed()]
-        for name, value in self._private_caches().items():
+        environment = self._private_caches()
+        if network in self._allow:  # before the sealing: it mounts in /run
+            mounts.args += ["--ro-bind", str(self._proxy_of(private, network)), str(PROXY_INSIDE)]
+            environment |= proxy_env(PROXY_PORT)
+            # Its own loopback (a test server the agent starts) is reached directly.
+            environment["NO_PROXY"] = environment["no_proxy"] = "localhost,127.0.0.1,::1"
+        options = [str(self._bwrap), *mounts.args, *mounts.sealed(), "--unshare-net"]
+        for name, value in environment.items():
             options += ["--setenv", name, value]
         options += ["--cap-drop", "ALL", *bwrap.NAMESPACE_FLAGS]
         options += ["--die-with-parent", "--new-session"]
-        inside = self._network_inside if network == "allowlist" else ()
+        inside = self._network_inside if network in self._allow else ()
         return Fence(directory, tuple(options), network, private, inside)
+
+    def _proxy_of(self, private: Path, network: str) -> Path:
+        """The folder of the socket of this conversation's own proxy for `network`,
+        listening from now on: no agent shares a proxy, its connections or its socket's
+        folder with another conversation's, and none can replace its socket (the folder
+        is bound read-only, and it lies in the hidden state dir)."""
+        folder = private / f"net-{network}"
+        if folder not in self._proxies:
+            folder.mkdir(mode=0o700, exist_ok=True)
+            label = Path((private / "directory").read_text()).name
+            proxy = AllowlistProxy(folder / "proxy.sock", self._allow[network],
+                                   label=label, max_tunnels=PROXY_CONNECTIONS)  # fmt: skip
+            proxy.start_soon()
+            self._proxies[folder] = proxy
+        return folder
 
     def _private_caches(self) -> dict[str, str]:
         """The temp dir and the caches agents share, private to the conversation: the
@@ -393,4 +443,14 @@ class Sandbox:
             if private.name.startswith(".") or not marker.is_file():
                 continue
             if not Path(marker.read_text()).is_dir():
+                self._stop_proxies(private)
                 shutil.rmtree(private, ignore_errors=True)
+
+    def _stop_proxies(self, private: Path) -> None:
+        """Closes the proxies of a conversation that is gone, keeping their count."""
+        for folder in [f for f in self._proxies if f.parent == private]:
+            proxy = self._proxies.pop(folder)
+            self._refused_before += sum(proxy.refused.values())
+            task = asyncio.get_running_loop().create_task(proxy.aclose())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)

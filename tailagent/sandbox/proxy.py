@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from tailagent.sandbox.allowlist import Allowlist, literal, name_of, split_port
+from tailagent.sandbox import socks
+from tailagent.sandbox.allowlist import Allowlist, IPAddress, literal, name_of, split_port
 
 log = logging.getLogger("tailagent.sandbox")
 
@@ -125,16 +126,20 @@ class Request:
         return [value for key, value in self.headers if key.lower() == name]
 
 
-async def read_head(reader: asyncio.StreamReader, limit: int, what: str) -> list[str]:
-    """The lines of an HTTP head up to its empty line; EOFError if the peer closed before
-    sending a byte, ProxyAnswer 400/431 if it is cut short or too long."""
+async def read_head(
+    reader: asyncio.StreamReader, limit: int, what: str, first: bytes = b""
+) -> list[str]:
+    """The lines of an HTTP head up to its empty line (`first`: its bytes already read);
+    EOFError if the peer closed before sending a byte, ProxyAnswer 400/431 if it is cut
+    short or too long."""
     lines: list[str] = []
     size = 0
     while True:
         try:
-            raw = await reader.readuntil(b"\n")
+            raw = first + await reader.readuntil(b"\n")
+            first = b""
         except asyncio.IncompleteReadError as exc:
-            if not lines and not exc.partial:
+            if not lines and not exc.partial and not first:
                 raise EOFError from None
             raise ProxyAnswer(400, f"the {what} ended before its head did") from None
         except asyncio.LimitOverrunError:
@@ -297,6 +302,19 @@ async def pipe(
         other.transport.abort()
 
 
+def on_this_box(address: IPAddress) -> bool:
+    """Whether `address` is one of this box's own (a public address of its interfaces too:
+    a service listening on every address would answer there). The kernel picks a local
+    address as its own source: a UDP socket's connect sends nothing and tells."""
+    family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((str(address), 9))
+        except OSError:
+            return False  # no route: not this box's either
+        return literal(str(probe.getsockname()[0]).split("%")[0]) == address
+
+
 def listening_socket(path: Path) -> socket.socket:
     """A unix socket bound at `path` with mode 0600 before it listens, so no one can
     connect while it has the umask's mode. A stale socket there is replaced."""
@@ -344,6 +362,7 @@ class AllowlistProxy:
         self.refused: dict[str, int] = {}
         self.turned_away = 0
         self._server: asyncio.Server | None = None
+        self._starting: asyncio.Task[None] | None = None
         self._inode: tuple[int, int] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -353,15 +372,30 @@ class AllowlistProxy:
         return len(self._tasks)
 
     async def start(self) -> None:
+        self.start_soon()
+        assert self._starting is not None
+        await self._starting
+
+    def start_soon(self) -> None:
+        """Listens at once, and answers once the event loop next runs: a fence made in
+        synchronous code hands its socket to an agent right away (a connection made
+        before then waits in the backlog)."""
         sock = listening_socket(self.path)
+        sock.listen(max(100, self.max_tunnels))
         info = self.path.stat()
         self._inode = (info.st_dev, info.st_ino)
+        self._starting = asyncio.get_running_loop().create_task(self._answer_on(sock))
+
+    async def _answer_on(self, sock: socket.socket) -> None:
         self._server = await asyncio.start_unix_server(
             self._serve, sock=sock, limit=self.head_limit, backlog=max(100, self.max_tunnels)
         )
 
     async def aclose(self) -> None:
         """Stops listening and ends every open connection, tunnels included."""
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            await asyncio.gather(starting, return_exceptions=True)
         server, self._server = self._server, None
         if server is None:
             return
@@ -410,7 +444,13 @@ class AllowlistProxy:
             raise ProxyAnswer(503, f"over {self.max_tunnels} connections through the proxy")
         try:
             async with asyncio.timeout(self.head_timeout):
-                lines = await read_head(reader, self.head_limit, "request")
+                first = await reader.read(1)
+                if not first:
+                    raise EOFError
+                if first[0] == socks.VERSION:
+                    await self._socks(reader, writer)
+                    return
+                lines = await read_head(reader, self.head_limit, "request", first)
         except TimeoutError:
             raise ProxyAnswer(408, f"no request head within {self.head_timeout:g} s") from None
         request = parse_request(lines)
@@ -427,6 +467,29 @@ class AllowlistProxy:
         origin_reader, origin_writer = await self._open(host, port)
         try:
             await self._forward(request, head, reader, writer, origin_reader, origin_writer)
+        finally:
+            origin_writer.transport.abort()
+
+    async def _socks(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A SOCKS5 CONNECT (its first byte read), decided as a CONNECT is; a refusal is
+        answered with SOCKS's code and counted, never with an HTTP answer."""
+        try:
+            host_text, port = await socks.handshake(reader, writer)
+        except socks.SocksRefusal as refusal:
+            if refusal.code is not None:
+                writer.write(socks.reply(refusal.code))
+            return
+        try:
+            host, _ = authority(f"[{host_text}]" if ":" in host_text else host_text, port)
+            origin_reader, origin_writer = await self._open(host, port)
+        except ProxyAnswer as answer:
+            if answer.refused_host is not None:
+                self._count(answer.refused_host, answer.text)
+            writer.write(socks.reply(socks.reply_code(answer.status)))
+            return
+        try:
+            writer.write(socks.reply(socks.SUCCEEDED))
+            await tunnel(reader, writer, origin_reader, origin_writer)
         finally:
             origin_writer.transport.abort()
 
@@ -480,6 +543,10 @@ class AllowlistProxy:
         """The (family, socket address) pairs to try, every one of them checked."""
         address = literal(host)
         if address is not None:
+            if on_this_box(address) and (
+                reason := self.allow.this_box_refusal(address, port, host)
+            ):
+                raise ProxyAnswer(403, reason, refused_host=host)
             family = socket.AF_INET if address.version == 4 else socket.AF_INET6
             return [(family, (str(address), port))]
         try:
@@ -494,6 +561,8 @@ class AllowlistProxy:
             if address is None:
                 raise ProxyAnswer(502, f"{host} resolved to {sockaddr[0]!r}, not an address")
             reason = self.allow.address_refusal(address, port, host)
+            if not reason and on_this_box(address):
+                reason = self.allow.this_box_refusal(address, port, host)
             if reason:
                 raise ProxyAnswer(403, reason, refused_host=host)
             if (family, sockaddr) not in targets:
