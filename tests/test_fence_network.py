@@ -1,0 +1,170 @@
+"""Red team, the network (issue 54 section 1): an agent that knows this code, with the
+default `sandbox.network = "on"`, tries to reach the server and the box directly, through
+a real server.
+
+Before issue 54 an agent in "on" shared the host's network: it connected to the server's
+loopback port with `X-Forwarded-For`, was taken for `tailscale serve`, and answered its own
+permission prompt as the owner. Now every agent has a network of its own and reaches the
+internet through its own conversation's proxy: loopback, private, tailnet and this box's
+addresses are refused unless named, and one agent cannot replace another's proxy or use up
+its connections.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.test_isolation import make_project
+from tests.test_sandbox import Box, OriginHandler, attempt, fetch, got_through, two_people
+
+HOSTILE = Path(__file__).parent / "hostile_acp_agent.py"
+BRIDGE = "127.0.0.1:3128"  # where each fence's own loopback reaches its proxy
+HELD = 100  # connections Bob's agent tries to hold through its proxy
+
+
+@pytest.fixture(scope="module")
+def origin() -> Iterator[str]:
+    """An HTTP origin on the box's loopback, named in allow_hosts by address and port (a
+    name would not unlock it), as a local package mirror would be."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), OriginHandler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.2:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def abstract() -> Iterator[str]:
+    """An abstract unix socket of the host's network namespace (a desktop session's, an
+    X server's): its name, listening."""
+    name = f"tailagent-test-{uuid.uuid4().hex[:8]}"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind("\0" + name)
+    listener.listen()
+    yield name
+    listener.close()
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory: pytest.TempPathFactory, origin: str) -> Iterator[Box]:
+    tmp = tmp_path_factory.mktemp("fence-net")
+    home = Path(tempfile.mkdtemp(prefix="tailagent-home-", dir="/var/tmp"))
+    make_project(tmp / "workspace", {"calc.py": "def add(a, b):\n    return a + b\n"})
+    config = tmp / "tailagent.toml"
+    config.write_text(f'[sandbox]\nallow_hosts = ["{origin}"]\n')  # network "on": the default
+    env = {**os.environ, "HOME": str(home)}
+    serve = ("--agent-command", f"{sys.executable} {HOSTILE}", "--isolation", "worktree")
+    with two_people(tmp, home, env, *serve, "--config", str(config)) as box:
+        yield box
+
+
+def socks_fetch(url: str) -> str:
+    """curl through the fence's proxy spoken as SOCKS5, names resolved by the proxy (even
+    for loopback, which NO_PROXY would send straight to the fence's own)."""
+    return f"curl -sS --max-time 10 --noproxy '' --socks5-hostname {BRIDGE} {url}"
+
+
+def proxied(url: str) -> str:
+    """curl through the fence's proxy spoken as HTTP, even for loopback; a refusal fails."""
+    return f"curl -sSf --max-time 10 --noproxy '' -x http://{BRIDGE} {url}"
+
+
+def abstract_connect(name: str) -> str:
+    return (
+        'python3 -c "import socket; s = socket.socket(socket.AF_UNIX); '
+        f"s.connect('\\0{name}'); print('connected')\""
+    )
+
+
+async def test_on_reaches_the_internet_only_through_its_own_proxy(
+    box: Box, origin: str, abstract: str
+) -> None:
+    port = box.server.url.rsplit(":", 1)[1]
+    forged = (
+        f"curl -sS --noproxy '*' --max-time 5 -H 'X-Forwarded-For: 100.64.0.7' "
+        f"-H 'Authorization: Bearer x' http://127.0.0.1:{port}/v1/tasks"
+    )
+    plan = {
+        "connect": [f"127.0.0.1:{port}", f"::1:{port}"],
+        "run": [
+            forged,  # the server's port, directly: its loopback is not the box's
+            proxied(f"http://127.0.0.1:{port}/healthz"),  # through the proxy: loopback refused
+            proxied(f"http://localhost:{port}/healthz"),
+            socks_fetch(f"http://127.0.0.1:{port}/healthz"),
+            socks_fetch(f"http://localhost:{port}/healthz"),
+            socks_fetch("http://100.100.100.100/"),  # tailscaled's quad-100
+            fetch("http://100.100.100.100/"),
+            abstract_connect(abstract),
+            "rm -f /run/tailagent-proxy/proxy.sock",  # its proxy, which it cannot replace
+            "touch /run/tailagent-proxy/planted",
+            "echo '|/tmp/x' > /proc/sys/kernel/core_pattern",
+            "echo 1 > /proc/sys/vm/overcommit_memory",
+        ],
+    }
+    got, _ = await attempt(box.bob, plan)
+    assert got_through(got) == {}, got
+    assert "returned error: 403" in got[f"run {proxied(f'http://127.0.0.1:{port}/healthz')}"]
+    assert "returned error: 403" in got[f"run {proxied(f'http://localhost:{port}/healthz')}"]
+    for host in ("127.0.0.1", "localhost"):  # SOCKS's own "not allowed by the rules"
+        said = got[f"run {socks_fetch(f'http://{host}:{port}/healthz')}"]
+        assert said.endswith(f"Can't complete SOCKS5 connection to {host}. (2)"), said
+    # Controls: what the proxy lets through, as HTTP and as SOCKS5.
+    controls = {
+        "run": [
+            fetch(f"http://{origin}/"),
+            socks_fetch(f"http://{origin}/"),
+            "ls /run/tailagent-proxy",
+        ]
+    }
+    worked, _ = await attempt(box.bob, controls)
+    assert worked == {
+        f"run {fetch(f'http://{origin}/')}": "ok: from the origin",
+        f"run {socks_fetch(f'http://{origin}/')}": "ok: from the origin",
+        "run ls /run/tailagent-proxy": "ok: proxy.sock",
+    }
+    with open("/proc/sys/kernel/core_pattern") as knob:  # noqa: ASYNC230 (a short read)
+        assert knob.read().strip() != "|/tmp/x"
+
+
+HOLDER = """
+import json, socket, sys, time
+held, said = [], {}
+for _ in range(HELD):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(b"CONNECT ORIGIN HTTP/1.1\\r\\n\\r\\n")
+    status = s.recv(12).decode()[9:12]
+    said[status] = said.get(status, 0) + 1
+    held.append(s)
+open("held.txt", "w").write(json.dumps(said) + "\\ndone\\n")
+time.sleep(120)
+"""
+
+
+async def test_one_conversation_cannot_use_up_another_s_way_out(box: Box, origin: str) -> None:
+    """Bob's agent holds every connection its proxy gives it (from a process left behind,
+    past its turn); Alice's agent still gets out."""
+    script = HOLDER.replace("HELD", str(HELD)).replace("ORIGIN", origin)
+    hold = (
+        f"python3 -c '{script}' </dev/null >/dev/null 2>&1 & "
+        "for i in $(seq 100); do grep -q done held.txt 2>/dev/null && break; sleep 0.1; done; "
+        "head -1 held.txt"
+    )
+    held, _ = await attempt(box.bob, {"run": [hold]})
+    counts = json.loads(held[f"run {hold}"].removeprefix("ok: "))
+    assert counts == {"200": 64, "503": HELD - 64}, held
+    got, _ = await attempt(box.alice, {"run": [fetch(f"http://{origin}/")]})
+    assert got == {f"run {fetch(f'http://{origin}/')}": "ok: from the origin"}
