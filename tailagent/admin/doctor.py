@@ -10,6 +10,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -158,7 +159,8 @@ def _agent_setup(settings: Settings) -> list[Check]:
 
 async def _sandbox(settings: Settings) -> Check:
     """Whether each agent's sandbox can be made here, as `serve` would make it."""
-    from tailagent.sandbox import bwrap
+    from tailagent.sandbox import bwrap, seccomp
+    from tailagent.sandbox.fences import Sandbox
 
     mode, network = settings.sandbox.mode, settings.sandbox.network
     facts: dict[str, str | bool | None] = {"mode": mode, "network": network}
@@ -171,10 +173,15 @@ async def _sandbox(settings: Settings) -> Check:
             facts,
         )  # fmt: skip
     try:
-        found = await bwrap.check(network != "on", settings.sandbox.bwrap)
+        found = await bwrap.check(True, settings.sandbox.bwrap)
+        with tempfile.TemporaryDirectory(prefix="tailagent-doctor-") as scratch:
+            kernel = await bwrap.check_kernel(
+                found, Sandbox.proc_options(), seccomp.write_filter(Path(scratch, "filter"))
+            )
     except bwrap.SandboxUnavailable as exc:
         return Check("sandbox", False, "no sandbox can be made here", str(exc), facts)
-    return Check("sandbox", True, f"on ({found}; network: {network})", facts=facts)
+    facts["seccomp"] = f"{len(seccomp.REFUSED) + len(seccomp.REFUSED_IF)} calls refused"
+    return Check("sandbox", True, f"on ({found}; network: {network}; {kernel})", facts=facts)
 
 
 def latest_version(package: str) -> str | None:

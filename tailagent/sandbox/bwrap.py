@@ -32,6 +32,7 @@ PROBE_TIMEOUT = 10.0
 # and how a shell says it may not.
 CORE_PATTERN = "/proc/sys/kernel/core_pattern"
 REFUSALS = ("Read-only file system", "Permission denied")
+SECCOMP_FD = 9
 
 
 class SandboxUnavailable(Exception):
@@ -107,21 +108,31 @@ async def check(network: bool, configured: Path | None = None) -> Path:
     return bwrap
 
 
-async def check_knobs(bwrap: Path, proc_options: list[str]) -> str:
-    """That a fence made with `proc_options` cannot write the kernel's knobs: it tries to
-    open CORE_PATTERN for writing (and writes nothing). What it was refused with, else
-    SandboxUnavailable: a fenced agent could then make the next crash run its program
-    as root."""
+async def check_kernel(bwrap: Path, proc_options: list[str], seccomp_filter: Path) -> str:
+    """That a fence made with `proc_options` and `seccomp_filter` has the filter loaded
+    and cannot write the kernel's knobs: it tries to open CORE_PATTERN for writing (and
+    writes nothing). What it saw, else SandboxUnavailable: a fenced agent could then make
+    the next crash run its program as root, or reach the kernel's shared state."""
     argv = probe_argv(bwrap, network=True)
     at = argv.index("--cap-drop")
-    argv[at:at] = proc_options
-    argv[argv.index("--") + 1 :] = ["/bin/sh", "-c", f": >> {CORE_PATTERN}"]
-    code, stderr = await _run(argv)
+    argv[at:at] = [*proc_options, "--seccomp", str(SECCOMP_FD)]
+    script = f"grep -q '^Seccomp:[[:space:]]*2' /proc/self/status || exit 3; : >> {CORE_PATTERN}"
+    argv[argv.index("--") + 1 :] = ["/bin/sh", "-c", script]
+    code, stderr = await _run([*with_seccomp(seccomp_filter), *argv])
     said = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    if code == 3:
+        raise SandboxUnavailable(f"the seccomp filter did not load in a fence here; {OFF}")
     if code != 0 and any(word in said for word in REFUSALS):
-        return said
+        return "the kernel's knobs read-only, the seccomp filter loaded"
     seen = "opened it" if code == 0 else f"said: {said!r}"
     raise SandboxUnavailable(
         f"a fence here could write {CORE_PATTERN} (the probe {seen}), and so run a "
         f"program as root at the next crash; {OFF}"
     )
+
+
+def with_seccomp(seccomp_filter: Path) -> list[str]:
+    """What runs bwrap with the filter open on SECCOMP_FD (`--seccomp` reads it there):
+    a shell that opens it and becomes bwrap, so a fence is one command line wherever it
+    is run (a subprocess, a launcher script), with no descriptor to pass along."""
+    return ["/bin/sh", "-c", f'exec "$@" {SECCOMP_FD}<"$0"', str(seccomp_filter)]

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tailagent.config import SandboxSettings
-from tailagent.sandbox import bwrap, home
+from tailagent.sandbox import bwrap, home, seccomp
 from tailagent.sandbox.allowlist import Allowlist
 from tailagent.sandbox.home import AgentHome
 from tailagent.sandbox.proxy import AllowlistProxy, bridge_argv, proxy_env
@@ -49,6 +49,7 @@ log = logging.getLogger("tailagent.sandbox")
 
 PRIVATE_TMP = Path("/tmp")
 SANDBOXES = "sandboxes"  # <state dir>/sandboxes/<key>: one conversation's private things
+SECCOMP_FILTER = ".seccomp.bpf"  # in SANDBOXES: the filter every fence loads (seccomp.py)
 SWEEP_EVERY = 600.0  # seconds between looks for the private things of gone conversations
 RUN_KEPT = (Path("/run/systemd/resolve"),)  # /etc/resolv.conf points here on some boxes
 # Where a fenced agent finds the folder of its conversation's socket to tailagent's own
@@ -196,6 +197,8 @@ class Sandbox:
         self._programs = [Path(p) for p in programs]
         self._home = (user_home or Path.home()).resolve()
         self._bwrap: Path | None = None
+        self._seccomp: Path | None = None
+        self.kernel = ""  # what the start's probe saw of the kernel's knobs and the filter
         # What each network mode's proxies let through, and each conversation's proxy,
         # by the folder of its socket.
         self._allow: dict[str, Allowlist] = {}
@@ -223,7 +226,7 @@ class Sandbox:
             return "none needed: the echo agent runs no process of its own"
         if not self.on:
             return "OFF (sandbox.mode = off): agents run unfenced, as the service user"
-        return f"on (bubblewrap; network: {self.settings.network})"
+        return f"on (bubblewrap; network: {self.settings.network}; {self.kernel})"
 
     async def start(self) -> None:
         """Checks a fence can be made here (SandboxUnavailable says why not and what to
@@ -231,7 +234,9 @@ class Sandbox:
         if not self.on:
             return
         self._bwrap = await bwrap.check(True, self.settings.bwrap)
-        await bwrap.check_knobs(self._bwrap, self.proc_options())
+        (self._state_dir / SANDBOXES).mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._seccomp = seccomp.write_filter(self._state_dir / SANDBOXES / SECCOMP_FILTER)
+        self.kernel = await bwrap.check_kernel(self._bwrap, self.proc_options(), self._seccomp)
         hosts = (*self.agent_home.hosts, *self.settings.allow_hosts)
         self._allow = {
             "on": Allowlist.parse(self.settings.allow_hosts, public=True),
@@ -321,7 +326,9 @@ class Sandbox:
             environment |= proxy_env(PROXY_PORT)
             # Its own loopback (a test server the agent starts) is reached directly.
             environment["NO_PROXY"] = environment["no_proxy"] = "localhost,127.0.0.1,::1"
-        options = [str(self._bwrap), *mounts.args, *mounts.sealed(), "--unshare-net"]
+        assert self._seccomp is not None
+        options = [*bwrap.with_seccomp(self._seccomp), str(self._bwrap), *mounts.args]
+        options += [*mounts.sealed(), "--unshare-net", "--seccomp", str(bwrap.SECCOMP_FD)]
         for name, value in environment.items():
             options += ["--setenv", name, value]
         options += ["--cap-drop", "ALL", *bwrap.NAMESPACE_FLAGS]

@@ -315,6 +315,20 @@ def on_this_box(address: IPAddress) -> bool:
         return literal(str(probe.getsockname()[0]).split("%")[0]) == address
 
 
+def bind_long(sock: socket.socket, path: Path) -> None:
+    """Binds a unix socket at `path`, however deep: a socket's address holds 107 bytes,
+    and a conversation's lies deep in the state dir. A longer one is reached through the
+    folder's own descriptor (/proc/self/fd/N/name), which names the same place."""
+    if len(os.fsencode(path)) < 100:
+        sock.bind(str(path))
+        return
+    folder = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        sock.bind(f"/proc/self/fd/{folder}/{path.name}")
+    finally:
+        os.close(folder)
+
+
 def listening_socket(path: Path) -> socket.socket:
     """A unix socket bound at `path` with mode 0600 before it listens, so no one can
     connect while it has the umask's mode. A stale socket there is replaced."""
@@ -324,7 +338,7 @@ def listening_socket(path: Path) -> socket.socket:
         path.unlink()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.bind(str(path))
+        bind_long(sock, path)
         os.chmod(path, 0o600)
     except BaseException:
         sock.close()
