@@ -28,17 +28,34 @@ a person who is not there (no terminal prompt, no pager, no editor). Of the call
 kept (a hook that started tailagent leaves `GIT_DIR`, `GIT_INDEX_FILE` and `-c` settings
 behind), and optional locks are off so that merely looking at a person's checkout
 (`git status`) never rewrites their index.
+
+Every call has a deadline (`DEADLINE`, or the one a `Repository` or the call names): a
+file the agent made can keep git waiting for good (a FIFO where git reads a file, a file
+of gigabytes), and a git that never ends would hold its conversation's turn for good. git
+starts in a session of its own, so at the deadline it and whatever it started are ended
+together: asked first (SIGTERM, on which git removes the lock files it holds), then
+killed; the call raises GitError saying which git did not finish in time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
+import signal
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 GIT_MISSING = "git is not installed (tailagent needs it for worktree isolation)"
+
+# Seconds a git call may take: a status, add, commit or diff of a conversation's files
+# takes well under one on a repository of 20,000 files; a minute is a git that is stuck.
+DEADLINE = 60.0
+# How many deadlines a checkout, a merge or a rebase may take: they write every file.
+SLOW = 10
+# Seconds a git asked to stop at its deadline has to clean up before it is killed.
+_GRACE = 2.0
 
 # The caller's GIT_* variables that are the person's own settings, not a parent git's
 # state: who commits, where their config is, where discovery of their checkout stops.
@@ -113,10 +130,16 @@ class Repository:
     work_tree: Path
     settings: tuple[Setting, ...] = NO_PROGRAMS + NO_HOOKS
     env: tuple[Setting, ...] = ()
+    deadline: float = DEADLINE  # seconds each call here may take
 
     def with_settings(self, *settings: Setting) -> Repository:
         """This repository with `settings` added (a later one wins over an earlier)."""
         return replace(self, settings=self.settings + settings)
+
+    def slow(self) -> Repository:
+        """This repository for a call that writes every file (a checkout, a merge, a
+        rebase): `SLOW` deadlines."""
+        return replace(self, deadline=self.deadline * SLOW)
 
 
 class GitError(Exception):
@@ -161,24 +184,31 @@ async def git(
     env: dict[str, str] | None = None,
     ok: tuple[int, ...] = (0,),
     input: str | None = None,
+    deadline: float | None = None,
 ) -> GitResult:
     """Runs `git *args` in the repository `at` names (a directory: the one git finds from
     there) and returns its result.
 
     An exit code outside `ok` raises GitError naming the subcommand and git's reason.
     `env` adds to (and overrides) the fixed environment; `input` is written to stdin
-    (which is otherwise empty, so nothing can wait for a keyboard).
+    (which is otherwise empty, so nothing can wait for a keyboard). A git still running
+    after `deadline` seconds (by default the repository's, or `DEADLINE`) is ended with
+    everything it started, and GitError says so.
 
-    If the awaiting task is cancelled, git is still allowed to finish: a git killed
-    half-way can leave a lock file or half an operation in a person's repository.
+    If the awaiting task is cancelled, git is still allowed to finish (by its deadline):
+    a git killed half-way can leave a lock file or half an operation in a person's
+    repository.
     """
+    command = next((a for a in args if not a.startswith("-") and "=" not in a), "")
     if isinstance(at, Repository):
         where = at.work_tree
         settings = at.settings
         named = {"GIT_DIR": str(at.git_dir), "GIT_WORK_TREE": str(at.work_tree)}
         env = named | dict(at.env) | (env or {})
+        deadline = at.deadline if deadline is None else deadline
     else:
         where, settings = at, NO_PROGRAMS + NO_HOOKS
+        deadline = DEADLINE if deadline is None else deadline
     try:
         process = await asyncio.create_subprocess_exec(
             "git",
@@ -190,18 +220,26 @@ async def git(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=_environment(settings, env),
+            start_new_session=True,  # its own process group: ended whole at the deadline
         )
     except FileNotFoundError:
         raise GitError(GIT_MISSING) from None
     except PermissionError as error:
         raise GitError(f"git could not be started: {error}") from None
     data = input.encode() if input is not None else None
-    talk = asyncio.ensure_future(process.communicate(data))
+    talk = asyncio.ensure_future(_within(process, data, deadline))
     try:
-        out, err = await asyncio.shield(talk)
+        finished = await asyncio.shield(talk)
     except asyncio.CancelledError:
         await talk
         raise
+    if finished is None:
+        raise GitError(
+            f"git {command} in {where} did not finish within {deadline:g} s and was "
+            "stopped: a file there may keep git waiting (a FIFO, a device) or be too "
+            "big to read in time"
+        )
+    out, err = finished
     code = process.returncode
     assert code is not None
     result = GitResult(
@@ -210,9 +248,36 @@ async def git(
         err.decode("utf-8", errors="replace"),
     )
     if code not in ok:
-        command = next((a for a in args if not a.startswith("-") and "=" not in a), "")
         raise GitError(f"git {command} failed in {where}: {_reason(result.err, result.out)}")
     return result
+
+
+async def _within(
+    process: asyncio.subprocess.Process, data: bytes | None, deadline: float
+) -> tuple[bytes, bytes] | None:
+    """git's output, or None when it did not end within `deadline` seconds: then it and
+    its process group are asked to stop, and killed after a grace."""
+    talk = asyncio.ensure_future(process.communicate(data))
+    done, _ = await asyncio.wait([talk], timeout=deadline)
+    if done:
+        return talk.result()
+    _signal(process.pid, signal.SIGTERM)
+    done, _ = await asyncio.wait([talk], timeout=_GRACE)
+    if not done:
+        _signal(process.pid, signal.SIGKILL)
+        # The pipes close with the last of the group; one that left it is not waited for.
+        done, _ = await asyncio.wait([talk], timeout=_GRACE)
+    if not done:
+        talk.cancel()
+    with contextlib.suppress(BaseException):
+        await talk
+    return None
+
+
+def _signal(group: int, number: signal.Signals) -> None:
+    """Sends `number` to the process group `group` (git's: it leads its own session)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, number)
 
 
 async def without_drivers(repo: Repository) -> Repository:

@@ -17,7 +17,7 @@ import json
 import logging
 import secrets
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tailagent.workspace.git import GitError, Repository, git
@@ -87,14 +87,13 @@ class MadeAhead:
         """Rewrites a new worktree's index once its files' times are in the past, so
         `git status` there compares times instead of reading every file."""
         await asyncio.sleep(RACY_SECONDS)
-        async with self.lock.exclusive():
+        async with self.lock.conversation(path.name):  # an adoption waits for it
             if is_file(record) and is_dir(path):  # not taken away meanwhile
                 try:
                     own = await self.repo.conversation(path)
+                    await git(own, "update-index", "-q", "--refresh", ok=(0, 1))
                 except GitError as error:  # it is not given to anyone then (`adopt`)
                     log.warning("the worktree made ahead %s: %s", path, error)
-                    return
-                await git(own, "update-index", "-q", "--refresh", ok=(0, 1))
 
     def ready(self) -> list[Path]:
         """The worktrees made ahead and not yet taken, oldest (next to be taken) first."""
@@ -107,43 +106,64 @@ class MadeAhead:
 
     async def adopt(self, context_id: str, base_branch: str) -> Worktree | None:
         """Gives the conversation the oldest worktree made ahead: moved to the base tip
-        if the base went on meanwhile, its branch renamed for the conversation. One that
-        is no longer clean or whole is removed and the next tried. Under the lock."""
+        if the base went on meanwhile, its branch named for the conversation. One that
+        is no longer clean or whole is removed and the next tried. Under the
+        conversation's lock; the shared one is taken only to claim the worktree, and the
+        git in it (where an agent may have been started ahead) runs after."""
         base_commit = await self.repo.tip(base_branch)
+        while True:
+            async with self.lock.exclusive():
+                claimed = await self._claim(context_id, base_branch, base_commit)
+            if claimed is None:
+                return None
+            async with self.lock.conversation(claimed.path.name):
+                own = await self._usable(claimed, base_commit)
+                if own is None:
+                    continue
+                # Made detached (no branch before it is anyone's): the conversation's
+                # branch starts here, in its own repository, and HEAD moves onto it.
+                await git(own, "update-ref", f"refs/heads/{claimed.branch}", base_commit)
+                await git(own, "symbolic-ref", "HEAD", f"refs/heads/{claimed.branch}")
+                await self.repo.show_base(own, base_branch, base_commit)
+            adopted = replace(claimed, idle=False)
+            await self.records.save(adopted)
+            return adopted
+
+    async def _claim(self, context_id: str, base_branch: str, base_commit: str) -> Worktree | None:
+        """The oldest worktree made ahead, made the conversation's: its record written
+        with a free branch name, idle (a stop before its branch is made leaves a
+        conversation its next turn wakes), and the record of the one made ahead removed.
+        None when there is none. Under the shared lock; no git on the worktree."""
         for path in self.ready():
-            own = await self._usable(path, base_commit)
-            if own is None:
+            record = self.records.ready_record(path)
+            try:
+                ready = await self.records.read(record, "")
+            except GitError as error:
+                log.warning("a worktree made ahead (%s) is not usable: %s", path, error)
+                continue
+            if ready is None:
                 continue
             branch = await self.maker.free_branch(context_id)
-            # Made detached (no branch before it is anyone's): the conversation's branch
-            # starts here, in its own repository, and HEAD moves onto it.
-            await git(own, "update-ref", f"refs/heads/{branch}", base_commit)
-            await git(own, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
-            await self.repo.show_base(own, base_branch, base_commit)
-            adopted = fresh(context_id, path, branch, base_branch, base_commit)
-            await self.records.save(adopted)
-            self.records.ready_record(path).unlink()
-            return adopted
+            claimed = fresh(context_id, path, branch, base_branch, base_commit)
+            await self.records.save(replace(claimed, idle=True))
+            record.unlink()
+            return replace(claimed, idle=True)
         return None
 
-    async def _usable(self, path: Path, base_commit: str) -> Repository | None:
-        """git for the worktree made ahead at `path`, brought to `base_commit`; None when
-        it cannot be given (one no longer clean or whole is removed on the way)."""
-        record = self.records.ready_record(path)
+    async def _usable(self, claimed: Worktree, base_commit: str) -> Repository | None:
+        """git for the claimed worktree, brought to `base_commit`; None when it cannot be
+        given (one no longer clean or whole is removed, with the record of its claim)."""
+        path = claimed.path
         try:
-            ready = await self.records.read(record, "")
-            if ready is None:
-                return None
             own = await self.repo.trusted(path) if is_dir(path) else None
-            if own is None or await self.repo.uncommitted(own):
-                await self.removal.remove(ready, record)
-                return None
-            if (await git(own, "rev-parse", "HEAD")).out.strip() != base_commit:
-                await git(own, "reset", "-q", "--hard", base_commit)
+            if own is not None and not await self.repo.uncommitted(own):
+                if (await git(own, "rev-parse", "HEAD")).out.strip() != base_commit:
+                    await git(own.slow(), "reset", "-q", "--hard", base_commit)
+                return own
         except GitError as error:
             log.warning("a worktree made ahead (%s) is not usable: %s", path, error)
-            return None
-        return own
+        await self.removal.remove(claimed)
+        return None
 
     async def check_ready(self) -> None:
         """At a start, removes the worktrees made ahead that an earlier run left (a killed

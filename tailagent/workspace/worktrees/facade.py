@@ -33,9 +33,11 @@ class Worktrees:
 
     `root` is `<state dir>/worktrees`. `base` is the branch conversations start from and
     merge back into; None means the repository's current branch when each starts.
-    Operations that change anything are serialized (one merge at a time, and no turn
-    commit in the middle of one). `git_programs` lets tailagent's git run the hooks and
-    filter and merge drivers the repository's config names (see git.py); off, none runs.
+    Operations that change a conversation are serialized by its own lock (no turn commit
+    in the middle of its merge), and what the conversations share by one lock that no
+    git on an agent's files runs under (lock.py). `git_programs` lets tailagent's git run
+    the hooks and filter and merge drivers the repository's config names (see git.py);
+    off, none runs.
     """
 
     def __init__(
@@ -44,7 +46,7 @@ class Worktrees:
         self.repo = repo
         self.root = root
         # The shared pieces, made once and handed to each collaborator that needs them.
-        self._git = git = WorkspaceRepo(repo, git_programs)
+        self._git = git = WorkspaceRepo(repo, root, git_programs)
         self._lock = lock = WorktreeLock(root)
         self._records = records = Records(root, git)
         self._removal = removal = Removal(git, records)
@@ -108,11 +110,12 @@ class Worktrees:
 
         The record is written before the directory is made, so a crash in between leaves
         a record (which `discard` and `prune` clear) rather than an unmarked directory that
-        tailagent would then never dare to touch.
+        tailagent would then never dare to touch. Under the conversation's lock; the
+        shared one only while a branch name is chosen and kept in a record (lock.py).
         """
         await self._converted()
-        while True:
-            async with self._lock.exclusive():
+        async with self._lock.conversation(self._records.slug(context_id)):
+            while True:
                 existing = await self._records.load(context_id)
                 if existing is not None and existing.idle:
                     return await self._idle.wake(existing)
@@ -130,9 +133,12 @@ class Worktrees:
                     return adopted
                 making = list(self._ahead.making.values())
                 if not making:
-                    branch = await self._maker.free_branch(context_id)
-                    return await self._maker.create(context_id, branch, base_branch)
-            await asyncio.wait(making)
+                    async with self._lock.exclusive():
+                        branch = await self._maker.free_branch(context_id)
+                        made = await self._maker.record_new(context_id, branch, base_branch)
+                    await self._maker.check_out(*made)
+                    return made[0]
+                await asyncio.wait(making)
 
     async def release(self, context_id: str) -> bool:
         """After a turn that changed nothing, the branch goes and the worktree waits

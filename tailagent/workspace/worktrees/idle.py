@@ -37,11 +37,12 @@ class Idle:
         leaves none behind) and the worktree waits detached, idle, for the
         conversation's next turn: its agent session may still be working there. True
         when it was released."""
-        async with self.lock.exclusive():
+        async with self.lock.conversation(self.records.slug(context_id)):
             return await self.release_locked(context_id)
 
     async def release_locked(self, context_id: str) -> bool:
-        """`release`, for a caller that holds the lock already."""
+        """`release`, for a caller that holds the conversation's lock already. Its
+        branch's name stays its own: an idle record keeps it (Records.branches)."""
         worktree = await self.records.load(context_id)
         if worktree is None or worktree.idle or not is_dir(worktree.path):
             return False
@@ -72,10 +73,15 @@ class Idle:
     async def wake(self, idle: Worktree) -> Worktree:
         """An idle conversation's next turn: its branch made again at the base's tip, in
         its own worktree (checked out again at the same path if a start removed it), so
-        its agent session finds its directory where it was. Under the lock."""
+        its agent session finds its directory where it was. Under the conversation's lock;
+        the shared one is taken only to choose the branch's name and keep it in the
+        record (still idle, so a stop half-way leaves a conversation to wake again), and
+        the git on its files runs after."""
         base_branch = await self.maker.base_branch(idle.context_id)
         base_commit = await self.repo.tip(base_branch)
-        branch = await self.maker.free_branch(idle.context_id)
+        async with self.lock.exclusive():
+            branch = await self.maker.free_branch(idle.context_id)
+            await self.records.save(replace(idle, branch=branch))
         woken = fresh(idle.context_id, idle.path, branch, base_branch, base_commit)
         record = self.records.record_path(idle.context_id)
         if not is_dir(idle.path):
@@ -87,7 +93,7 @@ class Idle:
             base_commit = (await git(own, "rev-parse", "HEAD")).out.strip()
             woken = replace(woken, base_commit=base_commit)
         else:
-            await git(own, "reset", "-q", "--hard", base_commit)
+            await git(own.slow(), "reset", "-q", "--hard", base_commit)
         await git(own, "update-ref", f"refs/heads/{branch}", base_commit)
         await git(own, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
         await self.repo.show_base(own, base_branch, base_commit)
@@ -97,7 +103,8 @@ class Idle:
     async def shelve(self, context_id: str) -> None:
         """At a start, the worktree of a conversation that changed nothing goes (no agent
         session is in it yet; a branch left by an older tailagent goes too); its record
-        stays, so its next turn checks it out again at the same path. Under the lock."""
+        stays, so its next turn checks it out again at the same path. Under the
+        conversation's lock."""
         await self.release_locked(context_id)
         worktree = await self.records.require(context_id, present=False)
         if not worktree.idle or not is_dir(worktree.path):

@@ -58,11 +58,6 @@ class Maker:
             )
         return self.base
 
-    async def create(self, context_id: str, branch: str, base_branch: str) -> Worktree:
-        worktree, record = await self.record_new(context_id, branch, base_branch)
-        await self.check_out(worktree, record)
-        return worktree
-
     async def record_new(
         self, context_id: str, branch: str, base_branch: str, slug: str | None = None
     ) -> tuple[Worktree, Path]:
@@ -90,7 +85,7 @@ class Maker:
         try:
             await self.repo.init_conversation(path, worktree.branch)
             own = await self.repo.conversation(path)
-            await git(own, "checkout", "-q", "-f", *on, worktree.base_commit)
+            await git(own.slow(), "checkout", "-q", "-f", *on, worktree.base_commit)
             await self.repo.show_base(own, worktree.base_branch, worktree.base_commit, fresh=True)
         except BaseException:
             # Once the directory is there (a checkout that failed, or only the person's

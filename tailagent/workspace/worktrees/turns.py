@@ -96,8 +96,12 @@ class TurnCommits:
         own branch, not the person's commit (a failing linter hook must not stop the
         record of who asked for what); what lands on the person's branch is decided when
         they merge it.
+
+        Under the conversation's lock only: another conversation's turn never waits for
+        this one's git (lock.py). A special file in the worktree (repos/specials.py) or a
+        git that does not finish by its deadline (git.py) fails it with GitError.
         """
-        async with self.lock.exclusive():
+        async with self.lock.conversation(self.records.slug(context_id)):
             worktree = await self.records.require(context_id)
             own = await self.repo.conversation(worktree.path)
             if not await self.repo.uncommitted(own, refresh=True):

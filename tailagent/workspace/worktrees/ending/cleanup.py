@@ -24,6 +24,7 @@ from tailagent.workspace.worktrees.merge.quarantine import sweep as sweep_merges
 from tailagent.workspace.worktrees.records import READY_PREFIX, Records, Worktree
 from tailagent.workspace.worktrees.repos.fs import is_dir
 from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
+from tailagent.workspace.worktrees.repos.specials import SpecialFile
 
 # The name the worktrees have always logged under, kept so log lines read as before.
 log = logging.getLogger("tailagent.workspace.worktrees")
@@ -80,7 +81,12 @@ class Cleanup:
             result = await git(own, "log", "--format=%H %h %s", "--stdin", "--branches", "HEAD",
                                "--", input=exclude)  # fmt: skip
             logged = [line.split(" ", 1) for line in result.out.splitlines()]
-        files = await self.repo.uncommitted(own)
+        try:
+            files = await self.repo.uncommitted(own)
+        except SpecialFile as error:  # a discard is the way out of one: not refused
+            log.warning("conversation %s: its uncommitted files are not said: %s",
+                        worktree.context_id, error)  # fmt: skip
+            files = []
         return DiscardResult(commits_lost=[said for _, said in logged], files_uncommitted=files,
                              commit_ids=[full for full, _ in logged])  # fmt: skip
 
@@ -104,8 +110,9 @@ class Cleanup:
 
     async def discard(self, context_id: str) -> DiscardResult:
         """Removes the conversation's worktree, branch and record; returns what was lost.
-        Also the way out for a worktree whose directory was deleted by hand."""
-        async with self.lock.exclusive():
+        Also the way out for a worktree whose directory was deleted by hand. Under the
+        conversation's lock only."""
+        async with self.lock.conversation(self.records.slug(context_id)):
             worktree = await self.records.require(context_id, present=False)
             lost = await self._losses(worktree)
             await self.removal.remove(worktree)
@@ -123,14 +130,18 @@ class Cleanup:
             return pruned
         self.removal.sweep()  # what a stop left in .trash
         async with self.lock.exclusive():
-            sweep_merges(root)  # and of a merge under way
+            sweep_merges(root)  # and of a merge cut short
             await self.ahead.check_ready()
             self.records.forget_merges(live)
             self.fates.forget(live)
-            elsewhere: dict[str, int] = {}
-            for record in sorted(root.glob("*.json")):
-                if record.name.startswith(READY_PREFIX):
-                    continue
+            records = sorted(root.glob("*.json"))
+        elsewhere: dict[str, int] = {}
+        for record in records:
+            if record.name.startswith(READY_PREFIX):
+                continue
+            # Each conversation under its own lock: its git (what a removal loses, an
+            # idle one's shelving) holds up no other.
+            async with self.lock.conversation(record.stem):
                 try:
                     data = json.loads(record.read_text())
                     context_id = data["context_id"]
@@ -149,18 +160,19 @@ class Cleanup:
                     worktree = await self.records.require(context_id, present=False)
                     lost = await self._losses(worktree)
                     await self.removal.remove(worktree)
+                except FileNotFoundError:
+                    continue  # discarded meanwhile
                 except (GitError, OSError, ValueError, KeyError, TypeError) as error:
                     log.warning("worktree record %s not pruned: %s", record, error)
                     continue
-                if lost.commits_lost or lost.files_uncommitted:
-                    log.warning(
-                        "pruned conversation %s's worktree, losing %d commits and %d "
-                        "uncommitted files",
-                        context_id,
-                        len(lost.commits_lost),
-                        len(lost.files_uncommitted),
-                    )
-                pruned.append(context_id)
+            if lost.commits_lost or lost.files_uncommitted:
+                log.warning(
+                    "pruned conversation %s's worktree, losing %d commits and %d uncommitted files",
+                    context_id,
+                    len(lost.commits_lost),
+                    len(lost.files_uncommitted),
+                )
+            pruned.append(context_id)
         self._tell_elsewhere(elsewhere)
         return pruned
 

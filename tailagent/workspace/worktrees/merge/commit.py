@@ -60,7 +60,7 @@ async def rebase(
     base's commits are there through its alternates); on a conflict aborts (the worktree
     is as it was) and raises MergeConflict."""
     result = await git(
-        own,
+        own.slow(),
         *identity,
         "-c",
         "rebase.autoStash=false",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 from tailagent.workspace.git import GitError, Repository, git
 from tailagent.workspace.worktrees.ending.removal import Removal
@@ -102,10 +101,13 @@ class Merging:
         the base is checked out in another worktree, or checked out in the workspace with
         changes to tracked files (never stashed, reset or overwritten); raises
         MergeConflict (nothing changed) when the branch conflicts with the base.
+
+        Under the conversation's lock; the shared one is taken only to move the base
+        (see _land), so no git on the conversation's files holds up another.
         """
         if strategy not in STRATEGIES:
             raise GitError(f"unknown merge strategy {strategy!r}: use squash, merge or rebase")
-        async with self.lock.exclusive():
+        async with self.lock.conversation(self.records.slug(context_id)):
             worktree, own, base_tip, tip = await self._mergeable(context_id)
             if expect is not None and tip != expect:
                 raise MergeRefused(
@@ -114,9 +116,9 @@ class Merging:
                 )
             taken = await git(own, "rev-list", f"{base_tip}..{tip}")  # the turns it takes
             base = worktree.base_branch
-            checkout = await base_checkout(self.repo, base)
+            await base_checkout(self.repo, base)  # a dirty base refuses before the work
             try:
-                new = await self._land(worktree, own, strategy, base_tip, tip, checkout)
+                new = await self._land(worktree, own, strategy, base_tip, tip)
             except MergeConflict:
                 # What the agent is asked to rebase onto, in its own repository.
                 await self.repo.show_base(own, base, base_tip)
@@ -141,11 +143,12 @@ class Merging:
         strategy: Strategy,
         base_tip: str,
         tip: str,
-        checkout: Path | None,
     ) -> str:
         """Builds the merged commit in a scratch repository, brings it into the base and
         moves the base branch there; the commit. Nothing of the base changes on the way
-        to a refusal or a conflict."""
+        to a refusal or a conflict. The build (git on the conversation's files) runs under
+        the conversation's lock alone; the move under the shared one too, and only from
+        the base tip the build started at."""
         base = worktree.base_branch
         async with scratch(self.repo, self.records.root) as made:
             if await made.take(own, worktree.branch) != tip:
@@ -158,14 +161,18 @@ class Merging:
                 )
             try:
                 new = await self._new_commit(worktree, own, strategy, merged, base_tip, tip, made)
-                await made.deliver(new, await self.repo.main())
-                await advance(self.repo, worktree, checkout, base_tip, new, strategy)
+                async with self.lock.exclusive():
+                    checkout = await base_checkout(self.repo, base)
+                    if await self.repo.tip(base) != base_tip:
+                        raise MergeRefused(f"{base} moved while merging: merge again")
+                    await made.deliver(new, await self.repo.main())
+                    await advance(self.repo, worktree, checkout, base_tip, new, strategy)
             except BaseException:
                 if strategy == "rebase":
                     # Put the conversation's branch back where it was (its worktree was
                     # clean, so nothing else is there to lose; a rebase that failed
                     # aborted itself, and left it there).
-                    await git(own, "reset", "-q", "--hard", tip)
+                    await git(own.slow(), "reset", "-q", "--hard", tip)
                 raise
         return new
 
@@ -204,7 +211,7 @@ class Merging:
         git, writing to a merge's scratch repository) only: no checkout or index is
         touched; MergeConflict when they conflict."""
         result = await git(
-            await self.repo.content(base),
+            (await self.repo.content(base)).slow(),
             "merge-tree",
             "--write-tree",
             "--name-only",

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import secrets
 import shutil
@@ -71,7 +72,7 @@ class Scratch:
         commit it is at."""
         checked = self.repository.with_settings(*_FILE_ONLY, ("fetch.fsckObjects", "true"))
         source = str(own.git_dir)
-        await git(checked, *_FETCH, source, f"+refs/heads/{branch}:{_INTO}")
+        await git(checked.slow(), *_FETCH, source, f"+refs/heads/{branch}:{_INTO}")
         found = await git(self.repository, "rev-parse", "--verify", f"{_INTO}^{{commit}}")
         return found.out.strip()
 
@@ -79,14 +80,19 @@ class Scratch:
         """Brings `commit` and what it needs that the base lacks into the base's objects
         (no ref of the base changes here)."""
         await git(self.repository, "update-ref", _OUT, commit)
-        await git(main.with_settings(*_FILE_ONLY), *_FETCH, str(self.path), _OUT)
+        await git(main.with_settings(*_FILE_ONLY).slow(), *_FETCH, str(self.path), _OUT)
 
 
 @contextlib.asynccontextmanager
 async def scratch(repo: WorkspaceRepo, root: Path) -> AsyncIterator[Scratch]:
-    """A scratch repository for one merge, deleted when it ends (see the docstring)."""
+    """A scratch repository for one merge, deleted when it ends (see the docstring).
+    Locked while it lives (an advisory lock on its directory): a merge builds outside the
+    lock the conversations share, and a prune's `sweep` beside it leaves it alone."""
     path = root / MERGING / secrets.token_hex(6)
     path.parent.mkdir(exist_ok=True, mode=0o700)
+    path.mkdir(mode=0o700)
+    held = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fcntl.flock(held, fcntl.LOCK_EX)
     try:
         object_format = f"--object-format={await repo.object_format()}"
         await git(path.parent, "init", "-q", "--bare", "--template=", object_format, str(path))
@@ -98,8 +104,24 @@ async def scratch(repo: WorkspaceRepo, root: Path) -> AsyncIterator[Scratch]:
         yield Scratch(path, repository, base)
     finally:
         await asyncio.to_thread(shutil.rmtree, path, ignore_errors=True)
+        os.close(held)
 
 
 def sweep(root: Path) -> None:
-    """What a stop in the middle of a merge left (its scratch repositories)."""
-    shutil.rmtree(root / MERGING, ignore_errors=True)
+    """What a stop in the middle of a merge left (its scratch repositories): those no
+    merge under way holds locked."""
+    merging = root / MERGING
+    for path in merging.iterdir() if merging.is_dir() else ():
+        try:
+            held = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            with contextlib.suppress(OSError):
+                path.unlink()  # not a directory: nothing of a merge
+            continue
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # a merge under way
+        finally:
+            os.close(held)
+        shutil.rmtree(path, ignore_errors=True)

@@ -9,19 +9,29 @@ A conversation's repository is the agent's: it may write its config, and every s
 there that would make tailagent's git run a program or read a file outside the repository
 is overridden on each call (`_IN_CONVERSATIONS`, on top of git.py's): signing (it runs
 `gpg.program`), the mailmap, diff order and include files, gc started behind a commit, and
-the excludes and attributes files (the person's are named instead). Replace refs and
+the excludes and attributes files: tailagent's own are named instead, copies of the
+person's made at the first look (`own_files`), so that no file in the person's home or
+the agent's (a FIFO, `/dev/zero`) can steer or hang tailagent's git. Replace refs and
 grafts are off, so what tailagent shows of a conversation is what its commits hold. The
 person's hooks and filter and merge drivers (`git_programs`) are carried from the base's
 config; the conversation's own never run.
+
+Each call has git.py's deadline, or the one the base's own config names
+(`git config tailagent.gitDeadline 300` for a repository whose git is slow for good
+reasons): a setting of the person's, read from the base, never from a conversation's
+repository, whose config is the agent's.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tailagent.statedir.files import write_private
 from tailagent.workspace.git import (
+    DEADLINE,
     NO_HOOKS,
     NO_PROGRAMS,
     GitError,
@@ -36,9 +46,13 @@ from tailagent.workspace.worktrees.repos import guard
 from tailagent.workspace.worktrees.repos.fs import resolved
 from tailagent.workspace.worktrees.repos.gitdirs import borrowed_objects, common_dir_of
 from tailagent.workspace.worktrees.repos.porcelain import status_paths, unique
+from tailagent.workspace.worktrees.repos.specials import refuse_specials
 
 FALLBACK_NAME = "tailagent"
 FALLBACK_EMAIL = "tailagent@localhost"
+# The most of the person's excludes or attributes file that is copied (they are lists of
+# patterns: a few kilobytes).
+_COPIED = 1 << 20
 
 _IN_CONVERSATIONS: tuple[Setting, ...] = (
     ("commit.gpgSign", "false"),  # signing runs gpg.program or gpg.ssh.program
@@ -78,10 +92,13 @@ class _Base:
 
 class WorkspaceRepo:
     """The workspace repository at `repo`; `git_programs` lets its git run the hooks and
-    filter and merge drivers the repository's config names (see git.py)."""
+    filter and merge drivers the repository's config names (see git.py). `own_files` is
+    where tailagent keeps its copies of the person's excludes and attributes files (a
+    directory of the state dir, where no agent writes)."""
 
-    def __init__(self, repo: Path, git_programs: bool = False) -> None:
+    def __init__(self, repo: Path, own_files: Path, git_programs: bool = False) -> None:
         self.repo = repo
+        self.own_files = own_files
         self.git_programs = git_programs
         self._base: _Base | None = None
 
@@ -99,19 +116,23 @@ class WorkspaceRepo:
             git_dir, common, top, object_format = found.out.splitlines()
             settings = NO_PROGRAMS + (() if self.git_programs else NO_HOOKS)
             main = Repository(Path(git_dir), Path(top), settings)
+            main = replace(main, deadline=await _deadline(main))
             persons = await self._persons(main)
             self._base = _Base(main, resolved(Path(common)), object_format, persons)
         return self._base
 
     async def _persons(self, main: Repository) -> tuple[Setting, ...]:
-        """The person's excludes and attributes files, and with `git_programs` their hooks
-        and drivers, as settings for a conversation's repository."""
+        """tailagent's copies of the person's excludes and attributes files, and with
+        `git_programs` their hooks and drivers, as settings for a conversation's
+        repository."""
         home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "git"
         settings: list[Setting] = []
         files = (("core.excludesFile", "ignore"), ("core.attributesFile", "attributes"))
         for key, default in files:
             named = await git(main, "config", "--path", "--get", key, ok=(0, 1))
-            settings.append((key, named.out.strip() or str(home / default)))
+            copy = self.own_files / f".git-{default}"
+            write_private(copy, _plain_text(Path(named.out.strip() or home / default)))
+            settings.append((key, str(copy)))
         if self.git_programs:  # the hooks directory git would run the person's from
             hooks = await git(main, "rev-parse", "--path-format=absolute", "--git-path", "hooks")
             settings.append(("core.hooksPath", hooks.out.strip()))
@@ -174,7 +195,7 @@ class WorkspaceRepo:
         guard.check(path, self.shared_objects())
         hooks = () if self.git_programs else NO_HOOKS
         own = Repository(path / ".git", path, NO_PROGRAMS + hooks + _IN_CONVERSATIONS,
-                         _CONVERSATION_ENV)  # fmt: skip
+                         _CONVERSATION_ENV, base.repository.deadline)  # fmt: skip
         return (await without_drivers(own)).with_settings(*base.persons)
 
     async def trusted(self, path: Path) -> Repository | None:
@@ -271,7 +292,9 @@ class WorkspaceRepo:
         ~6x slower until then): only between turns, when the agent cannot be holding the
         index's lock. A submodule counts by the commit it is on: git is not run inside it
         (it would find its repository from a `.git` there, which the agent may have
-        written)."""
+        written). A special file anywhere in its work tree is refused first (SpecialFile:
+        see specials.py), as every look at the tree (a status, an add, a diff) starts here."""
+        await refuse_specials(conversation.work_tree)
         env = {"GIT_OPTIONAL_LOCKS": "1"} if refresh else None
         result = await git(
             conversation,
@@ -301,3 +324,35 @@ class WorkspaceRepo:
         if path is not None:
             checkouts.append(Checkout(path, branch))
         return checkouts
+
+
+async def _deadline(main: Repository) -> float:
+    """The seconds each git call may take: `tailagent.gitDeadline` of the base's config,
+    else git.py's `DEADLINE`."""
+    named = await git(main, "config", "--get", "tailagent.gitDeadline", ok=(0, 1))
+    if not named.out.strip():
+        return DEADLINE
+    try:
+        seconds = float(named.out)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < 86400:
+        raise GitError(
+            f"tailagent.gitDeadline in {main.work_tree}'s config is {named.out.strip()!r}: "
+            "name the seconds each git call may take (say 60)"
+        )
+    return seconds
+
+
+def _plain_text(path: Path) -> str:
+    """The text of the person's file at `path` when it is a plain file (a link to one
+    included), at most `_COPIED` bytes of it; else "". Opened without waiting, so a FIFO
+    put there after the look cannot keep it."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return ""
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as file:
+        return file.read(_COPIED).decode("utf-8", errors="replace")
