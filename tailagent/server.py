@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -67,6 +68,7 @@ from tailagent.store.signals import CANCEL, PUSH
 from tailagent.tailnet.presence import BoxTailscaled, Presence, PresenceError, ServeEntryPresence
 from tailagent.web.pages.live import Desk
 from tailagent.webpush.service import WebPush
+from tailagent.workspace.git import GitError, git
 
 log = logging.getLogger("tailagent")
 
@@ -238,6 +240,18 @@ def make_sandbox(settings: Settings, isolated: Isolated | None) -> Sandbox:
     )
 
 
+async def git_identity(workspace: Path) -> tuple[str, str]:
+    """The person's git name and email, as their checkout's git reads them (empty where
+    unset, or where git is missing): what a fenced agent's own commits carry."""
+    said = []
+    for key in ("user.name", "user.email"):
+        try:
+            said.append((await git(workspace, "config", "--get", key, ok=(0, 1))).out.strip())
+        except GitError:
+            said.append("")
+    return said[0], said[1]
+
+
 async def _start_agent(
     settings: Settings,
     conversations: Isolated | Shared,
@@ -248,6 +262,8 @@ async def _start_agent(
     """Starts the agent backend once the worktrees of conversations that no longer exist
     are pruned (a spare agent may start in a worktree), and once a fence can be made
     around it; says how conversations are kept apart and fenced."""
+    if sandbox.on:
+        sandbox.give_identity(*await git_identity(settings.cwd))
     try:
         await sandbox.start()
     except SandboxUnavailable as exc:

@@ -289,7 +289,7 @@ async def test_claude_code_and_what_it_runs_are_fenced_too(claude_box: Box) -> N
     assert own[f"read {box.home / '.claude' / '.credentials.json'}"].startswith("ok: ")
     assert own[f"write {box.home / '.claude' / 'settings.json'}"].startswith("refused")
     assert own[f"write {box.home / '.claude.json'}"] == "ok: wrote"  # its private copy
-    assert not (box.home / ".claude.json").read_text()  # the person's, untouched
+    assert not (box.home / ".claude.json").exists()  # the person's home, untouched
 
 
 async def test_a_repositorys_own_claude_settings_are_not_read(claude_box: Box) -> None:

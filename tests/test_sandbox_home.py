@@ -95,7 +95,48 @@ async def test_shared_caches_are_private_to_the_conversation(home: Path, tmp_pat
     )
     done = await fenced(tmp_path, "a", line)
     assert done.stdout.split() == ["/tmp/.cache", "/tmp/.npm", "/tmp/go/pkg/mod"], done.stderr
-    assert "Read-only file system" in done.stderr  # the person's own cache: read-only
+    assert "No such file or directory" in done.stderr  # the person's cache: not there
     assert not (home / ".cache" / "planted").exists()
     other = await fenced(tmp_path, "b", "ls $XDG_CACHE_HOME/pip/x")
     assert other.returncode != 0  # conversation b has its own
+
+
+# Secrets with names no list holds, and another tailagent's state in the README's default
+# place: a home of its own shows none of them (issue 54).
+UNLISTED = {
+    ".vault-token": "hvs.the-owner-s-vault-token",
+    ".config/git/credentials": "https://owner:ghp_token@github.com",
+    ".cargo/credentials.toml": "[registry]\ntoken = 'the owner's crates.io token'",
+    ".bash_history": "export AWS_SECRET_ACCESS_KEY=the-owner-s",
+    ".config/rclone/rclone.conf": "[s3]\nsecret_access_key = the-owner-s",
+    ".local/state/tailagent/local-token": "another-server-s-admin-token",
+    ".local/state/tailagent/signing-keys.json": '{"the other server": "key"}',
+}
+
+
+async def test_a_home_of_its_own_holds_no_secret_whatever_its_name(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, text in UNLISTED.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(text)
+    # A toolchain in the home, on PATH: its shim runs the rest of it, so it is shown whole.
+    tool = home / ".pyenv" / "libexec"
+    tool.mkdir(parents=True)
+    (tool / "real-tool").write_text("#!/bin/sh\necho the toolchain runs\n")
+    (tool / "real-tool").chmod(0o755)
+    shims = home / ".pyenv" / "shims"
+    shims.mkdir()
+    (shims / "tool").write_text(f"#!/bin/sh\nexec {tool}/real-tool\n")
+    (shims / "tool").chmod(0o755)
+    (home / ".cargo" / "bin").mkdir(parents=True)
+    monkeypatch.setenv("PATH", f"{shims}:{home / '.cargo' / 'bin'}:/usr/bin:/bin")
+    names = " ".join(str(home / name) for name in UNLISTED)
+    done = await fenced(tmp_path, "a", f"cat {names}; echo $(ls -A {home}); tool; ls {home}/.cargo")
+    for text in UNLISTED.values():
+        assert text not in done.stdout
+    assert "the toolchain runs" in done.stdout
+    # What the home holds: the agent's own entries and the toolchains; no credentials
+    # beside ~/.cargo/bin.
+    assert done.stdout.split("\n")[0].split() == [".cargo", ".claude", ".claude.json", ".pyenv"]
+    assert "credentials.toml" not in done.stdout

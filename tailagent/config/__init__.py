@@ -269,7 +269,9 @@ class SandboxSettings:
     network: str = "on"
     # Hosts the allowlist's proxy lets through, beside the agent's own API hosts.
     allow_hosts: tuple[str, ...] = ()
-    # More paths the agent must not see (beside the state dir and the usual secrets).
+    # More paths the agent sees, read-only (beside the system, its PATH and its programs).
+    expose: tuple[Path, ...] = ()
+    # Paths the agent must not see even inside what is shown (beside the state dir).
     hide: tuple[Path, ...] = ()
     # The bubblewrap to use; None: `bwrap` on PATH, else /usr/bin/bwrap.
     bwrap: Path | None = None

@@ -4,25 +4,25 @@ Asking covers what an agent asks about; the fence covers the rest (its own `open
 `git`, signals, sockets). Every process tailagent starts for a conversation's agent (the
 agent, a warm spare made for that conversation's directory, each terminal command an
 answer approved) starts through `Fence.wrap`, and what those start inherits the fence.
+The agent shares nothing with the server or another conversation that it does not need.
 What a fenced agent has:
 
 - its conversation's directory, read-write; a private temporary directory kept beside
   it on disk (`/tmp` and `TMPDIR` inside), shared by its agent and its terminals;
-- the rest of the system read-only, its own processes only (a pid namespace: nothing
-  of the server or of another conversation in `/proc`, no signal reaches them), no
-  capabilities even when the server runs as root;
-- the service user's home read-only, with private copies of the agent's own login state
-  (see home.py).
+- the system, its PATH's toolchains and its own programs, read-only, and nothing else
+  of the box's files (view.py: an allowlist);
+- a home of its own: an empty one, with private copies of its agent's login state, its
+  settings read-only (home.py) and the person's git identity in its environment;
+- its own processes only (a pid namespace: nothing of the server or of another
+  conversation in `/proc`, no signal reaches them), no capabilities even when the server
+  runs as root, a seccomp filter (seccomp.py), and the kernel's knobs read-only;
+- a network of its own, whose only way out is its conversation's own proxy (proxy.py):
+  the public internet with `sandbox.network = "on"`, the hosts named with "allowlist".
 
-What it does not have: the state dir (tokens, keys, the database, the other
-conversations' directories), the base checkout (only its git objects, read-only, which a
-conversation's repository borrows), `/run` (tailscaled's socket, the server's, a database
-server's, Docker's), the usual secrets, and whatever `sandbox.hide` names.
-
-Order matters to bwrap, so the command line is written in layers: what is hidden
-because it is not the agent's (the base, /run, /tmp), then the agent's own programs that
-live there, shown read-only (a venv inside the checkout), then what must stay hidden
-whatever was shown (the state dir, secrets), then the conversation's own pieces on top.
+Order matters to bwrap, so the command line is written in layers: the system; the
+places that are the agent's own but hidden (its home, /run, /tmp); what is shown there
+(toolchains, programs); what must stay hidden whatever was shown (the state dir, the
+server's sockets); then the conversation's own pieces on top.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tailagent.config import SandboxSettings
-from tailagent.sandbox import bwrap, home, seccomp
+from tailagent.sandbox import bwrap, home, seccomp, view
 from tailagent.sandbox.allowlist import Allowlist
 from tailagent.sandbox.home import AgentHome
 from tailagent.sandbox.proxy import AllowlistProxy, bridge_argv, proxy_env
@@ -112,40 +112,6 @@ class Fence:
         return script
 
 
-@dataclass
-class _Mounts:
-    """bwrap's mount options, in order."""
-
-    args: list[str] = field(default_factory=list)
-    emptied: list[Path] = field(default_factory=list)  # hidden under an empty tmpfs
-
-    def ro(self, path: Path) -> None:
-        self.args += ["--ro-bind", str(path), str(path)]
-
-    def sealed(self) -> list[str]:
-        """The options that end the list: every emptied place made read-only (what is
-        mounted inside one, the conversation's directory, stays as it was mounted)."""
-        return [arg for path in self.emptied for arg in ("--remount-ro", str(path))]
-
-    def rw(self, source: Path, target: Path | None = None) -> None:
-        self.args += ["--bind", str(source), str(target or source)]
-
-    def hide(self, path: Path) -> None:
-        """An empty directory over a directory, an empty file over anything else; a
-        symbolic link's target is what gets hidden (bwrap mounts over the target). The
-        empty directories are made read-only once everything is mounted (`sealed`), so
-        nothing written there looks kept."""
-        if path.is_symlink():
-            path = path.resolve()
-        if any(path.is_relative_to(empty) for empty in self.emptied):
-            return  # inside a place already emptied (a mount point there would show)
-        if path.is_dir():
-            self.args += ["--tmpfs", str(path)]
-            self.emptied.append(path)
-        elif path.exists():
-            self.args += ["--ro-bind", "/dev/null", str(path)]
-
-
 def _interpreter() -> str:
     """The Python that runs the network bridge inside a fence (it needs no venv): the
     server's own, or the system's under the one-file binary, which carries none."""
@@ -154,12 +120,13 @@ def _interpreter() -> str:
     return os.path.realpath(sys.executable)
 
 
+def _interpreter_prefix() -> str:
+    """Where the bridge's interpreter keeps its standard library."""
+    return "/usr" if getattr(sys, "frozen", False) else sys.base_prefix
+
+
 def _existing(paths: Iterable[Path]) -> list[Path]:
     return [p for p in paths if p.exists() or p.is_symlink()]
-
-
-def _within(path: Path, roots: Iterable[Path]) -> bool:
-    return any(path == root or path.is_relative_to(root) for root in roots)
 
 
 class Sandbox:
@@ -207,6 +174,7 @@ class Sandbox:
         self._refused_before = 0  # by the proxies of conversations gone since the start
         self._network_inside: tuple[str, ...] = ()
         self._swept = 0.0
+        self._identity: dict[str, str] = {}
 
     @property
     def on(self) -> bool:
@@ -243,7 +211,8 @@ class Sandbox:
             "allowlist": Allowlist.parse(hosts),
         }
         bridge = bridge_argv(_interpreter(), str(PROXY_INSIDE / "proxy.sock"), PROXY_PORT)
-        self._programs.append(Path(bridge[3]))  # the bridge's script, shown inside
+        # The bridge's script and its interpreter's prefix, shown inside.
+        self._programs += [Path(bridge[3]), Path(_interpreter_prefix())]
         self._network_inside = tuple(bridge)
         if self.settings.network == "allowlist":
             log.info("sandbox: agents reach only %s, through tailagent's proxy", ", ".join(hosts))
@@ -278,6 +247,16 @@ class Sandbox:
 
     # ---- one conversation's fence ---------------------------------------------------
 
+    def give_identity(self, name: str, email: str) -> None:
+        """The person's git identity, which an agent's own commits carry (their git
+        config is not in its home: it may hold credential helpers and tokens)."""
+        self._identity = {
+            f"GIT_{who}_{what}": value
+            for who in ("AUTHOR", "COMMITTER")
+            for what, value in (("NAME", name), ("EMAIL", email))
+            if value
+        }
+
     def show(self, path: Path) -> None:
         """One more of the agent's own files to show read-only in every fence made from
         now on (an agent tailagent installed)."""
@@ -310,17 +289,23 @@ class Sandbox:
         tmp = private / "tmp"
         tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
         (private / "directory").write_text(str(directory))
-        mounts = _Mounts(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"])
+        mounts = view.Mounts()
+        view.system(mounts)
         mounts.args += self.proc_options()
-        self._hide_foreign(mounts, directory, tmp)
-        self._show_programs(mounts, directory)
-        self._hide_secrets(mounts)
+        self._own_places(mounts, tmp)
+        if self._base is not None and self._base != directory:
+            mounts.hide(self._base)  # where /tmp shows it; a venv in it is shown next
+        for folder in self._shown(directory):
+            mounts.ro(folder)
+        self._hide_foreign(mounts)
         if home:
             self._home_layers(mounts, private / "home")
-        self._own(mounts, directory)
+        for objects in self._shared_objects() if self._shared_objects else ():
+            mounts.ro(objects)  # the base's git objects, which its repository borrows
+        mounts.rw(directory)
         if tools is not None:
             mounts.rw(tools, TOOLS_INSIDE)
-        environment = self._private_caches()
+        environment = self._private_caches() | self._identity
         if network in self._allow:  # before the sealing: it mounts in /run
             mounts.args += ["--ro-bind", str(self._proxy_of(private, network)), str(PROXY_INSIDE)]
             environment |= proxy_env(PROXY_PORT)
@@ -368,63 +353,43 @@ class Sandbox:
             caches["GOPROXY"] = f"file://{downloads},{after}"
         return caches
 
-    def _hidden_roots(self, directory: Path) -> list[Path]:
-        """Places hidden because they are not the agent's, where its own programs may
-        still live (and are then shown)."""
-        roots = [PRIVATE_TMP, Path("/run")]
-        if self._base is not None and self._base != directory:
-            roots.append(self._base)
-        return roots
-
-    def _hide_foreign(self, mounts: _Mounts, directory: Path, tmp: Path) -> None:
-        mounts.args += ["--tmpfs", "/run"]
-        mounts.emptied.append(Path("/run"))
+    def _own_places(self, mounts: view.Mounts, tmp: Path) -> None:
+        """The places that are the agent's own, empty but for what is put there: its home
+        (none of the service user's files), /run (none of the box's sockets, but the
+        resolver's), /tmp (its private temp dir)."""
+        if self._home != Path("/") and not mounts.visible(self._home):
+            mounts.empty(self._home)
+        mounts.empty(Path("/run"))
         for kept in _existing(RUN_KEPT):
             mounts.ro(kept)
         mounts.rw(tmp, PRIVATE_TMP)
-        if self._base is not None and self._base != directory:
-            mounts.hide(self._base)
-            for objects in self._shared_objects() if self._shared_objects else ():
-                mounts.ro(objects)
 
-    def _show_programs(self, mounts: _Mounts, directory: Path) -> None:
-        """Each of the agent's own files that lives in a hidden place is shown read-only
-        with the whole folder it came in: the first one below that place (a checkout in
-        /tmp, a venv in the base). A program is seldom alone: an npm package's program
-        links into its package, which needs its `node_modules` beside it."""
-        roots = self._hidden_roots(directory)
-        shown: set[Path] = set()
-        # A program as named (a venv's python link) and where it leads (the interpreter).
-        paths = {Path(os.path.abspath(p)) for p in self._programs}
-        paths |= {Path(os.path.realpath(p)) for p in self._programs}
-        for path in sorted(paths):
-            root = next((r for r in roots if path != r and path.is_relative_to(r)), None)
-            if root is None or not (path.exists() or path.is_symlink()):
-                continue
-            folder = root / path.relative_to(root).parts[0]
-            if folder not in shown:
-                shown.add(folder)
-                mounts.ro(folder)
+    def _shown(self, directory: Path) -> list[Path]:
+        """The toolchains on its PATH, its own programs, and what `sandbox.expose` names:
+        the folders shown read-only (view.py)."""
+        inside = [self._base] if self._base is not None and self._base != directory else []
+        folders = view.path_folders(os.environ.get("PATH", ""), self._home)
+        folders += view.program_folders(self._programs, inside, self._home)
+        folders += [p for p in self.settings.expose if p.exists()]
+        state = self._state_dir
+        return [f for f in folders if not (f == state or state.is_relative_to(f))]
 
-    def _hide_secrets(self, mounts: _Mounts) -> None:
+    def _hide_foreign(self, mounts: view.Mounts) -> None:
+        """What must stay hidden wherever it lies under something shown: the state dir
+        (tokens, keys, the database, other conversations), the server's and tailscaled's
+        sockets, and whatever `sandbox.hide` names."""
         mounts.hide(self._state_dir)
-        for secret in (*[self._home / s for s in home.SECRETS], *home.SYSTEM_SECRETS):
-            mounts.hide(secret)
-        for entry in home.others_logins(self._agent):
-            mounts.hide(self._home / entry)
         for extra in self.settings.hide:
             mounts.hide(extra)
         for socket in self._sockets:
-            if not _within(socket, [self._state_dir, Path("/run"), PRIVATE_TMP]):
-                mounts.hide(socket)
+            mounts.hide(socket)
 
-    def _home_layers(self, mounts: _Mounts, copies: Path) -> None:
+    def _home_layers(self, mounts: view.Mounts, copies: Path) -> None:
         agent = self.agent_home
         for entry in agent.writable:
             copy = copies / entry
             home.seed(self._home / entry, copy)
-            if home.mount_point(self._home / entry, copy):
-                mounts.rw(copy, self._home / entry)
+            mounts.rw(copy, self._home / entry)
         keyed = any(os.environ.get(name) for name in agent.keys)
         for login in agent.logins:
             real = self._home / login
@@ -432,11 +397,7 @@ class Sandbox:
                 # Written only for a refresh: with a key in the environment, read-only.
                 (mounts.ro if keyed else mounts.rw)(real)
         for fixed in agent.fixed:
-            mounts.args += ["--ro-bind", str(home.fixed_file(self._home, copies, fixed)),
-                            str(self._home / fixed)]  # fmt: skip
-
-    def _own(self, mounts: _Mounts, directory: Path) -> None:
-        mounts.rw(directory)
+            mounts.ro(home.fixed_file(self._home, copies, fixed), self._home / fixed)
 
     def _sweep(self) -> None:
         """Private things (temp files, login copies) of directories that are gone go

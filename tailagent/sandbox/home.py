@@ -1,7 +1,8 @@
-"""The service user's home as a fenced agent sees it.
+"""The home a fenced agent sees: its own, holding only what its agent needs.
 
-Read-only, with its secrets hidden: an agent that could write `~/.bashrc`,
-`~/.claude/settings.json` or `~/.config/git/config` would plant a command in every later
+None of the service user's files are there (`~/.ssh`, `~/.vault-token`, shell history,
+another tailagent's state: secrets have no fixed names), and an agent that could write
+`~/.bashrc` or `~/.claude/settings.json` would plant a command in every later
 conversation. But an agent's login keeps state it must write (Claude Code its session
 transcripts and `~/.claude.json`, Codex and Gemini their own folders), so each of those
 entries gets a private copy per conversation, made from the person's own when the
@@ -15,7 +16,7 @@ seen by that conversation alone. Two kinds of file in it are not the copy's:
   `settings.json`): bound read-only, since they can allow tools without asking, add
   hooks and MCP servers; the agent reads the person's, and cannot change them.
 
-Every other agent's entries (their logins) are hidden, as are the usual secrets.
+Every other agent's entries (their logins) are simply not there.
 """
 
 from __future__ import annotations
@@ -29,45 +30,6 @@ from pathlib import Path
 
 log = logging.getLogger("tailagent.sandbox")
 
-# What an agent never needs and a thief wants, relative to the home (`sandbox.hide` adds).
-SECRETS = (
-    ".ssh",
-    ".gnupg",
-    ".aws",
-    ".azure",
-    ".config/gcloud",
-    ".config/gh",
-    ".config/hub",
-    ".netrc",
-    ".git-credentials",
-    ".docker",
-    ".kube",
-    ".npmrc",
-    ".pypirc",
-    ".pgpass",
-    ".password-store",
-    ".local/share/keyrings",
-    ".terraform.d",
-    # Browsers' profiles: their cookies include the desk's own local sign-in, which is
-    # bound to the unix user, and an agent runs as that user.
-    ".mozilla",
-    ".config/google-chrome",
-    ".config/chromium",
-    ".config/BraveSoftware",
-    ".config/microsoft-edge",
-    "snap/firefox",
-    "snap/chromium",
-)
-# Outside any home: tailscaled's node keys and the system's password hashes (root reads
-# them by ownership even with no capabilities).
-SYSTEM_SECRETS = (
-    Path("/var/lib/tailscale"),
-    Path("/etc/shadow"),
-    Path("/etc/gshadow"),
-    Path("/etc/ssh/ssh_host_rsa_key"),
-    Path("/etc/ssh/ssh_host_ecdsa_key"),
-    Path("/etc/ssh/ssh_host_ed25519_key"),
-)
 # A private copy takes the person's small files, not the history of every other
 # conversation (Claude's `projects/`), nor caches, nor a copy of a login (which is bound
 # to the real file instead).
@@ -146,14 +108,6 @@ def agent_home(agent: str) -> AgentHome:
     return AGENT_HOMES.get(agent, AgentHome())
 
 
-def others_logins(agent: str) -> tuple[str, ...]:
-    """Every other known agent's entries: their logins are no business of this one."""
-    mine = set(agent_home(agent).writable)
-    return tuple(
-        sorted({e for home in AGENT_HOMES.values() for e in home.writable if e not in mine})
-    )
-
-
 def seed(source: Path, copy: Path) -> None:
     """Makes `copy` once from the person's `source` (small regular files, no links), so
     a conversation's agent starts from their configuration and writes only its own."""
@@ -196,25 +150,6 @@ def _copy_tree(source: Path, copy: Path, depth: int) -> None:
                 shutil.copyfile(entry.path, target)
         except OSError as exc:
             log.info("sandbox: left %s out of the copy: %s", entry.path, exc)
-
-
-def mount_point(real: Path, copy: Path) -> bool:
-    """Makes sure the home has the entry its copy is mounted over (the agent's first run
-    makes it anyway: an empty folder, or an empty JSON file); False when it cannot be
-    made (a home that is read-only even outside), and the agent goes without a copy."""
-    if real.exists():
-        return real.is_dir() == copy.is_dir() and not real.is_symlink()
-    try:
-        real.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if copy.is_dir():
-            real.mkdir(mode=0o700)
-        else:
-            real.touch(mode=0o600)
-    except OSError as exc:
-        log.warning("sandbox: %s is not there and cannot be made (%s): the agent runs "
-                    "without a private copy of it", real, exc)  # fmt: skip
-        return False
-    return True
 
 
 def fixed_file(home: Path, copy_root: Path, relative: str) -> Path:
