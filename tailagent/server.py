@@ -143,6 +143,8 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     )
     isolated = conversations if isinstance(conversations, Isolated) else None
     sandbox = make_sandbox(settings, isolated)
+    if isolated is not None:
+        isolated.before_turn = sandbox.hand_over
     tool_sockets = ToolSockets() if tools_wanted(settings) else None  # made on first use
     backend = make_backend(
         settings, isolated.spare_directory if isolated else None, sandbox, tool_sockets
@@ -277,6 +279,11 @@ async def _start_agent(
         log.info("sandbox: %s", sandbox.describe())
     else:
         log.warning("sandbox: %s", sandbox.describe())
+    shared = not isinstance(conversations, Isolated)
+    if sandbox.on and sandbox.users.enabled and shared and settings.cwd.stat().st_uid == 0:
+        log.warning("sandbox: agents work in %s itself (isolation shared), which root "
+                        "owns: they run as root there; with --isolation worktree each "
+                        "conversation's agent is a uid of its own", settings.cwd)  # fmt: skip
     if isinstance(conversations, Isolated):
         conversations.start()
         log.info(

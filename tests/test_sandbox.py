@@ -108,8 +108,8 @@ async def attempt(agent: A2A, plan: dict[str, list[str]], context_id: str | None
 
 def head_of(repository: Path) -> str:
     """A conversation's last commit, read by the test's own git, outside any sandbox."""
-    return subprocess.run(
-        ["git", "-C", str(repository), "log", "-1", "--format=%H"],
+    return subprocess.run(  # the repository is the agent's uid's: git's ownership check
+        ["git", "-c", "safe.directory=*", "-C", str(repository), "log", "-1", "--format=%H"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
 

@@ -4,6 +4,7 @@ fixed, the rest of its state a private copy per conversation."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -49,14 +50,22 @@ def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
 async def test_the_login_is_written_only_when_nothing_else_logs_the_agent_in(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A refreshed login reaches the next conversation (a refresh revokes the old token).
+    As root, agents run as uids of their own, which cannot open the person's file: each
+    has a copy, and a refreshed copy goes back to the person's file before the next
+    conversation's is made."""
     login = home / ".claude" / ".credentials.json"
     refreshed = await fenced(tmp_path, "a", f'echo \'{{"token": "refreshed"}}\' > {login}')
     assert refreshed.returncode == 0, refreshed.stderr
-    assert login.read_text().strip() == '{"token": "refreshed"}'  # the next conversation's
+    seen = await fenced(tmp_path, "b", f"cat {login}")
+    assert seen.stdout.strip() == '{"token": "refreshed"}'  # the next conversation's
+    assert login.read_text().strip() == '{"token": "refreshed"}'
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
-    swapped = await fenced(tmp_path, "b", f'echo \'{{"token": "another account"}}\' > {login}')
-    assert swapped.returncode != 0 and "Read-only file system" in swapped.stderr
-    assert "another account" not in login.read_text()
+    swapped = await fenced(tmp_path, "c", f'echo \'{{"token": "another account"}}\' > {login}')
+    if os.geteuid() != 0:
+        assert swapped.returncode != 0 and "Read-only file system" in swapped.stderr
+    await fenced(tmp_path, "d", "true")
+    assert "another account" not in login.read_text()  # with a key, never written back
 
 
 async def test_settings_are_fixed_and_the_rest_is_a_private_copy(

@@ -275,6 +275,9 @@ class SandboxSettings:
     hide: tuple[Path, ...] = ()
     # The bubblewrap to use; None: `bwrap` on PATH, else /usr/bin/bwrap.
     bwrap: Path | None = None
+    # A server run as root runs each conversation's agent as a uid of its own; a login
+    # name here runs every agent as that user instead. Never root.
+    user: str = ""
 
 
 @dataclass(frozen=True, slots=True)

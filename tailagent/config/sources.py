@@ -125,6 +125,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "sandbox.network": checks.one_of(SANDBOX_NETWORKS),
     "sandbox.allow_hosts": checks.string_list,
     "sandbox.expose": checks.path_list,
+    "sandbox.user": checks.nonempty_text,
     "sandbox.hide": checks.path_list,
     "sandbox.bwrap": checks.file_path,
     "delegation.allowed_nodes": checks.node_list,

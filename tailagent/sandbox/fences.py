@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tailagent.config import SandboxSettings
-from tailagent.sandbox import bwrap, home, seccomp, view
+from tailagent.sandbox import bwrap, home, seccomp, users, view
 from tailagent.sandbox.allowlist import Allowlist
 from tailagent.sandbox.home import AgentHome
 from tailagent.sandbox.proxy import AllowlistProxy, bridge_argv, proxy_env
@@ -156,6 +156,8 @@ class Sandbox:
         # The echo agent runs inside the server's process: nothing to fence, no check.
         self.needed = runs_processes
         self.agent_home: AgentHome = home.agent_home(agent)
+        self.users = users.AgentUsers(state_dir.resolve(), state_dir.resolve() / SANDBOXES,
+                                      settings.user or None)  # fmt: skip
         self._agent = agent
         self._state_dir = state_dir.resolve()
         self._base = base.resolve() if base is not None else None
@@ -202,6 +204,7 @@ class Sandbox:
         if not self.on:
             return
         self._bwrap = await bwrap.check(True, self.settings.bwrap)
+        self.users.check()
         (self._state_dir / SANDBOXES).mkdir(parents=True, exist_ok=True, mode=0o700)
         self._seccomp = seccomp.write_filter(self._state_dir / SANDBOXES / SECCOMP_FILTER)
         self.kernel = await bwrap.check_kernel(self._bwrap, self.proc_options(), self._seccomp)
@@ -289,6 +292,8 @@ class Sandbox:
         tmp = private / "tmp"
         tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
         (private / "directory").write_text(str(directory))
+        # tailagent's own work in a fence (home=False) runs as the server.
+        uid = self._agent_uid(directory, private) if self.users.enabled and home else None
         mounts = view.Mounts()
         view.system(mounts)
         mounts.args += self.proc_options()
@@ -299,7 +304,9 @@ class Sandbox:
             mounts.ro(folder)
         self._hide_foreign(mounts)
         if home:
-            self._home_layers(mounts, private / "home")
+            if uid is not None:
+                self._return_logins()  # before this conversation's copy is brought up to date
+            self._home_layers(mounts, private / "home", uid)
         for objects in self._shared_objects() if self._shared_objects else ():
             mounts.ro(objects)  # the base's git objects, which its repository borrows
         mounts.rw(directory)
@@ -318,8 +325,60 @@ class Sandbox:
             options += ["--setenv", name, value]
         options += ["--cap-drop", "ALL", *bwrap.NAMESPACE_FLAGS]
         options += ["--die-with-parent", "--new-session"]
-        inside = self._network_inside if network in self._allow else ()
-        return Fence(directory, tuple(options), network, private, inside)
+        inside = list(self._network_inside if network in self._allow else ())
+        if uid is not None:
+            self._hand_over(directory, private, tools, uid)
+            options += [arg for cap in users.KEPT_CAPABILITIES for arg in ("--cap-add", cap)]
+            inside = [*self.users.inside(uid), *inside]
+        return Fence(directory, tuple(options), network, private, tuple(inside))
+
+    def hand_over(self, directory: Path) -> None:
+        """Before a turn of the conversation in `directory`: what tailagent wrote there as
+        root since (its commits, a merge's checkout) becomes its agent's uid's, and a login
+        its agent refreshed reaches the person's file. Nothing when agents run as the
+        server's own uid."""
+        directory = directory.resolve()
+        private = self.private_dir(directory)
+        if not (self.on and self.users.enabled and (private / users.UID_FILE).exists()):
+            return
+        if not directory.is_relative_to(self._state_dir):
+            return  # the person's checkout: never handed to another uid
+        uid = self.users.uid_of(private)
+        users.hand_over(directory, uid)
+        self._return_logins()
+
+    def _agent_uid(self, directory: Path, private: Path) -> int | None:
+        """The uid a root server runs this directory's agent as: a conversation's own, for
+        a repository tailagent made; for the person's checkout itself (shared isolation),
+        its owner, whose files tailagent never hands to another (None: root owns it, and
+        the start said what that means)."""
+        if directory.is_relative_to(self._state_dir):
+            return self.users.uid_of(private)
+        owner = directory.stat().st_uid
+        return owner or None
+
+    def _hand_over(self, directory: Path, private: Path, tools: Path | None, uid: int) -> None:
+        """The agent's own pieces belong to its uid: its directory (one tailagent made),
+        temp dir, home copies, proxy sockets and tools socket (bound read-only where it must
+        not change them)."""
+        mine = directory.is_relative_to(self._state_dir)
+        for path in (directory if mine else None, private / "home", *private.glob("net-*"), tools):
+            if path is not None and path.exists():
+                users.hand_over(path, uid)
+        # Its temp dir itself, not what is in it: the agent's own files are its already,
+        # and the folders bwrap made there for mount points (a state dir under /tmp) are
+        # what bwrap, root without capabilities, goes through to the agent's directory.
+        os.chown(private / "tmp", uid, uid)
+        (private / "tmp").chmod(0o755)
+
+    def _return_logins(self) -> None:
+        """A login any conversation's agent refreshed in its copy goes back to the person's
+        file, which every copy is then made from (a refresh revokes the old token)."""
+        if any(os.environ.get(name) for name in self.agent_home.keys):
+            return  # logged in by a key: the login file is only ever read
+        for login in self.agent_home.logins:
+            for copy in (self._state_dir / SANDBOXES).glob(f"*/home/{login}"):
+                home.return_login(copy, self._home / login)
 
     def _proxy_of(self, private: Path, network: str) -> Path:
         """The folder of the socket of this conversation's own proxy for `network`,
@@ -384,7 +443,10 @@ class Sandbox:
         for socket in self._sockets:
             mounts.hide(socket)
 
-    def _home_layers(self, mounts: view.Mounts, copies: Path) -> None:
+    def _home_layers(self, mounts: view.Mounts, copies: Path, uid: int | None) -> None:
+        """The agent's entries of the home, each a private copy. Its login is the person's
+        file itself when the agent runs as the server's uid; as a uid of its own, which
+        cannot open the person's file, a copy kept in step with it (`_return_logins`)."""
         agent = self.agent_home
         for entry in agent.writable:
             copy = copies / entry
@@ -393,11 +455,14 @@ class Sandbox:
         keyed = any(os.environ.get(name) for name in agent.keys)
         for login in agent.logins:
             real = self._home / login
-            if real.is_file() and not real.is_symlink():
+            if uid is not None:
+                home.take_login(real, copies / login)
+            elif real.is_file() and not real.is_symlink():
                 # Written only for a refresh: with a key in the environment, read-only.
                 (mounts.ro if keyed else mounts.rw)(real)
         for fixed in agent.fixed:
-            mounts.ro(home.fixed_file(self._home, copies, fixed), self._home / fixed)
+            settings = home.fixed_file(self._home, copies, fixed, readable=uid is not None)
+            mounts.ro(settings, self._home / fixed)
 
     def _sweep(self) -> None:
         """Private things (temp files, login copies) of directories that are gone go

@@ -152,14 +152,65 @@ def _copy_tree(source: Path, copy: Path, depth: int) -> None:
             log.info("sandbox: left %s out of the copy: %s", entry.path, exc)
 
 
-def fixed_file(home: Path, copy_root: Path, relative: str) -> Path:
+def fixed_file(home: Path, copy_root: Path, relative: str, readable: bool = False) -> Path:
     """What the agent reads at a fixed path: the person's file, or an empty one of ours
-    (so the agent cannot create it either)."""
+    (so the agent cannot create it either). `readable`: for an agent of another uid, which
+    may not open the person's file, a copy of it that all may read (bound read-only)."""
     real = home / relative
-    if real.is_file() and not real.is_symlink():
+    if real.is_file() and not real.is_symlink() and not readable:
         return real
     placeholder = copy_root / ".fixed" / relative.replace("/", "__")
-    placeholder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not placeholder.exists():
-        placeholder.write_text("{}" if relative.endswith(".json") else "")
+    placeholder.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    if real.is_file() and not real.is_symlink():
+        _write(placeholder, real.read_bytes(), 0o644)
+    elif not placeholder.exists():
+        _write(placeholder, b"{}" if relative.endswith(".json") else b"", 0o644)
     return placeholder
+
+
+def take_login(real: Path, copy: Path) -> None:
+    """The person's login into an agent's copy when the person's is newer (another
+    conversation refreshed it since): an agent of its own uid cannot open the person's."""
+    try:
+        info = real.stat()
+    except FileNotFoundError:
+        return
+    if not real.is_file() or real.is_symlink():
+        return
+    if copy.exists() and copy.stat().st_mtime_ns >= info.st_mtime_ns:
+        return
+    copy.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _write(copy, real.read_bytes(), 0o600)
+    os.utime(copy, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+def return_login(copy: Path, real: Path) -> None:
+    """An agent's copy of the login back to the person's file when the agent wrote it
+    since (a refresh), as a regular file of the person's, mode 0600."""
+    try:
+        descriptor = os.open(copy, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return  # gone, or a link the agent left in its place: nothing to return
+    with os.fdopen(descriptor, "rb") as source:
+        written = os.fstat(descriptor)
+        # A regular file with no other name (never a hard link to a file of root's).
+        if not stat.S_ISREG(written.st_mode) or written.st_nlink != 1:
+            return
+        if written.st_size > COPY_MAX_FILE:
+            return
+        if real.exists() and real.stat().st_mtime_ns >= written.st_mtime_ns:
+            return
+        data = source.read(COPY_MAX_FILE)
+    _write(real, data, 0o600)
+    os.utime(real, ns=(written.st_atime_ns, written.st_mtime_ns))
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    """`path` replaced whole (never written through a link the agent left there)."""
+    temporary = path.with_name(f".{path.name}.new")
+    temporary.unlink(missing_ok=True)
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(descriptor, "wb") as out:
+        out.write(data)
+    os.chmod(temporary, mode)
+    temporary.replace(path)

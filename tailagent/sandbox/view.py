@@ -70,18 +70,31 @@ class Mounts:
     emptied: list[Path] = field(default_factory=list)  # an empty tmpfs, sealed at the end
     shown: list[Path] = field(default_factory=list)  # what is bound in, either way
 
+    made: set[Path] = field(default_factory=set)  # folders made for mount points
+
     def ro(self, path: Path, target: Path | None = None) -> None:
+        self._parents(target or path)
         self.args += ["--ro-bind", str(path), str(target or path)]
         self.shown.append(target or path)
 
     def rw(self, source: Path, target: Path | None = None) -> None:
+        self._parents(target or source)
         self.args += ["--bind", str(source), str(target or source)]
         self.shown.append(target or source)
 
     def empty(self, path: Path) -> None:
         """An empty directory at `path`, made read-only once everything is mounted."""
+        self._parents(path)
         self.args += ["--tmpfs", str(path)]
         self.emptied.append(path)
+
+    def _parents(self, target: Path) -> None:
+        """The folders down to a mount point, made by bwrap as 0755 where they are not
+        there (its own default, 0700, would shut out an agent of another uid)."""
+        for parent in reversed(target.parents[:-1]):
+            if parent not in self.made:
+                self.made.add(parent)
+                self.args += ["--perms", "0755", "--dir", str(parent)]
 
     def visible(self, path: Path) -> bool:
         """Whether `path` is inside something already shown."""

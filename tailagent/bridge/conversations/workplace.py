@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -125,6 +126,9 @@ class Isolated:
         self._making = asyncio.Lock()
         self._refill: asyncio.Task[None] | None = None
         self._spared: set[Path] = set()
+        # What a turn's directory needs before the turn (the fence handing what tailagent's
+        # git wrote there to the agent's uid): blocking file work, run in a thread.
+        self.before_turn: Callable[[Path], None] | None = None
 
     def start(self) -> None:
         """Makes the worktrees ahead in the background."""
@@ -155,6 +159,8 @@ class Isolated:
     async def directory(self, context_id: str) -> Path | None:
         started = time.monotonic()
         path = (await self.worktrees.ensure(context_id)).path
+        if self.before_turn is not None:
+            await asyncio.to_thread(self.before_turn, path)
         log.debug("conversation %s works in %s (%.0f ms)", context_id, path,
                   (time.monotonic() - started) * 1000)  # fmt: skip
         self.start()

@@ -61,6 +61,10 @@ _IN_CONVERSATIONS: tuple[Setting, ...] = (
     ("maintenance.auto", "false"),
     ("log.mailmap", "false"),  # `mailmap.file` could name a FIFO or /dev/zero
     ("diff.orderFile", os.devnull),  # as could the diff's order file
+    # The repository is its agent's uid's when the server is root (sandbox/users.py):
+    # git's ownership check guards a repository found by discovery, and tailagent names
+    # this one outright, with every setting that runs a program off.
+    ("safe.directory", "*"),
 )
 # Of git's own variables: no replace refs or grafts (the agent's `refs/replace` could show
 # a person other contents than a merge takes), and no fetch for a missing object.

@@ -1,0 +1,143 @@
+"""Who a conversation's agent runs as: never root, and never another conversation's user.
+
+An agent that is uid 0 inside its fence is root to everything the kernel checks by owner
+rather than by capability (`/proc/sys` is one, a root-owned file bound in is another), and
+two agents of one uid share whatever the kernel keeps per uid (the keyring, signal rights,
+limits). So when the server runs as root, each conversation's agent gets a uid of its own,
+as systemd's `DynamicUser=` gives a service one: the lowest free number of this state
+dir's block (UID_BASE + a block picked by the state dir's path, so two tailagents of one
+box rarely meet), never one `/etc/passwd` names, kept in the conversation's private folder
+so the same conversation has the same uid after a restart, and freed with it. Its group is
+the same number, and it has no other.
+
+Why not one dedicated user for every agent: the uid is exactly what the agents of two
+people would then share. Why not a user the operator names: the same, and an account with
+a home and a shell besides (`sandbox.user` still names one, for a box whose policy wants a
+named account).
+
+bwrap makes the fence as root (it must reach the agent's programs, wherever they are),
+then the first thing run inside is `setpriv`, which takes the uid and group and drops the
+two capabilities the fence kept for it; nothing of the agent ever held root. The agent's
+own pieces are handed to its uid (`hand_over`): its directory (what tailagent's git wrote
+there since, too: its commits, a merge's checkout), its temp dir, its home copies, its
+proxy's socket. A server that is not root runs agents as its own uid: nothing to hand.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import stat
+import zlib
+from pathlib import Path
+
+from tailagent.sandbox.bwrap import SandboxUnavailable
+
+UID_BASE = 0x7A000000  # 2046820352: past systemd's container range, below 2^31
+BLOCK = 65536  # uids a state dir's conversations draw from
+BLOCKS = 64
+UID_FILE = "uid"  # in a conversation's private folder
+SETPRIV_INSTALL = "install util-linux's setpriv (Debian, Ubuntu: it comes with util-linux)"
+# What the fence keeps for setpriv to take the uid with, and nothing else.
+KEPT_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID")
+
+
+class AgentUsers:
+    """The uid of each conversation's agent under one state dir, when the server is root
+    (`enabled`); `named` puts every agent under one account instead."""
+
+    def __init__(self, state_dir: Path, sandboxes: Path, named: str | None = None) -> None:
+        self.enabled = os.geteuid() == 0
+        self._sandboxes = sandboxes
+        self._first = UID_BASE + BLOCK * (zlib.crc32(str(state_dir).encode()) % BLOCKS)
+        self._named: int | None = None
+        if named:
+            try:
+                self._named = pwd.getpwnam(named).pw_uid
+            except KeyError:
+                raise SandboxUnavailable(f"sandbox.user: no user {named!r} on this box") from None
+            if self._named == 0:
+                raise SandboxUnavailable("sandbox.user: agents never run as root")
+        self.setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+
+    def check(self) -> None:
+        """SandboxUnavailable when agents would need setpriv and it is not here."""
+        if self.enabled and not os.access(self.setpriv, os.X_OK):
+            raise SandboxUnavailable(
+                f"no setpriv to run agents as their own users: {SETPRIV_INSTALL}"
+            )
+
+    def uid_of(self, private: Path) -> int:
+        """The uid of the conversation whose private folder is `private`: the one it was
+        given, else the lowest free one of this state dir's block (a number on file that
+        passwd now names, or another conversation took, is given up for a new one)."""
+        if self._named is not None:
+            return self._named
+        record = private / UID_FILE
+        taken = self._taken(besides=private)
+        try:
+            uid = int(record.read_text())
+        except (OSError, ValueError):
+            uid = -1
+        if not self._free(uid, taken):
+            uid = next(u for u in range(self._first, self._first + BLOCK) if self._free(u, taken))
+            record.write_text(str(uid))
+        return uid
+
+    def _taken(self, besides: Path) -> set[int]:
+        taken = set()
+        for other in self._sandboxes.glob(f"*/{UID_FILE}"):
+            if other.parent != besides:
+                try:
+                    taken.add(int(other.read_text()))
+                except (OSError, ValueError):
+                    continue
+        return taken
+
+    def _free(self, uid: int, taken: set[int]) -> bool:
+        if not self._first <= uid < self._first + BLOCK or uid in taken:
+            return False
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return True
+        return False
+
+    def inside(self, uid: int) -> list[str]:
+        """What runs first inside the fence: the agent's uid and group taken, no other
+        group, no capability left to pass on."""
+        return [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                "--inh-caps=-all", "--"]  # fmt: skip
+
+
+def hand_over(path: Path, uid: int) -> None:
+    """`path` and everything under it belong to `uid` (links themselves, never what they
+    point at): what tailagent wrote there as root becomes the agent's to change. Only
+    entries of another owner are changed, so a second pass over a large tree is reads."""
+    for entry in _walk(path):
+        try:
+            info = entry.lstat()
+            if info.st_uid != uid or info.st_gid != uid:
+                os.chown(entry, uid, uid, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+
+
+def _walk(root: Path) -> list[Path]:
+    """`root` and every entry below it, found with lstat only (a link to a folder is an
+    entry, not a way down)."""
+    found = [root]
+    folders = [root] if root.is_dir() and not root.is_symlink() else []
+    while folders:
+        folder = folders.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    path = Path(entry.path)
+                    found.append(path)
+                    if stat.S_ISDIR(entry.stat(follow_symlinks=False).st_mode):
+                        folders.append(path)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return found

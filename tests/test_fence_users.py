@@ -1,0 +1,67 @@
+"""Red team, the uid (issue 54 section 2), through a real server run as root, as CI runs it:
+each conversation's agent is a uid of its own, never 0, never another conversation's.
+
+Before issue 54 a root server ran its agents as root: whatever the kernel checks by
+owner rather than by capability (`/proc/sys`, a root-owned file bound in, the keyring of
+uid 0) was theirs, and every agent shared it with every other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.test_isolation import make_project
+from tests.test_sandbox import Box, attempt, got_through, two_people
+
+HOSTILE = Path(__file__).parent / "hostile_acp_agent.py"
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="agents change uid only under root")
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
+    tmp = tmp_path_factory.mktemp("fence-users")
+    home = Path(tempfile.mkdtemp(prefix="tailagent-home-", dir="/var/tmp"))
+    make_project(tmp / "workspace", {"calc.py": "def add(a, b):\n    return a + b\n"})
+    root_only = tmp / "root-only.txt"
+    root_only.write_text("root's alone")
+    root_only.chmod(0o600)
+    config = tmp / "tailagent.toml"
+    config.write_text(f'[sandbox]\nexpose = ["{root_only}"]\n')  # shown, yet not its to read
+    env = {**os.environ, "HOME": str(home)}
+    serve = ("--agent-command", f"{sys.executable} {HOSTILE}", "--isolation", "worktree")
+    with two_people(tmp, home, env, *serve, "--config", str(config)) as box:
+        yield box
+
+
+WHO = "echo $(id -u) $(id -g) $(id -G)"
+COMMIT = "echo $RANDOM >> notes.txt && git add notes.txt && git commit -qm mine"
+
+
+async def test_each_conversation_s_agent_is_a_uid_of_its_own(box: Box) -> None:
+    root_only = box.workspace.parent / "root-only.txt"
+    bob, bob_turn = await attempt(box.bob, {"run": [WHO, COMMIT]})
+    alice, _ = await attempt(box.alice, {"run": [WHO]})
+    bob_ids = bob[f"run {WHO}"].removeprefix("ok: ").split()
+    alice_ids = alice[f"run {WHO}"].removeprefix("ok: ").split()
+    # Not root; its group its own and no other; another conversation, another uid.
+    assert bob_ids[0] != "0" and bob_ids == [bob_ids[0]] * 3, bob
+    assert alice_ids[0] not in ("0", bob_ids[0]), alice
+    # Its own git goes on across turns, over what tailagent's git wrote at the turn's end.
+    assert bob[f"run {COMMIT}"].startswith("ok: "), bob
+    again, _ = await attempt(box.bob, {"run": [WHO, COMMIT]}, bob_turn.context_id)
+    assert again[f"run {WHO}"] == bob[f"run {WHO}"]  # the same uid, turn after turn
+    assert again[f"run {COMMIT}"].startswith("ok: "), again
+    # What root alone may do, it may not: a root-only file shown to it, bwrap's own pid 1.
+    denied, _ = await attempt(
+        box.bob, {"read": [str(root_only)], "signal": ["1"]}, bob_turn.context_id
+    )
+    assert got_through(denied) == {}, denied
+    assert "EACCES" in denied[f"read {root_only}"]
+    assert json.dumps(denied).count("EPERM") == 1  # the signal
