@@ -17,6 +17,7 @@ import os
 import socket
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +49,28 @@ def origin() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def ssh_server() -> Iterator[str]:
+    """Something that greets as an SSH server does, on the box's loopback: enough for
+    ssh to show it reached it (it then fails the key exchange, which is not the point)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.2", 0))
+    listener.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.sendall(b"SSH-2.0-tailagent-test\r\n")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"127.0.0.2:{listener.getsockname()[1]}"
+    listener.close()
+
+
+@pytest.fixture(scope="module")
 def abstract() -> Iterator[str]:
     """An abstract unix socket of the host's network namespace (a desktop session's, an
     X server's): its name, listening."""
@@ -60,12 +83,13 @@ def abstract() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def box(tmp_path_factory: pytest.TempPathFactory, origin: str) -> Iterator[Box]:
+def box(tmp_path_factory: pytest.TempPathFactory, origin: str, ssh_server: str) -> Iterator[Box]:
     tmp = tmp_path_factory.mktemp("fence-net")
     home = Path(tempfile.mkdtemp(prefix="tailagent-home-", dir="/var/tmp"))
     make_project(tmp / "workspace", {"calc.py": "def add(a, b):\n    return a + b\n"})
     config = tmp / "tailagent.toml"
-    config.write_text(f'[sandbox]\nallow_hosts = ["{origin}"]\n')  # network "on": the default
+    # network "on", the default; the box's own servers named by address and port.
+    config.write_text(f'[sandbox]\nallow_hosts = ["{origin}", "{ssh_server}"]\n')
     env = {**os.environ, "HOME": str(home)}
     serve = ("--agent-command", f"{sys.executable} {HOSTILE}", "--isolation", "worktree")
     with two_people(tmp, home, env, *serve, "--config", str(config)) as box:
@@ -168,3 +192,20 @@ async def test_one_conversation_cannot_use_up_another_s_way_out(box: Box, origin
     assert counts == {"200": 64, "503": HELD - 64}, held
     got, _ = await attempt(box.alice, {"run": [fetch(f"http://{origin}/")]})
     assert got == {f"run {fetch(f'http://{origin}/')}": "ok: from the origin"}
+
+
+async def test_git_s_ssh_goes_through_the_proxy_as_socks5(box: Box, ssh_server: str) -> None:
+    """ssh takes no proxy from the environment: the fence's GIT_SSH_COMMAND gives it one,
+    and it reaches a named host, and no other."""
+    host, port = ssh_server.split(":")
+    # As git runs it: through a shell, its arguments after it.
+    reached = (
+        f'eval "$GIT_SSH_COMMAND -v -o BatchMode=yes -p {port} git@{host} true" 2>&1 '
+        "| grep -c 'remote software version tailagent-test'"
+    )
+    refused = 'eval "$GIT_SSH_COMMAND -o BatchMode=yes git@127.0.0.1 true"'
+    got, _ = await attempt(box.bob, {"run": [reached, refused]})
+    assert got[f"run {reached}"] == "ok: 1", got
+    said = got[f"run {refused}"]
+    assert said.startswith("refused: exit 255 "), said
+    assert "the fence's proxy refuses this host" in said

@@ -59,6 +59,7 @@ TOOLS_INSIDE = Path("/run/tailagent")
 # port of its own loopback where the bridge to that socket listens.
 PROXY_INSIDE = Path("/run/tailagent-proxy")
 PROXY_PORT = 3128
+SSHPROXY = Path(__file__).resolve().with_name("sshproxy.py")  # beside netbridge.py
 # Connections one conversation may hold open through its proxy at once: one agent cannot
 # use up what another needs (each conversation has a proxy of its own).
 PROXY_CONNECTIONS = 64
@@ -175,6 +176,7 @@ class Sandbox:
         self._closing: set[asyncio.Task[None]] = set()
         self._refused_before = 0  # by the proxies of conversations gone since the start
         self._network_inside: tuple[str, ...] = ()
+        self._ssh_command = ""
         self._swept = 0.0
         self._identity: dict[str, str] = {}
 
@@ -216,6 +218,9 @@ class Sandbox:
         bridge = bridge_argv(_interpreter(), str(PROXY_INSIDE / "proxy.sock"), PROXY_PORT)
         # The bridge's script and its interpreter's prefix, shown inside.
         self._programs += [Path(bridge[3]), Path(_interpreter_prefix())]
+        # ssh takes no proxy from the environment: git's runs with SOCKS5 to the fence's.
+        through = shlex.join([_interpreter(), "-I", "-S", str(SSHPROXY), str(PROXY_PORT)])
+        self._ssh_command = f"ssh -o {shlex.quote(f'ProxyCommand={through} %h %p')}"
         self._network_inside = tuple(bridge)
         if self.settings.network == "allowlist":
             log.info("sandbox: agents reach only %s, through tailagent's proxy", ", ".join(hosts))
@@ -297,6 +302,9 @@ class Sandbox:
         mounts = view.Mounts()
         view.system(mounts)
         mounts.args += self.proc_options()
+        if uid is not None:  # its name in the box's tables
+            for name, table in users.tables(uid, self._home, private).items():
+                mounts.ro(table, Path("/etc", name))
         self._own_places(mounts, tmp)
         if self._base is not None and self._base != directory:
             mounts.hide(self._base)  # where /tmp shows it; a venv in it is shown next
@@ -316,6 +324,7 @@ class Sandbox:
         if network in self._allow:  # before the sealing: it mounts in /run
             mounts.args += ["--ro-bind", str(self._proxy_of(private, network)), str(PROXY_INSIDE)]
             environment |= proxy_env(PROXY_PORT)
+            environment["GIT_SSH_COMMAND"] = self._ssh_command
             # Its own loopback (a test server the agent starts) is reached directly.
             environment["NO_PROXY"] = environment["no_proxy"] = "localhost,127.0.0.1,::1"
         assert self._seccomp is not None

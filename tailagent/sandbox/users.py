@@ -111,6 +111,25 @@ class AgentUsers:
                 "--inh-caps=-all", "--"]  # fmt: skip
 
 
+def tables(uid: int, home: Path, private: Path) -> dict[str, Path]:
+    """The fence's /etc/passwd and /etc/group: the box's, and the agent's uid as `agent`
+    (ssh, git and Python's getpass refuse a uid with no name). Kept in the private folder,
+    rewritten whole."""
+    made = {}
+    for name, line in (
+        ("passwd", f"agent:x:{uid}:{uid}:tailagent agent:{home}:/bin/sh\n"),
+        ("group", f"agent:x:{uid}:\n"),
+    ):
+        box = Path("/etc", name).read_text(errors="replace") if Path("/etc", name).exists() else ""
+        table = private / name
+        temporary = table.with_suffix(".new")
+        temporary.write_text(box.rstrip("\n") + "\n" + line)
+        temporary.chmod(0o644)
+        temporary.replace(table)
+        made[name] = table
+    return made
+
+
 def hand_over(path: Path, uid: int) -> None:
     """`path` and everything under it belong to `uid` (links themselves, never what they
     point at): what tailagent wrote there as root becomes the agent's to change. Only
