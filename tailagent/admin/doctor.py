@@ -181,7 +181,30 @@ async def _sandbox(settings: Settings) -> Check:
     except bwrap.SandboxUnavailable as exc:
         return Check("sandbox", False, "no sandbox can be made here", str(exc), facts)
     facts["seccomp"] = f"{len(seccomp.REFUSED) + len(seccomp.REFUSED_IF)} calls refused"
-    return Check("sandbox", True, f"on ({found}; network: {network}; {kernel})", facts=facts)
+    facts["sees"] = sight(settings)
+    return Check("sandbox", True, f"on ({found}; network: {network}; {kernel}); an agent "
+                 f"sees {facts['sees']}", facts=facts)  # fmt: skip
+
+
+def sight(settings: Settings) -> str:
+    """What of this box a fenced agent sees, as the fence will show it (sandbox/view.py)."""
+    from tailagent.agents.registry import agent_programs
+    from tailagent.sandbox import view
+
+    home = Path.home().resolve()
+    shown = view.path_folders(os.environ.get("PATH", ""), home)
+    shown += view.program_folders(agent_programs(settings), [settings.cwd], home)
+    shown += list(settings.sandbox.expose)
+    who = (
+        f"runs as {settings.sandbox.user}" if settings.sandbox.user
+        else "runs as a uid of its own per conversation" if os.geteuid() == 0
+        else f"runs as this user (uid {os.getuid()})"
+    )  # fmt: skip
+    folders = ", ".join(str(p) for p in view.outermost(shown)) or "none"
+    return (
+        f"its directory, a private /tmp, a home of its own and the system read-only; also "
+        f"read-only: {folders}; nothing else of this box; it {who}"
+    )
 
 
 def latest_version(package: str) -> str | None:

@@ -440,7 +440,7 @@ class Sandbox:
         folders += view.program_folders(self._programs, inside, self._home)
         folders += [p for p in self.settings.expose if p.exists()]
         state = self._state_dir
-        return [f for f in folders if not (f == state or state.is_relative_to(f))]
+        return [f for f in view.outermost(folders) if not state.is_relative_to(f)]
 
     def _hide_foreign(self, mounts: view.Mounts) -> None:
         """What must stay hidden wherever it lies under something shown: the state dir

@@ -150,7 +150,7 @@ def path_folders(search_path: str, home: Path) -> list[Path]:
                 folder = home / root
             folders += [home / c for c in COMPANIONS.get(relative, ()) if (home / c).is_dir()]
         folders.append(folder)
-    return _outermost(folders)
+    return outermost(folders)
 
 
 def program_folders(programs: Iterable[Path], inside: Iterable[Path], home: Path) -> list[Path]:
@@ -177,14 +177,14 @@ def program_folders(programs: Iterable[Path], inside: Iterable[Path], home: Path
             folders.append(path)
             continue
         folders.append(folder)
-    return _outermost(folders)
+    return outermost(folders)
 
 
 def _system(path: Path) -> bool:
     return any(path.is_relative_to(Path(name).resolve()) for name in (*SYSTEM, *SYSTEM_OPTIONAL))
 
 
-def _outermost(paths: Iterable[Path]) -> list[Path]:
+def outermost(paths: Iterable[Path]) -> list[Path]:
     """Each path once, none inside another of them (bwrap would mount it twice)."""
     kept: list[Path] = []
     for path in sorted(set(paths), key=lambda p: len(p.parts)):
