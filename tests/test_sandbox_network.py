@@ -423,7 +423,7 @@ async def test_an_address_that_hangs_leaves_time_for_the_next(
             (socket.AF_INET, ("192.0.2.1", 443)),
             (socket.AF_INET, ("127.0.0.1", echo_port)),
         ]
-        reader, writer = await proxy._connect("two.example", 443, targets, started + 1.0)
+        reader, writer = await proxy._dial._connect("two.example", 443, targets, started + 1.0)
         assert loop.time() - started < 0.9
         writer.write(b"ping")
         assert await reader.readexactly(4) == b"ping"

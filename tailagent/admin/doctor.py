@@ -159,8 +159,7 @@ def _agent_setup(settings: Settings) -> list[Check]:
 
 async def _sandbox(settings: Settings) -> Check:
     """Whether each agent's sandbox can be made here, as `serve` would make it."""
-    from tailagent.sandbox import bwrap, seccomp
-    from tailagent.sandbox.fences import Sandbox
+    from tailagent.sandbox import bwrap, seccomp, view
 
     mode, network = settings.sandbox.mode, settings.sandbox.network
     facts: dict[str, str | bool | None] = {"mode": mode, "network": network}
@@ -176,7 +175,7 @@ async def _sandbox(settings: Settings) -> Check:
         found = await bwrap.check(True, settings.sandbox.bwrap)
         with tempfile.TemporaryDirectory(prefix="tailagent-doctor-") as scratch:
             kernel = await bwrap.check_kernel(
-                found, Sandbox.proc_options(), seccomp.write_filter(Path(scratch, "filter"))
+                found, view.proc_options(), seccomp.write_filter(Path(scratch, "filter"))
             )
     except bwrap.SandboxUnavailable as exc:
         return Check("sandbox", False, "no sandbox can be made here", str(exc), facts)

@@ -27,7 +27,6 @@ server's sockets); then the conversation's own pieces on top.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import os
@@ -40,10 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tailagent.config import SandboxSettings
-from tailagent.sandbox import bwrap, home, seccomp, users, view
-from tailagent.sandbox.allowlist import Allowlist
-from tailagent.sandbox.home import AgentHome
-from tailagent.sandbox.proxy import AllowlistProxy, bridge_argv, proxy_env
+from tailagent.sandbox import bwrap, exits, home, seccomp, users, view
+from tailagent.sandbox.exits import Exits
+from tailagent.sandbox.home import AgentHome, caches
 
 log = logging.getLogger("tailagent.sandbox")
 
@@ -55,28 +53,6 @@ RUN_KEPT = (Path("/run/systemd/resolve"),)  # /etc/resolv.conf points here on so
 # Where a fenced agent finds the folder of its conversation's socket to tailagent's own
 # tools (delegation/tool_socket.py): the one piece of the server it reaches.
 TOOLS_INSIDE = Path("/run/tailagent")
-# Where it finds the folder of its conversation's own proxy socket, read-only, and the
-# port of its own loopback where the bridge to that socket listens.
-PROXY_INSIDE = Path("/run/tailagent-proxy")
-PROXY_PORT = 3128
-SSHPROXY = Path(__file__).resolve().with_name("sshproxy.py")  # beside netbridge.py
-# Connections one conversation may hold open through its proxy at once: one agent cannot
-# use up what another needs (each conversation has a proxy of its own).
-PROXY_CONNECTIONS = 64
-# The kernel's knobs under /proc, read-only inside however the server runs: uid 0 may
-# write /proc/sys (core_pattern runs a program as root at the next crash) whatever its
-# capabilities. bwrap covers /proc/irq and /proc/bus itself.
-PROC_READ_ONLY = ("sys", "sysrq-trigger", "fs")
-# What of the kernel's state /proc would show of the whole box, not this fence.
-PROC_HIDDEN = (
-    "kcore",
-    "keys",
-    "key-users",
-    "timer_list",
-    "sched_debug",
-    "latency_stats",
-    "kallsyms",
-)
 
 
 @dataclass(frozen=True)
@@ -171,12 +147,7 @@ class Sandbox:
         self.kernel = ""  # what the start's probe saw of the kernel's knobs and the filter
         # What each network mode's proxies let through, and each conversation's proxy,
         # by the folder of its socket.
-        self._allow: dict[str, Allowlist] = {}
-        self._proxies: dict[Path, AllowlistProxy] = {}
-        self._closing: set[asyncio.Task[None]] = set()
-        self._refused_before = 0  # by the proxies of conversations gone since the start
-        self._network_inside: tuple[str, ...] = ()
-        self._ssh_command = ""
+        self._exits: Exits | None = None  # each conversation's way out, once started
         self._swept = 0.0
         self._identity: dict[str, str] = {}
 
@@ -209,49 +180,19 @@ class Sandbox:
         self.users.check()
         (self._state_dir / SANDBOXES).mkdir(parents=True, exist_ok=True, mode=0o700)
         self._seccomp = seccomp.write_filter(self._state_dir / SANDBOXES / SECCOMP_FILTER)
-        self.kernel = await bwrap.check_kernel(self._bwrap, self.proc_options(), self._seccomp)
-        hosts = (*self.agent_home.hosts, *self.settings.allow_hosts)
-        self._allow = {
-            "on": Allowlist.parse(self.settings.allow_hosts, public=True),
-            "allowlist": Allowlist.parse(hosts),
-        }
-        bridge = bridge_argv(_interpreter(), str(PROXY_INSIDE / "proxy.sock"), PROXY_PORT)
+        self.kernel = await bwrap.check_kernel(self._bwrap, view.proc_options(), self._seccomp)
+        self._exits = Exits(self.settings, self.agent_home.hosts, _interpreter())
         # The bridge's script and its interpreter's prefix, shown inside.
-        self._programs += [Path(bridge[3]), Path(_interpreter_prefix())]
-        # ssh takes no proxy from the environment: git's runs with SOCKS5 to the fence's.
-        through = shlex.join([_interpreter(), "-I", "-S", str(SSHPROXY), str(PROXY_PORT)])
-        self._ssh_command = f"ssh -o {shlex.quote(f'ProxyCommand={through} %h %p')}"
-        self._network_inside = tuple(bridge)
-        if self.settings.network == "allowlist":
-            log.info("sandbox: agents reach only %s, through tailagent's proxy", ", ".join(hosts))
-        elif self.settings.network == "on":
-            named = ", but what sandbox.allow_hosts names" if self.settings.allow_hosts else ""
-            log.info("sandbox: agents reach the internet through tailagent's proxy (never "
-                     "loopback, the tailnet, private addresses or this box%s)", named)  # fmt: skip
+        self._programs += [Path(self._exits.bridge[3]), Path(_interpreter_prefix())]
         self._sweep()
 
     async def aclose(self) -> None:
-        proxies = list(self._proxies.values())
-        self._proxies.clear()
-        await asyncio.gather(*(p.aclose() for p in proxies), *self._closing)
+        if self._exits is not None:
+            await self._exits.aclose()
 
     def proxy_refusals(self) -> int:
         """Connections the proxies refused to fenced agents since the start (/metrics)."""
-        counted = sum(sum(p.refused.values()) for p in self._proxies.values())
-        return self._refused_before + counted
-
-    @staticmethod
-    def proc_options() -> list[str]:
-        """The kernel's knobs under /proc read-only, and its box-wide state hidden (after
-        `--proc`: the host's own files, bound over the fence's)."""
-        options = []
-        for name in PROC_READ_ONLY:
-            if Path("/proc", name).exists():
-                options += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
-        for name in PROC_HIDDEN:
-            if Path("/proc", name).exists():
-                options += ["--ro-bind", "/dev/null", f"/proc/{name}"]
-        return options
+        return self._exits.refusals() if self._exits is not None else 0
 
     # ---- one conversation's fence ---------------------------------------------------
 
@@ -301,7 +242,6 @@ class Sandbox:
         uid = self._agent_uid(directory, private) if self.users.enabled and home else None
         mounts = view.Mounts()
         view.system(mounts)
-        mounts.args += self.proc_options()
         if uid is not None:  # its name in the box's tables
             for name, table in users.tables(uid, self._home, private).items():
                 mounts.ro(table, Path("/etc", name))
@@ -320,21 +260,20 @@ class Sandbox:
         mounts.rw(directory)
         if tools is not None:
             mounts.rw(tools, TOOLS_INSIDE)
-        environment = self._private_caches() | self._identity
-        if network in self._allow:  # before the sealing: it mounts in /run
-            mounts.args += ["--ro-bind", str(self._proxy_of(private, network)), str(PROXY_INSIDE)]
-            environment |= proxy_env(PROXY_PORT)
-            environment["GIT_SSH_COMMAND"] = self._ssh_command
-            # Its own loopback (a test server the agent starts) is reached directly.
-            environment["NO_PROXY"] = environment["no_proxy"] = "localhost,127.0.0.1,::1"
-        assert self._seccomp is not None
+        environment = caches(self._home, PRIVATE_TMP) | self._identity
+        assert self._seccomp is not None and self._exits is not None
+        proxied = self._exits.proxied(network)
+        if proxied:  # before the sealing: it mounts in /run
+            exit_folder = self._exits.folder(private, network, directory.name)
+            mounts.args += ["--ro-bind", str(exit_folder), str(exits.PROXY_INSIDE)]
+            environment |= self._exits.environment()
         options = [*bwrap.with_seccomp(self._seccomp), str(self._bwrap), *mounts.args]
         options += [*mounts.sealed(), "--unshare-net", "--seccomp", str(bwrap.SECCOMP_FD)]
         for name, value in environment.items():
             options += ["--setenv", name, value]
         options += ["--cap-drop", "ALL", *bwrap.NAMESPACE_FLAGS]
         options += ["--die-with-parent", "--new-session"]
-        inside = list(self._network_inside if network in self._allow else ())
+        inside = list(self._exits.bridge if proxied else ())
         if uid is not None:
             self._hand_over(directory, private, tools, uid)
             options += [arg for cap in users.KEPT_CAPABILITIES for arg in ("--cap-add", cap)]
@@ -388,38 +327,6 @@ class Sandbox:
         for login in self.agent_home.logins:
             for copy in (self._state_dir / SANDBOXES).glob(f"*/home/{login}"):
                 home.return_login(copy, self._home / login)
-
-    def _proxy_of(self, private: Path, network: str) -> Path:
-        """The folder of the socket of this conversation's own proxy for `network`,
-        listening from now on: no agent shares a proxy, its connections or its socket's
-        folder with another conversation's, and none can replace its socket (the folder
-        is bound read-only, and it lies in the hidden state dir)."""
-        folder = private / f"net-{network}"
-        if folder not in self._proxies:
-            folder.mkdir(mode=0o700, exist_ok=True)
-            label = Path((private / "directory").read_text()).name
-            proxy = AllowlistProxy(folder / "proxy.sock", self._allow[network],
-                                   label=label, max_tunnels=PROXY_CONNECTIONS)  # fmt: skip
-            proxy.start_soon()
-            self._proxies[folder] = proxy
-        return folder
-
-    def _private_caches(self) -> dict[str, str]:
-        """The temp dir and the caches agents share, private to the conversation: the
-        person's are read-only inside (a cache one agent could write would feed the
-        next), and a tool that cannot write its cache fails (`go build`, `npm install`).
-        Go still reads the person's module downloads, as its first proxy."""
-        caches = {
-            "TMPDIR": str(PRIVATE_TMP),
-            "XDG_CACHE_HOME": f"{PRIVATE_TMP}/.cache",  # pip's, go build's, and most
-            "npm_config_cache": f"{PRIVATE_TMP}/.npm",
-            "GOMODCACHE": f"{PRIVATE_TMP}/go/pkg/mod",
-        }
-        downloads = self._home / "go" / "pkg" / "mod" / "cache" / "download"
-        if downloads.is_dir():
-            after = os.environ.get("GOPROXY") or "https://proxy.golang.org,direct"
-            caches["GOPROXY"] = f"file://{downloads},{after}"
-        return caches
 
     def _own_places(self, mounts: view.Mounts, tmp: Path) -> None:
         """The places that are the agent's own, empty but for what is put there: its home
@@ -485,14 +392,6 @@ class Sandbox:
             if private.name.startswith(".") or not marker.is_file():
                 continue
             if not Path(marker.read_text()).is_dir():
-                self._stop_proxies(private)
+                if self._exits is not None:
+                    self._exits.stop(private)
                 shutil.rmtree(private, ignore_errors=True)
-
-    def _stop_proxies(self, private: Path) -> None:
-        """Closes the proxies of a conversation that is gone, keeping their count."""
-        for folder in [f for f in self._proxies if f.parent == private]:
-            proxy = self._proxies.pop(folder)
-            self._refused_before += sum(proxy.refused.values())
-            task = asyncio.get_running_loop().create_task(proxy.aclose())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)

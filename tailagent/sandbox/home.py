@@ -214,3 +214,21 @@ def _write(path: Path, data: bytes, mode: int) -> None:
         out.write(data)
     os.chmod(temporary, mode)
     temporary.replace(path)
+
+
+def caches(home: Path, tmp: Path) -> dict[str, str]:
+    """The temp dir and the caches agents share, in the conversation's private `tmp`: a
+    cache one agent could write would feed the next, and a tool that cannot write its
+    cache fails (`go build`, `npm install`). Go still reads the person's module
+    downloads, as its first proxy."""
+    found = {
+        "TMPDIR": str(tmp),
+        "XDG_CACHE_HOME": f"{tmp}/.cache",  # pip's, go build's, and most
+        "npm_config_cache": f"{tmp}/.npm",
+        "GOMODCACHE": f"{tmp}/go/pkg/mod",
+    }
+    downloads = home / "go" / "pkg" / "mod" / "cache" / "download"
+    if downloads.is_dir():
+        after = os.environ.get("GOPROXY") or "https://proxy.golang.org,direct"
+        found["GOPROXY"] = f"file://{downloads},{after}"
+    return found

@@ -302,6 +302,90 @@ async def pipe(
         other.transport.abort()
 
 
+class Dialer:
+    """Opens the connections the allowlist lets through (see the module's docstring):
+    decided on the host asked for, then on every address it resolves to, then made to an
+    address checked here, within the connect timeout."""
+
+    def __init__(self, allow: Allowlist, timeout: float) -> None:
+        self.allow = allow
+        self.timeout = timeout
+
+    async def open(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to `host:port` if the allowlist lets it (else ProxyAnswer 403),
+        made to an address checked here, within the connect timeout (else 504)."""
+        reason = self.allow.host_refusal(host, port)
+        if reason:
+            raise ProxyAnswer(403, reason, refused_host=host)
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                targets = await self._resolve(host, port)
+                return await self._connect(host, port, targets, deadline)
+        except TimeoutError:
+            raise ProxyAnswer(504, f"timed out connecting to {host}:{port}") from None
+
+    async def _resolve(self, host: str, port: int) -> list[tuple[int, tuple[object, ...]]]:
+        """The (family, socket address) pairs to try, every one of them checked."""
+        address = literal(host)
+        if address is not None:
+            if on_this_box(address) and (
+                reason := self.allow.this_box_refusal(address, port, host)
+            ):
+                raise ProxyAnswer(403, reason, refused_host=host)
+            family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+            return [(family, (str(address), port))]
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+            )
+        except socket.gaierror as exc:
+            raise ProxyAnswer(502, f"cannot resolve {host}: {exc.strerror}") from None
+        targets: list[tuple[int, tuple[object, ...]]] = []
+        for family, _, _, _, sockaddr in infos:
+            address = literal(str(sockaddr[0]))
+            if address is None:
+                raise ProxyAnswer(502, f"{host} resolved to {sockaddr[0]!r}, not an address")
+            reason = self.allow.address_refusal(address, port, host)
+            if not reason and on_this_box(address):
+                reason = self.allow.this_box_refusal(address, port, host)
+            if reason:
+                raise ProxyAnswer(403, reason, refused_host=host)
+            if (family, sockaddr) not in targets:
+                targets.append((family, sockaddr))
+        return targets
+
+    async def _connect(
+        self,
+        host: str,
+        port: int,
+        targets: list[tuple[int, tuple[object, ...]]],
+        deadline: float,
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The first of `targets` to accept, in order, each given an equal share of the
+        time left (an IPv6 address that drops packets does not use up the IPv4 one's)."""
+        loop = asyncio.get_running_loop()
+        failure = "no address"
+        for index, (family, sockaddr) in enumerate(targets):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.setblocking(False)
+                async with asyncio.timeout((deadline - loop.time()) / (len(targets) - index)):
+                    await loop.sock_connect(sock, sockaddr)
+                return await asyncio.open_connection(sock=sock, limit=RESPONSE_HEAD_LIMIT)
+            except TimeoutError:
+                sock.close()
+                failure = "timed out"
+            except OSError as exc:
+                sock.close()
+                failure = exc.strerror or str(exc)
+            except BaseException:
+                sock.close()
+                raise
+        status = 504 if failure == "timed out" else 502
+        raise ProxyAnswer(status, f"cannot connect to {host}:{port}: {failure}")
+
+
 def on_this_box(address: IPAddress) -> bool:
     """Whether `address` is one of this box's own (a public address of its interfaces too:
     a service listening on every address would answer there). The kernel picks a local
@@ -371,6 +455,7 @@ class AllowlistProxy:
         self.head_limit = head_limit
         self.head_timeout = head_timeout
         self.connect_timeout = connect_timeout
+        self._dial = Dialer(self.allow, connect_timeout)
         # Refusals per host asked for (past MAX_COUNTED_HOSTS hosts, under OTHER_HOSTS),
         # and connections turned away for being over max_tunnels: for /metrics.
         self.refused: dict[str, int] = {}
@@ -470,7 +555,7 @@ class AllowlistProxy:
         request = parse_request(lines)
         if request.method == "CONNECT":
             host, port = authority(request.target, None)
-            origin_reader, origin_writer = await self._open(host, port)
+            origin_reader, origin_writer = await self._dial.open(host, port)
             try:
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 await tunnel(reader, writer, origin_reader, origin_writer)
@@ -478,7 +563,7 @@ class AllowlistProxy:
                 origin_writer.transport.abort()
             return
         host, port, head = forward_head(request)
-        origin_reader, origin_writer = await self._open(host, port)
+        origin_reader, origin_writer = await self._dial.open(host, port)
         try:
             await self._forward(request, head, reader, writer, origin_reader, origin_writer)
         finally:
@@ -495,7 +580,7 @@ class AllowlistProxy:
             return
         try:
             host, _ = authority(f"[{host_text}]" if ":" in host_text else host_text, port)
-            origin_reader, origin_writer = await self._open(host, port)
+            origin_reader, origin_writer = await self._dial.open(host, port)
         except ProxyAnswer as answer:
             if answer.refused_host is not None:
                 self._count(answer.refused_host, answer.text)
@@ -536,82 +621,6 @@ class AllowlistProxy:
         finally:
             body.cancel()
             await asyncio.gather(body, return_exceptions=True)
-
-    async def _open(
-        self, host: str, port: int
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A connection to `host:port` if the allowlist lets it (else ProxyAnswer 403),
-        made to an address checked here, within the connect timeout (else 504)."""
-        reason = self.allow.host_refusal(host, port)
-        if reason:
-            raise ProxyAnswer(403, reason, refused_host=host)
-        deadline = asyncio.get_running_loop().time() + self.connect_timeout
-        try:
-            async with asyncio.timeout_at(deadline):
-                targets = await self._resolve(host, port)
-                return await self._connect(host, port, targets, deadline)
-        except TimeoutError:
-            raise ProxyAnswer(504, f"timed out connecting to {host}:{port}") from None
-
-    async def _resolve(self, host: str, port: int) -> list[tuple[int, tuple[object, ...]]]:
-        """The (family, socket address) pairs to try, every one of them checked."""
-        address = literal(host)
-        if address is not None:
-            if on_this_box(address) and (
-                reason := self.allow.this_box_refusal(address, port, host)
-            ):
-                raise ProxyAnswer(403, reason, refused_host=host)
-            family = socket.AF_INET if address.version == 4 else socket.AF_INET6
-            return [(family, (str(address), port))]
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-            )
-        except socket.gaierror as exc:
-            raise ProxyAnswer(502, f"cannot resolve {host}: {exc.strerror}") from None
-        targets: list[tuple[int, tuple[object, ...]]] = []
-        for family, _, _, _, sockaddr in infos:
-            address = literal(str(sockaddr[0]))
-            if address is None:
-                raise ProxyAnswer(502, f"{host} resolved to {sockaddr[0]!r}, not an address")
-            reason = self.allow.address_refusal(address, port, host)
-            if not reason and on_this_box(address):
-                reason = self.allow.this_box_refusal(address, port, host)
-            if reason:
-                raise ProxyAnswer(403, reason, refused_host=host)
-            if (family, sockaddr) not in targets:
-                targets.append((family, sockaddr))
-        return targets
-
-    async def _connect(
-        self,
-        host: str,
-        port: int,
-        targets: list[tuple[int, tuple[object, ...]]],
-        deadline: float,
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """The first of `targets` to accept, in order, each given an equal share of the
-        time left (an IPv6 address that drops packets does not use up the IPv4 one's)."""
-        loop = asyncio.get_running_loop()
-        failure = "no address"
-        for index, (family, sockaddr) in enumerate(targets):
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            try:
-                sock.setblocking(False)
-                async with asyncio.timeout((deadline - loop.time()) / (len(targets) - index)):
-                    await loop.sock_connect(sock, sockaddr)
-                return await asyncio.open_connection(sock=sock, limit=RESPONSE_HEAD_LIMIT)
-            except TimeoutError:
-                sock.close()
-                failure = "timed out"
-            except OSError as exc:
-                sock.close()
-                failure = exc.strerror or str(exc)
-            except BaseException:
-                sock.close()
-                raise
-        status = 504 if failure == "timed out" else 502
-        raise ProxyAnswer(status, f"cannot connect to {host}:{port}: {failure}")
 
     async def _refuse(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: ProxyAnswer

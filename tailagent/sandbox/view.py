@@ -7,7 +7,8 @@ read). So a fence's root is empty, and only these are put in it:
 
 - the system, read-only: `/usr` and its links (`/bin`, `/lib`, ...), `/etc` without the
   password hashes, the SSH host keys and TLS private keys, `/sys`; `/nix` and `/snap`
-  where they are (their programs are the system's on such boxes);
+  where they are (their programs are the system's on such boxes); a `/proc` of its own,
+  the kernel's knobs there read-only;
 - the directories on the agent's PATH, read-only: a toolchain in a home (pyenv, nvm,
   rustup, asdf, ...) whole, since its shims run the rest of it; any other PATH directory
   alone (`~/.cargo/bin`, not `~/.cargo` and its credentials);
@@ -41,6 +42,20 @@ ETC_SECRETS = (
     "/etc/ssh/ssh_host_ed25519_key",
     "/etc/ssh/ssh_host_dsa_key",
     "/etc/ssl/private",
+)
+# The kernel's knobs under /proc, read-only inside however the server runs: uid 0 may
+# write /proc/sys (core_pattern runs a program as root at the next crash) whatever its
+# capabilities. bwrap covers /proc/irq and /proc/bus itself.
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "fs")
+# What of the kernel's state /proc would show of the whole box, not this fence.
+PROC_HIDDEN = (
+    "kcore",
+    "keys",
+    "key-users",
+    "timer_list",
+    "sched_debug",
+    "latency_stats",
+    "kallsyms",
 )
 # Toolchains kept in a home whose PATH entry (a shims or bin folder) runs the rest of
 # them: shown whole. Relative to the home.
@@ -128,9 +143,22 @@ def system(mounts: Mounts) -> None:
             mounts.args += ["--symlink", os.readlink(path), name]
         elif path.is_dir():
             mounts.ro(path)
-    mounts.args += ["--dev", "/dev", "--proc", "/proc"]
+    mounts.args += ["--dev", "/dev", "--proc", "/proc", *proc_options()]
     for secret in ETC_SECRETS:
         mounts.hide(Path(secret))
+
+
+def proc_options() -> list[str]:
+    """The kernel's knobs under /proc read-only, and its box-wide state hidden (after
+    `--proc`: the host's own files, bound over the fence's)."""
+    options = []
+    for name in PROC_READ_ONLY:
+        if Path("/proc", name).exists():
+            options += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+    for name in PROC_HIDDEN:
+        if Path("/proc", name).exists():
+            options += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    return options
 
 
 def path_folders(search_path: str, home: Path) -> list[Path]:
