@@ -7,9 +7,12 @@ has a program: semver.
 
 from __future__ import annotations
 
+import ipaddress
 import shutil
+import socket
 import subprocess
 import tempfile
+import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -33,10 +36,25 @@ async def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
     # Not under /tmp, which every fence replaces with its own: a real home is elsewhere.
     home = Path(tempfile.mkdtemp(prefix="tailagent-home-", dir="/var/tmp"))
     monkeypatch.setenv("HOME", str(home))
-    sandbox = Sandbox(SandboxSettings(), agent="custom", state_dir=tmp_path / "state")
+    # npm goes out through the fence's proxy, which lets no name unlock a non-public
+    # address: where the registry resolves to one (a mirror, this workplace's), name it.
+    settings = SandboxSettings(allow_hosts=registry_addresses())
+    sandbox = Sandbox(settings, agent="custom", state_dir=tmp_path / "state")
     await sandbox.start()
     yield sandbox
     shutil.rmtree(home, ignore_errors=True)
+
+
+def registry_addresses() -> tuple[str, ...]:
+    """The npm registry's addresses on this box that are not public, each on 443."""
+    registry = urllib.parse.urlsplit(
+        subprocess.run(["npm", "config", "get", "registry"], capture_output=True, text=True,
+                       timeout=30).stdout.strip()
+    )  # fmt: skip
+    host, port = registry.hostname or "registry.npmjs.org", registry.port or 443
+    found = {info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+    private = [a for a in sorted(found) if not ipaddress.ip_address(a).is_global]
+    return tuple(f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in private)
 
 
 def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -59,6 +77,7 @@ async def test_installed_once_and_run_read_only_inside_a_fence(
 
     conversation = tmp_path / "conversation"
     conversation.mkdir()
+    sandbox.show(folder)  # as the ACP backend does with what it installed
     fence = sandbox.fence(conversation)
     ran = run(fence.wrap([str(program(folder, PACKAGE)), "1.2.3"]))
     assert ran.returncode == 0 and ran.stdout.strip() == "1.2.3", ran.stderr

@@ -331,13 +331,14 @@ class Sandbox:
     def _own_places(self, mounts: view.Mounts, tmp: Path) -> None:
         """The places that are the agent's own, empty but for what is put there: its home
         (none of the service user's files), /run (none of the box's sockets, but the
-        resolver's), /tmp (its private temp dir)."""
-        if self._home != Path("/") and not mounts.visible(self._home):
-            mounts.empty(self._home)
+        resolver's), /tmp (its private temp dir). /tmp first: a home under it (a test's)
+        is emptied on top of it, not hidden under it."""
+        mounts.rw(tmp, PRIVATE_TMP)
         mounts.empty(Path("/run"))
         for kept in _existing(RUN_KEPT):
             mounts.ro(kept)
-        mounts.rw(tmp, PRIVATE_TMP)
+        if self._home != Path("/"):
+            mounts.empty(self._home)
 
     def _shown(self, directory: Path) -> list[Path]:
         """The toolchains on its PATH, its own programs, and what `sandbox.expose` names:

@@ -183,7 +183,8 @@ def path_folders(search_path: str, home: Path) -> list[Path]:
 
 def program_folders(programs: Iterable[Path], inside: Iterable[Path], home: Path) -> list[Path]:
     """The folders to show for the agent's own files: a folder as it is, a file with the
-    folder it came in (a script's modules lie beside it). In a place shown only in part
+    folder it came in (a script's modules lie beside it), an npm program with the folder
+    its `node_modules` is in (its package needs the rest). In a place shown only in part
     (`inside`: the person's checkout), the first folder below it, never that place whole;
     a file at the top of it, or of a home, alone."""
     places = [*inside, home, Path("/")]
@@ -195,6 +196,8 @@ def program_folders(programs: Iterable[Path], inside: Iterable[Path], home: Path
         if not (path.exists() or path.is_symlink()) or _system(path):
             continue
         folder = path if path.is_dir() else path.parent
+        if "node_modules" in folder.parts:  # an npm program needs its whole install
+            folder = Path(*folder.parts[: folder.parts.index("node_modules")])
         place = next((p for p in places if folder == p or folder.is_relative_to(p)), None)
         if place is not None and place != Path("/") and place != home:
             if folder == place:
