@@ -13,7 +13,10 @@ import errno
 import os
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +78,45 @@ def temp(_target: str) -> str:
     return f"ok: {out.name}"
 
 
+# What a lingering process runs: appends a line to its file every 100 ms, for ever.
+_LINGER = (
+    "import sys, time\n"
+    "while True:\n"
+    "    with open(sys.argv[1], 'a') as out:\n"
+    "        out.write('still here\\n')\n"
+    "    time.sleep(0.1)\n"
+)
+
+
+def linger(target: str) -> str:
+    """Leaves a process behind that keeps appending to `target` after the turn: started
+    from a child that exits at once, in a session of its own, so nothing of the agent's
+    is its parent any more. Its command line names `target` (found from outside)."""
+    path = str(Path(target).resolve())
+    spawn = (
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]], "
+        "start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
+        "stderr=subprocess.DEVNULL)\n"
+    )
+    subprocess.run([sys.executable, "-c", spawn, _LINGER, path], check=True, timeout=30)
+    return f"ok: lingering on {path}"
+
+
+def linger_thread(target: str) -> str:
+    """A thread of the agent's own process that keeps appending to `target`."""
+    path = str(Path(target).resolve())
+
+    def grow() -> None:
+        while True:
+            with open(path, "a") as out:
+                out.write("thread still here\n")
+            time.sleep(0.1)
+
+    threading.Thread(target=grow, daemon=True, name="linger").start()
+    return f"ok: a thread lingers on {path}"
+
+
 KINDS = {
     "read": read,
     "list": listing,
@@ -83,6 +125,8 @@ KINDS = {
     "connect": connect,
     "run": run,
     "temp": temp,
+    "linger": linger,
+    "linger_thread": linger_thread,
 }
 
 

@@ -77,6 +77,7 @@ from tailagent.config import ClaudeSettings
 from tailagent.config.mcp_servers import McpServer
 from tailagent.process.origin import frozen
 from tailagent.sandbox.fences import Sandbox
+from tailagent.sandbox.freezer import Freezer, namespaced
 
 log = logging.getLogger("tailagent.agent")
 
@@ -271,6 +272,16 @@ def own_tools_server(current: Callable[[], TurnTools | None]) -> McpSdkServerCon
     return create_sdk_mcp_server(OWN_TOOLS, tools=[list_peers, delegate])
 
 
+def _cli_pid(client: ClaudeSDKClient) -> int | None:
+    """The pid of what the SDK started: the launcher, which execs bwrap."""
+    transport = getattr(client, "_transport", None)
+    pid = getattr(getattr(transport, "_process", None), "pid", None)
+    if not isinstance(pid, int):
+        log.warning("Claude Code's process is not known: it is not frozen between turns")
+        return None
+    return pid
+
+
 def _tool_text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -291,6 +302,7 @@ class ClaudeSession:
         max_budget_usd: float | None = None,
         launcher: Path | None = None,
         own_tools: bool = False,
+        fenced: bool = False,
     ):
         self._settings = settings
         self._launcher = launcher or cli  # what runs (the CLI inside its sandbox)
@@ -319,6 +331,8 @@ class ClaudeSession:
         self._cancelled = False
         self._reader: asyncio.Task[None] | None = None
         self._client = ClaudeSDKClient(self._options(resume))
+        self._fenced = fenced  # its launcher execs bwrap: a pid namespace to freeze
+        self.freezer = Freezer(None)
 
     def _options(self, resume: bool) -> ClaudeAgentOptions:
         s = self._settings
@@ -358,13 +372,28 @@ class ClaudeSession:
         return not self._dead
 
     async def connect(self) -> None:
+        """Starts the CLI; it waits frozen until the first turn (a spare, a session
+        opened ahead of its prompt)."""
         await self._client.connect()
+        if self._fenced:
+            self.freezer = Freezer(_cli_pid(self._client))
+            await self._freeze()
+
+    async def _freeze(self) -> None:
+        """Stops the CLI's fence (no query in flight, or one waiting on our answer). One
+        that does not stop is ended: frozen or ended, never half."""
+        if self._dead or await self.freezer.freeze():
+            return
+        log.warning("Claude Code's processes did not stop between turns; ending them")
+        self._dead = True
+        self.freezer.kill()
 
     # -- a turn -------------------------------------------------------------------------------
 
     async def prompt(
         self, parts: list[PromptPart], options: TurnOptions | None = None
     ) -> AsyncIterator[AgentEvent]:
+        self.freezer.thaw()  # frozen since the last turn: it runs before it is written to
         if options is not None and (options.mode or options.model):
             try:
                 if options.mode:
@@ -372,6 +401,7 @@ class ClaudeSession:
                 if options.model:
                     await self._client.set_model(options.model)
             except ClaudeSDKError as exc:
+                await self._freeze()
                 yield TurnFailed(f"Claude Code could not switch mode or model: {exc}")
                 return
         text = "\n".join(_prompt_line(p) for p in parts)
@@ -419,6 +449,8 @@ class ClaudeSession:
                                 )
                             )
                 elif isinstance(message, ResultMessage):
+                    # Its query is over: frozen before anyone reads the turn's end.
+                    await self._freeze()
                     queue.put_nowait(self._result(message, not_logged_in))
         except ClaudeSDKError as exc:
             self._dead = True
@@ -484,6 +516,9 @@ class ClaudeSession:
         try:
             if self._queue is not None:
                 self._queue.put_nowait(event)
+                # It waits on this answer: frozen meanwhile, as AcpSession._wait says why;
+                # `answer` and `cancel` thaw it before the answer is written to it.
+                await self._freeze()
             else:
                 future.set_result(PermissionDecision(False, message="no turn is running"))
             return await future
@@ -524,10 +559,14 @@ class ClaudeSession:
         future = self._answers.get(request_id)
         if future is None or future.done():
             raise KeyError(f"no pending request {request_id}")
+        self.freezer.thaw()
         future.set_result(answer)
 
     async def cancel(self) -> None:
         """Interrupts the query; a parked prompt is denied first so Claude can stop."""
+        if self.freezer.frozen and (self._reader is None or self._reader.done()):
+            return  # frozen between turns: no query to interrupt, nothing to write to it
+        self.freezer.thaw()
         self._cancelled = True
         for future in self._answers.values():
             if not future.done():
@@ -546,6 +585,7 @@ class ClaudeSession:
 
     async def close(self) -> None:
         self._dead = True
+        self.freezer.thaw()  # a stopped CLI reads no end of its stdin, and keeps SIGTERM pending
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._client.disconnect(), timeout=10)
 
@@ -649,6 +689,7 @@ class ClaudeBackend:
             self.max_budget_usd,
             launcher=fence.launcher(self._cli.path) if fence is not None else None,
             own_tools=self.own_tools,
+            fenced=fence is not None and namespaced(fence.options),
         )
         try:
             await session.connect()

@@ -100,7 +100,7 @@ class AcpBackend:
         fenced = sandbox is not None and sandbox.on
         self._spares = Spares(
             settings.warm_spares,
-            self._spawn,
+            self._spare,
             lambda p: p.stop(grace=2.0),
             "agent process",
             where=spare_directory if fenced else None,
@@ -131,6 +131,13 @@ class AcpBackend:
         await process.start(self.settings.start_timeout)
         return process
 
+    async def _spare(self, directory: Path | None = None) -> AgentProcess:
+        """A process started ahead: frozen once its handshake is done, until a
+        conversation takes it (`_open` thaws it)."""
+        process = await self._spawn(directory)
+        await process.freeze()
+        return process
+
     async def start(self) -> None:
         """Starts the first process now: a missing npx or a broken command stops the
         server at start-up, with one line, not the first caller's task."""
@@ -153,10 +160,10 @@ class AcpBackend:
         if self._spare_directory is not None:
             # Fenced: the first process starts where the next conversation will work.
             directory = await self._spare_directory()
-            first = await self._spawn(directory)
+            first = await self._spare(directory)
             self._spares.add(first, directory)
             return
-        first = await self._spawn()
+        first = await self._spare()
         if self.settings.warm_spares:
             self._spares.add(first)
         else:
@@ -185,6 +192,7 @@ class AcpBackend:
         to that conversation's directory only now."""
         connection = process.connection
         assert connection is not None
+        process.thaw()  # a spare waits frozen
         process.host.workspace = root
         cwd = str(root)
         notice: Notice | None = None

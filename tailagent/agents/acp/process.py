@@ -33,6 +33,7 @@ from tailagent import __version__
 from tailagent.agents.events import AgentStartError
 from tailagent.mends.acp_cancel import send_cancel_request
 from tailagent.sandbox.fences import Fence
+from tailagent.sandbox.freezer import Freezer, namespaced
 
 log = logging.getLogger("tailagent.agent")
 
@@ -72,6 +73,8 @@ class AgentProcess:
         # (method, sessionId) -> the JSON-RPC id of the last such request sent: what a
         # $/cancel_request names when tailagent gives up on it.
         self._sent: dict[tuple[str, str], int | str] = {}
+        # Its fence's processes, stopped between turns (none unfenced: no namespace).
+        self.freezer = Freezer(None)
 
     @property
     def pid(self) -> int | None:
@@ -147,6 +150,8 @@ class AgentProcess:
             raise AgentStartError(f"cannot start the agent {self.argv[0]!r}: {exc}") from None
         process = self._process
         assert process.stdin and process.stdout and process.stderr
+        if namespaced(self.fence.options):
+            self.freezer = Freezer(process.pid)
         self._stderr_task = asyncio.create_task(self._drain(process.stderr), name="agent-stderr")
         self.exited = asyncio.create_task(process.wait(), name="agent-exit")
         self.host = self._host_factory(self)
@@ -235,6 +240,8 @@ class AgentProcess:
         process = self._process
         if process is None:
             return
+        # A stopped process keeps a SIGTERM pending and reads no closed stdin: thaw first.
+        self.thaw()
         if self.connection is not None:
             with contextlib.suppress(Exception):
                 await self.connection.close()
@@ -255,6 +262,20 @@ class AgentProcess:
         if self._stderr_task is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._stderr_task, timeout=1.0)
+
+    async def freeze(self) -> None:
+        """Stops every process of the agent's fence: called only when no prompt is in
+        flight (a turn ended, a spare ready) or while the agent waits on our answer. One
+        whose processes do not all stop is ended: frozen or ended, never half."""
+        if not self.alive or await self.freezer.freeze():
+            return
+        log.warning("agent %s: its processes did not stop between turns; ending it", self.pid)
+        self.freezer.kill()
+        self._signal(9)
+
+    def thaw(self) -> None:
+        """Continues the agent's fence; before anything is written to the agent."""
+        self.freezer.thaw()
 
     async def _wait(self) -> int:
         assert self._process is not None

@@ -245,16 +245,19 @@ class AcpSession:
     ) -> AsyncIterator[AgentEvent]:
         connection = self.process.connection
         assert connection is not None and self.process.exited is not None
+        self.process.thaw()  # frozen since the last turn ended: it runs before it is written to
         if options is not None and options.mode:
             try:
                 await connection.set_session_mode(session_id=self._session_id, mode_id=options.mode)
             except Exception as exc:
-                yield TurnFailed(f"The agent could not switch to mode {options.mode!r}: {exc}")
+                yield await self._idle(
+                    TurnFailed(f"The agent could not switch to mode {options.mode!r}: {exc}")
+                )
                 return
         if options is not None and options.model:
             chosen = await self._choose_model(options.model)
             if isinstance(chosen, TurnFailed):
-                yield chosen
+                yield await self._idle(chosen)
                 return
             if chosen is not None:
                 self._waiting.append(chosen)
@@ -289,7 +292,10 @@ class AcpSession:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(asyncio.shield(exited), timeout=1.0)
                 await self.process.settle_stderr()
-                yield self._outcome(prompt_task)
+                outcome = self._outcome(prompt_task)
+                if prompt_task.done():  # no prompt in flight: the agent is idle
+                    outcome = await self._idle(outcome)
+                yield outcome
                 return
         finally:
             if getter is not None:
@@ -298,6 +304,14 @@ class AcpSession:
             if self.tools is not None:
                 self.tools.serve(None)
             await self.terminals.end_turn()
+
+    async def _idle(self, event: AgentEvent) -> AgentEvent:
+        """`event`, once the turn's terminals are gone and the agent's fence is frozen:
+        whoever reads the turn's end (the end-of-turn checks, the commit) reads a
+        directory nothing of the agent changes until the next turn thaws it."""
+        await self.terminals.end_turn()
+        await self.process.freeze()
+        return event
 
     async def _choose_model(self, model: str) -> TurnFailed | Notice | None:
         """Sets the session's config option of category `model` (ACP's stable model
@@ -355,14 +369,20 @@ class AcpSession:
         future = self._answers.get(request_id)
         if future is None or future.done():
             raise KeyError(f"no pending request {request_id}")
+        self.process.thaw()  # it runs again before its request is answered
         future.set_result(answer)
 
     async def _wait(self, event: PermissionAsked | QuestionAsked) -> Answer:
-        """Puts a prompt to the caller and waits for the bridge's answer."""
+        """Puts a prompt to the caller and waits for the bridge's answer. Meanwhile
+        the agent's fence is frozen: the agent waits on this answer anyway, and a turn
+        parked on a person may wait hours, with no threads of the agent's working beside
+        the question. `answer` and `cancel` thaw it before anything reaches the agent (a
+        rule's answer too, which may come while the freeze is still in its passes)."""
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._answers[event.request_id] = future
         try:
             self.note(event)
+            await self.process.freeze()
             return await future
         finally:
             self._answers.pop(event.request_id, None)
@@ -389,11 +409,14 @@ class AcpSession:
 
     async def cancel(self) -> None:
         """session/cancel, a bounded wait, then the process is killed."""
+        task = self._prompt_task
+        if self.process.freezer.frozen and (task is None or task.done()):
+            return  # frozen between turns: no prompt to cancel, nothing to write to it
+        self.process.thaw()  # parked on a question: frozen, and it must read the cancel
         for future in self._answers.values():
             if not future.done():
                 future.set_result(PermissionDecision(False, message="the task was canceled"))
         await self._send_cancel()
-        task = self._prompt_task
         if task is None or task.done():
             return
         try:
@@ -407,6 +430,7 @@ class AcpSession:
     async def close(self) -> None:
         """session/close where the agent offers it (so it frees what the session holds
         before its process goes), bounded by agent.cancel_timeout; then the process stops."""
+        self.process.thaw()  # frozen between turns: it must read session/close and stdin's end
         await self.terminals.end_turn()
         connection = self.process.connection
         if connection is not None and self.process.alive and self.process.supports_close:
