@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import tailagent
 from tailagent.statedir.lock import StateLock
@@ -219,3 +222,26 @@ def test_doctor_checks_the_login_and_the_node_version_a_preset_asks_for(tmp_path
     ).stdout.splitlines()  # fmt: skip
     assert "✓ agent login: DASHSCOPE_API_KEY is set" in again
     assert any(line.startswith("✓ node:") and "node is 22.3.0" in line for line in again)
+
+
+def test_tailscaled_as_the_service_user_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With tailscaled running as the server's own user, a TCP connection of that user is
+    taken for `tailscale serve`: doctor says what that means and what to do."""
+    from tailagent.admin.doctor import _forwarder
+    from tailagent.config import Listen, Settings
+
+    socket_file = tmp_path / "tailscaled.sock"
+    socket_file.touch()
+    tcp = Settings(listen=Listen("127.0.0.1", 3008))
+    monkeypatch.setattr("os.getuid", lambda: socket_file.stat().st_uid or 65534)
+    if socket_file.stat().st_uid == 0:  # as root: the socket a service user's
+        os.chown(socket_file, 65534, 65534)
+    [said] = _forwarder(socket_file, tcp)
+    assert said.name == "forwarded-for" and "runs as this server's own user" in said.detail
+    assert "--listen unix:PATH" in said.fix
+    unix = Settings(listen=Listen(path=tmp_path / "tailagent.sock"))
+    assert _forwarder(socket_file, unix) == []  # tailscaled alone reaches a unix socket
+    monkeypatch.setattr("os.getuid", lambda: 4242)
+    assert _forwarder(socket_file, tcp) == []  # tailscaled as a user of its own
