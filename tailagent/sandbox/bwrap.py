@@ -116,12 +116,18 @@ async def check_kernel(bwrap: Path, proc_options: list[str], seccomp_filter: Pat
     argv = probe_argv(bwrap, network=True)
     at = argv.index("--cap-drop")
     argv[at:at] = [*proc_options, "--seccomp", str(SECCOMP_FD)]
-    script = f"grep -q '^Seccomp:[[:space:]]*2' /proc/self/status || exit 3; : >> {CORE_PATTERN}"
+    script = (  # the shell's builtins only: the server's PATH may hold nothing
+        'while read -r key value; do [ "$key" = Seccomp: ] && mode=$value; '
+        'done < /proc/self/status; [ "$mode" = 2 ] || exit 3; '
+        f": >> {CORE_PATTERN}"
+    )
     argv[argv.index("--") + 1 :] = ["/bin/sh", "-c", script]
     code, stderr = await _run([*with_seccomp(seccomp_filter), *argv])
     said = stderr.strip().splitlines()[-1] if stderr.strip() else ""
     if code == 3:
         raise SandboxUnavailable(f"the seccomp filter did not load in a fence here; {OFF}")
+    if said.startswith("bwrap:"):
+        raise SandboxUnavailable(f"a fence with the seccomp filter did not start ({said}); {OFF}")
     if code != 0 and any(word in said for word in REFUSALS):
         return "the kernel's knobs read-only, the seccomp filter loaded"
     seen = "opened it" if code == 0 else f"said: {said!r}"
