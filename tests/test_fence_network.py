@@ -12,9 +12,11 @@ its connections.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -71,6 +73,44 @@ def ssh_server() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def git_origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A repository served over plain HTTP (git's dumb protocol) on the box's loopback."""
+    import functools
+    import http.server
+
+    root = tmp_path_factory.mktemp("git-origin")
+    subprocess.run(["git", "init", "-q", "--bare", str(root / "shared.git")], check=True)
+    work = root / "work"
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    (work / "README").write_text("cloned through the proxy\n")
+    for args in (
+        ["add", "README"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"],
+        ["push", "-q", str(root / "shared.git"), "HEAD:main"],
+    ):
+        subprocess.run(["git", "-C", str(work), *args], check=True)  # fmt: skip
+    subprocess.run(["git", "-C", str(root / "shared.git"), "update-server-info"], check=True)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.2:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def non_public(host: str, port: int) -> list[str]:
+    """`host`'s addresses on this box that are not public, as allow_hosts names them: a
+    registry this box reaches through a mirror (this workplace's) must be named so."""
+    try:
+        found = {i[4][0] for i in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+    except OSError:
+        return []
+    private = sorted(a for a in found if not ipaddress.ip_address(a).is_global)
+    return [f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in private]
+
+
+@pytest.fixture(scope="module")
 def abstract() -> Iterator[str]:
     """An abstract unix socket of the host's network namespace (a desktop session's, an
     X server's): its name, listening."""
@@ -83,13 +123,17 @@ def abstract() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def box(tmp_path_factory: pytest.TempPathFactory, origin: str, ssh_server: str) -> Iterator[Box]:
+def box(
+    tmp_path_factory: pytest.TempPathFactory, origin: str, ssh_server: str, git_origin: str
+) -> Iterator[Box]:
     tmp = tmp_path_factory.mktemp("fence-net")
     home = Path(tempfile.mkdtemp(prefix="tailagent-home-", dir="/var/tmp"))
     make_project(tmp / "workspace", {"calc.py": "def add(a, b):\n    return a + b\n"})
     config = tmp / "tailagent.toml"
     # network "on", the default; the box's own servers named by address and port.
-    config.write_text(f'[sandbox]\nallow_hosts = ["{origin}", "{ssh_server}"]\n')
+    named = [origin, ssh_server, git_origin, *non_public("pypi.org", 443)]
+    named += non_public("files.pythonhosted.org", 443)
+    config.write_text(f"[sandbox]\nallow_hosts = {json.dumps(named)}\n")
     env = {**os.environ, "HOME": str(home)}
     serve = ("--agent-command", f"{sys.executable} {HOSTILE}", "--isolation", "worktree")
     with two_people(tmp, home, env, *serve, "--config", str(config)) as box:
@@ -209,3 +253,14 @@ async def test_git_s_ssh_goes_through_the_proxy_as_socks5(box: Box, ssh_server: 
     said = got[f"run {refused}"]
     assert said.startswith("refused: exit 255 "), said
     assert "the fence's proxy refuses this host" in said
+
+
+async def test_pip_and_git_clone_get_out_as_agents_use_them(box: Box, git_origin: str) -> None:
+    """The default network keeps an agent's usual work going: `pip` from the package
+    index and `git clone` over HTTP, each through the fence's proxy."""
+    pip = f"{sys.executable} -m pip download -q --no-deps --no-cache-dir -d wheels six==1.16.0"
+    clone = f"git clone -q -b main http://{git_origin}/shared.git copy && cat copy/README"
+    got, _ = await attempt(box.bob, {"run": [pip, "ls wheels", clone]})
+    assert got[f"run {pip}"].startswith("ok"), got
+    assert got["run ls wheels"] == "ok: six-1.16.0-py2.py3-none-any.whl", got
+    assert got[f"run {clone}"] == "ok: cloned through the proxy", got
