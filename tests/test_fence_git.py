@@ -88,8 +88,10 @@ async def test_a_fifo_git_would_read_fails_its_own_turn_only(people: People, nam
     made = f"mkdir -p {os.path.dirname(name) or '.'} && mkfifo {name}"
     bob = asyncio.create_task(run(people.bob, made, "echo his work > bob.txt"))
     await alice_goes_on(people, bob)
-    _, worktree = await bob
+    turn, worktree = await bob
     error = worktree["error"]
+    assert turn.final_state == "failed", error  # its own turn, saying why
+    assert error in texts(turn.last_message)
     assert f"{name} in " in error and "FIFO" in error, error
     assert "ask the agent to remove" in error, error
     assert "commit" not in worktree
@@ -122,6 +124,7 @@ async def test_a_git_past_its_deadline_is_stopped_and_blocks_nobody(people: Peop
     assert not bob.done(), "Alice waited for Bob's git"
     turn, worktree = await bob
     assert time.monotonic() - started < WITHIN
+    assert turn.final_state == "failed"
     error = worktree["error"]
     assert f"did not finish within {DEADLINE} s" in error and "git add" in error, error
     leftover = worktree_of(people.server, turn.context_id)

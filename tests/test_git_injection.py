@@ -342,7 +342,7 @@ async def test_through_a_real_server_with_the_echo_agent(tmp_path: Path) -> None
                 f"{others}\nedit:.git/objects/info/alternates", context_id=first.context_id
             )
         )
-        assert second.final_state == "completed"
+        assert second.final_state == "failed"  # its work not committed: the person must act
         error = MessageToDict((await a2a.get(second.task_id)).metadata)["worktree"]["error"]
         assert "was changed" in error and "nothing there is committed" in error
         assert "alternates" in error

@@ -197,7 +197,7 @@ class Isolated:
             change = await self.worktrees.committed(turn.context_id, commit) if commit else None
         except GitError as exc:
             # The turn's work stays in the worktree, uncommitted: the next turn's commit
-            # (or a person) picks it up. Say so rather than fail a finished turn.
+            # (or a person) picks it up. The turn fails saying why (turns/pump.py).
             log.warning("conversation %s: its turn was not committed: %s", turn.context_id, exc)
             return {"error": str(exc)}
         return {

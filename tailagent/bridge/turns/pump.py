@@ -141,6 +141,14 @@ class Pump:
             why = self._costs.agent_budget_text(runtime)
             await _fail_at_budget(runtime, why, outcome, updater)
             return
+        if worktree is not None and "error" in worktree:
+            # Its answer stands, its work is not committed: the person must act (a FIFO
+            # to remove, a tampered .git), and a completed task would say all is well.
+            why = f"The turn's work was not committed: {worktree['error']}"
+            await runtime.publisher.status(
+                updater, TaskState.TASK_STATE_FAILED, "worktree", [text_part(why)], outcome
+            )
+            return
         await runtime.publisher.finish(updater, event, outcome, close=runtime.watched)
 
     async def _stop_at_budget(self, runtime: TaskRuntime, why: str, updater: TaskUpdater) -> None:
