@@ -126,8 +126,10 @@ def pyinstaller_args(out: Path, work: Path) -> list[str]:
         # The approval desk's templates, script and style (tailagent/web).
         f"--add-data={ROOT / 'tailagent' / 'web' / 'templates'}:tailagent/web/templates",
         f"--add-data={ROOT / 'tailagent' / 'web' / 'static'}:tailagent/web/static",
-        # Run as a script by the system's python3 inside a fence (sandbox.network allowlist).
+        # Run as scripts by the system's python3 inside a fence: the bridge to the fence's
+        # proxy, and ssh's ProxyCommand through it.
         f"--add-data={ROOT / 'tailagent' / 'sandbox' / 'netbridge.py'}:tailagent/sandbox",
+        f"--add-data={ROOT / 'tailagent' / 'sandbox' / 'sshproxy.py'}:tailagent/sandbox",
     ]
     args += [f"--collect-submodules={name}" for name in COLLECT_SUBMODULES]
     args += [f"--hidden-import={name}" for name in tailagent_modules()]
