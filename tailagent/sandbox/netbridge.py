@@ -164,31 +164,48 @@ class Bridge:
         except OSError:  # a reset: both ways end
             self.close(side)
             return
-        if data:
-            side.peer.out += data
-        else:  # EOF: passed on, and the other way goes on (a client may shut and read on)
+        if not data:  # EOF: passed on, and the other way goes on (a client may shut and read on)
             side.reading = False
             side.peer.shut_when_sent = True
-        self.send(side.peer)
+        self.send(side.peer, data)
         self.update(side)
         self.update(side.peer)
 
-    def send(self, side: Side) -> None:
-        """What waits for this socket, as much as it takes now; its EOF once all is sent.
-        If it takes no more bytes, only the way to it ends."""
+    def send(self, side: Side, data: bytes = b"") -> None:
+        """What waits for this socket and then `data`, as much as it takes now; its EOF
+        once all is sent. If it takes no more bytes, only the way to it ends. With nothing
+        waiting, `data` is sent as it was read: only what the socket does not take is
+        copied to wait (a copy per read, and the buffer's moves, were a quarter of the
+        bridge's time on a download)."""
+        if data and not side.out and not side.wrote_eof:
+            try:
+                sent = side.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                sent = len(data)
+                self.failed(side)
+            if sent < len(data):
+                side.out += memoryview(data)[sent:]
+        elif data and not side.wrote_eof:
+            side.out += data
         if side.out:
             try:
                 del side.out[: side.sock.send(side.out)]
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
-                side.out.clear()
-                side.peer.reading = False
-                side.shut_when_sent, side.wrote_eof = False, True
+                self.failed(side)
         if not side.out and side.shut_when_sent:
             side.shut_when_sent, side.wrote_eof = False, True
             with contextlib.suppress(OSError):
                 side.sock.shutdown(socket.SHUT_WR)
+
+    def failed(self, side: Side) -> None:
+        """This socket takes no more bytes: the way to it ends, what waits is dropped."""
+        side.out.clear()
+        side.peer.reading = False
+        side.shut_when_sent, side.wrote_eof = False, True
 
     def update(self, side: Side) -> None:
         """What the selector waits for on this socket; both closed once both ways ended."""
