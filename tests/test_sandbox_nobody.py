@@ -34,6 +34,7 @@ import pytest
 from tailagent.sandbox import bwrap as bubblewrap
 from tests.a2a_helpers import A2A, user_message
 from tests.conftest import RunningServer, start_server
+from tests.test_fence_kernel import ADD_KEY, FIND_KEY
 from tests.test_isolation import make_project
 from tests.test_sandbox import (
     DB_PASSWORD,
@@ -42,6 +43,7 @@ from tests.test_sandbox import (
     Box,
     attempt,
     bobs_plan,
+    got_through,
     head_of,
     make_home,
     nothing_got_through,
@@ -219,3 +221,31 @@ async def test_bob_s_agent_reaches_nothing_that_is_not_his(box: NobodyBox) -> No
 async def test_the_agent_works_in_its_own_directory(box: NobodyBox) -> None:
     got, _ = await attempt(box.bob, OWN_WORK)
     own_work_done(got)
+
+
+async def test_what_issue_54_found_fails_as_nobody_too(box: NobodyBox) -> None:
+    """The second part's attacks (tests/test_fence_network.py, test_fence_kernel.py,
+    test_sandbox_home.py), with every agent run by the service user itself: its network,
+    the keyring, its proxy's socket and a secret of no listed name."""
+    port = box.server.url.rsplit(":", 1)[1]
+    vault = box.home / ".vault-token"
+    vault.write_text("hvs.the-service-user-s")
+    give(vault, pwd.getpwnam(USER))
+    forged = (
+        f"curl -sS --noproxy '*' --max-time 5 -H 'X-Forwarded-For: 100.64.0.7' "
+        f"http://127.0.0.1:{port}/v1/tasks"
+    )
+    proxied = (
+        f"curl -sSf --max-time 10 --noproxy '' -x http://127.0.0.1:3128 http://127.0.0.1:{port}/"
+    )
+    plan = {
+        "connect": [f"127.0.0.1:{port}"],
+        "read": [str(vault)],
+        "run": [forged, proxied, ADD_KEY, "rm -f /run/tailagent-proxy/proxy.sock",
+                "echo 1 > /proc/sys/vm/overcommit_memory"],
+    }  # fmt: skip
+    got, _ = await attempt(box.bob, plan)
+    assert got_through(got) == {}, got
+    found, _ = await attempt(box.alice, {"run": [FIND_KEY]})
+    assert found[f"run {FIND_KEY}"].startswith("refused: "), found
+    assert alive(box)
