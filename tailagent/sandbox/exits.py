@@ -14,15 +14,12 @@ into that socket, and the environment points HTTP clients, SOCKS clients and git
 from __future__ import annotations
 
 import asyncio
-import logging
 import shlex
 from pathlib import Path
 
 from tailagent.config import SandboxSettings
 from tailagent.sandbox.allowlist import Allowlist
 from tailagent.sandbox.proxy import AllowlistProxy, bridge_argv, proxy_env
-
-log = logging.getLogger("tailagent.sandbox")
 
 PROXY_INSIDE = Path("/run/tailagent-proxy")
 PROXY_PORT = 3128
@@ -47,12 +44,19 @@ class Exits:
         # ssh takes no proxy from the environment: git's runs with SOCKS5 to the fence's.
         through = shlex.join([python, "-I", "-S", str(SSHPROXY), str(PROXY_PORT)])
         self._ssh_command = f"ssh -o {shlex.quote(f'ProxyCommand={through} %h %p')}"
-        if settings.network == "allowlist":
-            log.info("sandbox: agents reach only %s, through tailagent's proxy", ", ".join(hosts))
-        elif settings.network == "on":
-            named = ", but what sandbox.allow_hosts names" if settings.allow_hosts else ""
-            log.info("sandbox: agents reach the internet through tailagent's proxy (never "
-                     "loopback, the tailnet, private addresses or this box%s)", named)  # fmt: skip
+        self.hosts = hosts
+
+    def describe(self, network: str) -> str:
+        """What a fence of `network` reaches, for the start's line and doctor."""
+        if network == "allowlist":
+            return f"only {', '.join(self.hosts)}, through its own proxy"
+        if network == "on":
+            named = ", but what sandbox.allow_hosts names" if self._allow["on"].networks else ""
+            return (
+                "the internet through its own proxy, never loopback, the tailnet, private "
+                f"addresses or this box{named}"
+            )
+        return "no network"
 
     def proxied(self, network: str) -> bool:
         """Whether a fence of `network` goes out through a proxy ("none" does not)."""

@@ -169,7 +169,8 @@ class Sandbox:
             return "none needed: the echo agent runs no process of its own"
         if not self.on:
             return "OFF (sandbox.mode = off): agents run unfenced, as the service user"
-        return f"on (bubblewrap; network: {self.settings.network}; {self.kernel})"
+        reach = self._exits.describe(self.settings.network) if self._exits else ""
+        return f"on (bubblewrap; network: {self.settings.network}, {reach}; {self.kernel})"
 
     async def start(self) -> None:
         """Checks a fence can be made here (SandboxUnavailable says why not and what to

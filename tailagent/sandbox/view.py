@@ -184,7 +184,8 @@ def path_folders(search_path: str, home: Path) -> list[Path]:
 def program_folders(programs: Iterable[Path], inside: Iterable[Path], home: Path) -> list[Path]:
     """The folders to show for the agent's own files: a folder as it is, a file with the
     folder it came in (a script's modules lie beside it), an npm program with the folder
-    its `node_modules` is in (its package needs the rest). In a place shown only in part
+    its `node_modules` is in and a Python with its whole prefix or venv (each needs the
+    rest). In a place shown only in part
     (`inside`: the person's checkout), the first folder below it, never that place whole;
     a file at the top of it, or of a home, alone."""
     places = [*inside, home, Path("/")]
@@ -198,6 +199,8 @@ def program_folders(programs: Iterable[Path], inside: Iterable[Path], home: Path
         folder = path if path.is_dir() else path.parent
         if "node_modules" in folder.parts:  # an npm program needs its whole install
             folder = Path(*folder.parts[: folder.parts.index("node_modules")])
+        elif _interpreter_prefix(folder, home):  # a venv's or a Python's bin/ needs its lib/
+            folder = folder.parent
         place = next((p for p in places if folder == p or folder.is_relative_to(p)), None)
         if place is not None and place != Path("/") and place != home:
             if folder == place:
@@ -209,6 +212,15 @@ def program_folders(programs: Iterable[Path], inside: Iterable[Path], home: Path
             continue
         folders.append(folder)
     return outermost(folders)
+
+
+def _interpreter_prefix(folder: Path, home: Path) -> bool:
+    """Whether `folder` is the bin/ of a Python install or venv, whose programs need the
+    rest of it (never ~/.local, which holds more than programs)."""
+    prefix = folder.parent
+    if folder.name != "bin" or prefix in (home, home / ".local", Path("/")):
+        return False
+    return (prefix / "pyvenv.cfg").is_file() or any(prefix.glob("lib/python3*"))
 
 
 def _system(path: Path) -> bool:
