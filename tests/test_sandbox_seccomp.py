@@ -196,8 +196,13 @@ def fenced(
         )
 
 
+# The interpreter itself, not a venv's link to it: a checkout (and its venv) under /tmp
+# is under the sandbox's private /tmp. The probes run isolated (-I): no packages needed.
+INTERPRETER = os.path.realpath(sys.executable)
+
+
 def python(user: str | None) -> str:
-    return NOBODY_PYTHON if user else sys.executable
+    return NOBODY_PYTHON if user else INTERPRETER
 
 
 def probed(bpf: Path | None, user: str | None = None) -> dict[str, object]:
@@ -244,8 +249,8 @@ def test_available_here() -> None:
 
 def test_filter_is_loaded(bpf: Path) -> None:
     show = "import re; print(re.findall(r'Seccomp.*', open('/proc/self/status').read()))"
-    with_filter = fenced([sys.executable, "-I", "-c", show], bpf)
-    without = fenced([sys.executable, "-I", "-c", show], None)
+    with_filter = fenced([INTERPRETER, "-I", "-c", show], bpf)
+    without = fenced([INTERPRETER, "-I", "-c", show], None)
     assert with_filter.returncode == 0 == without.returncode, with_filter.stderr
     filters = int(with_filter.stdout.split("Seccomp_filters:\\t")[1].split("'")[0])
     filters_before = int(without.stdout.split("Seccomp_filters:\\t")[1].split("'")[0])
