@@ -85,8 +85,8 @@ def test_a_waiting_permission_is_answered_from_the_list_on_a_phone(
     allow = row.get_by_role("button", name="Allow", exact=True)
     deny = row.get_by_role("button", name="Deny", exact=True)
     for button in (allow, deny):
-        box = button.bounding_box()
-        assert box is not None and box["x"] + box["width"] <= PHONE["width"]
+        box = settled_box(button)
+        assert box["x"] + box["width"] <= PHONE["width"]
         assert box["height"] >= 44, "a tap target a thumb can hit"
     shot(page, "list-waiting-permission", tmp_path)
     allow.tap()
