@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -17,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.a2a_helpers import A2A
+from tests.conftest import start_server
 from tests.test_isolation import make_project
 from tests.test_sandbox import Box, attempt, got_through, two_people
 
@@ -65,3 +69,45 @@ async def test_each_conversation_s_agent_is_a_uid_of_its_own(box: Box) -> None:
     assert got_through(denied) == {}, denied
     assert "EACCES" in denied[f"read {root_only}"]
     assert json.dumps(denied).count("EPERM") == 1  # the signal
+
+
+@pytest.mark.parametrize(
+    ("user", "said"),
+    [
+        ("nosuchuser", "sandbox.user: no user 'nosuchuser' on this box (name an existing"),
+        ("root", "sandbox.user: 'root' is root, and agents never run as root"),
+    ],
+)
+def test_a_sandbox_user_that_cannot_be_is_refused_in_one_line(
+    tmp_path: Path, user: str, said: str
+) -> None:
+    config = tmp_path / "tailagent.toml"
+    config.write_text(f'[sandbox]\nuser = "{user}"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "tailagent", "serve", "--listen", "127.0.0.1:0",
+         "--state-dir", str(tmp_path / "state"), "--config", str(config),
+         "--agent-command", f"{sys.executable} {HOSTILE}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"tailagent: cannot fence the agent: {said}")
+    )
+    assert "Traceback" not in done.stderr
+
+
+async def test_sandbox_user_runs_every_agent_as_that_account(tmp_path: Path) -> None:
+    nobody = pwd.getpwnam("nobody")
+    make_project(tmp_path / "workspace")
+    config = tmp_path / "tailagent.toml"
+    config.write_text('[sandbox]\nuser = "nobody"\n')
+    server = start_server(
+        tmp_path, "--agent-command", f"{sys.executable} {HOSTILE}", "--config", str(config)
+    )
+    try:
+        got, _ = await attempt(A2A(server.url, server.token), {"run": [WHO]})
+        assert got[f"run {WHO}"] == f"ok: {nobody.pw_uid} {nobody.pw_gid} {nobody.pw_gid}", got
+    finally:
+        server.stop()

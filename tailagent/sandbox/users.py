@@ -51,18 +51,25 @@ class AgentUsers:
         self.enabled = os.geteuid() == 0
         self._sandboxes = sandboxes
         self._first = UID_BASE + BLOCK * (zlib.crc32(str(state_dir).encode()) % BLOCKS)
+        self._name = named
         self._named: int | None = None
-        if named:
-            try:
-                self._named = pwd.getpwnam(named).pw_uid
-            except KeyError:
-                raise SandboxUnavailable(f"sandbox.user: no user {named!r} on this box") from None
-            if self._named == 0:
-                raise SandboxUnavailable("sandbox.user: agents never run as root")
         self.setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
 
     def check(self) -> None:
-        """SandboxUnavailable when agents would need setpriv and it is not here."""
+        """SandboxUnavailable, saying what to do, when agents cannot run as `sandbox.user`
+        or would need setpriv and it is not here."""
+        if self._name:
+            try:
+                self._named = pwd.getpwnam(self._name).pw_uid
+            except KeyError:
+                raise SandboxUnavailable(
+                    f"sandbox.user: no user {self._name!r} on this box (name an existing "
+                    "account, or leave it out for a uid of its own per conversation)"
+                ) from None
+            if self._named == 0:
+                raise SandboxUnavailable(
+                    f"sandbox.user: {self._name!r} is root, and agents never run as root"
+                )
         if self.enabled and not os.access(self.setpriv, os.X_OK):
             raise SandboxUnavailable(
                 f"no setpriv to run agents as their own users: {SETPRIV_INSTALL}"
