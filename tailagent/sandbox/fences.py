@@ -243,7 +243,7 @@ class Sandbox:
         uid = self._agent_uid(directory, private) if self.users.enabled and home else None
         mounts = view.Mounts()
         view.system(mounts)
-        if uid is not None:  # its name in the box's tables
+        if uid is not None and not self.users.named():  # its name in the box's tables
             for name, table in users.tables(uid, self._home, private).items():
                 mounts.ro(table, Path("/etc", name))
         self._own_places(mounts, tmp)
@@ -293,7 +293,7 @@ class Sandbox:
         if not directory.is_relative_to(self._state_dir):
             return  # the person's checkout: never handed to another uid
         uid = self.users.uid_of(private)
-        users.hand_over(directory, uid)
+        users.hand_over(directory, uid, self.users.gid(uid))
         self._return_logins()
 
     def _agent_uid(self, directory: Path, private: Path) -> int | None:
@@ -313,11 +313,11 @@ class Sandbox:
         mine = directory.is_relative_to(self._state_dir)
         for path in (directory if mine else None, private / "home", *private.glob("net-*"), tools):
             if path is not None and path.exists():
-                users.hand_over(path, uid)
+                users.hand_over(path, uid, self.users.gid(uid))
         # Its temp dir itself, not what is in it: the agent's own files are its already,
         # and the folders bwrap made there for mount points (a state dir under /tmp) are
         # what bwrap, root without capabilities, goes through to the agent's directory.
-        os.chown(private / "tmp", uid, uid)
+        os.chown(private / "tmp", uid, self.users.gid(uid))
         (private / "tmp").chmod(0o755)
 
     def _return_logins(self) -> None:

@@ -111,10 +111,18 @@ class AgentUsers:
             return True
         return False
 
+    def gid(self, uid: int) -> int:
+        """The agent's group: a named account's own, else the number of its uid."""
+        return pwd.getpwuid(uid).pw_gid if uid == self._named else uid
+
+    def named(self) -> bool:
+        """Whether agents run as an account the box's tables already name."""
+        return self._named is not None
+
     def inside(self, uid: int) -> list[str]:
         """What runs first inside the fence: the agent's uid and group taken, no other
         group, no capability left to pass on."""
-        return [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+        return [self.setpriv, f"--reuid={uid}", f"--regid={self.gid(uid)}", "--clear-groups",
                 "--inh-caps=-all", "--"]  # fmt: skip
 
 
@@ -137,15 +145,15 @@ def tables(uid: int, home: Path, private: Path) -> dict[str, Path]:
     return made
 
 
-def hand_over(path: Path, uid: int) -> None:
+def hand_over(path: Path, uid: int, gid: int) -> None:
     """`path` and everything under it belong to `uid` (links themselves, never what they
     point at): what tailagent wrote there as root becomes the agent's to change. Only
     entries of another owner are changed, so a second pass over a large tree is reads."""
     for entry in _walk(path):
         try:
             info = entry.lstat()
-            if info.st_uid != uid or info.st_gid != uid:
-                os.chown(entry, uid, uid, follow_symlinks=False)
+            if info.st_uid != uid or info.st_gid != gid:
+                os.chown(entry, uid, gid, follow_symlinks=False)
         except FileNotFoundError:
             continue
 
