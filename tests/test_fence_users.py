@@ -111,3 +111,21 @@ async def test_sandbox_user_runs_every_agent_as_that_account(tmp_path: Path) -> 
         assert got[f"run {WHO}"] == f"ok: {nobody.pw_uid} {nobody.pw_gid} {nobody.pw_gid}", got
     finally:
         server.stop()
+
+
+def test_handing_over_never_follows_a_link_out(tmp_path: Path) -> None:
+    """What the agent leaves in its directory is handed to its uid, links as links: a
+    link to a folder of root's stays pointing at a folder of root's."""
+    from tailagent.sandbox.users import hand_over
+
+    directory = tmp_path / "conversation"
+    (directory / "a" / "b").mkdir(parents=True)
+    (directory / "a" / "b" / "file").write_text("written by tailagent's git")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("root's")
+    (directory / "a" / "out").symlink_to(outside)
+    hand_over(directory, 65534, 65534)
+    inside = [directory, directory / "a", directory / "a" / "b", directory / "a" / "b" / "file"]
+    assert {p.lstat().st_uid for p in [*inside, directory / "a" / "out"]} == {65534}
+    assert (outside.stat().st_uid, (outside / "secret").stat().st_uid) == (0, 0)

@@ -38,6 +38,7 @@ UID_BASE = 0x7A000000  # 2046820352: past systemd's container range, below 2^31
 BLOCK = 65536  # uids a state dir's conversations draw from
 BLOCKS = 64
 UID_FILE = "uid"  # in a conversation's private folder
+MAX_DEPTH = 256  # folders below a conversation's directory that are handed over
 SETPRIV_INSTALL = "install util-linux's setpriv (Debian, Ubuntu: it comes with util-linux)"
 # What the fence keeps for setpriv to take the uid with, and nothing else.
 KEPT_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID")
@@ -148,30 +149,39 @@ def tables(uid: int, home: Path, private: Path) -> dict[str, Path]:
 def hand_over(path: Path, uid: int, gid: int) -> None:
     """`path` and everything under it belong to `uid` (links themselves, never what they
     point at): what tailagent wrote there as root becomes the agent's to change. Only
-    entries of another owner are changed, so a second pass over a large tree is reads."""
-    for entry in _walk(path):
-        try:
-            info = entry.lstat()
-            if info.st_uid != uid or info.st_gid != gid:
-                os.chown(entry, uid, gid, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
+    entries of another owner are changed, so a second pass over a large tree is reads.
+
+    The walk goes down by open folders, never by names: a folder the agent swapped for a
+    link to /etc between the listing and the descent is refused by O_NOFOLLOW, so root
+    never hands over anything outside `path`."""
+    try:
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    try:
+        info = os.fstat(top)
+        if info.st_uid != uid or info.st_gid != gid:
+            os.fchown(top, uid, gid)
+        _hand_over_below(top, uid, gid, MAX_DEPTH)
+    finally:
+        os.close(top)
 
 
-def _walk(root: Path) -> list[Path]:
-    """`root` and every entry below it, found with lstat only (a link to a folder is an
-    entry, not a way down)."""
-    found = [root]
-    folders = [root] if root.is_dir() and not root.is_symlink() else []
-    while folders:
-        folder = folders.pop()
-        try:
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    path = Path(entry.path)
-                    found.append(path)
-                    if stat.S_ISDIR(entry.stat(follow_symlinks=False).st_mode):
-                        folders.append(path)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-    return found
+def _hand_over_below(folder: int, uid: int, gid: int, depth: int) -> None:
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+                if info.st_uid != uid or info.st_gid != gid:
+                    os.chown(entry.name, uid, gid, dir_fd=folder, follow_symlinks=False)
+                if not stat.S_ISDIR(info.st_mode) or depth == 0:
+                    continue
+                below = os.open(
+                    entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder
+                )
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # gone, or no longer a folder: nothing of it to hand over
+            try:
+                _hand_over_below(below, uid, gid, depth - 1)
+            finally:
+                os.close(below)
