@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ import pytest
 from tests.a2a_helpers import A2A
 from tests.conftest import start_server
 from tests.test_isolation import make_project
-from tests.test_sandbox import Box, attempt, got_through, two_people
+from tests.test_sandbox import Box, attempt, got_through, refused_start, two_people
 
 HOSTILE = Path(__file__).parent / "hostile_acp_agent.py"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="agents change uid only under root")
@@ -81,21 +80,8 @@ async def test_each_conversation_s_agent_is_a_uid_of_its_own(box: Box) -> None:
 def test_a_sandbox_user_that_cannot_be_is_refused_in_one_line(
     tmp_path: Path, user: str, said: str
 ) -> None:
-    config = tmp_path / "tailagent.toml"
-    config.write_text(f'[sandbox]\nuser = "{user}"\n')
-    done = subprocess.run(
-        [sys.executable, "-m", "tailagent", "serve", "--listen", "127.0.0.1:0",
-         "--state-dir", str(tmp_path / "state"), "--config", str(config),
-         "--agent-command", f"{sys.executable} {HOSTILE}"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 1
-    assert (
-        done.stderr.strip()
-        .splitlines()[-1]
-        .startswith(f"tailagent: cannot fence the agent: {said}")
-    )
-    assert "Traceback" not in done.stderr
+    last = refused_start(tmp_path, f'[sandbox]\nuser = "{user}"\n')
+    assert last.startswith(f"tailagent: cannot fence the agent: {said}"), last
 
 
 async def test_sandbox_user_runs_every_agent_as_that_account(tmp_path: Path) -> None:

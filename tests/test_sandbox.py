@@ -411,17 +411,23 @@ async def test_mode_off_is_said_everywhere(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_with_no_sandbox_to_be_had_serve_refuses_and_says_what_to_do(tmp_path: Path) -> None:
-    config = tmp_path / "tailagent.toml"
-    config.write_text(f'[sandbox]\nbwrap = "{tmp_path / "no-bwrap"}"\n')
+def refused_start(tmp_path: Path, config: str) -> str:
+    """`serve` of the hostile agent under `config`, which must refuse to start: its last
+    line on stderr (and no traceback)."""
+    path = tmp_path / "tailagent.toml"
+    path.write_text(config)
     done = subprocess.run(
         [sys.executable, "-m", "tailagent", "serve", "--listen", "127.0.0.1:0",
-         "--state-dir", str(tmp_path / "state"), "--config", str(config),
+         "--state-dir", str(tmp_path / "state"), "--config", str(path),
          "--agent-command", f"{sys.executable} {HOSTILE}"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert done.returncode == 1
-    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    return done.stderr.strip().splitlines()[-1]
+
+
+def test_with_no_sandbox_to_be_had_serve_refuses_and_says_what_to_do(tmp_path: Path) -> None:
+    last = refused_start(tmp_path, f'[sandbox]\nbwrap = "{tmp_path / "no-bwrap"}"\n')
     assert last.startswith("tailagent: cannot fence the agent: sandbox.bwrap: ")
     assert 'sandbox.mode = "off"' in last
 
