@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,3 +147,15 @@ def browser() -> Iterator[Browser]:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         yield launched
         launched.close()
+
+
+@pytest.fixture(scope="module")
+def abstract() -> Iterator[str]:
+    """An abstract unix socket of the host's network namespace (a desktop session's, an
+    X server's): its name, listening."""
+    name = f"tailagent-test-{uuid.uuid4().hex[:8]}"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind("\0" + name)
+    listener.listen()
+    yield name
+    listener.close()

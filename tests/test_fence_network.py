@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,18 +107,6 @@ def non_public(host: str, port: int) -> list[str]:
         return []
     private = sorted(a for a in found if not ipaddress.ip_address(a).is_global)
     return [f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in private]
-
-
-@pytest.fixture(scope="module")
-def abstract() -> Iterator[str]:
-    """An abstract unix socket of the host's network namespace (a desktop session's, an
-    X server's): its name, listening."""
-    name = f"tailagent-test-{uuid.uuid4().hex[:8]}"
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind("\0" + name)
-    listener.listen()
-    yield name
-    listener.close()
 
 
 @pytest.fixture(scope="module")

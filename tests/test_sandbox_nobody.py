@@ -17,6 +17,7 @@ root's, 0700), given to nobody and removed afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
@@ -32,9 +33,10 @@ from pathlib import Path
 import pytest
 
 from tailagent.sandbox import bwrap as bubblewrap
-from tests.a2a_helpers import A2A, user_message
+from tests.a2a_helpers import A2A, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.test_fence_kernel import ADD_KEY, FIND_KEY
+from tests.test_fence_network import abstract_connect
 from tests.test_isolation import make_project
 from tests.test_sandbox import (
     DB_PASSWORD,
@@ -49,6 +51,7 @@ from tests.test_sandbox import (
     nothing_got_through,
     own_work_done,
 )
+from tests.test_sandbox_freeze import LINGER, SLEEP, grows, lingering_on, pids_of, size, state
 
 USER = "nobody"
 PYTHON = Path("/usr/bin/python3")
@@ -223,10 +226,11 @@ async def test_the_agent_works_in_its_own_directory(box: NobodyBox) -> None:
     own_work_done(got)
 
 
-async def test_what_issue_54_found_fails_as_nobody_too(box: NobodyBox) -> None:
+async def test_what_issue_54_found_fails_as_nobody_too(box: NobodyBox, abstract: str) -> None:
     """The second part's attacks (tests/test_fence_network.py, test_fence_kernel.py,
-    test_sandbox_home.py), with every agent run by the service user itself: its network,
-    the keyring, its proxy's socket and a secret of no listed name."""
+    test_sandbox_home.py), with every agent run by the service user itself: its network
+    (the server's port, a host's abstract socket), the keyring, its proxy's socket, the
+    kernel's knobs and a secret of no listed name."""
     port = box.server.url.rsplit(":", 1)[1]
     vault = box.home / ".vault-token"
     vault.write_text("hvs.the-service-user-s")
@@ -242,10 +246,40 @@ async def test_what_issue_54_found_fails_as_nobody_too(box: NobodyBox) -> None:
         "connect": [f"127.0.0.1:{port}"],
         "read": [str(vault)],
         "run": [forged, proxied, ADD_KEY, "rm -f /run/tailagent-proxy/proxy.sock",
-                "echo 1 > /proc/sys/vm/overcommit_memory"],
+                "echo 1 > /proc/sys/vm/overcommit_memory", abstract_connect(abstract),
+                "echo '|/tmp/x' > /proc/sys/kernel/core_pattern"],
     }  # fmt: skip
     got, _ = await attempt(box.bob, plan)
     assert got_through(got) == {}, got
     found, _ = await attempt(box.alice, {"run": [FIND_KEY]})
     assert found[f"run {FIND_KEY}"].startswith("refused: "), found
     assert alive(box)
+
+
+async def test_a_fifo_fails_its_own_turn_only_as_nobody_too(box: NobodyBox) -> None:
+    """tests/test_fence_git.py's: Bob's FIFO `.gitignore` fails his own turn, naming it,
+    while Alice's turn, started meanwhile in her own conversation, completes."""
+    bob = asyncio.create_task(attempt(box.bob, {"run": ["mkfifo .gitignore", "echo x > b"]}))
+    _, alice_turn = await asyncio.wait_for(attempt(box.alice, {"run": ["echo a > a.txt"]}), 30)
+    assert alice_turn.final_state == "completed"
+    _, bob_turn = await asyncio.wait_for(bob, 30)
+    assert bob_turn.final_state == "failed"
+    said = texts(bob_turn.last_message)
+    assert ".gitignore in " in said and "FIFO" in said, said
+    assert alive(box)
+
+
+async def test_what_a_turn_leaves_behind_is_stopped_as_nobody_too(box: NobodyBox) -> None:
+    """tests/test_sandbox_freeze.py's: a detached process and a thread the agent leaves
+    behind are stopped once its turn ends, by a server that is not root, and thawed for
+    the next turn only."""
+    got, turn = await attempt(box.bob, LINGER)
+    grow = lingering_on(got["linger grow.txt"])
+    lingerers = pids_of(box.server, str(grow))
+    assert lingerers
+    assert not grows(grow) and not grows(grow.with_name("thread.txt"), 0.3)
+    assert {state(pid) for pid in lingerers} == {"T (stopped)"}
+    before = size(grow)
+    again, second = await attempt(box.bob, SLEEP, context_id=turn.context_id)
+    assert second.final_state == "completed", again
+    assert size(grow) > before and not grows(grow)
