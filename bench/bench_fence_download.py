@@ -13,7 +13,12 @@ TCP/HTTP origin on 127.0.0.2:PORT (its own process, sending from memory), named 
     through the proxy variables the fence sets: a plain `GET http://...` the proxy
     forwards (proxy.py's relay_response);
   - connect: the same with `--proxytunnel`, so the proxy opens a CONNECT tunnel and copies
-    both ways (proxy.py's tunnel and pipe), as every https download does.
+    both ways (proxy.py's tunnel and pipe), as every https download does;
+  - relay: no fence, but one process in between: `curl --noproxy '*'` to a relay on
+    127.0.0.3 (its own process) that moves each connection's bytes to the origin and back
+    with os.splice, kernel to kernel, no copy through Python, a thread per direction. The
+    fence has two such hops (its bridge inside, the proxy outside); this is the ceiling of
+    any design with even one, on this box.
 
 Each figure is curl's own `%{speed_download}` (bytes over the transfer, the fence's start
 excluded) and the whole command's wall time (bwrap's start included). It prints medians,
@@ -24,7 +29,7 @@ gigabit link carries at most 125 MB/s): whether the fence keeps up with a real l
 where the bare loopback measures what its copies cost.
 
 Usage: python bench/bench_fence_download.py [--rounds 7] [--megabytes 100] [--rate 0]
-    [--only http,connect] [--loop uvloop|asyncio] [--profile FILE]
+    [--only http,connect,relay] [--loop uvloop|asyncio] [--profile FILE]
 (--profile writes a cProfile of this process, the proxy's side, to FILE.)
 """
 
@@ -80,8 +85,35 @@ while True:
     conn, _ = listener.accept()
     threading.Thread(target=answer, args=(conn,), daemon=True).start()
 """
+# The relay: listens on RELAY_HOST, prints its port, and splices each connection to the
+# origin at HOST:argv[1] through a pipe of 1 MiB per direction.
+RELAY = """
+import fcntl, os, socket, sys, threading
+origin = (sys.argv[1], int(sys.argv[2]))
+def pump(source, sink):
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, 1031, 1 << 20)  # F_SETPIPE_SZ
+    try:
+        while moved := os.splice(source.fileno(), write_end, 1 << 20):
+            while moved:
+                moved -= os.splice(read_end, sink.fileno(), moved)
+        sink.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+listener = socket.create_server((sys.argv[3], 0))
+print(listener.getsockname()[1], flush=True)
+while True:
+    conn, _ = listener.accept()
+    upstream = socket.create_connection(origin)
+    for source, sink in ((conn, upstream), (upstream, conn)):
+        threading.Thread(target=pump, args=(source, sink), daemon=True).start()
+"""
+RELAY_HOST = "127.0.0.3"
 CURL = ["curl", "-sS", "-o", "/dev/null", "-w", "%{speed_download} %{size_download}"]
-WAYS = ("direct", "http", "connect")
+WAYS = ("direct", "http", "connect", "relay")
 
 
 async def timed(argv: list[str], size: int) -> tuple[float, float]:
@@ -111,6 +143,12 @@ async def measure(
     assert origin.stdout is not None
     port = int(await origin.stdout.readline())
     url = f"http://{HOST}:{port}/download"
+    relay = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-I", "-c", RELAY, HOST, str(port), RELAY_HOST),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert relay.stdout is not None
+    relayed = f"http://{RELAY_HOST}:{int(await relay.stdout.readline())}/download"
     tmp = Path(tempfile.mkdtemp(prefix="ta-bench-download-", dir="/var/tmp"))
     os.environ["HOME"] = str(tmp / "home")  # a home of nobody's: the fence's own is empty
     (tmp / "home").mkdir()
@@ -127,6 +165,7 @@ async def measure(
             "direct": [*CURL, "--noproxy", "*", url],
             "http": fence.wrap([*CURL, url]),
             "connect": fence.wrap([*CURL, "--proxytunnel", url]),
+            "relay": [*CURL, "--noproxy", "*", relayed],
         }
         times: dict[str, list[tuple[float, float]]] = {way: [] for way in ways}
         for way in ways:  # one not counted: the page cache, the proxy's first connection
@@ -143,8 +182,9 @@ async def measure(
             raise SystemExit(f"the proxy refused {sandbox.proxy_refusals()} connections")
     finally:
         await sandbox.aclose()
-        origin.kill()
-        await origin.wait()
+        for process in (origin, relay):
+            process.kill()
+            await process.wait()
         shutil.rmtree(tmp, ignore_errors=True)
     direct = statistics.median(s for s, _ in times["direct"]) if "direct" in times else None
     paced = f", the origin paced to {rate:g} MB/s" if rate else ""
@@ -166,7 +206,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--megabytes", type=int, default=100)
     parser.add_argument("--rate", type=float, default=0.0, help="pace the origin, MB/s")
-    parser.add_argument("--only", default="http,connect", help="which of http,connect")
+    parser.add_argument("--only", default="http,connect,relay", help="of http,connect,relay")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     parser.add_argument("--profile", default=None)
     options = parser.parse_args()

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tailagent.sandbox import splicing
 from tailagent.sandbox.allowlist import Allowlist
 from tailagent.sandbox.proxy import NETBRIDGE, AllowlistProxy, bridge_argv, proxy_env
 
@@ -549,20 +550,36 @@ async def test_the_bridge_passes_signals_on_to_its_child(sockdir: Path, sig: int
     assert await asyncio.wait_for(child.wait(), 10) == 128 + sig
 
 
-async def test_the_bridge_carries_a_large_transfer_both_ways(sockdir: Path, echo_port: int) -> None:
-    """8 MiB up while 8 MiB comes back: the bridge's and the proxy's buffers fill and
-    drain (neither reads more than it can pass on), and every byte arrives in order."""
+# How the bridge and the proxy hold bytes on their way: in pipes, moved by os.splice (where
+# the kernel lends pipes), or copied through Python: by a bridge under a Python without
+# os.splice (3.9, a one-file binary's system python3), and by a proxy whose user is past
+# pipe-user-pages-soft (splicing.pipe's None, as it says then, stands in for that here).
+WAYS_OF_HOLDING = ["spliced", "bridge copies", "proxy copies"]
+
+
+@pytest.mark.parametrize("held", WAYS_OF_HOLDING)
+async def test_the_bridge_carries_a_large_transfer_both_ways(
+    sockdir: Path, echo_port: int, held: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """8 MiB up while 8 MiB comes back: the bridge's and the proxy's pipes or buffers fill
+    and drain (neither reads more than it can pass on), and every byte arrives in order,
+    the first of them sent with the CONNECT itself."""
     port = free_port()
     sent = os.urandom(1 << 20) * 8
+    if held == "proxy copies":
+        monkeypatch.setattr(splicing, "pipe", lambda: None)
     async with running(sockdir, [f"127.0.0.1:{echo_port}"]) as proxy:
-        child = await bridge(proxy.path, port, PYTHON, "-c", "import sys; sys.stdin.read()")
+        if held == "bridge copies":
+            child = await bridge_without_splice(proxy.path, port)
+        else:
+            child = await bridge(proxy.path, port, PYTHON, "-c", "import sys; sys.stdin.read()")
         await wait_listening(port)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(f"CONNECT 127.0.0.1:{echo_port} HTTP/1.1\r\n\r\n".encode())
+        writer.write(f"CONNECT 127.0.0.1:{echo_port} HTTP/1.1\r\n\r\n".encode() + sent[:100])
         assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 ")
 
         async def upload() -> None:
-            for start in range(0, len(sent), 1 << 16):
+            for start in range(100, len(sent), 1 << 16):
                 writer.write(sent[start : start + (1 << 16)])
                 await writer.drain()
             writer.write_eof()
@@ -578,6 +595,19 @@ async def test_the_bridge_carries_a_large_transfer_both_ways(sockdir: Path, echo
     assert back == sent
 
 
+async def bridge_without_splice(sock: Path, port: int) -> asyncio.subprocess.Process:
+    """The bridge as a Python without os.splice runs it."""
+    argv = bridge_argv(PYTHON, str(sock), port)
+    start = argv.index(str(NETBRIDGE))
+    child = [PYTHON, "-c", "import sys; sys.stdin.read()"]
+    script = (
+        "import os, runpy, sys; del os.splice; "
+        f"sys.argv = {[str(NETBRIDGE), *argv[start + 1 :], *child]!r}; "
+        f"runpy.run_path({str(NETBRIDGE)!r}, run_name='__main__')"
+    )
+    return await asyncio.create_subprocess_exec(*argv[:start], "-c", script, stdin=subprocess.PIPE)
+
+
 def fds_and_threads(pid: int) -> tuple[int, int]:
     threads = next(
         int(line.split()[1])
@@ -589,12 +619,14 @@ def fds_and_threads(pid: int) -> tuple[int, int]:
 
 async def test_the_bridge_leaks_no_descriptor_or_thread(sockdir: Path, echo_port: int) -> None:
     """A hundred connections through bridge and proxy (whole, half-closed, reset, refused)
-    leave the bridge as they found it."""
+    leave the bridge, and the proxy's process (this one), as they found them: every pipe
+    and socket copy closed."""
     port = free_port()
     async with running(sockdir, [f"127.0.0.1:{echo_port}"]) as proxy:
         child = await bridge(proxy.path, port, PYTHON, "-c", "import sys; sys.stdin.read()")
         await wait_listening(port)
         before = await settled(child.pid, proxy)
+        ours = len(os.listdir("/proc/self/fd"))
         for n in range(100):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             target = f"127.0.0.1:{echo_port}" if n % 4 else "evil.example:443"
@@ -611,6 +643,7 @@ async def test_the_bridge_leaks_no_descriptor_or_thread(sockdir: Path, echo_port
                     assert await reader.read() == b""
             writer.close()
         assert await settled(child.pid, proxy) == before
+        assert len(os.listdir("/proc/self/fd")) == ours
         assert child.stdin is not None
         child.stdin.close()
         assert await asyncio.wait_for(child.wait(), 10) == 0

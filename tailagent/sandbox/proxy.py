@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from tailagent.sandbox import socks
+from tailagent.sandbox import socks, splicing
 from tailagent.sandbox.allowlist import Allowlist, IPAddress, literal, name_of, split_port
 
 log = logging.getLogger("tailagent.sandbox")
@@ -251,9 +251,12 @@ async def copy_chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     await writer.drain()
 
 
-async def relay_response(origin: asyncio.StreamReader, client: asyncio.StreamWriter) -> None:
+async def relay_response(
+    origin: asyncio.StreamReader, origin_writer: asyncio.StreamWriter, client: asyncio.StreamWriter
+) -> None:
     """The origin's answer to the client: interim (1xx) heads as they are, the final head
-    saying Connection: close, then every byte until the origin closes."""
+    saying Connection: close, then every byte until the origin closes (spliced where both
+    streams allow it; the client's own stream still carries its body the other way)."""
     while True:
         lines = await read_head(origin, RESPONSE_HEAD_LIMIT, "response")
         status = lines[0].split(" ", 2)
@@ -270,6 +273,11 @@ async def relay_response(origin: asyncio.StreamReader, client: asyncio.StreamWri
         ]
         client.write("\r\n".join([*kept, "Connection: close", "", ""]).encode("latin-1"))
         break
+    if splicing.detachable(origin, origin_writer) and client.get_extra_info("socket"):
+        first = splicing.taken(origin, origin_writer)
+        with await splicing.socket_of(client) as near, splicing.copy_of(origin_writer) as far:
+            await splicing.move(far, near, first)
+        return
     while data := await origin.read(CHUNK):
         client.write(data)
         await client.drain()
@@ -281,7 +289,11 @@ async def tunnel(
     origin_reader: asyncio.StreamReader,
     origin_writer: asyncio.StreamWriter,
 ) -> None:
-    """Both ways at once, each closing on its own (a client may send EOF and read on)."""
+    """Both ways at once, each closing on its own (a client may send EOF and read on);
+    spliced, kernel to kernel, where both streams allow it."""
+    if splicing.detachable(reader, writer) and splicing.detachable(origin_reader, origin_writer):
+        await splicing.both_ways((reader, writer), (origin_reader, origin_writer))
+        return
     await asyncio.gather(
         pipe(reader, origin_writer, writer), pipe(origin_reader, writer, origin_writer)
     )
@@ -613,7 +625,7 @@ class AllowlistProxy:
         origin_writer.write(head)
         body = asyncio.create_task(send_body())
         try:
-            await relay_response(origin_reader, writer)
+            await relay_response(origin_reader, origin_writer, writer)
         except ProxyAnswer as answer:
             raise ProxyAnswer(502, f"from {request.target}: {answer.text}") from None
         except EOFError:
