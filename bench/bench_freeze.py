@@ -4,15 +4,18 @@ Two measures, in one run:
 
   - the freeze and the thaw alone (tailagent/sandbox/freezer.py) of a bwrap pid namespace
     holding 1, 10 and 50 processes (a `sleep`, as pid 1 for one; bwrap's own pid 1 and
-    sleeps for more), each the median of --runs freezes and thaws. A freeze lists the
-    box's processes from /proc on every pass, so its cost grows with the box's count too:
-    the output says how many there were;
+    sleeps for more), each the median of --runs freezes and thaws, both ways: with
+    signals (`Freezer`: a freeze lists the box's processes from /proc on every pass, so
+    its cost grows with the box's count too: the output says how many there were) and,
+    where this user may make cgroups (cgroups.py), with the cgroup v2 freezer
+    (`CgroupFreezer`, the namespace started in a cgroup of its own);
   - a follow-up turn's wall time (a blocking SendMessage to its completed task, the fake
     ACP agent tests/fake_acp_agent.py) on two fenced servers up at once, one freezing and
-    one not (its Freezer's freeze and thaw replaced by no-ops in its own process: the
+    one not (both freezers' freeze and thaw replaced by no-ops in its own process: the
     server has no switch for it), turns sent on, off, then off, on, and so on, so both
     share the machine's noise. A fenced turn thaws the agent's namespace at its start and
-    freezes it at its end (its bwrap pid 1, the network bridge, the agent: 3 processes).
+    freezes it at its end (its bwrap pid 1, the network bridge, the agent: 3 processes),
+    in the way the server finds on this box (the output says which).
 
 Usage: python bench/bench_freeze.py [--runs 50] [--samples 40] [--counts 1,10,50]
 
@@ -36,7 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_acp import FAKE, client, timed_turn
-from tailagent.sandbox.freezer import Freezer
+from tailagent.sandbox.cgroups import Cgroups, Group
+from tailagent.sandbox.freezer import freezer_of
 from tests.conftest import RunningServer, start_server
 
 # The server that does not freeze: tailagent's own start, its Freezer made a no-op first.
@@ -44,18 +48,29 @@ NO_FREEZE = (
     "import sys\n"
     "from tailagent.sandbox import freezer\n"
     "async def freeze(self, bound=0.0): return True\n"
-    "freezer.Freezer.freeze = freeze\n"
-    "freezer.Freezer.thaw = lambda self: 0\n"
+    "for kind in (freezer.Freezer, freezer.CgroupFreezer):\n"
+    "    kind.freeze = freeze\n"
+    "    kind.thaw = lambda self: 0\n"
     "from tailagent.cli import run\n"
     "sys.argv[0] = 'tailagent'\n"
     "run()\n"
 )
 
 
-def namespace(count: int) -> subprocess.Popen[bytes]:
-    """A bwrap pid namespace holding `count` processes, all asleep."""
+def namespace(count: int, group: Group | None) -> subprocess.Popen[bytes]:
+    """A bwrap pid namespace holding `count` processes, all asleep, in `group` if given."""
     bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
-    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    argv = [
+        *(group.entering() if group else []),
+        bwrap,
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+    ]
     argv += ["--unshare-pid", "--die-with-parent"]
     if count == 1:
         argv += ["--as-pid-1", "--", "sleep", "1000"]
@@ -69,10 +84,14 @@ def namespace(count: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
 
 
-async def freeze_thaw(count: int, runs: int) -> tuple[int, list[float], list[float]]:
-    process = namespace(count)
+async def freeze_thaw(
+    count: int, runs: int, tree: Cgroups | None
+) -> tuple[int, list[float], list[float]]:
+    """With signals if `tree` is None, else with the cgroup freezer in a cgroup of `tree`."""
+    group = tree.new() if tree is not None else None
+    process = namespace(count, group)
     try:
-        freezer = Freezer(process.pid)
+        freezer = freezer_of(process.pid, group)
         deadline = time.monotonic() + 10
         while len(freezer.members()) < count and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.02)  # until every sleep has started
@@ -90,6 +109,8 @@ async def freeze_thaw(count: int, runs: int) -> tuple[int, list[float], list[flo
     finally:
         process.kill()
         process.wait()
+        if tree is not None and group is not None:
+            await tree.close()
 
 
 def serve(tmp: Path, frozen: bool) -> RunningServer:
@@ -137,11 +158,17 @@ async def main() -> int:
     args = parser.parse_args()
     box = sum(1 for entry in os.listdir("/proc") if entry.isdigit())
     print(f"freeze and thaw of a pid namespace, median of {args.runs} ({box} processes on the box)")
-    for count in (int(c) for c in args.counts.split(",")):
-        found, freezes, thaws = await freeze_thaw(count, args.runs)
-        print(f"  {found:3d} processes: freeze {ms(freezes)}   thaw {ms(thaws)}")
+    tree, freezing = Cgroups.find()
+    for way, where in (("signals", None), ("cgroup", tree)):
+        if way == "cgroup" and tree is None:
+            print(f"  cgroup: not here, {freezing}")
+            continue
+        for count in (int(c) for c in args.counts.split(",")):
+            found, freezes, thaws = await freeze_thaw(count, args.runs, where)
+            print(f"  {way:7s} {found:3d} processes: freeze {ms(freezes)}   thaw {ms(thaws)}")
     times = await turns(args.samples)
-    print(f"a follow-up turn of the fake ACP agent, fenced, median of {args.samples} each:")
+    print(f"a follow-up turn of the fake ACP agent, fenced, median of {args.samples} each,")
+    print(f"frozen by {freezing}:")
     for side in ("on", "off"):
         print(f"  freezing {side:3s}: {ms(times[side])}")
     pairs = [a - b for a, b in zip(times["on"], times["off"], strict=True)]

@@ -29,6 +29,7 @@ import httpx
 import pytest
 from google.protobuf.json_format import MessageToDict
 
+from tailagent.sandbox.cgroups import Cgroups
 from tests.a2a_helpers import A2A, Turn, data_parts, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.test_isolation import make_project
@@ -444,7 +445,12 @@ def test_doctor_says_whether_a_sandbox_can_be_made_here(tmp_path: Path) -> None:
         [check] = [c for c in json.loads(done.stdout) if c["name"] == "sandbox"]
         return f"{check['ok']} {check['detail']} | {check['fix']}"
 
-    assert doctor("").startswith("True on (")
+    on = doctor("")
+    assert on.startswith("True on (")
+    # What freezes an agent between turns, as the server will find it (cgroups.py).
+    found, said = Cgroups.find()
+    assert f"; between turns frozen by {said};" in on
+    assert said.startswith("the cgroup freezer, under " if found else "signals (")
     missing = doctor(f'[sandbox]\nbwrap = "{tmp_path / "no-bwrap"}"\n')
     assert missing.startswith("False no sandbox can be made here | sandbox.bwrap: ")
     assert doctor('[sandbox]\nmode = "off"\n').startswith("True OFF (sandbox.mode = off)")

@@ -4,7 +4,8 @@ server with an agent that leaves work behind when its turn ends.
 The hostile agent (tests/hostile_acp_agent.py, and the fake Claude CLI's `attack`) leaves
 a detached process (its own session, its parent gone) and a thread of its own appending
 to files in the conversation's directory every 100 ms. From outside: once the turn
-ends, neither file grows and each process of the fence is `State: T (stopped)`; the next
+ends, neither file grows and each process of the fence is held: frozen in its cgroup
+(the cgroup v2 freezer, where the server may make cgroups) or `State: T (stopped)`; the next
 turn continues them (the files grow again) and completes; a turn parked on a person is
 frozen too and a cancel still ends it; a server stop leaves no process of them behind.
 """
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tailagent.sandbox import cgroups
 from tests.a2a_helpers import A2A, Turn, data_parts, state_name, texts, user_message
 from tests.conftest import RunningServer
 from tests.test_isolation import make_project
@@ -95,6 +97,35 @@ def state(pid: int) -> str:
     return "gone" if state.startswith(("Z", "X")) else state
 
 
+def cgroup_of(pid: int) -> Path | None:
+    """The cgroup v2 directory `pid` is in, read from outside; None if it is gone or
+    there is no cgroup v2 tree."""
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    found = [line.split(" - ")[0].split()[4] for line in mounts if " - cgroup2 " in line]
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    relative = next((line[3:] for line in lines if line.startswith("0::")), None)
+    return Path(found[0]) / relative.lstrip("/") if found and relative else None
+
+
+def held(pid: int) -> str:
+    """How `pid` is kept from running: "frozen" (its cgroup frozen by the kernel),
+    "stopped" (SIGSTOP), else its state ("S (sleeping)"), or "gone"."""
+    cgroup = cgroup_of(pid)
+    with contextlib.suppress(OSError):
+        if cgroup is not None and "frozen 1" in (cgroup / "cgroup.events").read_text().split("\n"):
+            return "frozen"
+    now = state(pid)
+    return "stopped" if now == "T (stopped)" else now
+
+
+# How a server run by this user on this box freezes its agents: the cgroup freezer where
+# it may make cgroups (root on a box without systemd, as CI runs), else signals.
+HELD = "frozen" if cgroups.Cgroups.find()[0] is not None else "stopped"
+
+
 def size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
 
@@ -154,19 +185,25 @@ async def test_what_a_turn_leaves_behind_is_stopped_until_the_next_turn(
     try:
         assert lingerers and agents
         assert not grows(grow) and not grows(thread, 0.3)
-        assert {state(pid) for pid in lingerers | agents} == {"T (stopped)"}
+        assert {held(pid) for pid in lingerers | agents} == {HELD}
+        groups = {cgroup_of(pid) for pid in lingerers | agents}
+        if HELD == "frozen":  # in cgroups of the server's own, one per agent process
+            assert {
+                g.name.startswith(f"tailagent-{hostile.process.pid}-") for g in groups if g
+            } == {True}
 
         before = (size(grow), size(thread))
         again, second = await attempt(agent, SLEEP, context_id=turn.context_id)
         assert second.final_state == "completed", again
         assert size(grow) > before[0] and size(thread) > before[1]  # thawed for the turn
         assert not grows(grow)  # and frozen again after it
-        assert {state(pid) for pid in lingerers} == {"T (stopped)"}
+        assert {held(pid) for pid in lingerers} == {HELD}
     finally:
         hostile.stop()
         gone = all_gone(lingerers | agents)
         kill_all(lingerers | agents)
     assert gone  # a server stop thaws and ends every one of them
+    assert [g for g in groups if g is not None and g.exists()] == []  # and removes their cgroups
 
 
 async def test_a_turn_parked_on_a_person_is_frozen_and_a_cancel_still_ends_it(
@@ -182,7 +219,7 @@ async def test_a_turn_parked_on_a_person_is_frozen_and_a_cancel_still_ends_it(
     try:
         assert lingerers
         assert not grows(grow)  # the agent waits on the person: nothing of it runs
-        assert {state(pid) for pid in lingerers} == {"T (stopped)"}
+        assert {held(pid) for pid in lingerers} == {HELD}
         canceled = await asyncio.wait_for(agent.cancel(first.task_id), timeout=30)
         assert state_name(canceled.status.state) == "canceled"
         next_turn = await agent.turn(user_message("{}", context_id=first.context_id))
@@ -200,10 +237,10 @@ def test_a_spare_waits_frozen(hostile: RunningServer) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         spares = pids_of(hostile, "hostile_acp_agent.py")
-        if spares and {state(pid) for pid in spares} == {"T (stopped)"}:
+        if spares and {held(pid) for pid in spares} == {HELD}:
             return
         time.sleep(0.1)
-    raise AssertionError({pid: state(pid) for pid in pids_of(hostile, "hostile_acp_agent.py")})
+    raise AssertionError({pid: held(pid) for pid in pids_of(hostile, "hostile_acp_agent.py")})
 
 
 async def claude_turn(
@@ -232,7 +269,7 @@ async def test_claude_code_is_frozen_between_turns_too(short: Path) -> None:
         try:
             assert lingerers and clis
             assert not grows(grow)
-            assert {state(pid) for pid in lingerers | clis} == {"T (stopped)"}
+            assert {held(pid) for pid in lingerers | clis} == {HELD}
             before = size(grow)
             # Another conversation's turn: Alice's stays frozen meanwhile.
             await claude_attempt(box.bob, SLEEP)
@@ -240,7 +277,7 @@ async def test_claude_code_is_frozen_between_turns_too(short: Path) -> None:
             # Her next turn thaws hers, and it is frozen again after.
             await claude_turn(box.alice, SLEEP, turn.context_id)
             assert size(grow) > before and not grows(grow)
-            assert {state(pid) for pid in lingerers} == {"T (stopped)"}
+            assert {held(pid) for pid in lingerers} == {HELD}
         finally:
             box.server.stop()
             gone = all_gone(lingerers | clis)

@@ -186,6 +186,7 @@ def _agent_setup(settings: Settings) -> list[Check]:
 async def _sandbox(settings: Settings) -> Check:
     """Whether each agent's sandbox can be made here, as `serve` would make it."""
     from tailagent.sandbox import bwrap, seccomp, view
+    from tailagent.sandbox.cgroups import Cgroups
 
     mode, network = settings.sandbox.mode, settings.sandbox.network
     facts: dict[str, str | bool | None] = {"mode": mode, "network": network}
@@ -207,8 +208,10 @@ async def _sandbox(settings: Settings) -> Check:
         return Check("sandbox", False, "no sandbox can be made here", str(exc), facts)
     facts["seccomp"] = f"{len(seccomp.REFUSED) + len(seccomp.REFUSED_IF)} calls refused"
     facts["sees"] = sight(settings)
-    return Check("sandbox", True, f"on ({found}; network: {network}; {kernel}); an agent "
-                 f"sees {facts['sees']}", facts=facts)  # fmt: skip
+    facts["between turns"] = Cgroups.find()[1]
+    return Check("sandbox", True, f"on ({found}; network: {network}; {kernel}); between "
+                 f"turns frozen by {facts['between turns']}; an agent sees {facts['sees']}",
+                 facts=facts)  # fmt: skip
 
 
 def sight(settings: Settings) -> str:

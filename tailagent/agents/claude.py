@@ -76,8 +76,8 @@ from tailagent.agents.spares import Spares
 from tailagent.config import ClaudeSettings
 from tailagent.config.mcp_servers import McpServer
 from tailagent.process.origin import frozen
-from tailagent.sandbox.fences import Sandbox
-from tailagent.sandbox.freezer import Freezer, namespaced
+from tailagent.sandbox.fences import Fence, Sandbox
+from tailagent.sandbox.freezer import CgroupFreezer, Freezer, namespaced
 
 log = logging.getLogger("tailagent.agent")
 
@@ -300,12 +300,17 @@ class ClaudeSession:
         cli: Path,
         mcp_servers: tuple[McpServer, ...] = (),
         max_budget_usd: float | None = None,
-        launcher: Path | None = None,
+        fence: Fence | None = None,
         own_tools: bool = False,
-        fenced: bool = False,
     ):
         self._settings = settings
-        self._launcher = launcher or cli  # what runs (the CLI inside its sandbox)
+        # Its launcher execs bwrap: a pid namespace to freeze, in a cgroup of its own
+        # where the server has one to give.
+        self._fence = fence
+        self._fenced = fence is not None and namespaced(fence.options)
+        self._group = fence.group() if fence is not None and self._fenced else None
+        # What runs: the CLI inside its sandbox.
+        self._launcher = fence.launcher(cli, self._group) if fence is not None else cli
         self._max_budget_usd = max_budget_usd
         # Claude Code's result restates the cost of its whole process (every turn it
         # served): a turn's cost is what that total grew by since the last result.
@@ -331,8 +336,7 @@ class ClaudeSession:
         self._cancelled = False
         self._reader: asyncio.Task[None] | None = None
         self._client = ClaudeSDKClient(self._options(resume))
-        self._fenced = fenced  # its launcher execs bwrap: a pid namespace to freeze
-        self.freezer = Freezer(None)
+        self.freezer: Freezer | CgroupFreezer = Freezer(None)
 
     def _options(self, resume: bool) -> ClaudeAgentOptions:
         s = self._settings
@@ -376,7 +380,9 @@ class ClaudeSession:
         opened ahead of its prompt)."""
         await self._client.connect()
         if self._fenced:
-            self.freezer = Freezer(_cli_pid(self._client))
+            self.freezer = (
+                CgroupFreezer(self._group) if self._group else Freezer(_cli_pid(self._client))
+            )
             await self._freeze()
 
     async def _freeze(self) -> None:
@@ -588,6 +594,8 @@ class ClaudeSession:
         self.freezer.thaw()  # a stopped CLI reads no end of its stdin, and keeps SIGTERM pending
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._client.disconnect(), timeout=10)
+        if self._fence is not None:
+            self._fence.retire(self._group)
 
 
 def _prompt_line(part: PromptPart) -> str:
@@ -687,9 +695,8 @@ class ClaudeBackend:
             self._cli.path,
             self.mcp_servers,
             self.max_budget_usd,
-            launcher=fence.launcher(self._cli.path) if fence is not None else None,
+            fence=fence,
             own_tools=self.own_tools,
-            fenced=fence is not None and namespaced(fence.options),
         )
         try:
             await session.connect()

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from tailagent.config import SandboxSettings
 from tailagent.sandbox import bwrap, exits, home, seccomp, users, view
+from tailagent.sandbox.cgroups import Cgroups, Group
 from tailagent.sandbox.exits import Exits
 from tailagent.sandbox.home import AgentHome, caches
 
@@ -65,23 +66,38 @@ class Fence:
     network: str
     private: Path | None = None  # where its launchers are written (outside its view)
     inside: tuple[str, ...] = ()  # what runs first inside (the network bridge)
+    cgroups: Cgroups | None = None  # where each of its processes gets a cgroup of its own
 
-    def wrap(self, argv: Sequence[str], cwd: Path | None = None) -> list[str]:
+    def wrap(
+        self, argv: Sequence[str], cwd: Path | None = None, group: Group | None = None
+    ) -> list[str]:
         """`argv` as it runs inside the fence, from `cwd` (the conversation's directory
-        by default)."""
+        by default), in `group` if given (see `group`)."""
         if not self.options:
             return list(argv)
         where = str(cwd or self.directory)
-        return [*self.options, "--chdir", where, "--", *self.inside, *argv]
+        entering = group.entering() if group is not None else []
+        return [*entering, *self.options, "--chdir", where, "--", *self.inside, *argv]
 
-    def launcher(self, program: Path) -> Path:
-        """An executable that runs `program` (with its arguments) inside the fence: for a
-        library that takes a program's path, not a command line (claude-agent-sdk's
-        `cli_path`). It lives outside every fence, so no agent can change it."""
+    def group(self) -> Group | None:
+        """A cgroup of its own for a process of this fence that is to be frozen between
+        turns (cgroups.py); None where the server has none to give, or unfenced."""
+        return self.cgroups.new() if self.cgroups is not None and self.options else None
+
+    def retire(self, group: Group | None) -> None:
+        """A process started in `group` has ended."""
+        if group is not None and self.cgroups is not None:
+            self.cgroups.retire(group)
+
+    def launcher(self, program: Path, group: Group | None = None) -> Path:
+        """An executable that runs `program` (with its arguments) inside the fence, in
+        `group` if given: for a library that takes a program's path, not a command line
+        (claude-agent-sdk's `cli_path`). It lives outside every fence, so no agent can
+        change it."""
         if not self.options or self.private is None:
             return program
         script = self.private / f"launch-{program.name}"
-        body = "#!/bin/sh\nexec " + shlex.join(self.wrap([str(program)])) + ' "$@"\n'
+        body = "#!/bin/sh\nexec " + shlex.join(self.wrap([str(program)], group=group)) + ' "$@"\n'
         temporary = script.with_suffix(".new")
         temporary.write_text(body)
         temporary.chmod(0o700)
@@ -145,6 +161,8 @@ class Sandbox:
         self._bwrap: Path | None = None
         self._seccomp: Path | None = None
         self.kernel = ""  # what the start's probe saw of the kernel's knobs and the filter
+        self.cgroups: Cgroups | None = None  # each agent's own cgroup, where there is a tree
+        self.freezing = ""  # what freezes an agent between turns, in words
         # What each network mode's proxies let through, and each conversation's proxy,
         # by the folder of its socket.
         self._exits: Exits | None = None  # each conversation's way out, once started
@@ -170,7 +188,10 @@ class Sandbox:
         if not self.on:
             return "OFF (sandbox.mode = off): agents run unfenced, as the service user"
         reach = self._exits.describe(self.settings.network) if self._exits else ""
-        return f"on (bubblewrap; network: {self.settings.network}, {reach}; {self.kernel})"
+        return (
+            f"on (bubblewrap; network: {self.settings.network}, {reach}; {self.kernel}; "
+            f"between turns frozen by {self.freezing})"
+        )
 
     async def start(self) -> None:
         """Checks a fence can be made here (SandboxUnavailable says why not and what to
@@ -182,6 +203,7 @@ class Sandbox:
         (self._state_dir / SANDBOXES).mkdir(parents=True, exist_ok=True, mode=0o700)
         self._seccomp = seccomp.write_filter(self._state_dir / SANDBOXES / SECCOMP_FILTER)
         self.kernel = await bwrap.check_kernel(self._bwrap, view.proc_options(), self._seccomp)
+        self.cgroups, self.freezing = Cgroups.find()
         self._exits = Exits(self.settings, self.agent_home.hosts, _interpreter())
         # The bridge's script and its interpreter's prefix, shown inside.
         self._programs += [Path(self._exits.bridge[3]), Path(_interpreter_prefix())]
@@ -190,6 +212,8 @@ class Sandbox:
     async def aclose(self) -> None:
         if self._exits is not None:
             await self._exits.aclose()
+        if self.cgroups is not None:
+            await self.cgroups.close()
 
     def proxy_refusals(self) -> int:
         """Connections the proxies refused to fenced agents since the start (/metrics)."""
@@ -279,7 +303,7 @@ class Sandbox:
             self._hand_over(directory, private, tools, uid)
             options += [arg for cap in users.KEPT_CAPABILITIES for arg in ("--cap-add", cap)]
             inside = [*self.users.inside(uid), *inside]
-        return Fence(directory, tuple(options), network, private, tuple(inside))
+        return Fence(directory, tuple(options), network, private, tuple(inside), self.cgroups)
 
     def hand_over(self, directory: Path) -> None:
         """Before a turn of the conversation in `directory`: what tailagent wrote there as

@@ -27,10 +27,10 @@ FREEZE_BOUND (a storm of forks, a process stuck in the kernel) is not half-kept:
 caller ends the agent instead (`kill`). Each signal goes through a pidfd opened before
 the process's namespace is checked again, so a number reused meanwhile is not signalled.
 
-Not here: the cgroup v2 freezer (`cgroup.freeze`), which would stop the same set at once
-without passes, needs a cgroup delegated to tailagent; a box that gives none (cgroup v1,
-or a v2 tree owned by root and not the service) has only signals, which is what this
-uses everywhere. Unfenced (`sandbox.mode = "off"`) there is no namespace to find every
+Where the server has a cgroup v2 tree to give (cgroups.py), each fenced process is in a
+cgroup of its own instead, and `CgroupFreezer` has the kernel freeze it in one write
+(`cgroup.freeze`): no passes, no signal an agent could see. Signals are for the boxes
+that give none. Unfenced (`sandbox.mode = "off"`) there is no namespace to find every
 process in: nothing is frozen then (a `Freezer(None)`), as nothing else is fenced.
 """
 
@@ -43,6 +43,8 @@ import os
 import signal
 import time
 from collections.abc import Iterable
+
+from tailagent.sandbox.cgroups import Group
 
 log = logging.getLogger("tailagent.sandbox")
 
@@ -215,3 +217,64 @@ class Freezer:
         if namespace is not None:
             for pid in self.members():
                 _send(pid, namespace, signal.SIGKILL)
+
+
+class CgroupFreezer:
+    """A fence's processes in a cgroup of their own (cgroups.py), frozen and continued
+    by the kernel: what `Freezer` does with signals, in one write each way.
+
+    `freeze` and `thaw` may cross as `Freezer`'s do: a thaw while a freeze waits for the
+    kernel to report the cgroup frozen ends that wait."""
+
+    def __init__(self, group: Group) -> None:
+        self.group = group
+        self.frozen = False
+        self._generation = 0
+
+    def members(self) -> list[int]:
+        return self.group.pids()
+
+    async def freeze(self, bound: float = FREEZE_BOUND) -> bool:
+        """True once the kernel says every process in the cgroup is frozen (or it is
+        gone, or a thaw came meanwhile); False when that did not come within `bound` (a
+        process stuck in the kernel): the caller ends them instead."""
+        self._generation += 1
+        generation = self._generation
+        self.frozen = True
+        try:
+            self.group.freeze(True)
+        except OSError:
+            return True  # the cgroup is gone, and all that was in it
+        deadline = time.monotonic() + bound
+        wait = FIRST_WAIT
+        while not self.group.frozen():
+            if time.monotonic() > deadline:
+                log.warning("%s did not freeze within %.1f s", self.group.path, bound)
+                return False
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, LAST_WAIT)
+            if generation != self._generation:
+                return True  # thawed meanwhile
+        return True
+
+    def thaw(self) -> int:
+        """Continues the cgroup; synchronous, so nothing is written to the agent before
+        it runs again. Returns how many processes it holds."""
+        if not self.frozen:
+            return 0
+        self._generation += 1
+        self.frozen = False
+        with contextlib.suppress(OSError):
+            self.group.freeze(False)
+        return len(self.group.pids())
+
+    def kill(self) -> None:
+        self._generation += 1
+        self.frozen = False
+        self.group.kill()
+
+
+def freezer_of(root: int | None, group: Group | None) -> Freezer | CgroupFreezer:
+    """What freezes the fence whose bwrap is `root`: its cgroup where it has one, else
+    signals to its pid namespace."""
+    return CgroupFreezer(group) if group is not None else Freezer(root)

@@ -3,15 +3,16 @@
     python3 -I -S netbridge.py UNIX_SOCKET PORT -- argv...
 
 A sandbox with a network namespace of its own has a loopback interface and nothing else;
-tailagent's proxy (proxy.py) listens outside on a unix socket bound into the sandbox. HTTP
-clients speak to a proxy by host and port, not by socket path, so this bridge listens on the
-sandbox's own 127.0.0.1:PORT (and [::1]:PORT where IPv6 is up), carries every connection
-to the unix socket and back (spliced through pipes where it can), then runs `argv` (the
-agent) as its child with the same stdin, stdout and stderr. It listens before the child starts, so the agent's first request
-finds it; it passes SIGTERM, SIGINT and SIGHUP on to the child and exits with the child's
-status (128 + the signal if a signal ended it); 125 if it could not start at all, 126 or
-127 if the child could not be run. It sets nothing else: the proxy's address reaches the
-agent in its environment (proxy.proxy_env).
+tailagent's proxy (proxy.py) listens outside on a unix socket bound into the sandbox.
+HTTP clients speak to a proxy by host and port, not by socket path, so this bridge
+listens on the sandbox's own 127.0.0.1:PORT (and [::1]:PORT where IPv6 is up), carries
+every connection to the unix socket and back (spliced through pipes where it can), then
+runs `argv` (the agent) as its child with the same stdin, stdout and stderr. It listens
+before the child starts, so the agent's first request finds it; it passes SIGTERM,
+SIGINT and SIGHUP on to the child and exits with the child's status (128 + the signal if
+a signal ended it); 125 if it could not start at all, 126 or 127 if the child could not
+be run. It sets nothing else: the proxy's address reaches the agent in its environment
+(proxy.proxy_env).
 
 It runs inside the sandbox with whichever python3 is there, isolated (-I -S), so it
 imports the standard library only, never tailagent.

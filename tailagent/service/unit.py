@@ -43,6 +43,9 @@ NoNewPrivileges=yes
 # Each connection and stream holds a file descriptor: the soft limit stays systemd's
 # 1024 (for what waits with select()), and tailagent raises its own to this hard one.
 LimitNOFILE=1024:524288
+# A cgroup tree of the service's own: each agent process gets a cgroup in it, which the
+# kernel freezes between turns (else tailagent stops them with signals).
+Delegate=yes
 """
 
 _SYSTEM = """\
@@ -68,7 +71,8 @@ PrivateDevices=yes
 # kernel then refuses the /proc of each agent's own pid namespace ("bwrap: Can't mount
 # proc"); every agent's sandbox makes /proc/sys and the rest read-only for it instead.
 ProtectKernelModules=yes
-ProtectControlGroups=yes
+# Relaxed: ProtectControlGroups would make the service's own cgroup tree (Delegate=yes)
+# read-only too; the rest of /sys/fs/cgroup stays root's, which the service user is not.
 ProtectClock=yes
 ProtectHostname=yes
 # AF_NETLINK: the kernel names a loopback connection's owner (sock_diag), and tsnet

@@ -33,7 +33,7 @@ from tailagent import __version__
 from tailagent.agents.events import AgentStartError
 from tailagent.mends.acp_cancel import send_cancel_request
 from tailagent.sandbox.fences import Fence
-from tailagent.sandbox.freezer import Freezer, namespaced
+from tailagent.sandbox.freezer import CgroupFreezer, Freezer, freezer_of, namespaced
 
 log = logging.getLogger("tailagent.agent")
 
@@ -74,7 +74,7 @@ class AgentProcess:
         # $/cancel_request names when tailagent gives up on it.
         self._sent: dict[tuple[str, str], int | str] = {}
         # Its fence's processes, stopped between turns (none unfenced: no namespace).
-        self.freezer = Freezer(None)
+        self.freezer: Freezer | CgroupFreezer = Freezer(None)
 
     @property
     def pid(self) -> int | None:
@@ -134,7 +134,9 @@ class AgentProcess:
                 f"cannot start the agent: {self.argv[0]!r} {where}"
                 + (" (install Node.js and npm)" if self.argv[0] in ("npx", "node") else "")
             )
-        argv = self.fence.wrap([program, *self.argv[1:]])
+        fenced = namespaced(self.fence.options)
+        group = self.fence.group() if fenced else None  # see sandbox/cgroups.py
+        argv = self.fence.wrap([program, *self.argv[1:]], group=group)
         try:
             self._process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -147,13 +149,15 @@ class AgentProcess:
                 start_new_session=True,  # its children die with it, not with our terminal
             )
         except OSError as exc:
+            self.fence.retire(group)
             raise AgentStartError(f"cannot start the agent {self.argv[0]!r}: {exc}") from None
         process = self._process
         assert process.stdin and process.stdout and process.stderr
-        if namespaced(self.fence.options):
-            self.freezer = Freezer(process.pid)
+        if fenced:
+            self.freezer = freezer_of(process.pid, group)
         self._stderr_task = asyncio.create_task(self._drain(process.stderr), name="agent-stderr")
         self.exited = asyncio.create_task(process.wait(), name="agent-exit")
+        self.exited.add_done_callback(lambda _: self.fence.retire(group))
         self.host = self._host_factory(self)
         # acp 0.12.1 still routes elicitation/create only with its "unstable" switch.
         self.connection = acp.connect_to_agent(
