@@ -19,9 +19,10 @@ Two measures, in one run:
 
 Usage: python bench/bench_freeze.py [--runs 50] [--samples 40] [--counts 1,10,50]
 
-Measured (2026-12-06, a 2-vCPU VM, 96 processes on the box, from a clean worktree):
-freeze 3.55 / 4.42 / 8.38 ms and thaw 0.05 / 0.33 / 1.36 ms for 1 / 10 / 50 processes;
-a follow-up turn 22.11 ms freezing, 13.99 ms not (+8.1 ms, paired median +8.9 ms).
+Measured (2026-12-06, a 2-vCPU VM, 77 processes on the box, root, no systemd):
+signals freeze 3.09 / 4.58 / 10.30 ms and thaw 0.06 / 0.37 / 1.56 ms for 1 / 10 / 50
+processes; the cgroup freezer 0.31 / 0.44 / 0.79 ms and 0.21 / 0.28 / 0.65 ms; a
+follow-up turn 17.01 ms freezing (by the cgroup), 14.54 ms not (+2.5 ms, paired +2.6).
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ from tailagent.config import ClaudeSettings
 from tailagent.config.mcp_servers import McpServer
 from tailagent.process.origin import frozen
 from tailagent.sandbox.fences import Fence, Sandbox
-from tailagent.sandbox.freezer import CgroupFreezer, Freezer, namespaced
+from tailagent.sandbox.freezer import CgroupFreezer, Freezer, freezer_of, namespaced
 
 log = logging.getLogger("tailagent.agent")
 
@@ -272,6 +272,16 @@ def own_tools_server(current: Callable[[], TurnTools | None]) -> McpSdkServerCon
     return create_sdk_mcp_server(OWN_TOOLS, tools=[list_peers, delegate])
 
 
+def _mcp_config(servers: tuple[McpServer, ...]) -> dict[str, Any]:
+    """The configured MCP servers as claude-agent-sdk's `mcp_servers` takes them."""
+    return {
+        s.name: {"type": "http", "url": s.url}
+        if s.url
+        else {"type": "stdio", "command": s.command, "args": list(s.args), "env": s.env}
+        for s in servers
+    }
+
+
 def _cli_pid(client: ClaudeSDKClient) -> int | None:
     """The pid of what the SDK started: the launcher, which execs bwrap."""
     transport = getattr(client, "_transport", None)
@@ -304,24 +314,18 @@ class ClaudeSession:
         own_tools: bool = False,
     ):
         self._settings = settings
-        # Its launcher execs bwrap: a pid namespace to freeze, in a cgroup of its own
-        # where the server has one to give.
-        self._fence = fence
-        self._fenced = fence is not None and namespaced(fence.options)
-        self._group = fence.group() if fence is not None and self._fenced else None
-        # What runs: the CLI inside its sandbox.
-        self._launcher = fence.launcher(cli, self._group) if fence is not None else cli
+        # What runs: the CLI inside its sandbox, a pid namespace frozen between turns (in
+        # a cgroup of its own where the server has one to give).
+        self._fence = fence or Fence(workspace, (), "unfenced")
+        self._fenced = namespaced(self._fence.options)
+        self._group = self._fence.group()
+        self._launcher = self._fence.launcher(cli, self._group)
         self._max_budget_usd = max_budget_usd
         # Claude Code's result restates the cost of its whole process (every turn it
         # served): a turn's cost is what that total grew by since the last result.
         self._total_cost = 0.0
         self._cli = cli
-        self._mcp: dict[str, Any] = {
-            s.name: {"type": "http", "url": s.url}
-            if s.url
-            else {"type": "stdio", "command": s.command, "args": list(s.args), "env": s.env}
-            for s in mcp_servers
-        }
+        self._mcp = _mcp_config(mcp_servers)
         self._tools: TurnTools | None = None  # the running turn's (TurnOptions.tools)
         self._own_tools = own_tools
         if own_tools:
@@ -380,9 +384,8 @@ class ClaudeSession:
         opened ahead of its prompt)."""
         await self._client.connect()
         if self._fenced:
-            self.freezer = (
-                CgroupFreezer(self._group) if self._group else Freezer(_cli_pid(self._client))
-            )
+            root = None if self._group else _cli_pid(self._client)
+            self.freezer = freezer_of(root, self._group)
             await self._freeze()
 
     async def _freeze(self) -> None:
@@ -594,8 +597,7 @@ class ClaudeSession:
         self.freezer.thaw()  # a stopped CLI reads no end of its stdin, and keeps SIGTERM pending
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._client.disconnect(), timeout=10)
-        if self._fence is not None:
-            self._fence.retire(self._group)
+        self._fence.retire(self._group)
 
 
 def _prompt_line(part: PromptPart) -> str:
