@@ -53,16 +53,17 @@ def python_child(module: str) -> list[str]:
     return [sys.executable, *path_flags(), "-m", module]
 
 
-def command() -> str:
-    """What runs this tailagent from a systemd unit: the binary itself, the console
-    script next to this interpreter (its sys.path starts at its own directory), else
-    the interpreter with -P: the unit's working directory is the workspace, whose
-    `tailagent/` folder (a checkout of this project) must not shadow the package,
-    while a `pip install --user` tailagent, which -I would not see, still loads."""
+def command() -> tuple[str, ...]:
+    """What runs this tailagent from a systemd unit, a word each (a path may hold a
+    space): the binary itself, the console script next to this interpreter (its
+    sys.path starts at its own directory), else the interpreter with -P: the unit's
+    working directory is the workspace, whose `tailagent/` folder (a checkout of this
+    project) must not shadow the package, while a `pip install --user` tailagent,
+    which -I would not see, still loads."""
     if frozen():
-        return str(binary_path())
+        return (str(binary_path()),)
     script = Path(sys.executable).with_name("tailagent")
-    return str(script) if script.is_file() else f"{sys.executable} -P -m tailagent"
+    return (str(script),) if script.is_file() else (sys.executable, "-P", "-m", "tailagent")
 
 
 def invoked_as() -> list[str]:

@@ -1,7 +1,7 @@
 """`tailagent service install|uninstall`. Installing checks what it can first
-(a systemd to run the unit, a workspace and config file the unit can see, options
-serve accepts), writes the file and says what to run next; it starts nothing by
-itself. Uninstalling disables the unit before it removes the file: a file removed
+(a systemd to run the unit, values a unit can hold, a workspace and config file the
+unit can see, options serve accepts), writes the file and says what to run next; it
+starts nothing by itself. Uninstalling disables the unit before it removes the file: a file removed
 first leaves its service running and its enable links dangling."""
 
 from __future__ import annotations
@@ -34,15 +34,16 @@ def install(
     if auth_key_file is not None and not tsnet:
         print("tailagent: --auth-key-file is for --tsnet units", file=sys.stderr)
         return 2
-    refused = refusal(user_mode, workspace, config, options, tsnet)
+    words = serve_words(options)
+    unit = this_machine(user_mode, workspace, config, tsnet, auth_key_file, words)
+    # Each value the unit holds, first: a newline in any would be a line of its own.
+    refused = unit.refusal() or refusal(user_mode, workspace, config, options, tsnet)
     if refused:
         print(f"tailagent: {refused}", file=sys.stderr)
         return 2
     if unanswered:
         print(f"note: {unanswered}: the commands below are for a box where it is",
               file=sys.stderr)  # fmt: skip
-    words = serve_words(options)
-    unit = this_machine(user_mode, workspace, config, tsnet, auth_key_file, words)
     path = unit_path(user_mode, dest)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(unit.render())

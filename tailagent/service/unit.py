@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tailagent.config import Listen
 from tailagent.process import origin
+from tailagent.service.values import exec_word, list_word, unwritable
 from tailagent.tsnet import CREDENTIAL_NAME
 
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
@@ -27,7 +28,7 @@ UNIT_NAME = "tailagent.service"
 _SERVICE = """\
 Type=notify
 NotifyAccess=main
-WorkingDirectory={workspace}
+WorkingDirectory={working}
 {environment}ExecStart={command} serve{cwd}{config}{options} \\
     {listen}
 {credential}StateDirectory={name}
@@ -60,8 +61,7 @@ User={user}
 ProtectSystem=strict
 # The workspace is where the agent works; the other paths are where the agents
 # keep their logins and caches (a "-" path may be missing).
-ReadWritePaths={workspace} -{home}/.claude -{home}/.claude.json -{home}/.codex \\
-    -{home}/.gemini -{home}/.npm -{home}/.cache
+ReadWritePaths={writable}
 # Relaxed: the agent reads the developer's home (dotfiles, git config, tools);
 # ProtectHome would hide it.
 ProtectHome=no
@@ -107,8 +107,11 @@ WantedBy=default.target
 
 @dataclass(frozen=True)
 class Unit:
+    """A unit's values as they are (a path, a user name), each escaped as its directive
+    reads it when rendered: none of them can add a line or a word to the unit."""
+
     user_mode: bool
-    command: str  # what runs tailagent: its console script, or an interpreter with -P -m
+    command: tuple[str, ...]  # what runs tailagent: its console script, or python -P -m
     workspace: str
     config: str | None
     user: str
@@ -121,6 +124,22 @@ class Unit:
     # set with `systemctl edit`, can still choose another: a flag would win over it).
     pass_cwd: bool = True
     options: tuple[str, ...] = ()  # more of serve's options, as its command line has them
+    # The shipped templates: a % in their values is systemd's specifier (%h, %i), kept.
+    specifiers: bool = False
+
+    def refusal(self) -> str:
+        """Why a value of this unit cannot be written into it ("" when all can)."""
+        named = [("the command that runs tailagent", word) for word in self.command]
+        named += [("the workspace", self.workspace), ("the user", self.user)]
+        named += [("the home", self.home), ("the config file", self.config or "")]
+        named += [("the auth key file", str(self.auth_key_file or ""))]
+        named += [("the search path", self.search_path or "")]
+        option = ""
+        for word in self.options:
+            option = word if word.startswith("--") else option
+            named.append((f"the serve option {option}", word))
+        whole_lines = ("the workspace", "the user", "the auth key file")
+        return unwritable(named, whole_lines)
 
     def render(self) -> str:
         config = f" --config {exec_word(self.config)}" if self.config else ""
@@ -133,19 +152,36 @@ class Unit:
             listen = f"--tsnet --listen {Listen().bind()}"  # the default TCP listener
         credential = ""
         if self.auth_key_file is not None:
-            credential = f"LoadCredential={CREDENTIAL_NAME}:{self.auth_key_file}\n"
-        environment = f"Environment=PATH={self.search_path}\n" if self.search_path else ""
+            key_file = self._literal(str(self.auth_key_file))
+            credential = f"LoadCredential={CREDENTIAL_NAME}:{key_file}\n"
+        environment = ""
+        if self.search_path:
+            environment = f"Environment={list_word(self._literal(f'PATH={self.search_path}'))}\n"
         cwd = f" --cwd {exec_word(self.workspace)}" if self.pass_cwd else ""
         service = _SERVICE.format(
-            command=self.command, workspace=self.workspace, config=config, listen=listen,
+            command=" ".join(exec_word(word) for word in self.command),
+            working=self._literal(self.workspace), config=config, listen=listen,
             credential=credential, environment=environment, name=self.name, cwd=cwd,
             options=options,
         )  # fmt: skip
         template = _USER if self.user_mode else _SYSTEM
         return template.format(
-            service=service, workspace=self.workspace, user=self.user, home=self.home,
+            service=service, writable=self._writable(), user=self._literal(self.user),
             after="" if self.tsnet else " tailscaled.service",
         )  # fmt: skip
+
+    def _literal(self, text: str) -> str:
+        """A value as the unit holds it: a % doubled, unless it is a specifier of the
+        shipped templates."""
+        return text if self.specifiers else text.replace("%", "%%")
+
+    def _writable(self) -> str:
+        """ReadWritePaths=: the workspace, and where the agents keep their logins and
+        caches in the home (a "-" path may be missing), a word each."""
+        extra = (".claude", ".claude.json", ".codex", ".gemini", ".npm", ".cache")
+        paths = [self.workspace, *(f"-{self.home}/{name}" for name in extra)]
+        words = [list_word(self._literal(path)) for path in paths]
+        return f"{' '.join(words[:4])} \\\n    {' '.join(words[4:])}"
 
     @property
     def socket(self) -> str:
@@ -161,13 +197,14 @@ class Unit:
 # ~/.local/bin; pip or pipx system-wide: in /usr/local/bin), found on a PATH of those.
 SHIPPED = {
     "tailagent@.service": Unit(
-        False, "/usr/bin/env tailagent", "/home/%i", None, "%i", "/home/%i",
+        False, ("/usr/bin/env", "tailagent"), "/home/%i", None, "%i", "/home/%i",
         name="tailagent-%i", search_path="/home/%i/.local/bin:/usr/local/bin:/usr/bin:/bin",
-        pass_cwd=False,
+        pass_cwd=False, specifiers=True,
     ),
     "tailagent.service": Unit(
-        True, "/usr/bin/env tailagent", "%h", None, "", "%h",
+        True, ("/usr/bin/env", "tailagent"), "%h", None, "", "%h",
         search_path="%h/.local/bin:/usr/local/bin:/usr/bin:/bin", pass_cwd=False,
+        specifiers=True,
     ),
 }  # fmt: skip
 
@@ -186,17 +223,6 @@ def this_machine(
         user_mode, origin.command(), str(workspace.resolve()),
         str(config) if config else None, user, home, tsnet, auth_key_file, options=options,
     )  # fmt: skip
-
-
-def exec_word(text: str) -> str:
-    """One word of ExecStart= as systemd reads it back: its specifiers (%) and
-    variables ($) doubled, and quoted when it holds a space, a quote or a backslash
-    (an agent command line is one word, however many it has itself)."""
-    word = text.replace("%", "%%").replace("$", "$$")
-    if word and not any(c in word for c in " \t\n\"'\\;"):
-        return word
-    escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
 
 
 def unit_path(user_mode: bool, dest: Path | None) -> Path:
