@@ -108,5 +108,5 @@ def build_app(
         advertised_url=settings.advertised_url,
         sessions=sessions,
         streams=StreamCounts(settings.max_streams_per_caller),
-        chains=ChainCheck.of_state_dir(settings.state_dir, settings.delegation),
+        chains=ChainCheck.of_state_dir(settings.state_dir, settings.delegation, database),
     )

@@ -8,7 +8,7 @@ import base64
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -24,7 +24,6 @@ from tailagent.delegation.chain import (
     TOKEN_TYPE,
     ChainRefused,
     Hop,
-    Nonces,
     Verified,
     extend,
     hops_of,
@@ -32,6 +31,8 @@ from tailagent.delegation.chain import (
     sign_hop,
     verify_chain,
 )
+from tailagent.store.database import open_database
+from tailagent.store.hop_nonces import HopNonces, NoncesFull
 
 DOMAIN = "tail.example.ts.net"
 PERSON = "alice@example.com"
@@ -51,6 +52,8 @@ class Tailnet:
     """Nodes with card keys of their own, as card/keys.py makes them on first start."""
 
     stores: dict[str, KeyStore]
+    # The nonces the node called keeps: in a real SQLite store, as a server keeps them.
+    nonces: HopNonces
 
     def key(self, short: str) -> SigningKey:
         return self.stores[short].current()
@@ -89,7 +92,7 @@ class Tailnet:
     async def verify(
         self, tokens: Sequence[str], *, caller: str, this: str, **options: Any
     ) -> Verified:
-        options = {"nonces": Nonces(60), "now": NOW, **options}
+        options = {"nonces": self.nonces, "now": NOW, **options}
         return await verify_chain(
             tokens, caller_node=fqdn(caller), this_node=fqdn(this), keys=self.keys, **options
         )
@@ -105,12 +108,14 @@ class Tailnet:
 
 
 @pytest.fixture(params=["ES256", "EdDSA"])
-def tailnet(request: pytest.FixtureRequest, tmp_path: Path) -> Tailnet:
+async def tailnet(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Tailnet]:
     stores = {}
     for short in ("devbox-1", "devbox-2", "devbox-3", "devbox-4", "target"):
         stores[short] = KeyStore(tmp_path / short)
         stores[short].init(request.param)
-    return Tailnet(stores)
+    database = open_database(f"sqlite+aiosqlite:///{tmp_path / 'store.db'}")
+    yield Tailnet(stores, HopNonces(database, 60))
+    await database.aclose()
 
 
 def payload_of(token: str) -> dict[str, Any]:
@@ -173,7 +178,7 @@ async def test_node_names_compare_lower_case_without_the_trailing_dot(tailnet: T
     tokens = tailnet.chain(["devbox-1", "target"])
     verified = await verify_chain(
         tokens, caller_node=fqdn("DevBox-1") + ".", this_node=fqdn("TARGET") + ".",
-        keys=tailnet.keys, nonces=Nonces(60), now=NOW,
+        keys=tailnet.keys, nonces=tailnet.nonces, now=NOW,
     )  # fmt: skip
     assert verified.caller_node == fqdn("devbox-1")
 
@@ -255,13 +260,10 @@ async def test_a_hop_from_another_chain_is_refused(tailnet: Tailnet) -> None:
 async def test_a_replayed_nonce_is_refused_and_a_refused_chain_does_not_use_it(
     tailnet: Tailnet,
 ) -> None:
-    nonces = Nonces(60)
     tokens = tailnet.chain(["devbox-1", "target"])
-    await tailnet.refused(tokens, caller="devbox-2", this="target", nonces=nonces)
-    await tailnet.verify(tokens, caller="devbox-1", this="target", nonces=nonces)
-    reason = await tailnet.refused(
-        tokens, caller="devbox-1", this="target", nonces=nonces, now=NOW + 30
-    )
+    await tailnet.refused(tokens, caller="devbox-2", this="target")
+    await tailnet.verify(tokens, caller="devbox-1", this="target")
+    reason = await tailnet.refused(tokens, caller="devbox-1", this="target", now=NOW + 30)
     assert reason == "hop 1's nonce was already used (a replay)"
 
 
@@ -448,15 +450,24 @@ async def test_a_well_formed_but_undecodable_token_is_refused(tailnet: Tailnet) 
     assert reason.startswith("hop 1 is not an actor chain entry: ")
 
 
-def test_nonces_are_kept_for_twice_the_window_and_bounded() -> None:
-    nonces = Nonces(60, limit=2)
-    assert nonces.use("one", NOW) and nonces.use("two", NOW + 10)
-    assert not nonces.use("one", NOW + 119)
-    with pytest.raises(ChainRefused, match="more than 2 delegated requests within 120 s"):
-        nonces.use("three", NOW + 119)
-    assert nonces.use("three", NOW + 120)  # "one" has aged out; its token is refused by time
-    assert not nonces.use("two", NOW + 129)
-    assert nonces.use("one", NOW + 131)
+async def test_nonces_are_kept_for_twice_the_window_and_bounded(tmp_path: Path) -> None:
+    database = open_database(f"sqlite+aiosqlite:///{tmp_path / 'store.db'}")
+    try:
+        nonces = HopNonces(database, 60, limit=2)
+        assert await nonces.use("one", NOW) and await nonces.use("two", NOW + 10)
+        assert not await nonces.use("one", NOW + 119)
+        with pytest.raises(NoncesFull, match="more than 2 delegated requests within 120 s"):
+            await nonces.use("three", NOW + 119)
+        # "one" has aged out; its token is refused by time
+        assert await nonces.use("three", NOW + 120)
+        assert not await nonces.use("two", NOW + 129)
+        assert await nonces.use("one", NOW + 131)
+        # Kept in the file: the same store opened again (a restart) still knows them.
+        reopened = open_database(database.url)
+        assert not await HopNonces(reopened, 60, limit=2).use("three", NOW + 131)
+        await reopened.aclose()
+    finally:
+        await database.aclose()
 
 
 def test_extend_signs_with_a_fresh_nonce_and_the_time(tailnet: Tailnet) -> None:

@@ -58,6 +58,14 @@ def box_a(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
     return KeyStore(tmp_path_factory.mktemp("devbox-1")).init()
 
 
+def pin(state: Path, key: SigningKey) -> None:
+    """devbox-1's key pinned in `state`, as a first `tailagent peers` would have."""
+    state.mkdir(parents=True, exist_ok=True)
+    card = f"https://{BOX_A}"
+    pinned = {BOX_A: {"jwk": key.jwk, "card": card, "trusted": "2025-01-01T00:00:00+00:00"}}
+    (state / "known_nodes.json").write_text(json.dumps(pinned))
+
+
 def serve_b(tmp: Path, fake: FakeTailscaled, key: SigningKey, roles: str) -> RunningServer:
     """Box B, letting alice in directly and devbox-1 hand work in, with devbox-1's key
     pinned, its workspace a git repository (so a turn ends in a commit)."""
@@ -67,10 +75,7 @@ def serve_b(tmp: Path, fake: FakeTailscaled, key: SigningKey, roles: str) -> Run
         f'[access]\nallowed_logins = ["{ALICE}"]\ncapability = "{CAPABILITY}"\n'
         f'[delegation]\nallowed_nodes = ["devbox-1"]\nroles = {roles}\n'
     )
-    state = tmp / "state"
-    state.mkdir()
-    pinned = {f"https://{BOX_A}": {"jwk": key.jwk, "trusted": "2025-01-01T00:00:00+00:00"}}
-    (state / "known_nodes.json").write_text(json.dumps(pinned))
+    pin(tmp / "state", key)
     return start_server(
         tmp, "--config", str(config), "--tailscale-socket", str(fake.socket),
         "--isolation", "worktree",

@@ -1,6 +1,7 @@
 """The keys a box checks other nodes' actor-chain hops with (delegation/node_keys.py),
-against a real server's JWKS: pinned on first use, reused, a rotation followed, a
-replaced key, a key URL on another node and an unreachable node refused."""
+against a real server's card and JWKS: pinned per node on first use, reused, a rotation
+followed, a replaced key, a key URL on another node or port and an unreachable node
+refused."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import httpx
 import pytest
 
 from tailagent.card.keys import KEYS_FILE, KeyStore
-from tailagent.delegation.chain import ChainRefused, Nonces, extend, verify_chain
+from tailagent.delegation.chain import ChainRefused, extend, verify_chain
 from tailagent.delegation.node_keys import KNOWN_NODES_FILE, NodeKeys
+from tailagent.store.database import open_database
+from tailagent.store.hop_nonces import HopNonces
 from tests.conftest import RunningServer, start_server
 
 NODE = "127.0.0.1"  # the node the server's card and JWKS are on
@@ -42,8 +45,13 @@ def served_kids(server: RunningServer) -> list[str]:
     return [k["kid"] for k in httpx.get(server.url + JWKS).json()["keys"]]
 
 
+def node_keys(state: Path, server: RunningServer) -> NodeKeys:
+    """Box B's look-up, finding tailagents on the port `server` listens on."""
+    return NodeKeys.of_state_dir(state, scheme="http", port=int(server.url.rsplit(":", 1)[1]))
+
+
 def pinned(state: Path) -> dict[str, str]:
-    """Origin -> the kid pinned for it, as the file on disk says."""
+    """Node -> the kid pinned for it, as the file on disk says."""
     known = json.loads((state / KNOWN_NODES_FILE).read_text())
     return {origin: entry["jwk"]["kid"] for origin, entry in known.items()}
 
@@ -52,16 +60,16 @@ async def test_first_use_pins_and_later_hops_need_no_fetch(
     box: RunningServer, tmp_path: Path
 ) -> None:
     state = tmp_path / "checker"
-    keys = NodeKeys.of_state_dir(state)
+    keys = node_keys(state, box)
     (kid,) = served_kids(box)
     jku = box.url + JWKS
     jwk = await keys(NODE, jku, kid)
     assert jwk["kid"] == kid
-    assert pinned(state) == {box.url: kid}
+    assert pinned(state) == {NODE: kid}
     box.stop()
     # The node is gone: the pinned key still checks its hops, and nothing else does.
     assert (await keys(NODE, jku, kid)) == jwk
-    with pytest.raises(ChainRefused, match=f"cannot fetch the keys of {NODE} from {jku}"):
+    with pytest.raises(ChainRefused, match=f"cannot fetch {box.url}/.well-known/agent-card"):
         await keys(NODE, jku, "another-kid")
 
 
@@ -69,7 +77,7 @@ async def test_a_rotation_is_followed_while_the_node_still_lists_the_pinned_key(
     box: RunningServer, tmp_path: Path
 ) -> None:
     state = tmp_path / "checker"
-    keys = NodeKeys.of_state_dir(state)
+    keys = node_keys(state, box)
     jku = box.url + JWKS
     (old,) = served_kids(box)
     await keys(NODE, jku, old)
@@ -77,17 +85,17 @@ async def test_a_rotation_is_followed_while_the_node_still_lists_the_pinned_key(
     new, still = served_kids(box)
     assert still == old
     assert (await keys(NODE, jku, new))["kid"] == new
-    assert pinned(state) == {box.url: new}
+    assert pinned(state) == {NODE: new}
     # A hop signed just before the rotation still checks; the pin does not move back.
     assert (await keys(NODE, jku, old))["kid"] == old
-    assert pinned(state) == {box.url: new}
+    assert pinned(state) == {NODE: new}
 
 
 async def test_a_replaced_key_is_refused_saying_what_to_do(
     box: RunningServer, tmp_path: Path
 ) -> None:
     state = tmp_path / "checker"
-    keys = NodeKeys.of_state_dir(state)
+    keys = node_keys(state, box)
     jku = box.url + JWKS
     (old,) = served_kids(box)
     await keys(NODE, jku, old)
@@ -98,17 +106,17 @@ async def test_a_replaced_key_is_refused_saying_what_to_do(
     with pytest.raises(ChainRefused) as refused:
         await keys(NODE, jku, replaced)
     message = str(refused.value)
-    assert f"not the key pinned for {box.url} ({old})" in message
+    assert f"not the key pinned for {NODE} ({old})" in message
     assert str(state / KNOWN_NODES_FILE) in message and "to trust it anew" in message
-    assert pinned(state) == {box.url: old}
+    assert pinned(state) == {NODE: old}
 
 
 async def test_a_key_url_on_another_node_or_an_unknown_kid_is_refused(
     box: RunningServer, tmp_path: Path
 ) -> None:
-    keys = NodeKeys.of_state_dir(tmp_path / "checker")
+    keys = node_keys(tmp_path / "checker", box)
     (kid,) = served_kids(box)
-    with pytest.raises(ChainRefused, match="is not on node devbox-1"):
+    with pytest.raises(ChainRefused, match="is not the key set of devbox-1's tailagent"):
         await keys("devbox-1", box.url + JWKS, kid)
     with pytest.raises(ChainRefused, match=f"no key nope in {box.url}{JWKS}"):
         await keys(NODE, box.url + JWKS, "nope")
@@ -119,16 +127,19 @@ async def test_hops_signed_by_the_node_verify_and_a_forged_one_does_not(
     box: RunningServer, tmp_path: Path
 ) -> None:
     """The whole check, as box B runs it on a hop the node signed with its card key."""
-    keys = NodeKeys.of_state_dir(tmp_path / "checker")
+    keys = node_keys(tmp_path / "checker", box)
     jku = box.url + JWKS
     hop = {
         "person": "alice@example.com", "device": "laptop", "node": NODE,
         "audience": "devbox-2", "task_id": "t1", "context_id": "c1",
     }  # fmt: skip
 
+    database = open_database(f"sqlite+aiosqlite:///{tmp_path / 'store.db'}")
+    nonces = HopNonces(database, 60)
+
     async def check(chain: list[str]) -> str:
         verified = await verify_chain(
-            chain, caller_node=NODE, this_node="devbox-2", keys=keys, nonces=Nonces(60)
+            chain, caller_node=NODE, this_node="devbox-2", keys=keys, nonces=nonces
         )
         return verified.person
 
@@ -144,3 +155,4 @@ async def test_hops_signed_by_the_node_verify_and_a_forged_one_does_not(
     claimed = type(foreign)(KeyStore(box.state_dir).current().kid, foreign.alg, foreign.key)
     with pytest.raises(ChainRefused, match=f"hop 1 \\({NODE}\\): bad signature"):
         await check(extend([], claimed, jku, **hop))
+    await database.aclose()

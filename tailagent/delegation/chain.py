@@ -22,12 +22,11 @@ import json
 import re
 import secrets
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -241,37 +240,16 @@ def parse_header(value: str) -> list[str]:
     return tokens
 
 
-class Nonces:
-    """The nonces of last hops B accepted lately, so a captured request cannot be sent again.
+class Nonces(Protocol):
+    """Where the nonces of last hops B accepted are kept, so a captured request cannot be
+    sent again: the store (store/hop_nonces.py), so that holds across B's restarts and
+    on every server sharing B's store, for twice the window (past that, the time check
+    refuses the hop anyway)."""
 
-    A token is accepted while its time is within `window` of B's clock either way, so a
-    nonce is kept for twice the window after use: past that the time check refuses the
-    token anyway. Bounded: when full of live nonces, refuse (fail closed) rather than
-    forget one that could then be replayed.
-    """
-
-    def __init__(self, window: float, limit: int = 100_000) -> None:
-        self.keep = 2 * window
-        self.limit = limit
-        self._until: dict[str, float] = {}
-        self._order: deque[tuple[float, str]] = deque()
-
-    def use(self, nonce: str, now: float) -> bool:
-        """Records `nonce`; False when it was already used within the window."""
-        while self._order and self._order[0][0] <= now:
-            until, old = self._order.popleft()
-            if self._until.get(old) == until:
-                del self._until[old]
-        if nonce in self._until:
-            return False
-        if len(self._until) >= self.limit:
-            raise ChainRefused(
-                f"more than {self.limit} delegated requests within {self.keep:g} s; "
-                "try again shortly"
-            )
-        self._until[nonce] = now + self.keep
-        self._order.append((now + self.keep, nonce))
-        return True
+    async def use(self, nonce: str, now: float) -> bool:
+        """Records `nonce`; False when it was already used within the window. Raises
+        (fail closed) rather than forget a live nonce when full."""
+        ...
 
 
 async def _check_signature(
@@ -380,6 +358,6 @@ async def verify_chain(
     _check_nodes(hops, caller, this)
     moment = time.time() if now is None else now
     _check_times(hops, window, moment)
-    if not nonces.use(hops[-1].nonce, moment):
+    if not await nonces.use(hops[-1].nonce, moment):
         raise ChainRefused(f"hop {len(hops)}'s nonce was already used (a replay)")
     return Verified(hops=tuple(hops), tokens=tuple(tokens))

@@ -1,36 +1,62 @@
 """The keys other nodes sign their hops of an actor chain with: chain.KeyLookup.
 
-A hop names its key by the JWKS URL (`jku`) of its node's card and a `kid`. The key is
-trusted as the card's is (card/verify.py): on first use, for the jku's origin, pinned
-in `<state_dir>/known_nodes.json`; after that a hop must be signed with the pinned key.
+A hop's key is trusted only from the node that signed it, and only from its tailagent:
+the key set that tailagent's card declares, fetched from that card's own URL, which is
+the node's tailnet name on the port this box reaches tailagents at (`delegation.scheme`
+and `delegation.port`, as `tailagent peers` and handing work out use). A hop whose key
+URL (`jku`) is anything else, another port, path or scheme of the same node, is refused
+and never fetched: any process or user on a node can serve a key set on a port of its
+own, and before issue 55 such a key was pinned beside the real one and signed for anyone.
+
+The key is pinned per node name in `<state_dir>/known_nodes.json`, with the card URL it
+came from; a node pinned for another card URL is refused (a second origin for one node).
 A new kid is a rotation (`tailagent keys rotate` keeps the old key in the JWKS for 7
-days) only while the node's JWKS still lists the pinned key: the node itself vouches
-for its new key, and the new one is pinned. A key that replaced the pinned one outright
-is refused until the owner of this box removes the pin, as ssh does a changed host key.
+days) only while the node's own key set still lists the pinned key: the node itself
+vouches for its new key, and the new one is pinned. A key that replaced the pinned one
+outright is refused until the owner of this box removes the pin, as ssh does a changed
+host key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-from tailagent.card.verify import KnownAgents
+from tailagent.card.publish import JWKS_PATH
+from tailagent.card.verify import CARD_PATH, verify_card
 from tailagent.delegation.chain import ChainRefused, node_name
+from tailagent.statedir.files import write_private
 
 KNOWN_NODES_FILE = "known_nodes.json"
-# A JWKS holds a key or two: anything much larger is not one.
+# A JWKS holds a key or two, a card a few skills: anything much larger is neither.
 MAX_JWKS_BYTES = 64 * 1024
+MAX_CARD_BYTES = 256 * 1024
 FETCH_TIMEOUT = httpx.Timeout(5.0)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def _origin(jku: str) -> str:
-    parts = urlsplit(jku)
-    return f"{parts.scheme}://{parts.netloc}".lower()
+def _same_url(a: str, b: str) -> bool:
+    """Scheme, host, port and path exactly (host as node names compare); no user,
+    query or fragment on either."""
+    x, y = urlsplit(a), urlsplit(b)
+    if any(p.username or p.password or p.query or p.fragment for p in (x, y)):
+        return False
+    try:
+        ports = [p.port or _DEFAULT_PORTS.get(p.scheme.lower()) for p in (x, y)]
+    except ValueError:  # a port that is not one
+        return False
+    return (
+        x.scheme.lower() == y.scheme.lower()
+        and node_name(x.hostname or "") == node_name(y.hostname or "")
+        and ports[0] == ports[1]
+        and x.path.rstrip("/") == y.path.rstrip("/")
+    )
 
 
 def _same_key(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -38,77 +64,151 @@ def _same_key(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(m) == b.get(m) for m in members)
 
 
+class KnownNodes:
+    """node name -> the key pinned for it and the card URL it came from, on disk."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _read(self) -> dict[str, Any]:
+        return json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def get(self, node: str, card: str) -> dict[str, Any] | None:
+        """The node's pin. A file written before issue 55 pinned per origin: only the
+        card's own origin is taken from it (a pin of another port is never read)."""
+        data = self._read()
+        entry = data.get(node)
+        if entry is None and card in data:
+            entry = {**data[card], "card": card}
+        return entry
+
+    def pin(self, node: str, card: str, jwk: dict[str, Any]) -> None:
+        data = self._read()
+        trusted = datetime.now(UTC).isoformat()
+        data[node] = {"jwk": jwk, "card": card, "trusted": trusted}
+        write_private(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
 class NodeKeys:
     """chain.KeyLookup for the server: `(node, jku, kid) -> public JWK`, or ChainRefused
     saying what to do. `proxy` reaches the tailnet (tailscaled's outbound proxy, or the
-    tsnet node's)."""
+    tsnet node's); `scheme` and `port` are where a node's tailagent is (its card's URL)."""
 
-    def __init__(self, known: KnownAgents, proxy: str | None = None) -> None:
+    def __init__(
+        self, known: KnownNodes, *, scheme: str = "https", port: int = 443, proxy: str = ""
+    ) -> None:
         self._known = known
+        self._scheme = scheme
+        self._port = port
         self._proxy = proxy or None
-        # One look-up per origin at a time: two hops of one node pin once.
+        # One look-up per node at a time: two hops of one node pin once.
         self._locks: dict[str, asyncio.Lock] = {}
 
     @classmethod
-    def of_state_dir(cls, state_dir: Path, proxy: str | None = None) -> NodeKeys:
-        return cls(KnownAgents(state_dir / KNOWN_NODES_FILE), proxy)
+    def of_state_dir(
+        cls, state_dir: Path, *, scheme: str = "https", port: int = 443, proxy: str = ""
+    ) -> NodeKeys:
+        return cls(KnownNodes(state_dir / KNOWN_NODES_FILE), scheme=scheme, port=port, proxy=proxy)
+
+    def card_url(self, node: str) -> str:
+        """Where the node's tailagent is: its tailnet name on the tailagent port."""
+        default = _DEFAULT_PORTS.get(self._scheme)
+        authority = node if self._port == default else f"{node}:{self._port}"
+        return f"{self._scheme}://{authority}"
 
     async def __call__(self, node: str, jku: str, kid: str) -> dict[str, Any]:
-        parts = urlsplit(jku)
-        if parts.scheme not in ("http", "https") or node_name(parts.hostname or "") != node_name(
-            node
-        ):
-            raise ChainRefused(f"its key URL {jku} is not on node {node}")
-        origin = _origin(jku)
-        async with self._locks.setdefault(origin, asyncio.Lock()):
-            return await self._key(node, jku, kid, origin)
+        node = node_name(node)
+        card = self.card_url(node)
+        if not _same_url(jku, card + JWKS_PATH):
+            raise ChainRefused(
+                f"bad signature (its key URL {jku} is not the key set of {node}'s tailagent, "
+                f"{card}{JWKS_PATH}, as its card at {card} declares: a key set served by "
+                f"another process, another port or another user on {node} signs for no one)"
+            )
+        async with self._locks.setdefault(node, asyncio.Lock()):
+            return await self._key(node, card, kid)
 
-    async def _key(self, node: str, jku: str, kid: str, origin: str) -> dict[str, Any]:
+    async def _key(self, node: str, card: str, kid: str) -> dict[str, Any]:
         # cryptography loads with the first chain checked, not with the server.
         from tailagent.card.keys import thumbprint
 
-        pinned = self._known.get(origin)
+        pinned = self._known.get(node, card)
+        if pinned is not None and not _same_url(str(pinned.get("card")), card):
+            raise ChainRefused(
+                f"bad signature ({node} is pinned for its tailagent at {pinned.get('card')}, "
+                f"not {card}: one node has one tailagent's key. Check with its owner, then "
+                f"remove {node} from {self._known.path} to trust it anew)"
+            )
         if pinned is not None and pinned["jwk"].get("kid") == kid:
             jwk: dict[str, Any] = pinned["jwk"]
             return jwk
-        keys = await self._fetch(node, jku)
+        keys = await self._card_keys(node, card)
         found = next((k for k in keys if k.get("kid") == kid), None)
+        jku = card + JWKS_PATH
         if found is None:
             raise ChainRefused(f"bad signature (no key {kid} in {jku}, the keys of {node})")
         if thumbprint(found) != kid:
             raise ChainRefused(f"bad signature (key {kid} in {jku} is not the key its kid names)")
         if pinned is not None and not any(_same_key(pinned["jwk"], k) for k in keys):
             raise ChainRefused(
-                f"bad signature (key {kid} is not the key pinned for {origin} "
+                f"bad signature (key {kid} is not the key pinned for {node} "
                 f"({pinned['jwk'].get('kid')}), and {jku} no longer lists that one: the "
                 f"node's key was replaced, or this is not the node you trusted. Check with "
-                f"its owner, then remove {origin} from {self._known.path} to trust it anew)"
+                f"its owner, then remove {node} from {self._known.path} to trust it anew)"
             )
         # The JWKS lists the node's current key first: a hop signed with a retired key
         # still in its grace verifies, but the pin never moves back to it.
         if found is keys[0]:
-            self._known.pin(origin, found)
+            self._known.pin(node, card, found)
         return found
 
-    async def _fetch(self, node: str, jku: str) -> list[dict[str, Any]]:
-        """The node's JWKS, bounded in time and size."""
-        try:
-            async with (
-                httpx.AsyncClient(timeout=FETCH_TIMEOUT, proxy=self._proxy) as http,
-                http.stream("GET", jku) as response,
-            ):
-                response.raise_for_status()
-                body = b""
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) > MAX_JWKS_BYTES:
-                        raise ValueError(f"more than {MAX_JWKS_BYTES} bytes")
-            keys = json.loads(body).get("keys")
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
-            raise ChainRefused(
-                f"cannot fetch the keys of {node} from {jku} ({exc or type(exc).__name__}): "
-                "is its tailagent running and reachable from this box?"
-            ) from None
-        if not isinstance(keys, list):
-            raise ChainRefused(f"cannot read the keys of {node} from {jku}: no key list")
-        return [k for k in keys if isinstance(k, dict)]
+    async def _card_keys(self, node: str, card: str) -> list[dict[str, Any]]:
+        """The key set the node's card declares: the card read from its own URL, which
+        it must name as its own, signed with a key of the set at `card`/JWKS_PATH."""
+        jku = card + JWKS_PATH
+        async with httpx.AsyncClient(timeout=FETCH_TIMEOUT, proxy=self._proxy) as http:
+            card_json = await _get_json(http, node, card + CARD_PATH, MAX_CARD_BYTES)
+            declared = [i.get("url") for i in card_json.get("supportedInterfaces") or []]
+            if not declared or not all(_same_url(str(url), card) for url in declared):
+                raise ChainRefused(
+                    f"the card at {card} declares {declared}, not {card}: it is not the "
+                    f"tailagent of {node} (fix its --public-url, or this box's delegation.port)"
+                )
+            keys = (await _get_json(http, node, jku, MAX_JWKS_BYTES)).get("keys")
+            if not isinstance(keys, list) or not keys:
+                raise ChainRefused(f"cannot read the keys of {node} from {jku}: no key list")
+            keys = [k for k in keys if isinstance(k, dict)]
+            # The card must be signed with a key of this set: the set is the card's.
+            from jwt.exceptions import PyJWTError
+
+            for key in keys:
+                try:
+                    if (await verify_card(card_json, card, http, {"jwk": key})).pinned:
+                        return keys
+                except PyJWTError:  # a key that is not one signs nothing
+                    continue
+        raise ChainRefused(
+            f"the card at {card} is not signed with a key of {jku}: it is not the "
+            f"tailagent of {node}"
+        )
+
+
+async def _get_json(http: httpx.AsyncClient, node: str, url: str, limit: int) -> dict[str, Any]:
+    """One JSON object from `url`, bounded in time and size."""
+    try:
+        async with http.stream("GET", url, headers={"A2A-Version": "1.0"}) as response:
+            response.raise_for_status()
+            body = b""
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > limit:
+                    raise ValueError(f"more than {limit} bytes")
+        found = json.loads(body)
+    except (httpx.HTTPError, ValueError) as exc:
+        raise ChainRefused(
+            f"cannot fetch {url} ({exc or type(exc).__name__}): is the tailagent of {node} "
+            "running and reachable from this box?"
+        ) from None
+    if not isinstance(found, dict):
+        raise ChainRefused(f"cannot read {url}: not a JSON object")
+    return found
