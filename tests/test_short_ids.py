@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from a2a.utils.errors import TaskNotFoundError
+from a2a.types.a2a_pb2 import Message
+from a2a.utils.errors import A2AError
 
-from tailagent.bridge.conversations.names import START_NO_OTHER
-from tests.a2a_helpers import A2A, user_message
+from tests.a2a_helpers import A2A, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
 from tests.test_isolation import make_project
@@ -106,33 +106,83 @@ def test_a_start_of_several_conversations_is_refused_naming_them(served: Running
     assert ids_of(more)[1] == f"{tag}-two"
 
 
-async def test_a_new_name_may_not_be_the_start_of_another_persons_id(
+def same_words(refusal: str, name: str, other: str) -> str:
+    """`refusal` as it would read for `other`: what is left to compare once the name
+    the caller typed is taken out."""
+    return refusal.replace(name, other)
+
+
+async def refusal_of(a2a: A2A, message: Message) -> str:
+    """The error class and words a message is answered with (it must be refused)."""
+    try:
+        await a2a.send(message)
+    except A2AError as error:
+        return f"{type(error).__name__}: {error}"
+    raise AssertionError(f"{message.context_id} was not refused")
+
+
+async def test_the_start_of_another_persons_id_gets_the_answer_of_a_name_that_fits_none(
     served: RunningServer,
 ) -> None:
-    mine = run(served, "call", "edit:mine.txt the admin's")
-    _, context_id = ids_of(mine)
-    short = context_id[:8]
-    token = someone(served)
-    # Through the CLI, and through any A2A client: the server holds every client to it.
-    theirs = run(served, "call", "hello", "--context", short, token=token)
-    assert theirs.returncode == 2, theirs
-    assert theirs.stderr.strip().endswith(f"Conversation {short} not found{START_NO_OTHER}")
-    with pytest.raises(TaskNotFoundError, match=re.escape(START_NO_OTHER)):
-        await A2A(served.url, token).send(user_message("hello", context_id=short))
-    assert conversations(served, short) == [context_id]  # the admin's, behind its short id
-    assert "+edit:mine.txt the admin's" in run(served, "diff", short).stdout
-
-    # A name that starts nobody's is theirs; its start then leads there, for them...
-    tag = uuid.uuid4().hex[:6]
-    made = run(served, "call", "edit:theirs.txt theirs", "--context", f"{tag}-theirs",
-               token=token)  # fmt: skip
+    carol, bob = someone(served), someone(served)
+    made = run(served, "call", "edit:carols.txt carol's", token=carol)
     assert made.returncode == 0, made.stderr
-    went_on = await A2A(served.url, token).send(user_message("hello", context_id=tag))
-    assert went_on.task.context_id == f"{tag}-theirs"
-    # ...and for the admin, who may act on any conversation.
-    admins = run(served, "call", "hello", "--context", tag)
-    assert admins.returncode == 0, admins.stderr
-    assert ids_of(admins)[1] == f"{tag}-theirs"
+    _, carols = ids_of(made)
+    start, nothing = carols[:6], f"q{uuid.uuid4().hex[:5]}"  # no minted id starts with q
+    bobs = A2A(served.url, bob)
+
+    # diff, merge and discard, through the CLI and any A2A client: "not found", alike.
+    for kind in ("diff", "merge", "discard"):
+        theirs = run(served, kind, start, token=bob)
+        none = run(served, kind, nothing, token=bob)
+        assert theirs.returncode == none.returncode == 2, (theirs, none)
+        assert same_words(theirs.stderr, start, nothing) == none.stderr, (theirs, none)
+        assert none.stderr.strip().endswith(f"Conversation {nothing} not found"), none.stderr
+        asked = [user_message(data={"kind": kind}, context_id=name) for name in (start, nothing)]
+        refused = [await refusal_of(bobs, message) for message in asked]
+        assert same_words(refused[0], start, nothing) == refused[1], refused
+    assert await bobs.list(context_id=start) == await bobs.list(context_id=nothing) == []
+
+    # A message starts a conversation of bob's under either name, in the same words.
+    answers = [await bobs.send(user_message("hello", context_id=n)) for n in (start, nothing)]
+    assert [a.task.context_id for a in answers] == [start, nothing]
+    assert [a.task.status.state for a in answers] == [answers[1].task.status.state] * 2
+    assert texts(answers[0].task.status.message) == texts(answers[1].task.status.message)
+    # Carol's start still leads to carol's conversation, bob's whole id to bob's.
+    again = run(served, "call", "hello", "--context", start, token=carol)
+    assert again.returncode == 0 and ids_of(again)[1] == carols, again
+    assert "+edit:carols.txt carol's" in run(served, "diff", start, token=carol).stdout
+
+
+async def test_a_short_id_leads_its_owner_home_after_someone_took_it_as_a_name(
+    served: RunningServer,
+) -> None:
+    carol, bob = someone(served), someone(served)
+    made = run(served, "call", "edit:hers.txt carol's", token=carol)
+    assert made.returncode == 0, made.stderr
+    _, carols = ids_of(made)
+    short = carols[:8]
+    assert f"merge {short}" in made.stdout  # the short id carol is handed
+
+    took = await A2A(served.url, bob).send(user_message("edit:his.txt bob's", context_id=short))
+    assert took.task.context_id == short  # a name of bob's now: it says nothing of carol's
+    for who, means, wrote in ((carol, carols, "carol's"), (bob, short, "bob's")):
+        went_on = run(served, "call", "hello", "--context", short, token=who)
+        assert went_on.returncode == 0 and ids_of(went_on)[1] == means, went_on
+        diff = run(served, "diff", short, token=who)
+        assert f"+edit:{'hers' if who == carol else 'his'}.txt {wrote}" in diff.stdout, diff
+        assert ("carol's" in diff.stdout) == (who == carol), diff.stdout
+
+    # The admin may act on both: a start that fits both is refused, naming both; a
+    # whole id means itself.
+    both = run(served, "call", "hello", "--context", carols[:7])
+    assert both.returncode == 2, both
+    assert both.stderr.strip().endswith(
+        f"{carols[:7]} is the start of 2 of the conversations you may act on "
+        f"({short}, {carols}): give more of its id"
+    ), both.stderr
+    whole = run(served, "call", "hello", "--context", short)
+    assert whole.returncode == 0 and ids_of(whole)[1] == short, whole
 
 
 def test_a_short_id_goes_on_in_a_conversation_without_worktrees(server: RunningServer) -> None:
@@ -149,14 +199,18 @@ async def test_a_store_in_postgresql_finds_starts_the_same_way(tmp_path: Path) -
     with running_postgres() as postgres:
         server = start_server(tmp_path, "--store", postgres.url)
         try:
-            first = run(server, "call", "hello")
+            owner = someone(server)
+            first = run(server, "call", "hello", token=owner)
             _, context_id = ids_of(first)
-            again = run(server, "call", "hello again", "--context", context_id[:8])
+            again = run(server, "call", "hello again", "--context", context_id[:8], token=owner)
             assert again.returncode == 0, again.stderr
             assert ids_of(again)[1] == context_id
-            with pytest.raises(TaskNotFoundError, match=re.escape(START_NO_OTHER)):
-                message = user_message("hello", context_id=context_id[:8])
-                await A2A(server.url, someone(server)).send(message)
+            # Another person's start is no candidate for them: a name of their own.
+            message = user_message("hello", context_id=context_id[:8])
+            theirs = await A2A(server.url, someone(server)).send(message)
+            assert theirs.task.context_id == context_id[:8]
+            mine = run(server, "call", "hello", "--context", context_id[:8], token=owner)
+            assert ids_of(mine)[1] == context_id
         finally:
             server.stop()
 

@@ -4,10 +4,27 @@ People see 8-character ids (the branch `tailagent/<short id>`, `conversations`,
 `tasks`, `call`'s "merge 8d12805e" hint) and type them back, into diff, merge and
 discard and into a message's contextId (`call --context`). Taken as a new name, such
 a start once made a conversation whose id was the start itself, hiding the real one
-behind its own short id from then on. So a name that is no conversation's whole id
-means the one conversation it starts (or whose branch it names) among those the
-caller may act on; and a new conversation may not take a name that starts another's
-id, so a short id always leads to the conversation it was handed out for.
+behind its own short id from then on.
+
+A name is looked up only among the conversations the caller may act on (its own; an
+admin's, anyone's), so no answer says whether someone else's conversation exists:
+
+1. a whole id the caller may act on is that conversation;
+2. else the caller's conversation whose branch is `tailagent/<name>`, else whose id
+   starts with `name` (several: refused, naming them, so nobody acts on a guess);
+3. else the name is new to the caller, and a message may start a conversation by it.
+
+Why this stays unambiguous: a short id is handed out to the person whose conversation
+it is. When they type it back, step 1 or 2 finds their conversation before anything
+anyone else made: someone else's conversation is never a candidate for them, even one
+whose whole id is that short id. Only an admin, who may act on both, can see two; a
+start that fits both is refused to them naming both, and a whole id means itself
+(every conversation stays reachable by its whole id, which is never ambiguous).
+So a new conversation may take a start of another's id: it hides nothing from the
+person who was handed that start. The one name it may not take is a whole id that is
+already another person's (ids are one namespace, each held by one owner); admission
+refuses that as not found (ownership.py), which is what a stranger can still learn:
+that an exact id they named is not theirs to use, as docs/security.md says.
 """
 
 from __future__ import annotations
@@ -15,18 +32,12 @@ from __future__ import annotations
 from a2a.server.context import ServerCallContext
 from a2a.utils.errors import InvalidParamsError
 
-from tailagent.bridge.conversations.ownership import actable, mine, not_found
+from tailagent.bridge.conversations.ownership import actable, mine
 from tailagent.bridge.conversations.workplace import Isolated, Shared
 from tailagent.store.owners import ConversationOwners
 from tailagent.workspace.worktrees import BRANCH_PREFIX
 
 SHOWN = 5  # of the conversations a start fits, the refusal names this many
-
-# What a message naming the start of others' conversations may do instead.
-START_NO_OTHER = (
-    ": it is the start of another conversation's id, which a new one's may not be; to "
-    "start a conversation, leave contextId out or name it otherwise"
-)
 
 
 async def resolve(
@@ -35,12 +46,11 @@ async def resolve(
     conversations: Isolated | Shared,
     context: ServerCallContext,
 ) -> str:
-    """The conversation `name` means: itself when it is a conversation's whole id; else
-    the one the caller may act on (its own, or anyone's for an admin) whose branch is
-    `tailagent/<name>`, else whose id starts with it; else `name` unchanged (unknown, or
-    new). Others' conversations are no candidates to anyone but an admin. Refuses a
-    start that fits several, naming them, so nobody acts on a guess."""
-    if await owners.owner(name) is not None:
+    """The conversation `name` means to this caller (steps 1-3 of the module's note):
+    a whole id they may act on; else their one conversation whose branch is
+    `tailagent/<name>`, else whose id starts with it; else `name` unchanged (unknown to
+    them, or new). Refuses a start that fits several of theirs, naming them."""
+    if await actable(owners, [name], context):
         return name
     found = await actable(owners, _by_branch(name, conversations), context)
     if not found:
@@ -55,14 +65,6 @@ async def resolve(
             f"({', '.join(found[:SHOWN])}{more}): give more of its id"
         )
     return found[0] if found else name
-
-
-async def refuse_a_start(name: str, owners: ConversationOwners) -> None:
-    """Refuses `name` for a new conversation when it starts another's id (which
-    `resolve` found none of the caller's to mean): as not found, in the words another
-    person's whole id gets, and saying why a name this new may not be taken."""
-    if await owners.starting_with(name):
-        raise not_found(name, START_NO_OTHER)
 
 
 def _by_branch(name: str, conversations: Isolated | Shared) -> list[str]:

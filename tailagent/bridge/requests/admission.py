@@ -25,7 +25,7 @@ from google.protobuf.json_format import MessageToDict
 from tailagent.access.identity import caller_of
 from tailagent.agents.modes import mode_refusal
 from tailagent.bridge.answers.judging import AnswerJudge
-from tailagent.bridge.conversations.names import refuse_a_start, resolve
+from tailagent.bridge.conversations.names import resolve
 from tailagent.bridge.conversations.ownership import (
     START_ANOTHER,
     busy,
@@ -167,11 +167,11 @@ class Admission:
                 )
 
     async def _enter_conversation(self, message: Message, context: ServerCallContext) -> None:
-        """Makes sure the message's conversation is its sender's: a `contextId` that
-        starts the id of one the sender may act on means that one (conversations/names.py); a new
-        message starts one of the sender's (a `contextId` nobody has, and that starts
-        nobody's, becomes theirs); another person's is refused as not found, but to an
-        admin."""
+        """Makes sure the message's conversation is its sender's: a `contextId` is looked
+        up among those the sender may act on (conversations/names.py); a new message
+        starts one of the sender's (a `contextId` that names none of theirs and is nobody's
+        whole id becomes theirs, whatever others' ids it starts); another person's whole
+        id is refused as not found, but to an admin."""
         me = resolve_user_scope(context)
         if message.context_id:
             message.context_id = await resolve(
@@ -185,7 +185,6 @@ class Admission:
                 message.context_id = self._pool.minted_contexts.generate()
                 await self._owners.start(message.context_id, me)
                 return
-            await refuse_a_start(message.context_id, self._owners)
             owner = await self._owners.claim(message.context_id, me)
         refuse_unless_own(owner, message.context_id, context, START_ANOTHER)
 
