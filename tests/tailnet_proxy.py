@@ -37,7 +37,9 @@ class _Handler(socketserver.BaseRequestHandler):
         request_line, *header_lines = head.decode("latin-1").split("\r\n")
         method, target, version = request_line.split(" ", 2)
         url = urlsplit(target)
-        port = self.server.routes.get((url.hostname or "").lower())
+        host = (url.hostname or "").lower()
+        # A port of its own on a node (another process there) before the node's tailagent.
+        port = self.server.routes.get(f"{host}:{url.port}") or self.server.routes.get(host)
         if port is None:
             self._bad_gateway(client, f"no route to {url.hostname}")
             return
@@ -89,7 +91,8 @@ class TailnetProxy(socketserver.ThreadingTCPServer):
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
-        # MagicDNS name -> the loopback port of the server that node runs.
+        # MagicDNS name -> the loopback port of the server that node runs; "name:port"
+        # -> the loopback port of another process serving on that port of the node.
         self.routes: dict[str, int] = {}
         # MagicDNS name -> the tailnet address its serve says each caller comes from.
         self.forwarded_for: dict[str, str] = {}
