@@ -130,10 +130,10 @@ class MadeAhead:
             return adopted
 
     async def _claim(self, context_id: str, base_branch: str, base_commit: str) -> Worktree | None:
-        """The oldest worktree made ahead, made the conversation's: its record written
-        with a free branch name, idle (a stop before its branch is made leaves a
-        conversation its next turn wakes), and the record of the one made ahead removed.
-        None when there is none. Under the shared lock; no git on the worktree."""
+        """The oldest worktree made ahead, made the conversation's: its record becomes the
+        conversation's (Records.claim: never two records naming it), with a free branch
+        name, idle (a stop before its branch is made leaves a conversation its next turn
+        wakes). None when there is none. Under the shared lock; no git on the worktree."""
         for path in self.ready():
             record = self.records.ready_record(path)
             try:
@@ -144,10 +144,9 @@ class MadeAhead:
             if ready is None:
                 continue
             branch = await self.maker.free_branch(context_id)
-            claimed = fresh(context_id, path, branch, base_branch, base_commit)
-            await self.records.save(replace(claimed, idle=True))
-            record.unlink()
-            return replace(claimed, idle=True)
+            claimed = replace(fresh(context_id, path, branch, base_branch, base_commit), idle=True)
+            await self.records.claim(claimed, record)
+            return claimed
         return None
 
     async def _usable(self, claimed: Worktree, base_commit: str) -> Repository | None:
@@ -168,8 +167,9 @@ class MadeAhead:
     async def check_ready(self) -> None:
         """At a start, removes the worktrees made ahead that an earlier run left (a killed
         server's: a clean stop removes its own), so a repository never holds more than
-        the one the running server makes. One whose path a conversation's record names
-        is the rest of an adoption cut short: only its record goes. Under the lock."""
+        the one the running server makes. A claim cut short is finished (Records.settle);
+        one whose path a conversation's record names is the rest of an older tailagent's
+        adoption cut short: only its record goes. Under the lock."""
         claimed = set()
         for record in self.records.root.glob("*.json"):
             if not record.name.startswith(READY_PREFIX):
@@ -178,7 +178,7 @@ class MadeAhead:
         for path in self.ready():
             record = self.records.ready_record(path)
             try:
-                if await self._drop_foreign(path, record):
+                if self.records.settle(record) or await self._drop_foreign(path, record):
                     continue
                 ready = await self.records.read(record, "")
                 if ready is None:

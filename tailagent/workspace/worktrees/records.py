@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -148,6 +149,37 @@ class Records:
         record = asdict(worktree) | {"path": str(worktree.path), "repository": repository}
         path = record_path or self.record_path(worktree.context_id)
         write_private(path, json.dumps(record, indent=2) + "\n")
+
+    async def claim(self, worktree: Worktree, ready_record: Path) -> None:
+        """Makes the record of a worktree made ahead the conversation's without a moment
+        when two records name its directory (`clean` would take one named by the made-ahead
+        record alone): it is rewritten where it is, the conversation's id in it, then
+        renamed to the conversation's name. A stop between leaves the one record, the
+        conversation's, under the made-ahead name; `settle` finishes it at the next start."""
+        await self.save(worktree, ready_record)
+        os.rename(ready_record, self.record_path(worktree.context_id))
+
+    def settle(self, record: Path) -> bool:
+        """Finishes a claim a stop cut short (see `claim`): a record under a made-ahead
+        name that names a conversation goes to that conversation's name. True when it was
+        one; a GitError when the conversation has a record already (both are left)."""
+        try:
+            data = json.loads(text(record))
+            context_id, path = data["context_id"], Path(data["path"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        if not isinstance(context_id, str) or not context_id:
+            return False
+        if path != self.root.resolve() / record.stem:
+            return False  # not the record of this directory: `read` says why
+        target = self.record_path(context_id)
+        if target.exists():
+            raise GitError(
+                f"the record {record} gives {path} to conversation {context_id}, which has "
+                f"the record {target} already: both are left alone"
+            )
+        os.rename(record, target)
+        return True
 
     async def require(self, context_id: str, present: bool = True) -> Worktree:
         worktree = await self.load(context_id)

@@ -27,6 +27,7 @@ KINDS = {
     "conversation": "a conversation's directory and branch",
     "idle": "a conversation that changed nothing (no branch)",
     "made ahead": "a worktree made ahead for the next conversation (nobody's yet)",
+    "taken": "the record of a worktree made ahead that a conversation took (the record only)",
     "unrecorded": "a directory no record names",
     "retired": "a merged or discarded directory not deleted yet",
     "unreadable": "a record that cannot be read (left alone: remove it by hand)",
@@ -47,7 +48,7 @@ class Held:
     @property
     def removable(self) -> bool:
         """Whether it is no conversation's (what `clean` takes)."""
-        return self.kind in ("made ahead", "unrecorded", "retired")
+        return self.kind in ("made ahead", "taken", "unrecorded", "retired")
 
     def line(self) -> str:
         """One line: the branch or path, then what it is."""
@@ -58,23 +59,29 @@ class Held:
 
 def held(root: Path) -> list[Held]:
     """Everything under `root` (`<state>/worktrees`): each record's directory by what the
-    record says, then directories no record names, then retired ones."""
+    record says, then directories no record names, then retired ones. A directory that a
+    conversation's record names is that conversation's, whatever else names it (an older
+    tailagent stopped mid-adoption left its record as made ahead too: only that goes)."""
     if not root.is_dir():
         return []
     found: list[Held] = []
-    named: set[Path] = set()
+    records: list[tuple[Path, Path, str, dict[str, object]]] = []
     for record in sorted(root.glob("*.json")):
         try:
             data = json.loads(record.read_text())
-            path, context_id = Path(data["path"]), str(data["context_id"])
-            repository, idle = str(data.get("repository", "")), data.get("idle") is True
+            records.append((record, Path(data["path"]), str(data["context_id"]), data))
         except (OSError, ValueError, KeyError, TypeError):
             found.append(Held(record, "unreadable"))
-            continue
-        named.add(path)
+    named = {path for _, path, _, _ in records}
+    theirs = {path for _, path, context_id, _ in records if context_id}
+    for record, path, context_id, data in records:
+        repository, idle = str(data.get("repository", "")), data.get("idle") is True
         kind = "made ahead" if not context_id else "idle" if idle else "conversation"
         branch = "" if kind != "conversation" else str(data.get("branch", BRANCH_PREFIX))
-        found.append(Held(path, kind, repository, branch, context_id))
+        if kind == "made ahead" and path in theirs:
+            found.append(Held(record, "taken", repository))
+        else:
+            found.append(Held(path, kind, repository, branch, context_id))
     for entry in sorted(root.iterdir()):
         ours = entry.is_dir() and not entry.is_symlink() and not entry.name.startswith(".")
         if ours and entry not in named and entry.resolve() not in named:
@@ -88,10 +95,15 @@ def held(root: Path) -> list[Held]:
 def clean(root: Path, holdings: list[Held]) -> list[Held]:
     """Removes the holdings that are no conversation's; returns those removed. A worktree
     made ahead goes directory first, record last (as removal.py does), and git's entry
-    for it in its repository with it when an older tailagent made it there."""
+    for it in its repository with it when an older tailagent made it there. What a
+    conversation's record names now (a server started since `holdings` were listed may
+    have given it to one) is left."""
+    theirs = {holding.path for holding in held(root) if holding.context_id}
     removed = []
     for holding in holdings:
         if not holding.removable or not holding.path.is_relative_to(root):
+            continue
+        if holding.path in theirs or holding.path.resolve() in theirs:
             continue
         if holding.path.is_symlink() or holding.path.is_file():
             holding.path.unlink(missing_ok=True)
