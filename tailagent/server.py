@@ -43,6 +43,7 @@ from tailagent.card.verify import KnownAgents
 from tailagent.config import Settings, default_state_dir
 from tailagent.cost.budgets import Spending
 from tailagent.cost.ledger import Usage
+from tailagent.cost.reserves import Reserves
 from tailagent.delegation.directory import PeerDirectory
 from tailagent.delegation.node_keys import KNOWN_NODES_FILE
 from tailagent.delegation.outbound import DelegatorFactory
@@ -62,7 +63,7 @@ from tailagent.sandbox.fences import Sandbox
 from tailagent.statedir.files import NotPrivate, close_dir
 from tailagent.statedir.lock import StateDirBusy, StateLock
 from tailagent.store.database import StoreUnavailable, open_database, redacted
-from tailagent.store.opening import STOP_MESSAGE, Storage, open_storage
+from tailagent.store.opening import STOP_MESSAGE, Storage, open_storage, server_id
 from tailagent.store.sdk_stores import SdkStores
 from tailagent.store.signals import CANCEL, PUSH
 from tailagent.tailnet.presence import BoxTailscaled, Presence, PresenceError, ServeEntryPresence
@@ -180,7 +181,11 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
             push.task_changed(task)
         pool = _open_pool(settings, backend, storage)
         await _start_agent(settings, conversations, backend, storage, sandbox)
-        spending = Spending(usage, settings.budgets)
+        # What admitted turns hold of their people's budgets (this server's previous
+        # run's holds go: its turns died with it).
+        reserves = Reserves(database, server_id(settings.state_dir))
+        await reserves.initialize()
+        spending = Spending(usage, settings.budgets, reserves)
         delegators = _make_delegators(settings, presence, storage, usage)
         executor = _make_executor(
             settings, backend, pool, storage, conversations, spending, sandbox.summary(),

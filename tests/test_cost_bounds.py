@@ -138,11 +138,13 @@ def _send_at_once(url: str, token: str, texts: list[str]) -> list[dict[str, Any]
 
 
 def test_turns_started_at_once_are_held_to_one_daily_budget(tmp_path: Path) -> None:
-    """Four turns of one person started together against $1 a day, each reporting
-    $0.30 more at each step: each is stopped at a report once spent plus running reaches
-    $1, so the day ends within the budget plus one step per turn ($2.20), not at the
-    $4.80 the four would cost; the next task is refused; nothing is counted twice."""
-    server = start_acp(tmp_path, config="[budgets]\nper_caller_daily_usd = 1\n")
+    """Four turns of one person started together against $1 a day, each admitted on a
+    reserve of $0.25 (`budgets.reserve_usd`, not a cap) and reporting $0.30 more at each
+    step: each is stopped at a report once spent plus running reaches $1, so the day
+    ends within the budget plus one step per turn ($2.20), not at the $4.80 the four
+    would cost; the next task is refused; nothing is counted twice."""
+    config = "[budgets]\nper_caller_daily_usd = 1\nreserve_usd = 0.25\n"
+    server = start_acp(tmp_path, config=config)
     steps = "usage:0.3 slow 2 usage:0.6 slow 2 usage:0.9 slow 2 usage:1.2"
     try:
         token = add_token(server, "ci", "caller")

@@ -289,8 +289,12 @@ class BudgetSettings:
     # their own figure.
     per_caller_daily_usd: float | None = None
     # What one task may spend: the Claude Agent SDK's `max_budget_usd`, and the end of a
-    # turn that crosses it.
+    # turn that crosses it. Also what a turn reserves of its person's day when admitted.
     per_task_usd: float | None = None
+    # What a turn reserves of its person's day when admitted, where no per_task_usd caps
+    # it: a figure the operator accepts as a turn's cost (cost/budgets.py). None: the
+    # rest of the day's budget, so such a person runs one turn at a time against it.
+    reserve_usd: float | None = None
 
 
 DELEGATED_ROLES = ("caller", "approver")

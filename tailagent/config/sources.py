@@ -121,6 +121,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "workspace.max_worktrees_per_caller": checks.positive_int,
     "budgets.per_caller_daily_usd": checks.dollars,
     "budgets.per_task_usd": checks.dollars,
+    "budgets.reserve_usd": checks.dollars,
     "sandbox.mode": checks.one_of(SANDBOX_MODES),
     "sandbox.network": checks.one_of(SANDBOX_NETWORKS),
     "sandbox.allow_hosts": checks.string_list,

@@ -1,4 +1,4 @@
-"""What a person may spend: their day's budget, checked before a turn starts, and each
+"""What a person may spend: their day's budget, held before a turn starts, and each
 turn's cost, kept when it ends.
 
 A person's own daily budget (`tailagent budget set`, kept in the ledger's
@@ -6,6 +6,19 @@ A person's own daily budget (`tailagent budget set`, kept in the ledger's
 day, the same day for every server sharing a store, and counts what the person's turns
 handed to other boxes with their own (a refusal says how much of it that was). The rows
 themselves are ledger.py's; a running turn's stop at a budget is turns.py's.
+
+A turn is admitted only while the person's spent + running + reserved is below their
+budget, and admitting it reserves what it may cost (reserves.py) until it reports. The
+figure reserved (`reserve_figure`):
+- `budgets.per_task_usd` where it is set: it is a cap tailagent holds the turn to
+  (stopped at it, or Claude Code's own `max_budget_usd`), so the reservation bounds the
+  turn and the day ends at most one reserve over the budget;
+- else `budgets.reserve_usd`, a figure the operator chose to let a person's turns run
+  side by side; it is not a cap, so a turn dearer than it passes it by the difference;
+- else what is left of the day's budget: a person without a cap runs one turn at a time
+  against it, and the day ends at most that turn over.
+Not a figure from the person's recent turns: the person the budget holds would set it,
+running cheap turns to lower it and then four dear ones at once.
 """
 
 from __future__ import annotations
@@ -15,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from tailagent.config import BudgetSettings
 from tailagent.cost.figures import dollars
 from tailagent.cost.ledger import Cost, Usage, person_of
+from tailagent.cost.reserves import Reservation, Reserves
 from tailagent.output.metrics import COST_USD, TOKENS, caller_label
 
 
@@ -24,12 +38,17 @@ def resets_at() -> str:
     return f"{tomorrow.isoformat()} 00:00 UTC"
 
 
-class Spending:
-    """The budgets, checked before a turn starts, and each turn's cost, kept when it ends."""
+class OverBudget(Exception):
+    """A new turn refused at its person's day's budget; str() says why and until when."""
 
-    def __init__(self, usage: Usage, budgets: BudgetSettings) -> None:
+
+class Spending:
+    """The budgets, held before a turn starts, and each turn's cost, kept when it ends."""
+
+    def __init__(self, usage: Usage, budgets: BudgetSettings, reserves: Reserves) -> None:
         self.usage = usage
         self.budgets = budgets
+        self.reserves = reserves
 
     async def daily_budget(self, owner: str) -> tuple[float, bool] | None:
         """The person's budget for a day and whether it is their own; None: no limit."""
@@ -39,17 +58,34 @@ class Spending:
         configured = self.budgets.per_caller_daily_usd
         return None if configured is None else (configured, False)
 
-    async def refusal(self, owner: str) -> str | None:
-        """Why the person may not start a turn now (their day's budget is spent); None
-        when they may."""
+    def reserve_figure(self) -> tuple[float | None, str]:
+        """What a turn reserves (None: the rest of the budget) and where it comes from
+        (see the module's note for why)."""
+        if self.budgets.per_task_usd is not None:
+            return self.budgets.per_task_usd, "budgets.per_task_usd"
+        if self.budgets.reserve_usd is not None:
+            return self.budgets.reserve_usd, "budgets.reserve_usd"
+        return None, "what is left of the budget: no budgets.per_task_usd or reserve_usd is set"
+
+    async def admit(self, owner: str) -> Reservation | None:
+        """Reserves what a new turn of the person's may cost; None when no budget holds
+        them. Raises OverBudget when what their day holds (spent, running, reserved)
+        reached their budget."""
         budget = await self.daily_budget(owner)
         if budget is None:
             return None
+        figure, source = self.reserve_figure()
+        reservation = await self.reserves.reserve(owner, budget[0], figure)
+        if reservation is not None:
+            return reservation
         spent = await self.usage.spent(owner)
-        if spent < budget[0]:
-            return None
         delegated = await self.usage.delegated(owner)
-        return over_budget_text(person_of(owner), budget[0], spent, budget[1], delegated)
+        held = await self.reserves.held(owner)
+        raise OverBudget(
+            over_budget_text(person_of(owner), budget[0], spent, budget[1], delegated)
+            if not held
+            else reserved_text(person_of(owner), budget[0], spent, budget[1], held, source)
+        )
 
     async def record(
         self,
@@ -82,4 +118,19 @@ def over_budget_text(
     return (
         f"{who} has spent {dollars(spent)} of {dollars(budget)} today ({which}){handed}: no "
         f"new task until it resets at {resets_at()} (midnight UTC)"
+    )
+
+
+def reserved_text(
+    who: str, budget: float, spent: float, own: bool, held: float, source: str
+) -> str:
+    """The refusal of a turn while the person's running turns hold the rest of their
+    budget reserved: what was spent, what is held and by which figure, and when a turn
+    may start again."""
+    which = "their own daily budget" if own else "budgets.per_caller_daily_usd"
+    return (
+        f"{who} has spent {dollars(spent)} of {dollars(budget)} today ({which}), and their "
+        f"running turns hold {dollars(held)} more of it until they report what they cost "
+        f"(each reserves {source}): no new task until one of them ends, or until the "
+        f"budget resets at {resets_at()} (midnight UTC)"
     )

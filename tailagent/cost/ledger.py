@@ -80,6 +80,8 @@ _ADD = (
 # line or a person's budget: such a row counts as nothing.
 _USD = "CASE WHEN usd >= 0 AND usd <= 1e15 THEN usd ELSE 0 END"
 _TOKENS = "CASE WHEN {0} >= 0 AND {0} <= 1e15 THEN {0} ELSE 0 END"
+# A column of dollars summed so (reserves.py sums its own rows the same way).
+USD_SUM = f"COALESCE(SUM({_USD}), 0)"
 _SUMS = (
     f"COALESCE(SUM({_USD}), 0), COALESCE(SUM({_TOKENS.format('input_tokens')}), 0),"
     f" COALESCE(SUM({_TOKENS.format('output_tokens')}), 0)"

@@ -13,7 +13,9 @@ is refused: logged once per turn, counted on /metrics, never kept.
 Budgets hold for a person's turns together: what each running turn has reported so far
 is kept in the store (`Usage.running`), so a person's spent-plus-running is what a new
 task is admitted against and what stops their running turns at their next report, on
-every server that shares the store.
+every server that shares the store. What a turn was admitted against is its
+reservation (reserves.py): it shrinks as the turn reports, and goes once its cost is
+counted, or once it ends with none.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tailagent.agents.events import AgentSession, TurnDone, UsageUpdated
 from tailagent.cost.budgets import Spending
 from tailagent.cost.figures import MAX_SESSION_USD, MAX_TURN_USD, dollars, token_figure, usd_figure
 from tailagent.cost.ledger import Cost
+from tailagent.cost.reserves import Reservation
 from tailagent.output.metrics import COSTS_REFUSED
 
 # A turn's cost lines log as the executor, as they did when this was a part of it: log
@@ -52,6 +55,7 @@ class LiveTurn(Protocol):
     conversation_new: bool  # its conversation began with it, and nothing is counted yet
     settled: bool  # its cost counted though it ended without a result
     cost_refused: bool  # a figure of its agent's was refused (logged once)
+    reservation: Reservation | None  # what it holds of its person's budget until counted
 
 
 def session_grew(turn: LiveTurn) -> float | None:
@@ -170,7 +174,10 @@ class TurnCosts:
                 )
         except Exception:
             log.exception("task %s: keeping the turn's cost", turn.task_id)
+            if turn.reservation is not None:  # it stays, in the uncounted cost's place
+                turn.reservation.settled = True
             return {"cost": turn.cost.as_json()}
+        await self.release(turn)
         return {"cost": turn.cost.as_json(), "conversationCost": total.as_json()}
 
     async def settle(self, turn: LiveTurn) -> None:
@@ -180,6 +187,23 @@ class TurnCosts:
         if turn.session_cost is not None and not turn.settled:
             turn.settled = True
             await self.count(turn, turn_cost(TurnDone(), turn))
+        else:
+            await self.release(turn)
+
+    async def release(self, turn: LiveTurn) -> None:
+        """Gives back what the turn held of its person's budget: its cost is counted,
+        or it ended with none known. A store that fails it leaves the row to this
+        server's next start (reserves.py), holding the budget until then."""
+        await self.give_back(turn.reservation, turn.task_id)
+
+    async def give_back(self, reservation: Reservation | None, task_id: str = "") -> None:
+        """Gives a reservation back (once; a failure is logged: see `release`)."""
+        if self._spending is None or reservation is None:
+            return
+        try:
+            await self._spending.reserves.release(reservation)
+        except Exception:
+            log.exception("task %s: releasing its reservation", task_id or "(not started)")
 
     def running_total(self, turn: LiveTurn, event: UsageUpdated) -> bool:
         """Takes the session's running total an agent reported; False when it is no
@@ -207,6 +231,8 @@ class TurnCosts:
             await self._spending.usage.running(
                 turn.task_id, turn.session.session_id, turn.owner, grew
             )
+            if turn.reservation is not None:
+                await self._spending.reserves.leave(turn.reservation, turn.reservation.usd - grew)
         except Exception:
             log.exception("task %s: keeping what the turn has cost so far", turn.task_id)
         budget = await self._spending.daily_budget(turn.owner)

@@ -34,10 +34,10 @@ from tailagent.bridge.conversations.ownership import (
 )
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Isolated, Shared
-from tailagent.bridge.requests import attachments
+from tailagent.bridge.requests import attachments, reservations
 from tailagent.bridge.requests.peer_tasks import runs_elsewhere
 from tailagent.config import AttachmentSettings
-from tailagent.cost.budgets import Spending
+from tailagent.cost.budgets import OverBudget, Spending
 from tailagent.store.audit import AuditEntry, AuditLog
 from tailagent.store.finality import BUSY_STATES, ENDED_STATES
 from tailagent.store.owners import ConversationOwners
@@ -208,15 +208,18 @@ class Admission:
             )
 
     async def _check_budget(self, message: Message, context: ServerCallContext) -> None:
-        """Refuses a new task to a person who spent their day's budget, saying which
-        budget, what was spent and when it resets; the refusal goes to the audit log.
-        Admins, whose box it is, are not held to one."""
+        """Reserves what a new task's turn may cost of its person's day's budget
+        (requests/reservations.py carries it to the turn), or refuses it, saying which
+        budget, what was spent and held, and when it resets; the refusal goes to the
+        audit log. Admins, whose box it is, are not held to one."""
         caller = caller_of(context)
         if self._spending is None or caller is None or caller.may("admin"):
             return
-        refusal = await self._spending.refusal(caller.owner)
-        if refusal is None:
+        try:
+            reservations.keep(context, await self._spending.admit(caller.owner))
             return
+        except OverBudget as over:
+            refusal = str(over)
         if self._audit is not None:
             entry = AuditEntry(
                 task_id="", context_id=message.context_id, tool="budget",

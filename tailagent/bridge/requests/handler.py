@@ -21,8 +21,10 @@ Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it
   also when two arrive together (the first claims the prompt as it is admitted);
 - a conversation is its owner's (store/owners.py): a message, diff, merge or
   discard naming another person's context is "not found", as another's task is;
-- a person who spent their day's budget (cost/budgets.py) is refused a new task,
-  and the refusal is audited;
+- a new task reserves what its turn may cost of its person's day's budget
+  (cost/budgets.py), given back if its request fails before the turn starts
+  (requests/reservations.py); a person whose day is spent or held is refused, and the
+  refusal is audited;
 - a listed task whose branch was merged or discarded since its turn says so in its
   `worktree.state` (bridge/conversations/fates.py).
 
@@ -36,6 +38,7 @@ requests/task_starts.py (the quick send).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator
 
 from a2a.server.agent_execution import SimpleRequestContextBuilder
@@ -61,6 +64,7 @@ from tailagent.bridge.conversations.fates import mark
 from tailagent.bridge.conversations.operations import ConversationOperations
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Isolated, Shared, requested_operation
+from tailagent.bridge.requests import reservations
 from tailagent.bridge.requests.admission import Admission, ended
 from tailagent.bridge.requests.in_flight import TurnGate
 from tailagent.bridge.requests.peer_tasks import PeerTasks, runs_elsewhere
@@ -79,6 +83,8 @@ from tailagent.store.finality import ENDED_STATES
 from tailagent.store.owners import ConversationOwners
 from tailagent.store.signals import TaskSignals
 from tailagent.store.tasks import UNSEEN_UNTIL_SETTLED, CoalescingTaskStore
+
+log = logging.getLogger(__name__)
 
 
 class GuardedRequestHandler(DefaultRequestHandler):
@@ -137,6 +143,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
         self._starts = TaskStarts(self._quick, self._gate, builder, store, pool)
         self._conversations = conversations
         self._resumption = Resumption(store, events) if events is not None else None
+        self._spending = spending
 
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
@@ -200,23 +207,32 @@ class GuardedRequestHandler(DefaultRequestHandler):
         operation = requested_operation(params.message)
         if operation is not None:
             return await self._operations.run(operation, params, context)
-        await self._admission.admit(params, context)
-        config = params.configuration
-        unseen = not (
-            self._store.shared
-            or config.return_immediately
-            or config.HasField("task_push_notification_config")
-        )
-        if unseen:
-            context.state[UNSEEN_UNTIL_SETTLED] = True
         try:
+            await self._admission.admit(params, context)
+            config = params.configuration
+            unseen = not (
+                self._store.shared
+                or config.return_immediately
+                or config.HasField("task_push_notification_config")
+            )
+            if unseen:
+                context.state[UNSEEN_UNTIL_SETTLED] = True
             if unseen and not params.message.task_id and self._executor.turns_into_task(params):
                 return await self._starts.quick(params, context)
             async with self._gate.turn():
                 return await super().on_message_send(params, context)
         except BaseException:
-            self._executor.release(context)  # an answer that did not apply frees its prompt
+            await self._failed(context)
             raise
+
+    async def _failed(self, context: ServerCallContext) -> None:
+        """What a request that failed held goes back: a prompt its answer claimed, and
+        what its turn reserved of the budget, if the turn did not start."""
+        self._executor.release(context)  # an answer that did not apply frees its prompt
+        try:
+            await reservations.withdraw(context, self._spending)
+        except Exception:  # the request's own failure is the one to tell
+            log.exception("giving back a failed request's reservation")
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
@@ -244,11 +260,11 @@ class GuardedRequestHandler(DefaultRequestHandler):
         if operation is not None:
             yield await self._operations.run(operation, params, context)
             return
-        stored = await self._admission.admit(params, context)
         # A waiting task whose caller leaves still runs, as any task does; a stop leaves
         # it submitted, and the next start closes it as any unfinished task.
         waiting: Task | None = None
         try:
+            stored = await self._admission.admit(params, context)
             if stored is None and not params.message.task_id and self._gate.full():
                 waiting = stored = await self._starts.submitted(params.message, context)
             if stored is not None:
@@ -262,5 +278,5 @@ class GuardedRequestHandler(DefaultRequestHandler):
                 async for event in super().on_message_send_stream(params, context):
                     yield event
         except BaseException:
-            self._executor.release(context)  # an answer that did not apply frees its prompt
+            await self._failed(context)
             raise

@@ -40,6 +40,7 @@ from tailagent.bridge.answers.judging import AnswerJudge
 from tailagent.bridge.answers.waiting import Waiting
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Conversations, Shared
+from tailagent.bridge.requests import reservations
 from tailagent.bridge.requests.requester import requester_of
 from tailagent.bridge.turns import tck
 from tailagent.bridge.turns.numbering import NumberingQueue
@@ -145,8 +146,11 @@ class BridgeExecutor(AgentExecutor):
             queue = await self._numbering(context, event_queue, new, keep=not unseen)
             await self._execute(context, queue, watched=not unseen)
         finally:
-            if self._events is not None and task_id not in self._runtimes:
-                self._events.forget(task_id)  # its next turn may run on another server
+            if task_id not in self._runtimes:
+                if self._events is not None:
+                    self._events.forget(task_id)  # its next turn may run on another server
+                # Its turn counted and gave back its reservation, or never started.
+                await self._costs.give_back(reservations.held(call))
             await self._over(context.context_id or "")
 
     async def _numbering(
@@ -197,9 +201,14 @@ class BridgeExecutor(AgentExecutor):
                 return
         elif runtime is None:
             publisher = Publisher(task_id, context_id)
+            reservation = reservations.take(context.call_context)
+            if reservation is not None and reservation.settled:
+                await publisher.fail(updater, reservations.WITHDRAWN)
+                return
             runtime = await self._starter.start(publisher, message, requester, updater)
             if runtime is None:
                 return
+            runtime.reservation = reservation
         else:
             # The guard refuses messages for a working task before they get here.
             await Publisher(task_id, context_id).fail(updater, "Task is already running.")

@@ -61,6 +61,7 @@ class Pump:
             # the process goes (mid-turn, it cannot serve another), the task fails.
             await self._pool.discard(runtime.context_id)
             await self._runtimes.end(runtime)
+            await self._costs.release(runtime)  # what it cost is not known: held no more
             raise
         finally:
             runtime.pump = None

@@ -21,6 +21,7 @@ from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import TurnRecord
 from tailagent.bridge.turns.publish import Publisher
 from tailagent.cost.ledger import Cost
+from tailagent.cost.reserves import Reservation
 from tailagent.output.metrics import TURN_SECONDS
 
 # The executor's parts log as the executor, as they did as one class: log lines and an
@@ -76,6 +77,8 @@ class TaskRuntime:
     watched: bool = True
     settled: bool = False  # its cost counted though it ended without a result
     cost_refused: bool = False  # a figure of its agent's was refused (logged once)
+    # What it holds of its person's budget from its admission until its cost is counted.
+    reservation: Reservation | None = None
 
 
 class Runtimes:
