@@ -101,9 +101,11 @@ def test_call_follows_its_task_across_a_restart_of_the_server(tmp_path: Path) ->
 def test_watch_follows_the_task_again_after_the_connection_drops(
     through_serve: tuple[RunningServer, ServeProxy],
 ) -> None:
+    """The drop comes after the first tick `watch` shows, whichever that is (its own start
+    takes a second or two on a busy box), and the task has ticks left after it."""
     server, proxy = through_serve
     call = subprocess.Popen(
-        [sys.executable, "-m", "tailagent", "call", "--url", proxy.url, "slow 5"],
+        [sys.executable, "-m", "tailagent", "call", "--url", proxy.url, "slow 8"],
         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     first: list[str] = []
@@ -116,13 +118,15 @@ def test_watch_follows_the_task_again_after_the_connection_drops(
         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     lines: list[str] = []
-    until(watch, "tick 2/5", lines)
+    until(watch, "tick ", lines)
+    shown = int(lines[-1].split("tick ", 1)[1].split("/", 1)[0])
+    assert shown < 8, lines  # ticks left to follow after the drop
     assert proxy.drop() >= 1
     out, err = watch.communicate(timeout=60)
     said = "".join(lines) + out
     assert watch.returncode == 0, said + err + server.log()
-    assert [said.count(f"tick {t}/5") for t in (3, 4, 5)] == [1, 1, 1], said
-    assert all(said.count(f"tick {t}/5") <= 1 for t in (1, 2)), said
+    assert [said.count(f"tick {t}/8") for t in range(shown, 9)] == [1] * (9 - shown), said
+    assert all(said.count(f"tick {t}/8") <= 1 for t in range(1, shown)), said
     assert "completed" in said.splitlines()[-1], said
     (line,) = err.strip().splitlines()
     assert "dropped" in line and task_id in line
