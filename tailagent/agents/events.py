@@ -106,6 +106,9 @@ class PermissionAsked:
     # this box's own agent): that box's rules already had their say, so this box's
     # rules never decide it; only the person does.
     relayed_from: str = ""
+    # The person the peer asks, for a relayed prompt: the peer's task is theirs and their
+    # answer goes there signed as theirs, so only they may answer it here.
+    relayed_for: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,9 @@ class Question:
 class QuestionAsked:
     request_id: str
     questions: tuple[Question, ...]
+    # As PermissionAsked's: the peer that asks and the person it asks, for a relayed one.
+    relayed_from: str = ""
+    relayed_for: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 
 Asker = Callable[[PermissionAsked | QuestionAsked], Awaitable[Answer]]
 Notify = Callable[[AgentEvent], Awaitable[None]]
+# How long the end of a hand-off waits for the peer to take its task's cancel.
+CANCEL_TIMEOUT = 10.0
 HAND_OPTIONS = (
     PermissionOption("allow_once", "Hand it over", "allow_once"),
     PermissionOption("reject_once", "Don't", "reject_once"),
@@ -209,6 +211,7 @@ class Delegator:
         self._ask = ask
         self._notify = notify
         self._running: set[PeerTask] = set()
+        self._leave = False
 
     async def list_peers(self) -> list[JSONDict]:
         peers = await self._factory.directory.peers()
@@ -288,8 +291,14 @@ class Delegator:
             self._running.add(task)
             try:
                 outcome = await step(task)
-            except DelegationFailed:
-                peers.forget(link.url)
+            except BaseException as exc:
+                # A hand-off that ends without the peer's answer (refused, failed, the
+                # turn over) leaves nothing waiting there for good: its task is cancelled,
+                # unless this server stops and leaves it for the next start (`leave`).
+                if not self._leave:
+                    await _cancel_quietly(task)
+                if isinstance(exc, DelegationFailed):
+                    peers.forget(link.url)
                 raise
             finally:
                 self._running.discard(task)
@@ -319,10 +328,25 @@ class Delegator:
         if not (isinstance(answer, PermissionDecision) and answer.allow):
             raise DelegationFailed("the person declined")
 
+    def leave_peers(self) -> None:
+        """The server stops: the peer tasks the turn waits on are left for the next
+        start to follow (session.py's `leave_peers`), not cancelled as the turn ends."""
+        self._leave = True
+
     async def cancel(self) -> None:
         """Cancels the peer tasks this turn started that still run."""
         running = list(self._running)
         await asyncio.gather(*(task.cancel() for task in running), return_exceptions=True)
+
+
+async def _cancel_quietly(task: PeerTask) -> None:
+    """Cancels the peer's task, bounded: an unreachable peer does not hold the turn's end
+    (its task then ends by its own timeouts, as any left by a dead caller does)."""
+    try:
+        async with asyncio.timeout(CANCEL_TIMEOUT):
+            await task.cancel()
+    except Exception as exc:
+        log.warning("cancelling the peer's task %s: %s", task.task_id, exc)
 
 
 def audience(peer: Peer) -> str:

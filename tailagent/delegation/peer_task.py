@@ -138,7 +138,7 @@ class PeerTask:
             if state in _ENDED:
                 return self._outcome()
             if state == TaskState.TASK_STATE_INPUT_REQUIRED:
-                step = partial(self._send, *await self._reply())
+                step = await self._reply()
             else:
                 step = self._subscribe
 
@@ -211,11 +211,14 @@ class PeerTask:
             self.task_id, self.context_id = task_id, context_id
             await self._linked(task_id, context_id)
 
-    async def _reply(self) -> tuple[Message, str]:
-        """The follow-up that answers the peer's prompt: asked of the person here, or
-        the answer already given when an earlier send of it did not arrive."""
+    async def _reply(self) -> Callable[[], AsyncIterator[StreamResponse]]:
+        """The step that answers the peer's prompt (asked of the person here, or the
+        answer already given when an earlier send of it did not arrive), or, when the
+        prompt was answered or closed on the peer meanwhile, the step that reads its
+        task as it is now: a question lives once, and an answer to a closed one is
+        not sent."""
         try:
-            pending = prompt_of(self._status.message, self._peer)
+            pending = prompt_of(self._status.message, self._peer, self._person)
         except NotAPrompt as exc:
             raise DelegationFailed(str(exc)) from None
         given = self._answers.get(pending.request_id)
@@ -225,14 +228,43 @@ class PeerTask:
         if given is None:
             answer = await self._ask(pending)
             given = (answer, answer.answerer or self._person)
+            if given[1] != self._person:  # the answer judge refuses it first; fail closed
+                raise DelegationFailed(
+                    f"{given[1]} answered a question {self._peer} asks of {self._person}"
+                )
             self._answers[pending.request_id] = given
+            if not await self._still_asks(pending.request_id):
+                await self._report(
+                    f"{self._peer}'s question was already answered or closed on "
+                    f"{self._peer}; {given[1]}'s answer was not sent: {_title(pending)}"
+                )
+                return self._current
         message = reply_to(
             pending, given[0], task_id=self.task_id, context_id=self.context_id, metadata={}
         )
         if isinstance(given[0], PermissionDecision) and isinstance(pending, PermissionAsked):
             verdict = "allowed" if given[0].allow else "denied"
             await self._report(f"{given[1]} {verdict}: {pending.title}")
-        return message, given[1]
+        return partial(self._send, message, given[1])
+
+    async def _still_asks(self, request_id: str) -> bool:
+        """Whether the peer's task still waits on its prompt `request_id` (read again
+        after the person took their time: the peer's owner may have answered there).
+        A peer that does not answer now is taken to: the send is retried as any is."""
+        context = await self._context(self._person)
+        call = self._client.get_task(GetTaskRequest(id=self.task_id), context=context)
+        try:
+            now = await _guarded_call(call, self._peer)
+        except Unreachable:
+            return True
+        if now.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
+            return False
+        try:
+            return prompt_of(now.status.message, self._peer, self._person).request_id == (
+                request_id
+            )
+        except NotAPrompt:
+            return False
 
     async def _recover(self) -> Task:
         """The peer's task once the peer answers again; DelegationFailed past the limit."""
@@ -269,6 +301,13 @@ class PeerTask:
         task = self._metadata.get("cost")
         whole = _usd(task.get("usd")) if isinstance(task, dict) else None
         return whole if whole is not None else sum(self._turn_costs)
+
+
+def _title(prompt: Prompting) -> str:
+    """A relayed prompt as the person saw it."""
+    if isinstance(prompt, PermissionAsked):
+        return prompt.title
+    return "; ".join(q.question for q in prompt.questions)
 
 
 def _usd(value: object) -> float | None:

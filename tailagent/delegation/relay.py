@@ -37,9 +37,9 @@ class NotAPrompt(ValueError):
     """The peer waits, but not with a prompt this box can relay; str() says what."""
 
 
-def prompt_of(message: Message, peer: str) -> Prompting:
-    """The peer's waiting prompt as this box's own, attributed to `peer`; its request id
-    is the peer's."""
+def prompt_of(message: Message, peer: str, person: str) -> Prompting:
+    """The peer's waiting prompt as this box's own, attributed to `peer` and put to
+    `person` alone (whose work it is); its request id is the peer's."""
     for part in message.parts:
         if not part.HasField("data"):
             continue
@@ -47,14 +47,14 @@ def prompt_of(message: Message, peer: str) -> Prompting:
         if not isinstance(data, dict):
             continue
         if data.get("kind") == "permission_request":
-            return _permission(data, peer)
+            return _permission(data, peer, person)
         if data.get("kind") == "ask_user_question":
-            return _question(data, peer)
+            return _question(data, peer, person)
     text = " ".join(p.text for p in message.parts if p.HasField("text")).strip()
     raise NotAPrompt(f"{peer} waits for input this box cannot relay: {text or 'no prompt'}")
 
 
-def _permission(data: dict[str, Any], peer: str) -> PermissionAsked:
+def _permission(data: dict[str, Any], peer: str, person: str) -> PermissionAsked:
     title = str(data.get("title") or data.get("toolName") or "act")
     options = tuple(
         PermissionOption(str(o.get("optionId")), str(o.get("name") or ""), o["kind"])
@@ -70,10 +70,11 @@ def _permission(data: dict[str, Any], peer: str) -> PermissionAsked:
         reason=str(data.get("decisionReason") or ""),
         options=options,
         relayed_from=peer,
+        relayed_for=person,
     )
 
 
-def _question(data: dict[str, Any], peer: str) -> QuestionAsked:
+def _question(data: dict[str, Any], peer: str, person: str) -> QuestionAsked:
     questions = tuple(
         Question(
             question=str(q.get("question") or ""),
@@ -88,7 +89,7 @@ def _question(data: dict[str, Any], peer: str) -> QuestionAsked:
         for q in data.get("questions") or []
         if isinstance(q, dict)
     )
-    return QuestionAsked(str(data.get("requestId") or ""), questions)
+    return QuestionAsked(str(data.get("requestId") or ""), questions, peer, person)
 
 
 def reply_to(

@@ -134,6 +134,8 @@ class DelegatingSession:
             await merged.put(event)
 
         delegator = self._factory.for_turn(self._turn, ask, notify)
+        if self._leave_peers:
+            delegator.leave_peers()
         self._delegator = delegator
         runner = asyncio.create_task(body(delegator, merged), name=f"turn-{self._turn.task_id}")
         runner.add_done_callback(lambda done: _failed(done, merged))
@@ -155,6 +157,8 @@ class DelegatingSession:
         left waiting too, as this task is (the link store keeps it), for the answer the
         next start relays (`resume`); ending the turn then cancels no peer task."""
         self._leave_peers = True
+        if self._delegator is not None:
+            self._delegator.leave_peers()
 
     async def _end(self, runner: asyncio.Task[None], delegator: Delegator) -> None:
         """The turn is over (or its reader gone): its questions are refused, the peer

@@ -56,6 +56,7 @@ class AnswerJudge:
         request_id = self._bind(message, stored)
         self._refuse_second(message.task_id, request_id)
         if stored.status.state not in WAITS_FOR_NONE:
+            self._check_person(message.task_id, context)
             self._check_approver(message.task_id, context)
 
     def hold(self, task_id: str, context: ServerCallContext) -> None:
@@ -94,6 +95,30 @@ class AnswerJudge:
         first = self._claims.answered(task_id, request_id) if request_id else None
         if first is not None:
             raise InvalidRequestError(message=first_answer_text(task_id, first.request_id, first))
+
+    def _check_person(self, task_id: str, context: ServerCallContext) -> None:
+        """A question a peer relayed here is answered by the person it asks, no one
+        else: the peer's task is theirs, the answer goes there signed as theirs, and
+        what this box knows of who else the peer lets answer for them is nothing (the
+        peer's own owner answers there). Refused here, before anything reaches the
+        peer, and the prompt stays pending for them."""
+        pending = self._pending(task_id)
+        person = pending.relayed_for if pending is not None else ""
+        if not person:
+            return
+        caller = caller_of(context)
+        if caller is not None and caller.kind == "user" and caller.login == person:
+            return
+        who = caller.who if caller else "this caller"
+        assert pending is not None
+        raise InvalidRequestError(
+            message=(
+                f"{who} may not answer this question: {pending.relayed_from}'s agent asks it of "
+                f"{person}, in work handed there for them, and only {person} may answer it "
+                f"(the answer goes to {pending.relayed_from} as theirs); task {task_id} stays "
+                f"waiting for {person}."
+            )
+        )
 
     def _check_approver(self, task_id: str, context: ServerCallContext) -> None:
         """An answer to a permission prompt needs the approver role. Refused here,

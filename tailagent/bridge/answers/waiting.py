@@ -92,6 +92,7 @@ def prompt_from(data: dict[str, Any]) -> Prompting | None:
                 reason=str(data.get("decisionReason") or ""),
                 options=options,
                 relayed_from=str(data.get("relayedFrom") or ""),
+                relayed_for=str(data.get("relayedFor") or ""),
             )
         if data.get("kind") == "ask_user_question":
             questions = tuple(
@@ -106,7 +107,12 @@ def prompt_from(data: dict[str, Any]) -> Prompting | None:
                 )
                 for q in data["questions"]
             )
-            return QuestionAsked(request_id=str(data["requestId"]), questions=questions)
+            return QuestionAsked(
+                request_id=str(data["requestId"]),
+                questions=questions,
+                relayed_from=str(data.get("relayedFrom") or ""),
+                relayed_for=str(data.get("relayedFor") or ""),
+            )
     except (KeyError, TypeError, AttributeError):
         return None
     return None

@@ -63,8 +63,8 @@ def question_prompt_text(event: QuestionAsked) -> str:
 
 def permission_data(event: PermissionAsked) -> dict[str, Any]:
     """The prompt's data part; `relayedFrom` names the peer whose agent asked, only on a
-    prompt relayed from another box, so the desk and the push say whose question it is."""
-    relayed = {"relayedFrom": event.relayed_from} if event.relayed_from else {}
+    prompt relayed from another box, so the desk and the push say whose question it is,
+    and `relayedFor` the one person who may answer it (kept across a restart)."""
     return {
         "kind": "permission_request",
         "requestId": event.request_id,
@@ -73,8 +73,15 @@ def permission_data(event: PermissionAsked) -> dict[str, Any]:
         "title": event.title,
         "decisionReason": event.reason,
         "options": [{"optionId": o.id, "name": o.name, "kind": o.kind} for o in event.options],
-        **relayed,
+        **relayed(event),
     }
+
+
+def relayed(event: PermissionAsked | QuestionAsked) -> dict[str, str]:
+    """Whose question a relayed prompt is, for its data part; nothing for this box's own."""
+    if not event.relayed_from:
+        return {}
+    return {"relayedFrom": event.relayed_from, "relayedFor": event.relayed_for}
 
 
 def question_data(event: QuestionAsked) -> dict[str, Any]:
@@ -90,6 +97,7 @@ def question_data(event: QuestionAsked) -> dict[str, Any]:
             }
             for q in event.questions
         ],
+        **relayed(event),
     }
 
 

@@ -1,0 +1,149 @@
+"""A question box B relays to box A lives once, and only the person answers it on A
+(issue 55, section 3).
+
+Two real servers on loopback (tests/two_boxes.py): alice's turn on A hands work to B
+(`delegate:devbox-2 ask:NAME`: B's echo agent asks to run `rm -rf NAME`), and B's
+question is relayed back into her task on A. A's owner is let in from their own device;
+B's owner answers on B with B's local admin token. Each test starts its own pair, so a
+task left waiting by one cannot pass for another's.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from google.protobuf.json_format import MessageToDict
+
+from tests.tailnet import OWNER, whois
+from tests.test_delegation_restart import (
+    LAPTOP,
+    allow,
+    answer_text,
+    as_alice,
+    peer_task_of,
+    waiting_on,
+)
+from tests.test_delegation_wire import peer_task, state_name_of
+from tests.test_real_tailnet import audit_rows
+from tests.two_boxes import A_NODE, ALICE, Boxes, start_boxes
+
+OWNERS_DESK = "100.64.0.30"  # A's owner's own device, as A's tailscaled names it
+
+
+def start(tmp_path: Path, b_delegation: str = "") -> Boxes:
+    """A lets alice in and hands work to devbox-2 without asking; A's owner is let in as
+    owner. `b_delegation`: more lines of B's `[delegation]` (B restarted with them)."""
+    boxes = start_boxes(
+        tmp_path,
+        a_sections=f'[access]\nallowed_logins = ["{ALICE}"]\n',
+        a_delegation='allow_peers = ["devbox-2"]\n',
+        a_callers={LAPTOP: whois(ALICE, ip=LAPTOP), OWNERS_DESK: whois(OWNER, ip=OWNERS_DESK)},
+    )
+    if b_delegation:
+        config = tmp_path / "b.toml"
+        config.write_text(config.read_text() + b_delegation)
+        boxes.restart_b()
+    return boxes
+
+
+@pytest.fixture
+def boxes(tmp_path: Path) -> Iterator[Boxes]:
+    made = start(tmp_path)
+    yield made
+    made.stop()
+
+
+def send(url: str, message: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    """A SendMessage's JSON-RPC reply, a result or an error."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+    reply: dict[str, Any] = httpx.post(
+        url, json=body, headers={"A2A-Version": "1.0", **headers}, timeout=60
+    ).json()
+    return reply
+
+
+def as_a_owner(boxes: Boxes, message: dict[str, Any]) -> dict[str, Any]:
+    """A SendMessage to A from its owner's device (through A's `tailscale serve`)."""
+    return send(boxes.a.url, message, {"X-Forwarded-For": OWNERS_DESK, "Host": A_NODE})
+
+
+def first(text: str) -> dict[str, Any]:
+    return {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
+
+
+def said_on_a(task: dict[str, Any]) -> str:
+    """Every line A's task showed: its status messages kept in history, and its answer."""
+    lines = [p.get("text", "") for m in task.get("history", []) for p in m["parts"]]
+    return "\n".join([*lines, answer_text(task)])
+
+
+def b_answers(boxes: Boxes) -> list[str]:
+    """Who answered each of B's permission prompts, as B's audit log says."""
+    return [row["answered_by"] for row in audit_rows(boxes.b)]
+
+
+async def test_a_s_owner_may_not_answer_alice_s_relayed_question(boxes: Boxes) -> None:
+    task = as_alice(boxes, first("delegate:devbox-2 ask:dist"))
+    asked = waiting_on(task)
+    assert (asked["relayedFrom"], asked["relayedFor"]) == ("devbox-2", ALICE), asked
+
+    refused = as_a_owner(boxes, allow(task, asked["requestId"]))
+    assert refused["error"]["message"] == (
+        f"{OWNER} may not answer this question: devbox-2's agent asks it of {ALICE}, in "
+        f"work handed there for them, and only {ALICE} may answer it (the answer goes to "
+        f"devbox-2 as theirs); task {task['id']} stays waiting for {ALICE}."
+    ), refused
+    # Refused on A before anything went to B: B's task still waits on its question.
+    b_task = await peer_task_of(boxes, task)
+    assert state_name_of(b_task) == "input_required"
+    assert b_answers(boxes) == []
+
+    done = as_alice(boxes, allow(task, asked["requestId"]))
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED", said_on_a(done)
+    assert state_name_of(await peer_task(boxes, b_task.id)) == "completed"
+    [by] = b_answers(boxes)
+    assert by.startswith(f"user:{ALICE}") and "via devbox-1" in by, by
+
+
+async def test_a_question_b_s_owner_answered_on_b_is_not_answered_again_from_a(
+    boxes: Boxes,
+) -> None:
+    task = as_alice(boxes, first("delegate:devbox-2 ask:dist"))
+    asked = waiting_on(task)
+    b_task = await peer_task_of(boxes, task)
+    on_b = next(MessageToDict(p.data) for p in b_task.status.message.parts if p.HasField("data"))
+    answered = send(boxes.b.url, allow(MessageToDict(b_task), on_b["requestId"]),
+                    {"Authorization": f"Bearer {boxes.b.token}"})  # fmt: skip
+    assert answered["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answered
+
+    done = as_alice(boxes, allow(task, asked["requestId"]))
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED", said_on_a(done)
+    said = said_on_a(done)
+    assert (
+        "devbox-2's question was already answered or closed on devbox-2; "
+        f"{ALICE}'s answer was not sent: devbox-2's agent asks to run `rm -rf dist`"
+    ) in said, said
+    assert "echo: ask:dist" in said, said  # B's outcome still came back to her task
+    [by] = b_answers(boxes)  # B's owner's answer alone: hers was never sent
+    assert not by.startswith(f"user:{ALICE}"), by
+
+
+async def test_a_hand_off_that_ends_in_error_cancels_b_s_task(tmp_path: Path) -> None:
+    """B gives work handed in no approver role: alice's answer to B's question is refused
+    by B, the hand-off ends in that error, and B's task is cancelled, not left waiting."""
+    boxes = start(tmp_path, b_delegation='roles = ["caller"]\n')
+    try:
+        task = as_alice(boxes, first("delegate:devbox-2 ask:dist"))
+        asked = waiting_on(task)
+        done = as_alice(boxes, allow(task, asked["requestId"]))
+        said = said_on_a(done)
+        assert "may not answer permission prompts" in said, said
+        b_task = await peer_task_of(boxes, task)
+        assert state_name_of(b_task) == "canceled", state_name_of(b_task)
+    finally:
+        boxes.stop()
