@@ -216,3 +216,53 @@ async def test_hand_offs_read_the_peers_card_again_only_after_a_failure(
 
 def state_name_of(task: Task) -> str:
     return state_name(task.status.state)
+
+
+async def test_the_consent_names_the_peer_conversation_the_work_goes_into(
+    pair: Boxes, factory: DelegatorFactory
+) -> None:
+    """Named by the agent, a peer conversation is named to the person: its short id, and
+    the title of what this conversation last handed there, when it did."""
+    alice = Person()
+    delegator = factory.for_turn(turn("t8"), alice.ask, alice.notify)
+    await delegator.delegate("devbox-2", "tidy the build\nthen say so")
+    (link,) = await factory.links.of_task("t8")
+    there = link.peer_context_id
+    assert await delegator.delegate("devbox-2", "and the docs", there) == "echo: and the docs"
+    hand = alice.asked[-1]
+    assert isinstance(hand, PermissionAsked)
+    assert hand.title == (
+        f"Hand to devbox-2, in its conversation {there[:8]} (last: 'tidy the build'): and the docs"
+    )
+    assert hand.input == {"peer": "devbox-2", "message": "and the docs", "conversation": there}
+    # Another conversation of hers on A names it too, but knows nothing of what it holds.
+    other = factory.for_turn(turn("t9"), alice.ask, alice.notify)
+    await other.delegate("devbox-2", "one more", there)
+    assert (
+        alice.asked[-1].title
+        == (  # type: ignore[union-attr]
+            f"Hand to devbox-2, continuing an existing conversation on devbox-2 ({there[:8]}): "
+            "one more"
+        )
+    )
+    (second,) = await factory.links.of_task("t9")
+    assert second.peer_context_id == there
+
+
+async def test_a_peer_conversation_that_is_not_the_persons_is_refused_by_the_peer(
+    pair: Boxes, factory: DelegatorFactory
+) -> None:
+    """A conversation B's owner started on B, named by alice's agent: B refuses it."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": "owners-own", "role": "ROLE_USER", "parts": [{"text": "mine"}]}}}  # fmt: skip
+    headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {pair.b.token}"}
+    async with httpx.AsyncClient(timeout=30) as http:
+        owners = (await http.post(pair.b.url, json=body, headers=headers)).json()["result"]
+    alice = Person()
+    delegator = factory.for_turn(turn("t10"), alice.ask, alice.notify)
+    theirs = owners["task"]["contextId"]
+    with pytest.raises(DelegationFailed) as refused:
+        await delegator.delegate("devbox-2", "read it", theirs)
+    # B's words, as for a conversation that does not exist: nothing said of its owner.
+    assert str(refused.value).startswith(f"devbox-2 refused: Conversation {theirs} not found")
+    assert await factory.links.of_task("t10") == []

@@ -58,6 +58,10 @@ log = logging.getLogger(__name__)
 
 Asker = Callable[[PermissionAsked | QuestionAsked], Awaitable[Answer]]
 Notify = Callable[[AgentEvent], Awaitable[None]]
+# A peer conversation as the consent names it: its id's first characters, as
+# conversations are named on a box; and how much of the last title it shows.
+SHORT_ID = 8
+TITLE_LIMIT = 80
 # How long the end of a hand-off waits for the peer to take its task's cancel.
 CANCEL_TIMEOUT = 10.0
 HAND_OPTIONS = (
@@ -229,12 +233,15 @@ class Delegator:
     ) -> str:
         found = await self._factory.directory.find(peer)
         short = found.peer.split(".")[0] or peer
-        await self._consent(found, short, message)
         peer_context = conversation or await self._factory.links.peer_context(
             self._turn.context_id, found.url
         )
+        await self._consent(found, short, message, peer_context)
         link = Link(found.url, short, audience(found))
-        return await self._follow(link, progress, lambda task: task.run(message, peer_context))
+        subject = _first_line(message)
+        return await self._follow(
+            link, progress, lambda task: task.run(message, peer_context), subject
+        )
 
     async def resume(self, answer: Answer) -> tuple[str, str]:
         """The peer's name and its answer, for a hand-off a previous run of this box left
@@ -260,10 +267,12 @@ class Delegator:
         link: Link,
         progress: Progress | None,
         step: Callable[[PeerTask], Awaitable[Outcome]],
+        subject: str = "",
     ) -> str:
         """Runs `step` on a PeerTask of the peer at `link`; its answer, its cost recorded
         as the person's delegated cost (the peer task's whole cost, replacing any figure
-        kept for it before)."""
+        kept for it before). `subject`: what the link to the peer's task records of the
+        work handed (its first line), for a later hand-off into that conversation to name."""
         turn, links = self._turn, self._factory.links
 
         async def report(line: str) -> None:
@@ -278,8 +287,9 @@ class Delegator:
 
         async def linked(peer_task_id: str, peer_context_id: str) -> None:
             await links.add(
-                turn.task_id, link.url, peer_task_id, peer_context_id, context_id=turn.context_id
-            )
+                turn.task_id, link.url, peer_task_id, peer_context_id,
+                context_id=turn.context_id, subject=subject,
+            )  # fmt: skip
 
         peers = self._factory.peers
         async with peers.http() as http:
@@ -310,18 +320,25 @@ class Delegator:
             )  # fmt: skip
         return outcome.text
 
-    async def _consent(self, found: Peer, short: str, message: str) -> None:
+    async def _consent(
+        self, found: Peer, short: str, message: str, peer_context: str | None
+    ) -> None:
         """Asks the person unless a rule lets this peer have work without asking (named
-        by its short name or its MagicDNS name)."""
+        by its short name or its MagicDNS name). Work that goes into an existing
+        conversation on the peer (one the agent named, or the one this conversation
+        handed work to before) says which, so the person sees where it goes."""
         allowed = {name.lower() for name in self._factory.settings.delegation.allow_peers}
         if allowed & {short.lower(), audience(found)}:
             return
-        first = message.strip().splitlines()[0] if message.strip() else ""
+        where = await self._where(found, short, peer_context) if peer_context else ""
+        tool_input: JSONDict = {"peer": short, "message": message}
+        if peer_context:
+            tool_input["conversation"] = peer_context
         asked = PermissionAsked(
             request_id="",
             tool="delegate",
-            input={"peer": short, "message": message},
-            title=f"Hand to {short}: {first}",
+            input=tool_input,
+            title=f"Hand to {short}{where}: {_first_line(message)}",
             options=HAND_OPTIONS,
         )
         answer = await self._ask(asked)
@@ -333,10 +350,25 @@ class Delegator:
         start to follow (session.py's `leave_peers`), not cancelled as the turn ends."""
         self._leave = True
 
+    async def _where(self, found: Peer, short: str, peer_context: str) -> str:
+        """The peer conversation a hand-off continues, as the consent names it: its short
+        id and the title of the last work this conversation handed there, when it did."""
+        ident = peer_context[:SHORT_ID]
+        last = await self._factory.links.subject(self._turn.context_id, found.url, peer_context)
+        if last:
+            return f", in its conversation {ident} (last: {last!r})"
+        return f", continuing an existing conversation on {short} ({ident})"
+
     async def cancel(self) -> None:
         """Cancels the peer tasks this turn started that still run."""
         running = list(self._running)
         await asyncio.gather(*(task.cancel() for task in running), return_exceptions=True)
+
+
+def _first_line(message: str) -> str:
+    """A hand-off's title: the first line of the work handed, as the peer titles it."""
+    lines = message.strip().splitlines()
+    return lines[0][:TITLE_LIMIT] if lines else ""
 
 
 async def _cancel_quietly(task: PeerTask) -> None:

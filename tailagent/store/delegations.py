@@ -19,7 +19,7 @@ _CREATE = (
     "CREATE TABLE IF NOT EXISTS delegation_links ("
     " task_id TEXT NOT NULL, peer_url TEXT NOT NULL, peer_task_id TEXT NOT NULL,"
     " peer_context_id TEXT NOT NULL, context_id TEXT NOT NULL, created_at TEXT NOT NULL,"
-    " PRIMARY KEY (task_id, peer_task_id))"
+    " subject TEXT NOT NULL DEFAULT '', PRIMARY KEY (task_id, peer_task_id))"
 )
 _INDEX = (
     "CREATE INDEX IF NOT EXISTS delegation_links_context"
@@ -27,8 +27,8 @@ _INDEX = (
 )
 _ADD = (
     "INSERT INTO delegation_links"
-    " (task_id, peer_url, peer_task_id, peer_context_id, context_id, created_at)"
-    " VALUES (:t, :u, :pt, :pc, :c, :at) ON CONFLICT (task_id, peer_task_id) DO NOTHING"
+    " (task_id, peer_url, peer_task_id, peer_context_id, context_id, created_at, subject)"
+    " VALUES (:t, :u, :pt, :pc, :c, :at, :s) ON CONFLICT (task_id, peer_task_id) DO NOTHING"
 )
 _OF_TASK = (
     "SELECT task_id, peer_url, peer_task_id, peer_context_id, context_id"
@@ -37,6 +37,10 @@ _OF_TASK = (
 _PEER_CONTEXT = (
     "SELECT peer_context_id FROM delegation_links WHERE context_id = :c AND peer_url = :u"
     " ORDER BY created_at DESC LIMIT 1"
+)
+_SUBJECT = (
+    "SELECT subject FROM delegation_links WHERE context_id = :c AND peer_url = :u"
+    " AND peer_context_id = :pc AND subject <> '' ORDER BY created_at DESC LIMIT 1"
 )
 
 
@@ -59,6 +63,20 @@ class DelegationLinks:
     async def initialize(self) -> None:
         await self._db.execute(_CREATE)
         await self._db.execute(_INDEX)
+        if "subject" not in await self._columns():  # a store from before issue 55
+            await self._db.execute(
+                "ALTER TABLE delegation_links ADD COLUMN subject TEXT NOT NULL DEFAULT ''"
+            )
+
+    async def _columns(self) -> set[str]:
+        if self._db.postgres:
+            rows = await self._db.fetch(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_name = 'delegation_links'"
+            )
+        else:
+            rows = await self._db.fetch("SELECT name FROM pragma_table_info('delegation_links')")
+        return {str(row[0]) for row in rows}
 
     async def add(
         self,
@@ -68,8 +86,10 @@ class DelegationLinks:
         peer_context_id: str,
         *,
         context_id: str,
+        subject: str = "",
     ) -> None:
-        """Records a hand-off once (the same peer task named again changes nothing)."""
+        """Records a hand-off once (the same peer task named again changes nothing), with
+        its `subject` (the first line of the work handed, its title on the peer)."""
         await self._db.execute(
             _ADD,
             {
@@ -79,6 +99,7 @@ class DelegationLinks:
                 "pc": peer_context_id,
                 "c": context_id,
                 "at": datetime.now(UTC).isoformat(),
+                "s": subject,
             },
         )
 
@@ -91,4 +112,12 @@ class DelegationLinks:
         """The peer's conversation this conversation last handed work to at `peer_url`,
         which a follow-up delegation continues; None when it never did."""
         rows = await self._db.fetch(_PEER_CONTEXT, {"c": context_id, "u": peer_url})
+        return str(rows[0][0]) if rows else None
+
+    async def subject(self, context_id: str, peer_url: str, peer_context_id: str) -> str | None:
+        """The subject of the last work this conversation handed into the peer's
+        conversation `peer_context_id`; None when it handed none there (what another
+        conversation handed there is not this one's to show)."""
+        params = {"c": context_id, "u": peer_url, "pc": peer_context_id}
+        rows = await self._db.fetch(_SUBJECT, params)
         return str(rows[0][0]) if rows else None
