@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from functools import partial
 
 from a2a.server.routes import create_rest_routes
 from starlette.routing import Mount, Router
@@ -28,6 +29,7 @@ from tailagent.mends import required_fields  # noqa: F401  (applies the mend)
 from tailagent.mends.jsonrpc import jsonrpc_routes
 from tailagent.plain_routes import plain_routes
 from tailagent.store.database import Database
+from tailagent.store.keeping import show as show_size
 from tailagent.store.spent_tokens import SpentAnswers
 from tailagent.store.tasks import ANSWER_KEY, CoalescingTaskStore
 from tailagent.tailnet.presence import Presence
@@ -87,7 +89,9 @@ def build_app(
         yield
         await page.aclose()
 
-    plain = plain_routes(publisher, fence, settings.delegation.allowed_nodes)
+    plain = plain_routes(
+        publisher, fence, settings.delegation.allowed_nodes, partial(show_size, database)
+    )
     router = Router(routes=[*routes, *plain], lifespan=lifespan)
     served = mount(page, router)
 

@@ -10,7 +10,7 @@ whom it may serve (card/catalog.py), /metrics is for admins.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -32,11 +32,15 @@ FAVICON_MAX_AGE = 86400
 
 
 def plain_routes(
-    publisher: CardPublisher, fence: dict[str, str], allowed_nodes: Sequence[str]
+    publisher: CardPublisher,
+    fence: dict[str, str],
+    allowed_nodes: Sequence[str],
+    measure: Callable[[], Awaitable[None]],
 ) -> list[BaseRoute]:
     """`fence` (how agents are sandboxed) is part of /healthz's answer: a probe that
     watches the service sees it run unfenced. `allowed_nodes` (delegation.allowed_nodes)
-    are the nodes the catalog lists the agent to, as one they may hand work to."""
+    are the nodes the catalog lists the agent to, as one they may hand work to.
+    `measure` sets the gauges read at a scrape (the store's size) just before it."""
     health = {"status": "ok", "sandbox": fence}
 
     async def agent_card(request: Request) -> Response:
@@ -72,6 +76,7 @@ def plain_routes(
         if not isinstance(caller, Caller) or not caller.may("admin"):
             body = {"error": "forbidden", "reason": "/metrics is for admins and the local token"}
             return Response(json.dumps(body), status_code=403, media_type="application/json")
+        await measure()
         return Response(exposition(), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(_request: Request) -> Response:

@@ -23,7 +23,8 @@ from tailagent.listening.probe import healthy
 from tailagent.output.visible import visible
 from tailagent.process import origin
 from tailagent.statedir.lock import running_server
-from tailagent.store.database import StoreUnavailable, open_database, redacted
+from tailagent.store.database import StoreUnavailable, open_database, redacted, sqlite_path
+from tailagent.store.keeping import measure
 from tailagent.workspace.worktrees.ending.holdings import KINDS, held
 
 
@@ -329,19 +330,27 @@ def _key(settings: Settings) -> Check:
 
 
 async def _store(settings: Settings) -> Check:
-    if settings.store is None:
-        return Check("store", True, "SQLite in the state dir")
+    """Whether the store answers, and how big it is: what the per-person limits
+    (tasks_kept_per_caller, events_kept_per_caller) and the expiry keep in check."""
+    where = "SQLite in the state dir" if settings.store is None else redacted(settings.store_url)
+    path = sqlite_path(settings.store_url) if settings.store is None else None
+    if path is not None and not path.exists():
+        return Check("store", True, f"{where}: empty (no server has written it yet)")
     try:
         database = open_database(settings.store_url)
     except StoreUnavailable as exc:
         return Check("store", False, str(exc), "name a file, or a PostgreSQL database")
     try:
         await database.check()
+        size = await measure(database)
     except StoreUnavailable as exc:
         return Check("store", False, str(exc), "check the URL, and that the database is up")
     finally:
         await database.aclose()
-    return Check("store", True, f"{redacted(settings.store_url)} answers")
+    facts: dict[str, str | bool | None] = {
+        "bytes": str(size.bytes), "tasks": str(size.tasks), "events": str(size.events),
+    }  # fmt: skip
+    return Check("store", True, f"{where} answers: {size.describe()}", facts=facts)
 
 
 async def _listener(settings: Settings, server: dict[str, str]) -> Check:

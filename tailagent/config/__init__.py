@@ -346,6 +346,11 @@ class Settings:
     # Each task's numbered events kept for a stream taken up again (store/events.py).
     events_kept: int = 10_000
     events_kept_hours: float = 24.0
+    # What one person may keep in the store, and for how long an ended task stays
+    # (store/keeping.py argues the defaults).
+    tasks_kept_per_caller: int = 1_000
+    events_kept_per_caller: int = 100_000
+    ended_tasks_kept_hours: float = 720.0
     max_permission_denials: int = 3
     log_level: str = "info"
     log_format: str = "text"

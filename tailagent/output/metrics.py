@@ -40,6 +40,16 @@ TURNS_WAITING = Gauge(
     "Message sends waiting for one of the agent.max_concurrent_turns places.",
     registry=REGISTRY,
 )  # fmt: skip
+# Measured at each scrape (store/size.py): what the per-person limits keep in check.
+STORE_BYTES = Gauge(
+    "tailagent_store_bytes",
+    "The store's size on disk: SQLite's file and write-ahead log, or the PostgreSQL database.",
+    registry=REGISTRY,
+)  # fmt: skip
+STORE_ROWS = Gauge(
+    "tailagent_store_rows", "Rows in the store's growing tables (tasks, task_events).",
+    ["table"], registry=REGISTRY,
+)  # fmt: skip
 WHOIS = Counter(
     "tailagent_whois", "LocalAPI whois lookups, by outcome (cache_hit, found, not_found).",
     ["outcome"], registry=REGISTRY,

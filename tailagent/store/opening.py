@@ -27,6 +27,7 @@ from tailagent.store.database import Database
 from tailagent.store.delegations import DelegationLinks
 from tailagent.store.events import TaskEvents
 from tailagent.store.finality import mark_failed
+from tailagent.store.keeping import Limits, TaskKeeping
 from tailagent.store.owners import ConversationOwners
 from tailagent.store.sdk_stores import SdkStores
 from tailagent.store.session_map import SessionMap
@@ -62,10 +63,14 @@ class Storage:
     delegations: DelegationLinks
     # Each task's numbered events, for a stream taken up again (store/events.py).
     events: TaskEvents
+    # Each person's limits on what the store keeps, and ended tasks' expiry.
+    keeping: TaskKeeping
 
     async def contexts(self) -> set[str]:
-        """Every context the store has a task in (a worktree of any other is a leftover)."""
-        return await self._table.context_ids()
+        """Every context the store has a task in or an owner for (a worktree of any other
+        is a leftover): a conversation whose tasks expired or gave way to its person's
+        newer ones still exists, and its worktree still holds its work."""
+        return await self._table.context_ids() | await self.owners.context_ids()
 
     async def close_unfinished(self, message: str) -> list[str]:
         """At stop: ends as failed, saying `message`, every task this process holds
@@ -75,6 +80,7 @@ class Storage:
 
     async def flush(self) -> None:
         """Writes what is still held in memory: the last task states, the session map."""
+        await self.keeping.aclose()
         await self.tasks.flush(final=True)
         await self.session_map.flush()
         await self.events.aclose()
@@ -135,8 +141,14 @@ async def open_storage(
     if shared:
         await table.index_contexts()
     closed, waiting = await close_unfinished_tasks(table, server[0], keep=keep)
+    limits = Limits(
+        settings.tasks_kept_per_caller,
+        settings.events_kept_per_caller,
+        settings.ended_tasks_kept_hours,
+    )
+    keeping = TaskKeeping(database, limits)
     tasks = CoalescingTaskStore(
-        table, sdk, server, on_change=on_change, shared=shared, on_save=on_save
+        table, sdk, server, on_change=on_change, shared=shared, on_save=on_save, keeping=keeping
     )
     signals = TaskSignals(database)
     await signals.initialize()
@@ -150,7 +162,8 @@ async def open_storage(
     await delegations.initialize()
     events = TaskEvents(database, settings.events_kept, settings.events_kept_hours)
     await events.initialize()
+    keeping.start()  # after the events' table: a sweep removes a task's events too
     return Storage(
         database, sdk, tasks, session_map, owners, audit, signals, closed, waiting, keep, table,
-        delegations, events,
+        delegations, events, keeping,
     )  # fmt: skip

@@ -80,6 +80,11 @@ class ConversationOwners:
             self._remember(context_id, owner)
         return sorted(c for c, _ in rows if c != start)
 
+    async def context_ids(self) -> set[str]:
+        """Every conversation that has an owner: it exists, whether or not tasks remain."""
+        rows = await self._db.fetch("SELECT context_id FROM conversation_owners")
+        return {row[0] for row in rows}
+
     async def start(self, context_id: str, owner: str) -> None:
         """Records the owner of a conversation this server just named (a fresh id that
         nobody else can have yet: no read first)."""

@@ -107,7 +107,7 @@ class TaskTable:
             params["owner"] = owner
         if before is not None:
             moment = datetime.fromtimestamp(before[0] / 1e6, UTC).replace(tzinfo=None)
-            params["at"] = moment if self._db.postgres else _sqlite_datetime(moment)
+            params["at"] = moment if self._db.postgres else sqlite_datetime(moment)
             params["id"] = before[1]
             where.append("(last_updated < :at OR (last_updated = :at AND id < :id))")
         clause = f"WHERE {' AND '.join(where)} " if where else ""
@@ -166,7 +166,7 @@ def row_of(task: Task, owner: str, shown: dict[str, Any] | None = None) -> dict[
         "context_id": task.context_id,
         "kind": "task",
         "owner": owner,
-        "last_updated": _sqlite_datetime(updated) if updated is not None else None,
+        "last_updated": sqlite_datetime(updated) if updated is not None else None,
         "status": json.dumps(shown.get("status", {})),
         "artifacts": json.dumps(shown.get("artifacts", [])),
         "history": json.dumps(shown.get("history", [])),
@@ -205,7 +205,7 @@ def _plain(value: Value) -> Any:
     return None if kind in (None, "null_value") else getattr(value, kind)
 
 
-def _sqlite_datetime(moment: datetime) -> str:
+def sqlite_datetime(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
 
 

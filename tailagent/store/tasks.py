@@ -35,6 +35,7 @@ from google.protobuf.json_format import MessageToDict
 from tailagent.access.identity import caller_of
 from tailagent.output.metrics import TASK_STATES
 from tailagent.store.finality import UNFINISHED_STATES, mark_failed
+from tailagent.store.keeping import TaskKeeping
 from tailagent.store.sdk_stores import SdkStores
 from tailagent.store.table import Position, TaskTable
 
@@ -98,8 +99,10 @@ class CoalescingTaskStore(TaskStore):
         on_change: Callable[[Task], None] | None = None,
         shared: bool = False,
         on_save: Callable[[Task, str], None] | None = None,
+        keeping: TaskKeeping | None = None,
     ) -> None:
         self._table = table
+        self._keeping = keeping  # makes room for a person's new task, or refuses it
         # a2a-sdk's own store, for the paged and filtered ListTasks.
         self._sdk = sdk
         # Other servers may run tasks in this store (so contexts are checked across them).
@@ -163,11 +166,9 @@ class CoalescingTaskStore(TaskStore):
             owner = held[0]
         else:
             owner = await self._owner(task.id, context) or resolve_user_scope(context)
-        if (
-            held is None
-            and STARTED_AT_KEY not in task.metadata.fields
-            and (task.id in self.minted or task.status.state == TaskState.TASK_STATE_SUBMITTED)
-        ):
+        if held is None and _is_new(task, self.minted):
+            if self._keeping is not None:  # StoreFull fails the request: nothing is held
+                await self._keeping.make_room(owner, self.held())
             # On the SDK's own task, which it saves whole each time: every later save,
             # and the task a caller gets back, keep it.
             task.metadata.update({STARTED_AT_KEY: _now()})
@@ -387,6 +388,13 @@ class CoalescingTaskStore(TaskStore):
         self._held.pop(task_id, None)
         self._dirty.discard(task_id)
         await self._table.delete(task_id, resolve_user_scope(context))
+
+
+def _is_new(task: Task, minted: MintedIds) -> bool:
+    """A task's first save, of a task made now (not one taken back after a restart)."""
+    return STARTED_AT_KEY not in task.metadata.fields and (
+        task.id in minted or task.status.state == TaskState.TASK_STATE_SUBMITTED
+    )
 
 
 def position(task: Task) -> Position:

@@ -1,0 +1,209 @@
+"""What one person may keep in the store, and how long an ended task stays.
+
+Without bounds a caller fills the disk: 200 tasks of 206 events each took 7.5 s and
+kept 41,200 rows (+23 MiB of pages, +110 MiB with SQLite's WAL), and a task row was
+never removed. So each person (the task's owner: a tailnet login, a tag set, a token's
+name) keeps at most `tasks_kept_per_caller` tasks and `events_kept_per_caller` events,
+and an ended task goes once it is `ended_tasks_kept_hours` old.
+
+The defaults, and why:
+- 1,000 tasks a person: a busy person starts tens of tasks a day, so this is weeks
+  of history on the desk and in ListTasks; a row is a few KiB (its history and
+  artifacts), a few MiB a person.
+- 100,000 events a person: an event row is ~570 bytes (23 MiB for 41,200), so ~55 MiB
+  a person at most; it holds ten tasks streaming at the per-task cap (events_kept,
+  10,000), and events matter only for a stream taken up again, within hours.
+- 720 hours (30 days) for an ended task: long enough to come back to a month's work
+  and read what was done; the audit log and the ledger keep what must outlive it.
+
+Room is made when a person starts a new task, oldest first and only among ended tasks
+(completed, failed, canceled, rejected): a task that runs or waits for an answer is
+never removed. Past the task limit the oldest ended tasks go, events and all; past the
+event limit the oldest ended tasks lose their events first (their snapshot stays: a
+stream taken up again gets it, marked as such). A new task that would pass a limit its
+person's unfinished tasks alone reach is refused, naming the limit. Admins are held to
+the same limits: the store is the box's disk either way.
+
+How big the store is shows on /metrics and in `tailagent doctor` (`measure`): SQLite's
+file and write-ahead log, read from the file system (the log can be several times the
+file between checkpoints: the attack above grew the two by 110 MiB), or a shared
+PostgreSQL database's own figure, and the rows of the two tables that grow with use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from a2a.types.a2a_pb2 import TaskState
+from a2a.utils.errors import UnsupportedOperationError
+
+from tailagent.output.metrics import STORE_BYTES, STORE_ROWS
+from tailagent.store.database import Database, SqliteDatabase
+from tailagent.store.finality import ENDED_STATES
+from tailagent.store.table import TABLE, sqlite_datetime
+
+log = logging.getLogger(__name__)
+
+# How often ended tasks past their age are looked for: hourly, or four times per age
+# when the age is shorter (a test's seconds).
+SWEEP_INTERVAL = 3600.0
+MIN_SWEEP_INTERVAL = 0.25
+_ENDED = [TaskState.Name(state) for state in ENDED_STATES]
+EVENTS_TABLE = "task_events"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per person: tasks and events kept; for all: the hours an ended task stays."""
+
+    tasks: int = 1_000
+    events: int = 100_000
+    ended_hours: float = 720.0
+
+
+class StoreFull(UnsupportedOperationError):
+    """A new task would pass a person's limit that removing ended tasks cannot meet."""
+
+
+class TaskKeeping:
+    def __init__(self, database: Database, limits: Limits) -> None:
+        self._db = database
+        self.limits = limits
+        self._state = database.json_text("status", "state")
+        self._ended = ", ".join(f":e{i}" for i in range(len(_ENDED)))
+        self._states = {f"e{i}": name for i, name in enumerate(_ENDED)}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def make_room(self, owner: str, held: Mapping[str, str]) -> None:
+        """Before `owner`'s new task is first written: removes the oldest ended tasks
+        (or their events) past the person's limits, or raises StoreFull. `held`: the
+        unfinished tasks this process holds, with their owners (some not written yet)."""
+        rows = await self._db.fetch(
+            f"SELECT t.id, {self._state} IN ({self._ended}),"
+            " (SELECT COUNT(*) FROM task_events e WHERE e.task_id = t.id)"
+            f" FROM {TABLE} t WHERE t.owner = :o ORDER BY t.last_updated, t.id",
+            {**self._states, "o": owner},
+        )
+        ids = {row[0] for row in rows}
+        unwritten = [i for i, o in held.items() if o == owner and i not in ids]
+        tasks = len(rows) + len(unwritten) + 1  # and the new one
+        ended = [(str(row[0]), int(row[2])) for row in rows if row[1]]
+        gone = ended[: max(0, tasks - self.limits.tasks)]
+        if tasks - len(gone) > self.limits.tasks:
+            says = f"{owner} has {tasks - 1 - len(ended)} tasks still running or waiting"
+            raise StoreFull(message=self._full(says, "tasks", self.limits.tasks))
+        events = sum(int(row[2]) for row in rows) - sum(n for _, n in gone)
+        emptied: list[str] = []
+        for task_id, count in ended[len(gone) :]:
+            if events < self.limits.events:
+                break
+            if count:
+                emptied.append(task_id)
+                events -= count
+        if events >= self.limits.events:
+            says = f"{owner}'s tasks still running or waiting keep {events} events"
+            raise StoreFull(message=self._full(says, "events", self.limits.events))
+        await self._remove(gone, emptied)
+
+    def _full(self, held: str, what: str, limit: int) -> str:
+        return (
+            f"{held}, as many as one person may keep in the store ({what}_kept_per_caller"
+            f" = {limit}): cancel one, or answer one so it can finish, then start this one"
+        )
+
+    async def _remove(self, tasks: list[tuple[str, int]], events_of: list[str]) -> None:
+        removed = [{"t": task_id} for task_id, _ in tasks]
+        emptied = [{"t": task_id} for task_id in events_of]
+        if removed or emptied:
+            await self._db.execute("DELETE FROM task_events WHERE task_id = :t", removed + emptied)
+        if removed:
+            await self._db.execute(f"DELETE FROM {TABLE} WHERE id = :t", removed)
+
+    async def expire(self) -> int:
+        """Removes every ended task last updated more than the configured hours ago,
+        with its events; returns how many went."""
+        moment = datetime.now(UTC) - timedelta(hours=self.limits.ended_hours)
+        naive = moment.replace(tzinfo=None)
+        before: Any = naive if self._db.postgres else sqlite_datetime(naive)
+        old = f"{self._state} IN ({self._ended}) AND last_updated < :before"
+        params = {**self._states, "before": before}
+        rows = await self._db.fetch(f"SELECT id FROM {TABLE} WHERE {old}", params)
+        if rows:
+            gone = [{"t": row[0]} for row in rows]
+            await self._db.execute("DELETE FROM task_events WHERE task_id = :t", gone)
+            await self._db.execute(f"DELETE FROM {TABLE} WHERE id = :t", gone)
+            hours = self.limits.ended_hours
+            log.info("removed %d ended task(s) older than %g hours", len(rows), hours)
+        return len(rows)
+
+    def start(self) -> None:
+        """Sweeps for expired tasks now and then in the background, until aclose."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep(), name="store-expiry")
+
+    async def _sweep(self) -> None:
+        interval = max(MIN_SWEEP_INTERVAL, min(SWEEP_INTERVAL, self.limits.ended_hours * 900))
+        while True:
+            try:
+                await self.expire()
+            except self._db.errors:  # down for now: the next sweep tries again
+                log.warning("ended tasks could not be expired", exc_info=True)
+            await asyncio.sleep(interval)
+
+    async def aclose(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+
+
+@dataclass(frozen=True)
+class StoreSize:
+    bytes: int
+    tasks: int
+    events: int
+
+    def describe(self) -> str:
+        return f"{self.bytes / 2**20:.1f} MiB, {self.tasks} tasks, {self.events} task events"
+
+
+async def measure(database: Database) -> StoreSize:
+    """The store's bytes on disk and its task and event rows (0 for a table not made yet)."""
+    if isinstance(database, SqliteDatabase):
+        size = sum(_bytes(Path(f"{database.path}{suffix}")) for suffix in ("", "-wal"))
+    else:
+        rows = await database.fetch("SELECT pg_database_size(current_database())")
+        size = int(rows[0][0])
+    return StoreSize(size, await _rows(database, TABLE), await _rows(database, EVENTS_TABLE))
+
+
+async def _rows(database: Database, table: str) -> int:
+    try:
+        rows = await database.fetch(f"SELECT COUNT(*) FROM {table}")
+    except database.errors:  # a store no server has opened yet
+        return 0
+    return int(rows[0][0])
+
+
+def _bytes(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+async def show(database: Database) -> None:
+    """Sets /metrics' store gauges to the store's size now (at each scrape: a COUNT of
+    two tables the per-person limits keep bounded, and two stat calls)."""
+    size = await measure(database)
+    STORE_BYTES.set(size.bytes)
+    STORE_ROWS.labels(TABLE).set(size.tasks)
+    STORE_ROWS.labels(EVENTS_TABLE).set(size.events)

@@ -1,0 +1,169 @@
+"""No caller grows the store without bound (issue 55): through real servers, one person
+past `tasks_kept_per_caller` keeps at most that many tasks, the oldest ended ones going
+first, never one that waits for an answer; a new task their unfinished ones leave no
+room for is refused, naming the limit; another person is untouched. Past
+`events_kept_per_caller` the oldest ended tasks lose their events, not their rows.
+Ended tasks expire after `ended_tasks_kept_hours`. /metrics and doctor show the size.
+On SQLite, and the task limits on a shared PostgreSQL too."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from a2a.types.a2a_pb2 import TaskState
+from a2a.utils.errors import A2AError
+
+from tests.a2a_helpers import A2A
+from tests.conftest import RunningServer, start_server
+from tests.postgres import postgres_missing, running_postgres
+from tests.test_tokens_and_owners import add_token, tailagent
+
+LIMIT = 3
+
+
+def serve(tmp: Path, config: str, *extra: str) -> RunningServer:
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / "tailagent.toml"
+    path.write_text(config)
+    return start_server(tmp, "--config", str(path), *extra)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def limited(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunningServer]:
+    """A server whose people keep 3 tasks each, on either store."""
+    config = f"tasks_kept_per_caller = {LIMIT}\n"
+    if request.param == "sqlite":
+        server = serve(tmp_path, config)
+        yield server
+        assert server.stop() == 0, server.log()
+        return
+    missing = postgres_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    with running_postgres() as postgres:
+        server = serve(tmp_path, config, "--store", postgres.url)
+        yield server
+        assert server.stop() == 0, server.log()
+
+
+async def kept(person: A2A) -> list[str]:
+    """The ids of the person's tasks the store holds, oldest first."""
+    return [task.id for task in reversed(await person.list())]
+
+
+async def waiting_task(person: A2A, name: str) -> str:
+    asked = await person.turn(f"ask:{name}")
+    assert asked.final_state == "input_required", asked.kinds
+    return asked.task_id
+
+
+async def ended_task(person: A2A) -> str:
+    done = await person.turn("hello")
+    assert done.final_state == "completed", done.kinds
+    return done.task_id
+
+
+async def test_past_the_task_limit_the_oldest_ended_go_and_a_waiting_one_stays(
+    limited: RunningServer,
+) -> None:
+    alice = A2A(limited.url, add_token(limited, "alice", "caller"))
+    bob = A2A(limited.url, add_token(limited, "bob", "caller"))
+    bobs = [await ended_task(bob) for _ in range(2)]
+    asked = await waiting_task(alice, "first")  # her oldest task, never removed
+    done = [await ended_task(alice) for _ in range(5)]
+    assert await kept(alice) == [asked, *done[-2:]]
+    with pytest.raises(A2AError, match="not found"):
+        await alice.get(done[0])
+    assert (await alice.get(asked)).status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert await kept(bob) == bobs  # another person's tasks are untouched
+    # Waiting tasks push out her ended ones; past them, the limit is met and named.
+    more = [await waiting_task(alice, name) for name in ("second", "third")]
+    assert await kept(alice) == [asked, *more]
+    limit = re.escape(f"(tasks_kept_per_caller = {LIMIT})")
+    with pytest.raises(A2AError, match=f"3 tasks still running or waiting.*{limit}"):
+        await alice.turn("hello")
+    assert await kept(alice) == [asked, *more]
+    assert len(await kept(bob)) == 2 and await ended_task(bob)  # bob still has room
+
+
+def events_of(server: RunningServer, task_ids: list[str]) -> list[int]:
+    with sqlite3.connect(server.state_dir / "tailagent.db") as db:
+        return [
+            db.execute("SELECT COUNT(*) FROM task_events WHERE task_id = ?", (t,)).fetchone()[0]
+            for t in task_ids
+        ]
+
+
+async def test_past_the_event_limit_the_oldest_ended_tasks_lose_their_events(
+    tmp_path: Path,
+) -> None:
+    server = serve(tmp_path, "events_kept_per_caller = 20\n")
+    try:
+        alice = A2A(server.url, add_token(server, "alice", "caller"))
+        done = []
+        for _ in range(8):
+            done.append(await ended_task(alice))
+            await asyncio.sleep(0.3)  # the events are written before the next task starts
+        counts = events_of(server, done)
+        each = counts[-1]
+        assert 0 < each < 20, counts
+        assert sum(counts) <= 19 + each, counts
+        assert counts[0] == 0 and counts[-2:] == [each, each], counts  # oldest first
+        assert await kept(alice) == done  # the tasks themselves stay
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+async def test_ended_tasks_expire_and_waiting_ones_do_not(tmp_path: Path) -> None:
+    age = 2.0  # seconds
+    server = serve(tmp_path, f"ended_tasks_kept_hours = {age / 3600}\n")
+    try:
+        alice = A2A(server.url, add_token(server, "alice", "caller"))
+        asked = await waiting_task(alice, "stays")
+        done = await ended_task(alice)
+        await asyncio.sleep(0.3)  # its events are written
+        assert events_of(server, [done])[0] > 0
+        deadline = time.monotonic() + 30
+        while done in await kept(alice):
+            assert time.monotonic() < deadline, "the ended task never expired"
+            await asyncio.sleep(0.2)
+        assert events_of(server, [done]) == [0]
+        await asyncio.sleep(age)  # the waiting task is well past the age, and stays
+        assert await kept(alice) == [asked]
+        assert "removed 1 ended task(s) older than" in server.log()
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_metrics_and_doctor_show_the_stores_size(tmp_path: Path) -> None:
+    server = serve(tmp_path, "")
+    try:
+        alice = A2A(server.url, add_token(server, "alice", "caller"))
+        asyncio.run(ended_task(alice))
+        time.sleep(0.3)
+        with sqlite3.connect(server.state_dir / "tailagent.db") as db:
+            tasks = db.execute("SELECT COUNT(*) FROM tasks").fetchone()[0]
+            events = db.execute("SELECT COUNT(*) FROM task_events").fetchone()[0]
+        assert tasks == 1 and events > 0
+        auth = {"Authorization": f"Bearer {server.token}"}
+        metrics = httpx.get(f"{server.url}/metrics", headers=auth).text
+        size = re.search(r"^tailagent_store_bytes ([0-9.e+]+)$", metrics, re.M)
+        assert size is not None and float(size.group(1)) > 0, metrics
+        assert f'tailagent_store_rows{{table="tasks"}} {float(tasks)}' in metrics
+        assert f'tailagent_store_rows{{table="task_events"}} {float(events)}' in metrics
+        done = tailagent("doctor", "--agent", "echo", "--json", "--state-dir",
+                         str(server.state_dir))  # fmt: skip
+        store = next(c for c in json.loads(done.stdout) if c["name"] == "store")
+        assert store["ok"] is True, store
+        assert (store["tasks"], store["events"]) == (str(tasks), str(events)), store
+        assert f"MiB, {tasks} tasks, {events} task events" in str(store["detail"]), store
+    finally:
+        assert server.stop() == 0, server.log()
