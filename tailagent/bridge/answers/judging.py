@@ -18,6 +18,7 @@ from collections.abc import Callable
 from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import Message, Task
 from a2a.utils.errors import InvalidRequestError
+from google.protobuf.json_format import MessageToDict
 
 from tailagent.access.identity import caller_of
 from tailagent.agents.events import PermissionAsked, Prompting
@@ -56,7 +57,7 @@ class AnswerJudge:
         request_id = self._bind(message, stored)
         self._refuse_second(message.task_id, request_id)
         if stored.status.state not in WAITS_FOR_NONE:
-            self._check_person(message.task_id, context)
+            self._check_person(message.task_id, stored, context)
             self._check_approver(message.task_id, context)
 
     def hold(self, task_id: str, context: ServerCallContext) -> None:
@@ -96,21 +97,21 @@ class AnswerJudge:
         if first is not None:
             raise InvalidRequestError(message=first_answer_text(task_id, first.request_id, first))
 
-    def _check_person(self, task_id: str, context: ServerCallContext) -> None:
+    def _check_person(self, task_id: str, stored: Task, context: ServerCallContext) -> None:
         """A question a peer relayed here is answered by the person it asks, no one
         else: the peer's task is theirs, the answer goes there signed as theirs, and
         what this box knows of who else the peer lets answer for them is nothing (the
         peer's own owner answers there). Refused here, before anything reaches the
         peer, and the prompt stays pending for them."""
         pending = self._pending(task_id)
-        person = pending.relayed_for if pending is not None else ""
-        if not person:
+        if pending is None or not pending.relayed_from:
             return
+        # A prompt kept by a tailagent from before relayedFor: the person of the turn.
+        person = pending.relayed_for or _requested_by(stored)
         caller = caller_of(context)
         if caller is not None and caller.kind == "user" and caller.login == person:
             return
         who = caller.who if caller else "this caller"
-        assert pending is not None
         raise InvalidRequestError(
             message=(
                 f"{who} may not answer this question: {pending.relayed_from}'s agent asks it of "
@@ -134,3 +135,10 @@ class AnswerJudge:
                     f"task {task_id} stays waiting for a caller who has it."
                 )
             )
+
+
+def _requested_by(stored: Task) -> str:
+    """Whose turn the stored task runs (its `requestedBy`), "" when it does not say."""
+    metadata = MessageToDict(stored.metadata) if stored.HasField("metadata") else {}
+    asker = metadata.get("requestedBy")
+    return str(asker.get("who") or "") if isinstance(asker, dict) else ""
