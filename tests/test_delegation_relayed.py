@@ -10,8 +10,10 @@ task left waiting by one cannot pass for another's.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from tests.test_delegation_restart import (
 )
 from tests.test_delegation_wire import peer_task, state_name_of
 from tests.test_real_tailnet import audit_rows
+from tests.test_tokens_and_owners import tailagent
 from tests.two_boxes import A_NODE, ALICE, Boxes, start_boxes
 
 OWNERS_DESK = "100.64.0.30"  # A's owner's own device, as A's tailscaled names it
@@ -147,3 +150,41 @@ async def test_a_hand_off_that_ends_in_error_cancels_b_s_task(tmp_path: Path) ->
         assert state_name_of(b_task) == "canceled", state_name_of(b_task)
     finally:
         boxes.stop()
+
+
+BOB = "bob@example.com"
+BOBS_LAPTOP = "100.64.0.21"
+
+
+def usage_rows(state_dir: Path) -> list[dict[str, Any]]:
+    done = tailagent("usage", "--json", "--state-dir", str(state_dir))
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_two_people_handing_work_on_at_once_each_pay_for_their_own(tmp_path: Path) -> None:
+    """alice and bob hand work to B at the same moment: on A each one's delegated cost is
+    theirs alone, and on B each one's turn is theirs, via devbox-1."""
+    boxes = start_boxes(
+        tmp_path,
+        a_sections=f'[access]\nallowed_logins = ["{ALICE}", "{BOB}"]\n',
+        a_delegation='allow_peers = ["devbox-2"]\n',
+        a_callers={LAPTOP: whois(ALICE, ip=LAPTOP), BOBS_LAPTOP: whois(BOB, ip=BOBS_LAPTOP)},
+    )
+    try:
+        config = tmp_path / "b.toml"
+        config.write_text(config.read_text().replace(f'["{ALICE}"]', f'["{ALICE}", "{BOB}"]'))
+        boxes.restart_b()
+        sends = [(LAPTOP, "delegate:devbox-2 alice's cost:0.25"),
+                 (BOBS_LAPTOP, "delegate:devbox-2 bob's cost:0.5")]  # fmt: skip
+        with ThreadPoolExecutor(2) as pool:
+            replies = list(pool.map(lambda s: send(boxes.a.url, first(s[1]), {
+                "X-Forwarded-For": s[0], "Host": A_NODE}), sends))  # fmt: skip
+        for reply in replies:
+            assert reply["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", reply
+    finally:
+        boxes.stop()
+    on_a = {r["person"]: r["delegatedUsd"] for r in usage_rows(boxes.a.state_dir)}
+    assert on_a == {ALICE: 0.25, BOB: 0.5}, on_a
+    on_b = sorted((r["person"], r["via"], r["usd"]) for r in usage_rows(boxes.b.state_dir))
+    assert on_b == [(ALICE, "devbox-1", 0.25), (BOB, "devbox-1", 0.5)], on_b
