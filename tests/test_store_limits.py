@@ -90,6 +90,8 @@ async def test_past_the_task_limit_the_oldest_ended_go_and_a_waiting_one_stays(
     limit = re.escape(f"(tasks_kept_per_caller = {LIMIT})")
     with pytest.raises(A2AError, match=f"3 tasks still running or waiting.*{limit}"):
         await alice.turn("hello")
+    with pytest.raises(A2AError, match=limit):  # a blocking send, run on the quick path
+        await alice.send("hello")
     assert await kept(alice) == [asked, *more]
     assert len(await kept(bob)) == 2 and await ended_task(bob)  # bob still has room
 

@@ -39,6 +39,15 @@ FIRST_RETRY_DELAY = 0.001
 # ~10 ms stall of every request every ~150 turns. Here a thread of its own does it
 # instead, this often, when something was written; the loop's commits only append.
 CHECKPOINT_INTERVAL = 1.0
+# Under writes that never pause, a passive checkpoint never catches the log's end (new
+# frames land while it copies), so the log never starts over and grows without bound:
+# ~10 MiB a minute from one caller's turns back to back, while the file itself stayed
+# at 13.6 MiB (bench/bench_store_growth.py). Past this size the checkpointer copies it
+# all and truncates it (TRUNCATE), holding writers off for that copy (tens of ms for
+# 16 MiB; the loop's statements retry a busy database for ~4 s), and a log that starts
+# over is cut back to this size.
+WAL_LIMIT_BYTES = 16 * 2**20
+CHECKPOINT_BUSY_MS = 2000
 # Past the B-tree's upper pages, SQLite's default 2 MiB page cache held pages of rows
 # written once and seldom read again (2.3 MiB of the server's memory after 1,400 tasks,
 # for no measurable gain): the OS's page cache keeps the file's hot pages anyway.
@@ -109,6 +118,7 @@ class SqliteDatabase(Database):
         self._db.execute("PRAGMA busy_timeout=0")
         self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         self._db.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer's (see above)
+        self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         self._written = False
         self._checkpointer: asyncio.Task[None] | None = None
         self._checkpointing: asyncio.Future[None] | None = None
@@ -133,10 +143,15 @@ class SqliteDatabase(Database):
 
     def _checkpoint(self) -> None:
         """Copies what the log holds into the database, as far as no reader needs it
-        (PASSIVE: it never waits for, or holds up, the loop's statements)."""
+        (PASSIVE: it never waits for, or holds up, the loop's statements); a log past
+        WAL_LIMIT_BYTES is copied whole and truncated (see there)."""
         if self._checkpoint_db is None:
             self._checkpoint_db = sqlite3.connect(self.path, check_same_thread=False)
-        self._checkpoint_db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            self._checkpoint_db.execute(f"PRAGMA busy_timeout={CHECKPOINT_BUSY_MS}")
+        wal = Path(f"{self.path}-wal")
+        large = wal.exists() and wal.stat().st_size > WAL_LIMIT_BYTES
+        mode = "TRUNCATE" if large else "PASSIVE"
+        self._checkpoint_db.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
 
     async def fetch(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
         return await self._retry(lambda: self._db.execute(sql, params or {}).fetchall())

@@ -22,6 +22,7 @@ from a2a.server.context import ServerCallContext
 from a2a.server.events import Event, EventQueue
 from a2a.server.tasks import TaskManager, TaskStore
 from a2a.types.a2a_pb2 import Task
+from a2a.utils.errors import A2AError
 
 from tailagent.store.finality import ENDED_STATES, mark_failed
 
@@ -63,6 +64,8 @@ class QuickTurns:
             if not turn.cancelled():
                 raise  # the request went away; the turn goes on
         except Exception as exc:
+            if isinstance(exc, A2AError) and await manager.get_task() is None:
+                raise  # refused before its task was stored (store/keeping.py's StoreFull)
             log.exception("the turn of task %s failed", task_id)
             await self._fail(manager, exc)
         task = await manager.get_task()
