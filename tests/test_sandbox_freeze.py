@@ -33,6 +33,7 @@ from tests.test_sandbox import (
     FAKE_CLI,
     attempt,
     claude_attempt,
+    got_through,
     make_home,
     start_fenced,
     two_people,
@@ -204,6 +205,22 @@ async def test_what_a_turn_leaves_behind_is_stopped_until_the_next_turn(
         kill_all(lingerers | agents)
     assert gone  # a server stop thaws and ends every one of them
     assert [g for g in groups if g is not None and g.exists()] == []  # and removes their cgroups
+
+
+async def test_an_agent_cannot_leave_its_cgroup(hostile: RunningServer) -> None:
+    """The agent knows where its cgroup is (/proc/self/cgroup) and tries to move itself
+    out, to the server's own cgroup, so no freeze would reach it: /sys is read-only in
+    its fence, and the process left behind is still in its own cgroup, frozen."""
+    if HELD != "frozen":
+        pytest.skip("this box gives the server no cgroup tree: signals freeze its agents")
+    tree = cgroups.Cgroups.find()[0]
+    assert tree is not None
+    leave = f"echo 0 > {tree.parent}/cgroup.procs"
+    got, _ = await attempt(A2A(hostile.url, hostile.token), {"run": [leave], **LINGER})
+    assert got_through({k: v for k, v in got.items() if k.startswith("run ")}) == {}, got
+    lingerers = pids_of(hostile, str(lingering_on(got["linger grow.txt"])))
+    assert lingerers and {held(pid) for pid in lingerers} == {"frozen"}
+    assert {cgroup_of(pid).parent for pid in lingerers} == {tree.parent}  # type: ignore[union-attr]
 
 
 async def test_a_turn_parked_on_a_person_is_frozen_and_a_cancel_still_ends_it(
