@@ -246,6 +246,15 @@ class BridgeExecutor(AgentExecutor):
             await self._runtimes.end(runtime)
         return list(pumps)
 
+    @staticmethod
+    async def _said_canceled(updater: TaskUpdater) -> None:
+        await Publisher(updater.task_id, updater.context_id).status(
+            updater,
+            TaskState.TASK_STATE_CANCELED,
+            "canceled",
+            [text_part("The task was canceled by the caller.")],
+        )
+
     def holds(self, task_id: str) -> bool:
         """Whether a turn of this task is alive here (running, or waiting for an answer,
         also one taken back after a restart): its cancel must reach `cancel`, which
@@ -266,8 +275,16 @@ class BridgeExecutor(AgentExecutor):
             await self._decisions.record(
                 held, pending, False, "task canceled", canceller.audit_name, canceller.owner
             )
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        # A running turn's end is said before its agent is stopped: once stopped, the
+        # turn returns and the SDK may close the stream of the request that started it,
+        # which would end on "working" (a hand-off to another box takes a while to end).
+        running = runtime is not None and runtime.pump is not None
         if runtime is not None:
-            runtime.cancelled = True
+            runtime.cancelled = True  # the turn publishes nothing more
+        if running:
+            await self._said_canceled(updater)
+        if runtime is not None:
             await runtime.session.cancel()
             if pending is not None:
                 # Nobody is iterating a parked turn: close it here, or it leaks.
@@ -276,13 +293,8 @@ class BridgeExecutor(AgentExecutor):
                 await self._costs.settle(runtime)
             await self._runtimes.end(runtime)
         self._claims.drop(task_id)
-        updater = TaskUpdater(event_queue, task_id, context_id)
-        await Publisher(task_id, context_id).status(
-            updater,
-            TaskState.TASK_STATE_CANCELED,
-            "canceled",
-            [text_part("The task was canceled by the caller.")],
-        )
+        if not running:
+            await self._said_canceled(updater)
         if self._events is not None:
             self._events.forget(task_id)
         await self._over(context_id)
