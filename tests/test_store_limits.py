@@ -99,6 +99,28 @@ async def test_past_the_task_limit_the_oldest_ended_go_and_a_waiting_one_stays(
     assert len(await kept(bob)) == 2 and await ended_task(bob)  # bob still has room
 
 
+async def test_starts_at_once_admit_no_more_than_the_limit(limited: RunningServer) -> None:
+    """One person's starts that all arrive at once are checked one after another: of
+    six, as many as the limit leaves room for are admitted, and the rest refused."""
+    alice = A2A(limited.url, add_token(limited, "alice", "caller"))
+    asked = await waiting_task(alice, "first")  # room for LIMIT - 1 more, none ended
+
+    async def start(i: int) -> str:  # each waits for an answer: none can give way
+        if i % 2:
+            return (await alice.turn(f"ask:at-once-{i}")).task_id
+        sent = await alice.send(f"ask:at-once-{i}")  # a blocking send, the quick path
+        assert sent.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, sent
+        return str(sent.task.id)
+
+    starts = await asyncio.gather(*(start(i) for i in range(6)), return_exceptions=True)
+    admitted = [s for s in starts if isinstance(s, str)]
+    refused = [s for s in starts if not isinstance(s, str)]
+    assert len(admitted) == LIMIT - 1, starts
+    limit = f"(tasks_kept_per_caller = {LIMIT})"
+    assert all(isinstance(r, A2AError) and limit in str(r) for r in refused), refused
+    assert sorted(await kept(alice)) == sorted([asked, *admitted])
+
+
 def events_of(server: RunningServer, task_ids: list[str]) -> list[int]:
     with sqlite3.connect(server.state_dir / "tailagent.db") as db:
         return [

@@ -24,6 +24,18 @@ stream taken up again gets it, marked as such). A new task that would pass a lim
 person's unfinished tasks alone reach is refused, naming the limit. Admins are held to
 the same limits: the store is the box's disk either way.
 
+A person's new tasks are admitted one at a time on a server (`admitting`): from the
+check until the task is held in memory and its first row written, their next one
+waits, then counts it. So starts sent all at once admit no more than the limit leaves
+room for (without it each saw the same room: six at once all passed a limit of three
+on PostgreSQL). Servers that share a PostgreSQL store do not wait for each other: each
+has at most one of a person's new tasks between its check and its row (a shared store
+writes a new task's row at once), so a check elsewhere misses at most that one, and a
+person passes a limit by at most one task per other server starting theirs at the same
+moment, until their unfinished tasks end. A lock across servers (an advisory lock held
+over the SDK's save of the row) would hold a second pooled connection of the same
+engine per person starting a task: a burst of people could wait on each other's pool.
+
 How big the store is shows on /metrics and in `tailagent doctor` (`measure`): SQLite's
 file and write-ahead log, read from the file system (the log can be several times the
 file between checkpoints: the attack above grew the two by 110 MiB), or a shared
@@ -36,7 +48,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -81,6 +93,22 @@ class TaskKeeping:
         self._ended = ", ".join(f":e{i}" for i in range(len(_ENDED)))
         self._states = {f"e{i}": name for i, name in enumerate(_ENDED)}
         self._sweeper: asyncio.Task[None] | None = None
+        # owner -> (their lock, how many of their new tasks hold it or wait for it)
+        self._admitting: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def admitting(self, owner: str) -> AsyncIterator[None]:
+        """Held by a person's new task from make_room until it is held by the store and
+        written: their next new task on this server waits, and then counts it."""
+        lock, users = self._admitting.setdefault(owner, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._admitting[owner]
 
     async def make_room(self, owner: str, held: Mapping[str, str]) -> None:
         """Before `owner`'s new task is first written: removes the oldest ended tasks

@@ -167,18 +167,33 @@ class CoalescingTaskStore(TaskStore):
         else:
             owner = await self._owner(task.id, context) or resolve_user_scope(context)
         if held is None and _is_new(task, self.minted):
-            if self._keeping is not None:  # StoreFull fails the request: nothing is held
-                await self._keeping.make_room(owner, self.held())
-            # On the SDK's own task, which it saves whole each time: every later save,
-            # and the task a caller gets back, keep it.
-            task.metadata.update({STARTED_AT_KEY: _now()})
+            # One new task of a person at a time, until it is held and written: the next
+            # one's make_room counts it (store/keeping.py).
+            async with self._admitting(owner):
+                if self._keeping is not None:  # StoreFull fails the request: nothing is held
+                    await self._keeping.make_room(owner, self.held())
+                # On the SDK's own task, which it saves whole each time: every later save,
+                # and the task a caller gets back, keep it.
+                task.metadata.update({STARTED_AT_KEY: _now()})
+                await self._hold(task, context, owner, first=True, changed=changed)
+            return
+        await self._hold(task, context, owner, first=held is None, changed=changed)
+
+    def _admitting(self, owner: str) -> contextlib.AbstractAsyncContextManager[None]:
+        if self._keeping is None:
+            return contextlib.nullcontext()
+        return self._keeping.admitting(owner)
+
+    async def _hold(
+        self, task: Task, context: ServerCallContext, owner: str, *, first: bool, changed: bool
+    ) -> None:
+        """Holds the task's latest snapshot, and writes it now or soon (see save)."""
         snapshot = Task()
         snapshot.CopyFrom(task)
         if self._server_id:
             snapshot.metadata.update(
                 {SERVER_ID_KEY: self._server_id, SERVER_URL_KEY: self._server_url}
             )
-        first = held is None
         # A new task whose request will show it to nobody before it is final or waiting
         # (see UNSEEN_UNTIL_SETTLED) needs no write before then: one write, not two.
         unseen = first and task.id in self.minted and context.state.get(UNSEEN_UNTIL_SETTLED)
