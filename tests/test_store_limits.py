@@ -24,6 +24,7 @@ from a2a.utils.errors import A2AError
 from tests.a2a_helpers import A2A
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
+from tests.test_push import receiving, send_with_push
 from tests.test_tokens_and_owners import add_token, tailagent
 
 LIMIT = 3
@@ -127,6 +128,66 @@ def events_of(server: RunningServer, task_ids: list[str]) -> list[int]:
             db.execute("SELECT COUNT(*) FROM task_events WHERE task_id = ?", (t,)).fetchone()[0]
             for t in task_ids
         ]
+
+
+def rows_of(server: RunningServer, task_id: str) -> dict[str, list[tuple[str, ...]]]:
+    """The rows that name the task in each table that may hold some of it."""
+    tables = ("task_events", "task_signals", "push_notification_configs", "delegation_links",
+              "audit_log")  # fmt: skip
+    with sqlite3.connect(server.state_dir / "tailagent.db") as db:
+        return {
+            table: db.execute(f"SELECT * FROM {table} WHERE task_id = ?", (task_id,)).fetchall()
+            for table in tables
+        }
+
+
+def link(db: sqlite3.Connection, task_id: str, context_id: str, peer_task: str, at: str) -> None:
+    db.execute(
+        "INSERT INTO delegation_links (task_id, peer_url, peer_task_id, peer_context_id,"
+        " context_id, created_at) VALUES (?, 'http://peer', ?, 'peer-context', ?, ?)",
+        (task_id, peer_task, context_id, at),
+    )
+
+
+async def test_a_removed_task_takes_what_served_only_it(tmp_path: Path) -> None:
+    """Its events, signals and push configs go with it; its delegation links go once a
+    newer one of its conversation supersedes them (the newest continues the peer's
+    conversation); its audit rows stay."""
+    allowed = '[push]\nallowed_hosts = ["127.0.0.1"]\n'
+    server = serve(tmp_path, f"tasks_kept_per_caller = {LIMIT}\n{allowed}")
+    try:
+        alice = A2A(server.url, add_token(server, "alice", "caller"))
+        async with receiving() as receiver:
+            first = await send_with_push(alice, "hello", receiver.url)
+            assert first.final_state == "completed", first.kinds
+            oldest, second, *_ = [first.task_id] + [await ended_task(alice) for _ in range(2)]
+            contexts = [(await alice.get(task)).context_id for task in (oldest, second)]
+            await asyncio.sleep(0.3)  # the events are written
+            with sqlite3.connect(server.state_dir / "tailagent.db") as db:
+                link(db, oldest, contexts[0], "p1", "2026-01-01T00:00:00")
+                # a later task of the same conversation handed work on: it supersedes p1
+                link(db, "a-later-task", contexts[0], "p2", "2026-01-02T00:00:00")
+                link(db, second, contexts[1], "p3", "2026-01-01T00:00:00")  # its newest
+                db.execute("INSERT INTO task_signals VALUES (?, 'cancel', 'now')", (oldest,))
+                db.execute(
+                    "INSERT INTO audit_log (at, task_id, context_id, tool, input, decision,"
+                    " reason, answered_by) VALUES ('now', ?, ?, 'Bash', 'ls', 'allow', '',"
+                    " 'alice')",
+                    (oldest, contexts[0]),
+                )
+            before = rows_of(server, oldest)
+            assert all(before.values()), before
+            for _ in range(2):  # past the limit: the oldest two go
+                await ended_task(alice)
+            assert {oldest, second}.isdisjoint(await kept(alice))
+            after = rows_of(server, oldest)
+            assert after["task_events"] == after["task_signals"] == [], after
+            assert after["push_notification_configs"] == after["delegation_links"] == [], after
+            assert after["audit_log"] == before["audit_log"]
+            assert [row[2] for row in rows_of(server, second)["delegation_links"]] == ["p3"]
+            assert len(rows_of(server, "a-later-task")["delegation_links"]) == 1
+    finally:
+        assert server.stop() == 0, server.log()
 
 
 async def test_past_the_event_limit_the_oldest_ended_tasks_lose_their_events(

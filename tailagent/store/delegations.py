@@ -5,7 +5,8 @@ not reach the peer, an answer given after the restart could not be relayed, and 
 follow-up delegation in the same conversation would open a new conversation on the
 peer instead of continuing the one the peer's agent remembers. So the link is kept in
 the store beside the tasks (SQLite or the shared PostgreSQL), written as soon as the
-peer names its task.
+peer names its task. When its task is removed (store/keeping.py), a link stays while it
+is its conversation's newest with that peer, which a follow-up delegation continues.
 """
 
 from __future__ import annotations

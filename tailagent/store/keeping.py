@@ -18,7 +18,8 @@ The defaults, and why:
 
 Room is made when a person starts a new task, oldest first and only among ended tasks
 (completed, failed, canceled, rejected): a task that runs or waits for an answer is
-never removed. Past the task limit the oldest ended tasks go, events and all; past the
+never removed. Past the task limit the oldest ended tasks go, events and all (and
+what else served only them: see WITH_TASK and LINKS_OF_GONE_TASKS); past the
 event limit the oldest ended tasks lose their events first (their snapshot stays: a
 stream taken up again gets it, marked as such). A new task that would pass a limit its
 person's unfinished tasks alone reach is refused, naming the limit. Admins are held to
@@ -70,6 +71,23 @@ SWEEP_INTERVAL = 3600.0
 MIN_SWEEP_INTERVAL = 0.25
 _ENDED = [TaskState.Name(state) for state in ENDED_STATES]
 EVENTS_TABLE = "task_events"
+# Tables whose rows, by their `task_id`, serve only a live task, and go with it: its
+# numbered events, the signals between servers about it, the push configs a2a-sdk keeps
+# for it. The audit log and the cost ledger (delegated_costs, turn_running) name tasks
+# too, and outlive them on purpose: what was allowed and what it cost stay answerable.
+WITH_TASK = (EVENTS_TABLE, "task_signals", "push_notification_configs")
+# A delegation link (store/delegations.py) serves its task (a cancel or an answer
+# relayed to the peer's task) and its conversation (a follow-up delegation continues the
+# peer's conversation the newest link names). So once its task is gone, a link goes
+# when a newer one of the same conversation and peer supersedes it: one stays per
+# conversation and peer, as the conversation itself does (its worktree, its session).
+LINKS_TABLE = "delegation_links"
+LINKS_OF_GONE_TASKS = (
+    f"DELETE FROM {LINKS_TABLE} WHERE context_id = :c"
+    f" AND task_id NOT IN (SELECT id FROM {TABLE}) AND EXISTS (SELECT 1 FROM {LINKS_TABLE} n"
+    f" WHERE n.context_id = {LINKS_TABLE}.context_id AND n.peer_url = {LINKS_TABLE}.peer_url"
+    f" AND n.created_at > {LINKS_TABLE}.created_at)"
+)
 
 
 @dataclass(frozen=True)
@@ -93,6 +111,7 @@ class TaskKeeping:
         self._ended = ", ".join(f":e{i}" for i in range(len(_ENDED)))
         self._states = {f"e{i}": name for i, name in enumerate(_ENDED)}
         self._sweeper: asyncio.Task[None] | None = None
+        self._made: set[str] = set()  # the tables the store had, when last asked
         # owner -> (their lock, how many of their new tasks hold it or wait for it)
         self._admitting: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
@@ -116,21 +135,21 @@ class TaskKeeping:
         unfinished tasks this process holds, with their owners (some not written yet)."""
         rows = await self._db.fetch(
             f"SELECT t.id, {self._state} IN ({self._ended}),"
-            " (SELECT COUNT(*) FROM task_events e WHERE e.task_id = t.id)"
+            " (SELECT COUNT(*) FROM task_events e WHERE e.task_id = t.id), t.context_id"
             f" FROM {TABLE} t WHERE t.owner = :o ORDER BY t.last_updated, t.id",
             {**self._states, "o": owner},
         )
         ids = {row[0] for row in rows}
         unwritten = [i for i, o in held.items() if o == owner and i not in ids]
         tasks = len(rows) + len(unwritten) + 1  # and the new one
-        ended = [(str(row[0]), int(row[2])) for row in rows if row[1]]
+        ended = [(str(row[0]), int(row[2]), str(row[3])) for row in rows if row[1]]
         gone = ended[: max(0, tasks - self.limits.tasks)]
         if tasks - len(gone) > self.limits.tasks:
             says = f"{owner} has {tasks - 1 - len(ended)} tasks still running or waiting"
             raise StoreFull(message=self._full(says, "tasks", self.limits.tasks))
-        events = sum(int(row[2]) for row in rows) - sum(n for _, n in gone)
+        events = sum(int(row[2]) for row in rows) - sum(n for _, n, _ in gone)
         emptied: list[str] = []
-        for task_id, count in ended[len(gone) :]:
+        for task_id, count, _ in ended[len(gone) :]:
             if events < self.limits.events:
                 break
             if count:
@@ -139,7 +158,10 @@ class TaskKeeping:
         if events >= self.limits.events:
             says = f"{owner}'s tasks still running or waiting keep {events} events"
             raise StoreFull(message=self._full(says, "events", self.limits.events))
-        await self._remove(gone, emptied)
+        if emptied:
+            await self._db.execute(f"DELETE FROM {EVENTS_TABLE} WHERE task_id = :t",
+                                   [{"t": task_id} for task_id in emptied])  # fmt: skip
+        await self._remove([(task_id, context) for task_id, _, context in gone])
 
     def _full(self, held: str, what: str, limit: int) -> str:
         return (
@@ -147,27 +169,43 @@ class TaskKeeping:
             f" = {limit}): cancel one, or answer one so it can finish, then start this one"
         )
 
-    async def _remove(self, tasks: list[tuple[str, int]], events_of: list[str]) -> None:
+    async def _remove(self, tasks: list[tuple[str, str]]) -> None:
+        """Removes the tasks, (id, context id) each, and what only served them: their
+        rows in WITH_TASK's tables, and their delegation links but the newest of their
+        conversation's with each peer (see LINKS_OF_GONE_TASKS)."""
+        if not tasks:
+            return
         removed = [{"t": task_id} for task_id, _ in tasks]
-        emptied = [{"t": task_id} for task_id in events_of]
-        if removed or emptied:
-            await self._db.execute("DELETE FROM task_events WHERE task_id = :t", removed + emptied)
-        if removed:
-            await self._db.execute(f"DELETE FROM {TABLE} WHERE id = :t", removed)
+        for table in await self._tables(WITH_TASK):
+            await self._db.execute(f"DELETE FROM {table} WHERE task_id = :t", removed)
+        await self._db.execute(f"DELETE FROM {TABLE} WHERE id = :t", removed)
+        if await self._tables((LINKS_TABLE,)):
+            contexts = sorted({context for _, context in tasks})
+            await self._db.execute(LINKS_OF_GONE_TASKS, [{"c": c} for c in contexts])
+
+    async def _tables(self, names: tuple[str, ...]) -> list[str]:
+        """Those of `names` the store has (a2a-sdk makes its push configs' table only
+        when a request first needs it)."""
+        if not set(names) <= self._made:
+            rows = await self._db.fetch(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                if self._db.postgres
+                else "SELECT name FROM sqlite_master WHERE type = 'table'"
+            )
+            self._made = {str(row[0]) for row in rows}
+        return [name for name in names if name in self._made]
 
     async def expire(self) -> int:
         """Removes every ended task last updated more than the configured hours ago,
-        with its events; returns how many went."""
+        with its events (see _remove); returns how many went."""
         moment = datetime.now(UTC) - timedelta(hours=self.limits.ended_hours)
         naive = moment.replace(tzinfo=None)
         before: Any = naive if self._db.postgres else sqlite_datetime(naive)
         old = f"{self._state} IN ({self._ended}) AND last_updated < :before"
         params = {**self._states, "before": before}
-        rows = await self._db.fetch(f"SELECT id FROM {TABLE} WHERE {old}", params)
+        rows = await self._db.fetch(f"SELECT id, context_id FROM {TABLE} WHERE {old}", params)
         if rows:
-            gone = [{"t": row[0]} for row in rows]
-            await self._db.execute("DELETE FROM task_events WHERE task_id = :t", gone)
-            await self._db.execute(f"DELETE FROM {TABLE} WHERE id = :t", gone)
+            await self._remove([(str(row[0]), str(row[1])) for row in rows])
             hours = self.limits.ended_hours
             log.info("removed %d ended task(s) older than %g hours", len(rows), hours)
         return len(rows)
