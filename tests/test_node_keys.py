@@ -41,8 +41,13 @@ def keys_command(server: RunningServer, *args: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def served_keys(server: RunningServer) -> list[dict[str, str]]:
+    keys: list[dict[str, str]] = httpx.get(server.url + JWKS).json()["keys"]
+    return keys
+
+
 def served_kids(server: RunningServer) -> list[str]:
-    return [k["kid"] for k in httpx.get(server.url + JWKS).json()["keys"]]
+    return [k["kid"] for k in served_keys(server)]
 
 
 def node_keys(state: Path, server: RunningServer) -> NodeKeys:
@@ -156,3 +161,36 @@ async def test_hops_signed_by_the_node_verify_and_a_forged_one_does_not(
     with pytest.raises(ChainRefused, match=f"hop 1 \\({NODE}\\): bad signature"):
         await check(extend([], claimed, jku, **hop))
     await database.aclose()
+
+
+async def test_pins_of_the_format_before_issue_55_are_dropped_when_the_server_starts(
+    box: RunningServer, tmp_path: Path
+) -> None:
+    """A box upgraded from the format that pinned per origin: every such pin is dropped
+    at start, saying so in one line, even the one under the card's own origin (here
+    holding a stranger's key under the node's kid); the node is pinned again from its
+    card. A pin per node name is kept as it was."""
+    (real,) = served_keys(box)
+    stranger = KeyStore(tmp_path / "stranger").init().jwk
+    trusted = "2026-01-01T00:00:00+00:00"
+    forger = "http://127.0.0.1:8932"  # what a forger's port pinned before the fix looks like
+    kept = {"devbox-3.tail.test": {"jwk": stranger, "card": "http://devbox-3.tail.test",
+                                   "trusted": trusted}}  # fmt: skip
+    old = {box.url: {"jwk": {**stranger, "kid": real["kid"]}, "trusted": trusted},
+           forger: {"jwk": stranger, "trusted": trusted}}  # fmt: skip
+    state = tmp_path / "b-state"
+    state.mkdir(mode=0o700)
+    (state / KNOWN_NODES_FILE).write_text(json.dumps({**old, **kept}))
+    server = start_server(tmp_path / "b", state_dir=state)
+    server.stop()
+    said = [line for line in server.log().splitlines() if "node key pin" in line]
+    assert len(said) == 1 and said[0].endswith(
+        f"WARNING tailagent.delegation.node_keys: {state / KNOWN_NODES_FILE}: dropped 2 node "
+        f"key pin(s) of the format before issue 55, per origin ({box.url}, {forger}): each "
+        "node's key is pinned again from its card, at its tailagent's own URL, the next time "
+        "it hands work here"
+    ), said
+    assert json.loads((state / KNOWN_NODES_FILE).read_text()) == kept
+    # The node's next hop: its key read from its card, not the one the old pin held.
+    assert await node_keys(state, box)(NODE, box.url + JWKS, real["kid"]) == real
+    assert pinned(state) == {NODE: real["kid"], "devbox-3.tail.test": stranger["kid"]}

@@ -15,12 +15,24 @@ days) only while the node's own key set still lists the pinned key: the node its
 vouches for its new key, and the new one is pinned. A key that replaced the pinned one
 outright is refused until the owner of this box removes the pin, as ssh does a changed
 host key.
+
+Before issue 55 the file pinned per ORIGIN (`"http://devbox-1.tail.test:8932": {"jwk",
+"trusted"}`): whatever key set a hop's `jku` named on a port of the node, no card read.
+Such a pin is dropped when the server starts (`drop_old_pins`, one log line saying how
+many and which), none converted. An origin's pin other than the card URL's may be a
+forger's port pinned before the fix; and even the pin under the card URL's own origin
+proves nothing: it was fetched from whatever path a hop named on that origin (another
+backend `tailscale serve` maps there, say), under the delegation.port of its day, and
+never checked against the card. What would prove it is reading the node's card now,
+which is exactly what re-pinning does: the node's next hop pins its key from its card,
+as on first meeting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,6 +51,7 @@ MAX_JWKS_BYTES = 64 * 1024
 MAX_CARD_BYTES = 256 * 1024
 FETCH_TIMEOUT = httpx.Timeout(5.0)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+log = logging.getLogger(__name__)
 
 
 def _same_url(a: str, b: str) -> bool:
@@ -73,20 +86,38 @@ class KnownNodes:
     def _read(self) -> dict[str, Any]:
         return json.loads(self.path.read_text()) if self.path.exists() else {}
 
-    def get(self, node: str, card: str) -> dict[str, Any] | None:
-        """The node's pin. A file written before issue 55 pinned per origin: only the
-        card's own origin is taken from it (a pin of another port is never read)."""
-        data = self._read()
-        entry = data.get(node)
-        if entry is None and card in data:
-            entry = {**data[card], "card": card}
+    def _write(self, data: dict[str, Any]) -> None:
+        write_private(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    def get(self, node: str) -> dict[str, Any] | None:
+        """The node's pin (a node name never has the `://` of an old origin pin)."""
+        entry: dict[str, Any] | None = self._read().get(node)
         return entry
 
     def pin(self, node: str, card: str, jwk: dict[str, Any]) -> None:
         data = self._read()
         trusted = datetime.now(UTC).isoformat()
         data[node] = {"jwk": jwk, "card": card, "trusted": trusted}
-        write_private(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+        self._write(data)
+
+    def drop_old_pins(self) -> int:
+        """Removes the pins of the format before issue 55, keyed by origin, and says so
+        in one line (see the module's docstring for why none is kept); how many. A file
+        that cannot be read is left as it is, for the chain checks to say so."""
+        try:
+            data = self._read()
+        except (OSError, ValueError):
+            return 0
+        old = sorted(name for name in data if "://" in name)
+        if old:
+            self._write({n: e for n, e in data.items() if n not in old})
+            log.warning(
+                "%s: dropped %d node key pin(s) of the format before issue 55, per origin "
+                "(%s): each node's key is pinned again from its card, at its tailagent's "
+                "own URL, the next time it hands work here",
+                self.path, len(old), ", ".join(old),
+            )  # fmt: skip
+        return len(old)
 
 
 class NodeKeys:
@@ -108,7 +139,10 @@ class NodeKeys:
     def of_state_dir(
         cls, state_dir: Path, *, scheme: str = "https", port: int = 443, proxy: str = ""
     ) -> NodeKeys:
-        return cls(KnownNodes(state_dir / KNOWN_NODES_FILE), scheme=scheme, port=port, proxy=proxy)
+        """The server's: its pins in the state dir, old-format ones dropped first."""
+        known = KnownNodes(state_dir / KNOWN_NODES_FILE)
+        known.drop_old_pins()
+        return cls(known, scheme=scheme, port=port, proxy=proxy)
 
     def card_url(self, node: str) -> str:
         """Where the node's tailagent is: its tailnet name on the tailagent port."""
@@ -132,7 +166,7 @@ class NodeKeys:
         # cryptography loads with the first chain checked, not with the server.
         from tailagent.card.keys import thumbprint
 
-        pinned = self._known.get(node, card)
+        pinned = self._known.get(node)
         if pinned is not None and not _same_url(str(pinned.get("card")), card):
             raise ChainRefused(
                 f"bad signature ({node} is pinned for its tailagent at {pinned.get('card')}, "
