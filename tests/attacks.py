@@ -117,6 +117,56 @@ def linger_thread(target: str) -> str:
     return f"ok: a thread lingers on {path}"
 
 
+def serve(target: str) -> str:
+    """A key set served on port `target` of every address the agent has, from a thread of
+    its own process (as a forger of a node's keys would): it binds where it can."""
+    import http.server
+    import json
+
+    body = json.dumps({"keys": [{"kty": "EC", "crv": "P-256", "kid": "the agent's"}]}).encode()
+
+    class KeySet(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", int(target)), KeySet)
+    threading.Thread(target=server.serve_forever, daemon=True, name="keyset").start()
+    return f"ok: serving on 0.0.0.0:{target}"
+
+
+def post(target: str) -> str:
+    """A JSON `{"url", "via", "chain"}`: an A2A request carrying an actor chain, POSTed to
+    `url` through the HTTP proxy `via` (HOST:PORT, asked even for a loopback `url`), or
+    through the proxy variables' when `via` is empty."""
+    import http.client
+    import json
+    import urllib.error
+    import urllib.request
+
+    asked = json.loads(target)
+    headers = {"A2A-Version": "1.0", "A2A-Actor-Chain": asked["chain"],
+               "Content-Type": "application/json"}  # fmt: skip
+    if asked["via"]:
+        host, _, port = asked["via"].rpartition(":")
+        proxy = http.client.HTTPConnection(host, int(port), timeout=10)
+        proxy.request("POST", asked["url"], body=b"{}", headers=headers)
+        answer = proxy.getresponse()
+        status, body = answer.status, answer.read()
+        proxy.close()
+    else:
+        request = urllib.request.Request(asked["url"], data=b"{}", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                status, body = response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            status, body = exc.code, exc.read()
+    said = body[:200].decode(errors="replace").strip()
+    return f"{'ok' if status < 400 else 'refused'}: {status} {said}"
+
+
 KINDS = {
     "read": read,
     "list": listing,
@@ -127,6 +177,8 @@ KINDS = {
     "temp": temp,
     "linger": linger,
     "linger_thread": linger_thread,
+    "serve": serve,
+    "post": post,
 }
 
 
