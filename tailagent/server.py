@@ -195,6 +195,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         handler = _make_handler(
             settings, backend, executor, storage, pool, push, push_targets, conversations, spending
         )
+        delegators.withdraw = handler.withdraw_relayed
         await signing
         app = build_app(
             settings, presence, handler, storage.tasks, desk, webpush, publisher, conversations,
@@ -278,6 +279,8 @@ async def _start_agent(
     SANDBOX_PROXY_REFUSED.set_function(sandbox.proxy_refusals)
     pruned = []
     if isinstance(conversations, Isolated):
+        # Whose each conversation is: a branch's name is unique among its owner's only.
+        conversations.worktrees.know_owners(storage.owners.owner)
         pruned = await conversations.worktrees.prune(await storage.contexts())
     await backend.start()  # after the pruning: a spare agent may start in a worktree
     if sandbox.on or not sandbox.needed:

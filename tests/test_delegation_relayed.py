@@ -11,6 +11,7 @@ task left waiting by one cannot pass for another's.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -134,6 +135,97 @@ async def test_a_question_b_s_owner_answered_on_b_is_not_answered_again_from_a(
     assert "echo: ask:dist" in said, said  # B's outcome still came back to her task
     [by] = b_answers(boxes)  # B's owner's answer alone: hers was never sent
     assert not by.startswith(f"user:{ALICE}"), by
+
+
+def get_on_a(boxes: Boxes, task_id: str) -> dict[str, Any]:
+    """GetTask on A from alice's laptop, with its history."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}
+    headers = {"A2A-Version": "1.0", "X-Forwarded-For": LAPTOP, "Host": A_NODE}
+    reply: dict[str, Any] = httpx.post(boxes.a.url, json=body, headers=headers, timeout=30).json()
+    return reply["result"]
+
+
+def settled_on_a(boxes: Boxes, task_id: str, seconds: float = 20) -> dict[str, Any]:
+    """A's task once it has ended, nobody answering on A (or as it is after `seconds`)."""
+    deadline = time.monotonic() + seconds
+    ended = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED"}
+    while True:
+        task = get_on_a(boxes, task_id)
+        if task["status"]["state"] in ended or time.monotonic() > deadline:
+            return task
+        time.sleep(0.2)
+
+
+def asked_after(boxes: Boxes, task_id: str, request_id: str, seconds: float = 20) -> dict[str, Any]:
+    """A's task once it asks something other than `request_id` (or as it is after
+    `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        task = get_on_a(boxes, task_id)
+        waiting = task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        if (waiting and waiting_on(task)["requestId"] != request_id) or (
+            time.monotonic() > deadline
+        ):
+            return task
+        time.sleep(0.2)
+
+
+def cancel_on_b(boxes: Boxes, task_id: str) -> dict[str, Any]:
+    """B's owner cancels a task on B (B's local admin token)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": task_id}}
+    headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {boxes.b.token}"}
+    reply: dict[str, Any] = httpx.post(boxes.b.url, json=body, headers=headers, timeout=30).json()
+    return reply
+
+
+async def test_a_question_answered_on_b_is_taken_back_from_alice_on_a(boxes: Boxes) -> None:
+    task = as_alice(boxes, first("delegate:devbox-2 ask:dist ask:cache"))
+    asked = waiting_on(task)
+    b_task = await peer_task_of(boxes, task)
+    on_b = next(MessageToDict(p.data) for p in b_task.status.message.parts if p.HasField("data"))
+    answered = send(boxes.b.url, allow(MessageToDict(b_task), on_b["requestId"]),
+                    {"Authorization": f"Bearer {boxes.b.token}"})  # fmt: skip
+    assert answered["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+    # Nobody answers on A: A stops asking B's first question, and asks its next one.
+    now = asked_after(boxes, task["id"], asked["requestId"])
+    said = said_on_a(now)
+    assert "closed by devbox-2: answered or closed there, no longer asked here" in said, said
+    assert (
+        "devbox-2's question was answered or closed on devbox-2, so it is no longer asked "
+        "here: devbox-2's agent asks to run `rm -rf dist`"
+    ) in said, said
+    second = waiting_on(now)
+    assert "rm -rf cache" in second["title"], second
+    # Her answer to the first, late, is refused naming who closed it; nothing reaches B.
+    late = send(boxes.a.url, allow(task, asked["requestId"]),
+                {"X-Forwarded-For": LAPTOP, "Host": A_NODE})  # fmt: skip
+    closed = f"request {asked['requestId']} of task {task['id']} was already answered: "
+    closed += "closed by devbox-2: answered or closed there"
+    assert closed in late["error"]["message"], late
+    # The question that is asked now is hers to answer, and the work ends as usual.
+    done = as_alice(boxes, allow(task, second["requestId"]))
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED", said_on_a(done)
+    assert "echo: ask:dist ask:cache" in said_on_a(done)
+    by_owner, by_alice = b_answers(boxes)
+    assert not by_owner.startswith(f"user:{ALICE}"), by_owner
+    assert by_alice.startswith(f"user:{ALICE}"), by_alice
+
+
+async def test_a_question_whose_task_b_s_owner_cancelled_is_taken_back_on_a(
+    boxes: Boxes,
+) -> None:
+    task = as_alice(boxes, first("delegate:devbox-2 ask:dist"))
+    waiting_on(task)
+    b_task = await peer_task_of(boxes, task)
+    cancelled = cancel_on_b(boxes, b_task.id)
+    assert cancelled["result"]["status"]["state"] == "TASK_STATE_CANCELED", cancelled
+
+    done = settled_on_a(boxes, task["id"])
+    said = said_on_a(done)
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED", said  # the agent is told
+    assert "closed by devbox-2" in said, said
+    assert "devbox-2's task canceled" in said, said
 
 
 async def test_a_hand_off_that_ends_in_error_cancels_b_s_task(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ class PeerDouble:
         progress: Progress | None = None,
     ) -> str:
         asked = PermissionAsked("", "delegate", {"peer": peer}, f"Hand to {peer}", options=HAND)
-        answer = await self.ask(asked)
+        answer = await self.ask(asked, None)
         if not (isinstance(answer, PermissionDecision) and answer.allow):
             raise DelegationFailed("the person declined")
         self.answerers.append(answer.answerer)
@@ -81,6 +81,8 @@ class PeerDouble:
 
 class Doubles:
     """A DelegatorFactory handing out PeerDoubles, keeping them for the test to read."""
+
+    withdraw = None  # no request handler: nothing is taken back
 
     def __init__(self, finish_at_once: bool = True) -> None:
         self.made: list[PeerDouble] = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,10 @@ class Person:
         self.answer = answer or PermissionDecision(True, "allow_once", answerer=ALICE)
         self.before_answer: Any = None
 
-    async def ask(self, prompt: Prompting) -> Answer:
+    async def ask(self, prompt: Prompting, closed: Awaitable[object] | None = None) -> Answer:
+        """Answers at once (the peer closing the question meanwhile is not watched)."""
+        if closed is not None:
+            closed.close()  # type: ignore[attr-defined]  # a coroutine never awaited
         self.asked.append(prompt)
         if self.before_answer is not None and len(self.asked) == 2:
             await asyncio.to_thread(self.before_answer)

@@ -306,6 +306,11 @@ class DelegationFailed(Exception):
     """A hand-off did not complete; str() says why, for the agent to read."""
 
 
+class PromptWithdrawn(Exception):
+    """A peer's question relayed here was answered or closed on the peer: nobody here
+    answers it now, and what it asked is not sent."""
+
+
 # What an agent's tool call is told when no person's turn is there to act for.
 NO_PERSON_TURN = (
     "no person's turn is running: tailagent's tools hand work on only for a person "

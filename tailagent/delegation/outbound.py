@@ -19,7 +19,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
@@ -56,8 +56,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Asker = Callable[[PermissionAsked | QuestionAsked], Awaitable[Answer]]
+# Asks the person; the second argument, when given, ends once the question is no
+# longer asked where it comes from (its peer answered or closed it): the ask is then
+# withdrawn here, and raises PromptWithdrawn unless an answer came first.
+Asker = Callable[[PermissionAsked | QuestionAsked, Awaitable[object] | None], Awaitable[Answer]]
 Notify = Callable[[AgentEvent], Awaitable[None]]
+# Takes a relayed question the turn shows back from the person (turn, its request id).
+Withdraw = Callable[["TurnIdentity", str], Coroutine[Any, Any, None]]
 # A peer conversation as the consent names it: its id's first characters, as
 # conversations are named on a box; and how much of the last title it shows.
 SHORT_ID = 8
@@ -164,6 +169,9 @@ class DelegatorFactory:
         self.signer = HopSigner(settings.state_dir, settings.advertised_url + JWKS_PATH, localapi)
         self.proxy = settings.delegation.proxy or proxy or None
         self.peers = PeerClients(self.proxy)
+        # The request handler's way to take back a question a peer closed: set once the
+        # server has made it (the handler is made after the turns it serves).
+        self.withdraw: Withdraw | None = None
 
     def for_turn(self, turn: TurnIdentity, ask: Asker, notify: Notify) -> Delegator:
         return Delegator(self, turn, ask, notify)
@@ -341,7 +349,7 @@ class Delegator:
             title=f"Hand to {short}{where}: {_first_line(message)}",
             options=HAND_OPTIONS,
         )
-        answer = await self._ask(asked)
+        answer = await self._ask(asked, None)
         if not (isinstance(answer, PermissionDecision) and answer.allow):
             raise DelegationFailed("the person declined")
 

@@ -44,12 +44,17 @@ from tailagent.agents.events import (
     PermissionAsked,
     PermissionDecision,
     Prompting,
+    PromptWithdrawn,
 )
 from tailagent.delegation.chain import CHAIN_HEADER, CHAIN_KEY
 from tailagent.delegation.relay import NotAPrompt, prompt_of, reply_to
 
 # How long a peer may stay unreachable before the hand-off is given up.
 RECONNECT_LIMIT = 120.0
+# While the person is asked a peer's question, how often the peer is read again to see
+# whether it still asks: its own owner may answer it there, or its task end. A read is
+# one signed GetTask (one nonce on the peer); a person sees the question go within this.
+STILL_ASKS_EVERY = 2.0
 FIRST_BACKOFF = 0.25
 MAX_BACKOFF = 5.0
 RESPONSE_ARTIFACT = "response"
@@ -62,7 +67,7 @@ _ENDED = {
 }
 
 Sign = Callable[[str], Awaitable[list[str]]]  # acting person -> the chain to send
-Ask = Callable[[Prompting], Awaitable[Answer]]
+Ask = Callable[[Prompting, Awaitable[object] | None], Awaitable[Answer]]  # outbound.Asker
 Report = Callable[[str], Awaitable[None]]
 Linked = Callable[[str, str], Awaitable[None]]  # (peer task id, peer context id)
 
@@ -226,7 +231,14 @@ class PeerTask:
             given, self._given = self._given, None
             self._answers[pending.request_id] = given
         if given is None:
-            answer = await self._ask(pending)
+            try:
+                answer = await self._ask(pending, self._until_closed(pending.request_id))
+            except PromptWithdrawn:
+                await self._report(
+                    f"{self._peer}'s question was answered or closed on {self._peer}, "
+                    f"so it is no longer asked here: {_title(pending)}"
+                )
+                return self._current
             given = (answer, answer.answerer or self._person)
             if given[1] != self._person:  # the answer judge refuses it first; fail closed
                 raise DelegationFailed(
@@ -234,6 +246,7 @@ class PeerTask:
                 )
             self._answers[pending.request_id] = given
             if not await self._still_asks(pending.request_id):
+                # Closed there in the moment between the last read and the answer.
                 await self._report(
                     f"{self._peer}'s question was already answered or closed on "
                     f"{self._peer}; {given[1]}'s answer was not sent: {_title(pending)}"
@@ -246,6 +259,14 @@ class PeerTask:
             verdict = "allowed" if given[0].allow else "denied"
             await self._report(f"{given[1]} {verdict}: {pending.title}")
         return partial(self._send, message, given[1])
+
+    async def _until_closed(self, request_id: str) -> None:
+        """Returns once the peer no longer asks `request_id` (read every
+        STILL_ASKS_EVERY; a peer that does not answer is taken to still ask)."""
+        while True:
+            await asyncio.sleep(STILL_ASKS_EVERY)
+            if not await self._still_asks(request_id):
+                return
 
     async def _still_asks(self, request_id: str) -> bool:
         """Whether the peer's task still waits on its prompt `request_id` (read again

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,6 +26,7 @@ from tailagent.agents.events import (
     Prompting,
     PromptPart,
     PromptText,
+    PromptWithdrawn,
     TurnDone,
     TurnFailed,
     TurnOptions,
@@ -57,6 +58,9 @@ class DelegatingSession:
         self._asked: dict[str, asyncio.Future[Answer]] = {}
         self._delegator: Delegator | None = None
         self._leave_peers = False
+        self._shown: set[str] = set()  # the asked prompts the bridge was given
+        self._withdraw = factory.withdraw
+        self._taking_back: set[asyncio.Task[None]] = set()
 
     @property
     def inner(self) -> AgentSession:
@@ -120,15 +124,18 @@ class DelegatingSession:
         (progress, the person asked), read here until the turn ends."""
         merged: _Merged = asyncio.Queue()
 
-        async def ask(prompt: Prompting) -> Answer:
+        async def ask(prompt: Prompting, closed: Awaitable[object] | None) -> Answer:
             request_id = f"{DELEGATED}{uuid.uuid4().hex}"
             future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
             self._asked[request_id] = future  # before the bridge can see (and answer) it
             await merged.put(replace(prompt, request_id=request_id))
+            watch = asyncio.ensure_future(self._withdraw_when(closed, request_id))
             try:
                 return await future
             finally:
+                watch.cancel()
                 self._asked.pop(request_id, None)
+                self._shown.discard(request_id)
 
         async def notify(event: AgentEvent) -> None:
             await merged.put(event)
@@ -146,11 +153,39 @@ class DelegatingSession:
                     if item.error is not None:
                         raise item.error
                     return
+                if isinstance(item, Prompting) and item.request_id in self._asked:
+                    if self._asked[item.request_id].done():
+                        continue  # withdrawn before the turn showed it
+                    self._shown.add(item.request_id)
                 yield item
                 if isinstance(item, TurnDone | TurnFailed):
                     return
         finally:
             await self._end(runner, delegator)
+
+    async def _withdraw_when(self, closed: Awaitable[object] | None, request_id: str) -> None:
+        """Once `closed` ends, the question `request_id` is taken back from the person:
+        through the bridge (`withdraw`, which settles it as any answer is, so an answer
+        racing it is refused or wins whole), or here while the turn has not shown it."""
+        if closed is None:
+            return
+        await closed
+        future = self._asked.get(request_id)
+        if future is None or future.done():
+            return
+        if request_id not in self._shown or self._withdraw is None:
+            future.set_exception(PromptWithdrawn(request_id))
+            return
+        # Its own task: the withdrawal ends this ask, whose end cancels this watch.
+        taking = asyncio.create_task(self._withdraw(self._turn, request_id))
+        self._taking_back.add(taking)
+        taking.add_done_callback(self._taking_back.discard)
+
+    def withdrawn(self, request_id: str) -> None:
+        """The bridge settled the question `request_id` as withdrawn: its ask ends."""
+        future = self._asked.get(request_id)
+        if future is not None and not future.done():
+            future.set_exception(PromptWithdrawn(request_id))
 
     def leave_peers(self) -> None:
         """The server stops while the turn waits on a peer's prompt: the peer's task is

@@ -16,15 +16,22 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import Message, TaskState
 
 from tailagent.agents.events import PermissionAsked, PromptText, TurnOptions
+from tailagent.bridge.answers import withdrawal
 from tailagent.bridge.answers.claims import Claims, claim_of
 from tailagent.bridge.answers.reading import AnswerError, parse_answer, reply_of
-from tailagent.bridge.answers.records import DEFAULT_VIA, decision_text, record_of
+from tailagent.bridge.answers.records import (
+    DEFAULT_VIA,
+    AlreadyAnswered,
+    decision_text,
+    record_of,
+)
 from tailagent.bridge.answers.waiting import resume_text
 from tailagent.bridge.conversations.workplace import signature
 from tailagent.bridge.requests.requester import Requester
 from tailagent.bridge.turns.permissions import PermissionDecisions, request_key
 from tailagent.bridge.turns.publish import text_part
 from tailagent.bridge.turns.runtime import TaskRuntime
+from tailagent.delegation.session import DelegatingSession
 
 
 class AnswerApplier:
@@ -47,6 +54,8 @@ class AnswerApplier:
         does not go on (the question restated, or loop protection ended it)."""
         pending = runtime.pending
         assert pending is not None
+        if (request_id := withdrawal.withdrawing(call)) is not None:
+            return await self._withdraw(runtime, request_id, updater, call)
         claim = claim_of(call)
         try:
             parsed = parse_answer(reply_of(message), pending)
@@ -91,4 +100,32 @@ class AnswerApplier:
         # Signed with who answered: a delegated prompt's answer goes on to the peer as theirs.
         answer = replace(parsed.answer, answerer=record.answerer.by)
         await runtime.session.answer(pending.request_id, answer)
+        return True
+
+    async def _withdraw(
+        self, runtime: TaskRuntime, request_id: str, updater: TaskUpdater, call: ServerCallContext
+    ) -> bool:
+        """Settles the relayed question `request_id` as closed on its peer, and the turn
+        goes on without an answer; False (nothing changes) when it is no longer the
+        question the turn waits on, or a person's answer holds it already (theirs
+        applies: the hand-off then finds the peer no longer asks, and says so)."""
+        pending = runtime.pending
+        if pending is None or pending.request_id != request_id or not pending.relayed_from:
+            return False
+        record = withdrawal.record(pending)
+        try:
+            self._claims.take(runtime.task_id, request_id, record.answerer, call)
+        except AlreadyAnswered:
+            return False
+        self._claims.settle(runtime.task_id, claim_of(call), record)
+        runtime.pending = None
+        await runtime.publisher.status(
+            updater,
+            TaskState.TASK_STATE_WORKING,
+            "resumed",
+            [text_part(decision_text(record))],
+            record.metadata(),
+        )
+        if isinstance(runtime.session, DelegatingSession):  # the one that relays questions
+            runtime.session.withdrawn(request_id)
         return True

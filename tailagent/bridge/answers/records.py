@@ -18,8 +18,14 @@ from tailagent.bridge.answers.reading import ParsedAnswer
 # The channel an answer came through when the request says nothing (the web page says "web").
 DEFAULT_VIA = "a2a"
 
-Decision = Literal["allow", "deny", "answer"]
-_VERBS: dict[Decision, str] = {"allow": "allowed", "deny": "denied", "answer": "answered"}
+# "closed": a relayed question its peer answered or closed there (withdrawal.py).
+Decision = Literal["allow", "deny", "answer", "closed"]
+_VERBS: dict[Decision, str] = {
+    "allow": "allowed",
+    "deny": "denied",
+    "answer": "answered",
+    "closed": "closed",
+}
 
 
 def _now() -> datetime:

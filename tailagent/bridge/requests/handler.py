@@ -19,6 +19,8 @@ Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it
   (requests/resumption.py);
 - a prompt is answered once: a second answer is refused saying who answered first,
   also when two arrive together (the first claims the prompt as it is admitted);
+- a question a peer relayed here and then answered or closed there is taken back by a
+  request of the server's own (`withdraw_relayed`, answers/withdrawal.py);
 - a conversation is its owner's (store/owners.py): a message, diff, merge or
   discard naming another person's context is "not found", as another's task is;
 - a new task reserves what its turn may cost of its person's day's budget
@@ -52,14 +54,16 @@ from a2a.types.a2a_pb2 import (
     ListTasksRequest,
     ListTasksResponse,
     Message,
+    SendMessageConfiguration,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
     TaskPushNotificationConfig,
 )
-from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError
+from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotCancelableError
 
 from tailagent.access.identity import OwnerUser, caller_of
+from tailagent.bridge.answers import withdrawal
 from tailagent.bridge.conversations.fates import mark
 from tailagent.bridge.conversations.operations import ConversationOperations
 from tailagent.bridge.conversations.sessions import SessionPool
@@ -76,6 +80,7 @@ from tailagent.card.builder import for_caller
 from tailagent.config import AgentSettings, AttachmentSettings, WorkspaceSettings
 from tailagent.config.tool_rules import Rule
 from tailagent.cost.budgets import Spending
+from tailagent.delegation.outbound import TurnIdentity
 from tailagent.push.targets import PushRefused, PushTargets
 from tailagent.store.audit import AuditLog
 from tailagent.store.events import TaskEvents
@@ -186,6 +191,23 @@ class GuardedRequestHandler(DefaultRequestHandler):
         await self.on_cancel_task(
             CancelTaskRequest(id=task_id), ServerCallContext(user=OwnerUser(owner))
         )
+
+    async def withdraw_relayed(self, turn: TurnIdentity, request_id: str) -> None:
+        """Takes back the relayed question `request_id` that the task of `turn` waits
+        on, its peer having answered or closed it (answers/withdrawal.py): a request of
+        the server's own, past admission, whose checks are for what callers send."""
+        context = ServerCallContext(
+            user=OwnerUser(turn.owner), state={withdrawal.WITHDRAWING: request_id}
+        )
+        message = withdrawal.message(turn.task_id, turn.context_id, request_id)
+        config = SendMessageConfiguration(return_immediately=True)
+        try:
+            async with self._gate.turn():
+                await super().on_message_send(
+                    SendMessageRequest(message=message, configuration=config), context
+                )
+        except A2AError as exc:  # the task ended meanwhile: nothing waits to be told
+            log.info("task %s: question %s not taken back: %s", turn.task_id, request_id, exc)
 
     async def _reject_unsafe_push_url(self, url: str) -> None:
         try:

@@ -34,6 +34,7 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import SendMessageRequest, Task, TaskState
 
 from tailagent.agents.events import AgentBackend, PermissionAsked, Prompting
+from tailagent.bridge.answers import withdrawal
 from tailagent.bridge.answers.applying import AnswerApplier
 from tailagent.bridge.answers.claims import Claims, claim_of
 from tailagent.bridge.answers.judging import AnswerJudge
@@ -177,6 +178,8 @@ class BridgeExecutor(AgentExecutor):
         assert message is not None and context.task_id and context.context_id
         task_id, context_id = context.task_id, context.context_id
         first_turn = context.current_task is None
+        if withdrawal.withdrawing(context.call_context) and not self._runtimes.parked_on(task_id):
+            return  # the question is gone already (answered, the turn over): nothing to take
         scenario = tck.scenario_of(message) if self._backend.name == "echo" else None
         if scenario is not None and task_id not in self._runtimes:
             await tck.run(scenario, message, task_id, context_id, first_turn, event_queue)

@@ -104,6 +104,11 @@ class Runtimes:
     def __len__(self) -> int:
         return len(self._live)
 
+    def parked_on(self, task_id: str) -> bool:
+        """Whether the task's turn lives here and waits for an answer."""
+        runtime = self._live.get(task_id)
+        return runtime is not None and runtime.pending is not None
+
     def parked(self) -> int:
         """Turns waiting for an answer that no request is streaming."""
         return sum(1 for r in self._live.values() if r.pending and r.pump is None)
