@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from a2a.types.a2a_pb2 import Message
 from a2a.utils.errors import A2AError
+from google.protobuf.json_format import MessageToDict
 
 from tests.a2a_helpers import A2A, texts, user_message
 from tests.conftest import RunningServer, start_server
@@ -183,6 +184,55 @@ async def test_a_short_id_leads_its_owner_home_after_someone_took_it_as_a_name(
     ), both.stderr
     whole = run(served, "call", "hello", "--context", short)
     assert whole.returncode == 0 and ids_of(whole)[1] == short, whole
+
+
+def branches(server: RunningServer, token: str) -> dict[str, tuple[str, str]]:
+    """The caller's conversations -> their branch and state, as `conversations` lists them."""
+    listed = run(server, "conversations", "--json", token=token)
+    assert listed.returncode == 0, listed.stderr
+    rows = map(json.loads, listed.stdout.splitlines())
+    return {row["contextId"]: (row["branch"], row["state"][:9]) for row in rows}
+
+
+async def test_a_branch_name_says_nothing_of_another_persons_conversation(
+    served: RunningServer,
+) -> None:
+    """Branch names are unique among one person's conversations only (issue 55 §5): bob's
+    conversation whose id starts as carol's does gets `tailagent/<8 characters>`, the
+    name it would have if hers did not exist, and each short name leads its owner home."""
+    carol, bob = someone(served), someone(served)
+    tag = uuid.uuid4().hex[:8]
+    carols, bobs = f"{tag}-carol", f"{tag}-bob"
+    made = run(served, "call", f"edit:{tag}-hers.txt carol's", "--context", carols, token=carol)
+    assert made.returncode == 0 and ids_of(made)[1] == carols, made
+    took = run(served, "call", f"edit:{tag}-his.txt bob's", "--context", bobs, token=bob)
+    assert took.returncode == 0 and ids_of(took)[1] == bobs, took
+    # What bob is shown is what a server without carol's conversation would show him.
+    assert f"changes on tailagent/{tag} (+1 commit" in took.stdout, took.stdout
+    assert f"merge {tag}" in took.stdout, took.stdout
+    to_merge = (f"tailagent/{tag}", "changes t")
+    assert branches(served, bob) == {bobs: to_merge}
+    assert branches(served, carol) == {carols: to_merge}
+    listed = await A2A(served.url, bob).list(context_id=bobs)
+    assert [MessageToDict(t.metadata)["worktree"]["branch"] for t in listed] == [f"tailagent/{tag}"]
+
+    # Each short name is the caller's own conversation; an admin's fits both: refused.
+    for who, wrote in ((carol, "hers"), (bob, "his")):
+        diff = run(served, "diff", tag, token=who)
+        assert diff.returncode == 0, diff
+        assert f"+edit:{tag}-{wrote}.txt" in diff.stdout and diff.stdout.count("+edit:") == 1
+    both = run(served, "diff", tag)
+    assert both.returncode == 2, both
+    assert f"({bobs}, {carols}): give more of its id" in both.stderr, both.stderr
+
+    merged = run(served, "merge", tag, "--yes", token=bob)
+    assert merged.returncode == 0, merged
+    assert branches(served, bob) == {bobs: (f"tailagent/{tag}", "merged at")}
+    assert branches(served, carol) == {carols: to_merge}  # hers untouched
+    diff = run(served, "diff", tag, token=carol)
+    assert f"+edit:{tag}-hers.txt carol's" in diff.stdout and "bob's" not in diff.stdout, diff
+    assert run(served, "merge", tag, "--yes", token=carol).returncode == 0
+    assert branches(served, carol) == {carols: (f"tailagent/{tag}", "merged at")}
 
 
 def test_a_short_id_goes_on_in_a_conversation_without_worktrees(server: RunningServer) -> None:

@@ -553,6 +553,32 @@ async def test_names_are_safe_and_distinct(repo: Path, wts: Worktrees) -> None:
     assert (await wts.get("../../escape me")) == odd
 
 
+async def test_a_branch_name_is_unique_among_its_owners_conversations_only(
+    wts: Worktrees,
+) -> None:
+    """Another person's `tailagent/session-` says nothing to the next person whose id
+    starts alike: theirs gets the same name; their own second one gets a longer one, as
+    does a conversation whose owner is not known (every name is avoided for it)."""
+    owners = {"session-1": "carol", "session-2": "bob", "session-3": "bob", "session-4": "carol"}
+
+    async def owner_of(context_id: str) -> str | None:
+        return owners.get(context_id)
+
+    wts.know_owners(owner_of)
+    made = [await wts.ensure(f"session-{n}") for n in (1, 2, 3, 4, 5)]
+    assert [worktree.branch for worktree in made] == [
+        "tailagent/session-",  # carol's
+        "tailagent/session-",  # bob's: carol's is no clash for him
+        "tailagent/session-3",  # bob's second: his first has the short one
+        "tailagent/session-4",  # carol's second
+        "tailagent/session-5",  # nobody's known: avoids every name
+    ]
+    assert await wts.release("session-2")  # idle: bob's keeps its name, his next avoids it
+    owners["session-6"] = "bob"
+    assert (await wts.ensure("session-6")).branch == "tailagent/session-6"
+    assert (await wts.ensure("session-2")).branch == "tailagent/session-"  # woken, still his
+
+
 async def test_missing_base_is_refused(repo: Path, tmp_path: Path) -> None:
     wts = Worktrees(repo, tmp_path / "state" / "worktrees", base="release")
     with pytest.raises(GitError, match="base branch release does not exist"):

@@ -21,10 +21,14 @@ whose whole id is that short id. Only an admin, who may act on both, can see two
 start that fits both is refused to them naming both, and a whole id means itself
 (every conversation stays reachable by its whole id, which is never ambiguous).
 So a new conversation may take a start of another's id: it hides nothing from the
-person who was handed that start. The one name it may not take is a whole id that is
-already another person's (ids are one namespace, each held by one owner); admission
-refuses that as not found (ownership.py), which is what a stranger can still learn:
-that an exact id they named is not theirs to use, as docs/security.md says.
+person who was handed that start. Branch names are unique per owner for the same reason
+(workspace/worktrees/making.py): bob's conversation is `tailagent/8d12805e` even when
+carol has one by that branch, so its name says nothing of hers, and step 2 finds one
+conversation for each of them (for an admin, both: refused, naming both). The one name
+it may not take is a whole id that is already another person's (ids are one namespace,
+each held by one owner); admission refuses that as not found (ownership.py), which is
+what a stranger can still learn: that an exact id they named is not theirs to use, as
+docs/security.md says.
 """
 
 from __future__ import annotations
@@ -69,8 +73,9 @@ async def resolve(
 
 def _by_branch(name: str, conversations: Isolated | Shared) -> list[str]:
     """The conversations here whose branch is `tailagent/<name>` (`tailagent/` optional):
-    the short id `tasks` and `conversations` show, which a clash of starts made longer
-    (`8d12805e-2`) and which may not be the start of its id."""
+    the short id `tasks` and `conversations` show, which a clash of starts among one
+    owner's conversations made longer (`8d12805e-2`) and which may not be the start of
+    its id. Several people's conversations may have it: the caller's are picked after."""
     if not isinstance(conversations, Isolated):
         return []
     short = name.removeprefix(BRANCH_PREFIX)

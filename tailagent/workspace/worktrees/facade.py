@@ -19,7 +19,7 @@ from tailagent.workspace.worktrees.fates import Fate, Fates
 from tailagent.workspace.worktrees.idle import Idle
 from tailagent.workspace.worktrees.legacy import Legacy
 from tailagent.workspace.worktrees.lock import WorktreeLock
-from tailagent.workspace.worktrees.making import Maker
+from tailagent.workspace.worktrees.making import Maker, OwnerOf
 from tailagent.workspace.worktrees.merge.merging import MergePreview, MergeResult, Merging, Strategy
 from tailagent.workspace.worktrees.patches import Patch
 from tailagent.workspace.worktrees.records import Merged, Records, Worktree
@@ -66,6 +66,12 @@ class Worktrees:
         if not self._legacy.done:
             async with self._lock.exclusive():
                 await self._legacy.convert_all()
+
+    def know_owners(self, owner_of: OwnerOf) -> None:
+        """Whose each conversation is (the store's owners, opened after the worktrees):
+        a branch's name is then unique among its owner's conversations only (see
+        Maker.free_branch); until then, among everyone's."""
+        self._maker.owner_of = owner_of
 
     def shared_objects(self) -> tuple[Path, ...]:
         """The object stores a conversation's repository borrows (the base's own, and

@@ -23,6 +23,7 @@ base's objects read-only).
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,15 +34,20 @@ from tailagent.workspace.worktrees.repos.fs import is_dir, unlink
 from tailagent.workspace.worktrees.repos.porcelain import unique
 from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
+# Who a conversation belongs to (the store's conversation owners), None when nobody does.
+OwnerOf = Callable[[str], Awaitable[str | None]]
+
 
 @dataclass
 class Maker:
     """Makes worktrees of `repo` under the records' root; `base` is the branch they start
-    from (None: the workspace's current branch when each is made)."""
+    from (None: the workspace's current branch when each is made); `owner_of` says whose
+    a conversation is (None: not known here, so every conversation's branch is avoided)."""
 
     repo: WorkspaceRepo
     records: Records
     base: str | None
+    owner_of: OwnerOf | None = None
 
     async def base_branch(self, purpose: str) -> str:
         """The branch a new worktree starts from: `base`, or the workspace's current one."""
@@ -97,13 +103,35 @@ class Maker:
 
     async def free_branch(self, context_id: str) -> str:
         """`tailagent/<first 8 characters>`, or a longer or numbered name when another
-        conversation's record has it already (context ids need not be random). Branches
-        live in each conversation's own repository, so the records are what keeps the
-        names people use for them (`tailagent merge <short>`) unique."""
+        conversation of the same owner has it already (context ids need not be random).
+
+        Unique per owner, not across everyone: were another person's branches avoided
+        too, bob's longer name would tell him that someone else's conversation id starts
+        as his does. Nothing needs more: branches live in each conversation's own
+        repository (a merge brings only the merged commit into the base, under no branch
+        of this name), and a name people type back (`tailagent merge <short>`) is looked
+        up among their own conversations only (bridge/conversations/names.py); an admin,
+        who may act on both, is refused the name and told both ids. Without `owner_of`,
+        or for a conversation whose owner is not known, every other record's is avoided."""
         clean = re.sub(r"[^A-Za-z0-9_-]", "-", context_id) or "conversation"
         candidates = [clean[:8], clean[:40]] + [f"{clean[:40]}-{n}" for n in range(2, 100)]
-        taken = self.records.branches(but=context_id)
+        holders: dict[str, list[str]] = {}
+        for other, branch in self.records.branches(but=context_id).items():
+            holders.setdefault(branch, []).append(other)
         for short in unique(candidates):
-            if BRANCH_PREFIX + short not in taken:
+            if not await self._taken(context_id, holders.get(BRANCH_PREFIX + short, [])):
                 return BRANCH_PREFIX + short
         raise GitError(f"no free branch name for conversation {context_id}")
+
+    async def _taken(self, context_id: str, holders: list[str]) -> bool:
+        """Whether a name the conversations `holders` have is not free for `context_id`:
+        one of them has its owner, or an owner is not known (then the name is avoided)."""
+        if not holders:
+            return False
+        owner = await self.owner_of(context_id) if self.owner_of is not None else None
+        if owner is None or self.owner_of is None:
+            return True
+        for holder in holders:
+            if await self.owner_of(holder) in (owner, None):
+                return True
+        return False

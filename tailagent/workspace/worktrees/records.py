@@ -197,13 +197,15 @@ class Records:
             )
         return worktree
 
-    def branches(self, but: str) -> set[str]:
-        """The branches the records give conversations other than `but`, idle or not."""
-        taken = set()
+    def branches(self, but: str) -> dict[str, str]:
+        """The conversations other than `but`, idle or not -> the branch its record gives
+        it (several may have one name: each owner's are unique, see Maker.free_branch)."""
+        taken = {}
         for context_id in self.conversations(idle=True):
             if context_id != but:
                 with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                    taken.add(json.loads(self.record_path(context_id).read_text())["branch"])
+                    branch = json.loads(self.record_path(context_id).read_text())["branch"]
+                    taken[context_id] = str(branch)
         return taken
 
     async def every(self) -> list[tuple[Path, Worktree]]:
