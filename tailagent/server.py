@@ -39,13 +39,12 @@ from tailagent.bridge.requests.handler import GuardedRequestHandler
 from tailagent.bridge.turns.executor import BridgeExecutor
 from tailagent.card.builder import build_card
 from tailagent.card.publish import CardPublisher, CardSigningFailed
-from tailagent.card.verify import KnownAgents
 from tailagent.config import Settings, default_state_dir
 from tailagent.cost.budgets import Spending
 from tailagent.cost.ledger import Usage
 from tailagent.cost.reserves import Reserves
 from tailagent.delegation.directory import PeerDirectory
-from tailagent.delegation.node_keys import KNOWN_NODES_FILE
+from tailagent.delegation.node_keys import KNOWN_NODES_FILE, CardPins, KnownNodes
 from tailagent.delegation.outbound import DelegatorFactory
 from tailagent.delegation.tool_socket import ToolSockets
 from tailagent.listening.listener import listener_url, open_listener
@@ -181,8 +180,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
             push.task_changed(task)
         pool = _open_pool(settings, backend, storage)
         await _start_agent(settings, conversations, backend, storage, sandbox)
-        # What admitted turns hold of their people's budgets (this server's previous
-        # run's holds go: its turns died with it).
+        # What admitted turns hold of budgets (the previous run's holds go, with its turns).
         reserves = Reserves(database, server_id(settings.state_dir))
         await reserves.initialize()
         spending = Spending(usage, settings.budgets, reserves)
@@ -344,7 +342,7 @@ def _make_delegators(
     or this node's own."""
     delegation = settings.delegation
     proxy = delegation.proxy or presence.tailnet_proxy
-    known = KnownAgents(settings.state_dir / KNOWN_NODES_FILE)
+    known = CardPins(KnownNodes(settings.state_dir / KNOWN_NODES_FILE))
     directory = PeerDirectory(presence.localapi, known, delegation.scheme, delegation.port, proxy)
     return DelegatorFactory(
         settings, directory, storage.delegations, usage, presence.localapi, presence.tailnet_proxy

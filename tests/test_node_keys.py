@@ -15,8 +15,9 @@ import httpx
 import pytest
 
 from tailagent.card.keys import KEYS_FILE, KeyStore
+from tailagent.card.verify import fetch_card, verify_card
 from tailagent.delegation.chain import ChainRefused, extend, verify_chain
-from tailagent.delegation.node_keys import KNOWN_NODES_FILE, NodeKeys
+from tailagent.delegation.node_keys import KNOWN_NODES_FILE, CardPins, KnownNodes, NodeKeys
 from tailagent.store.database import open_database
 from tailagent.store.hop_nonces import HopNonces
 from tests.conftest import RunningServer, start_server
@@ -194,3 +195,34 @@ async def test_pins_of_the_format_before_issue_55_are_dropped_when_the_server_st
     # The node's next hop: its key read from its card, not the one the old pin held.
     assert await node_keys(state, box)(NODE, box.url + JWKS, real["kid"]) == real
     assert pinned(state) == {NODE: real["kid"], "devbox-3.tail.test": stranger["kid"]}
+
+
+async def card_verdict(pins: CardPins, url: str) -> str:
+    """What handing work out makes of the node's card (card/peers.py's reading)."""
+    async with httpx.AsyncClient() as http:
+        card = await fetch_card(url, http)
+        verdict = await verify_card(card, url, http, pins.get(url), pins.follows_rotation)
+    return verdict.status
+
+
+async def test_handing_work_out_checks_the_card_against_the_key_the_node_s_hops_pinned(
+    box: RunningServer, tmp_path: Path
+) -> None:
+    state = tmp_path / "checker"
+    pins = CardPins(KnownNodes(state / KNOWN_NODES_FILE))
+    assert await card_verdict(pins, box.url) == "valid (key from jku, not pinned)"
+    (kid,) = served_kids(box)
+    await node_keys(state, box)(NODE, box.url + JWKS, kid)  # a hop of the node pins it
+    assert await card_verdict(pins, box.url) == "valid (pinned)"
+    # A rotation the node's own key set vouches for is followed, as for its hops.
+    keys_command(box, "rotate")
+    assert len(served_kids(box)) == 2
+    assert await card_verdict(pins, box.url) == "valid (pinned)"
+    # A pin the card's key set does not list (the key replaced outright): refused.
+    known = json.loads((state / KNOWN_NODES_FILE).read_text())
+    known[NODE]["jwk"] = KeyStore(tmp_path / "stranger").ensure().jwk
+    (state / KNOWN_NODES_FILE).write_text(json.dumps(known))
+    verdict = await card_verdict(pins, box.url)
+    assert verdict.startswith("INVALID: the card is not signed by the key pinned"), verdict
+    # Pinned for another card URL of the node (another port): not this card's pin.
+    assert pins.get(box.url.rsplit(":", 1)[0] + ":1") is None

@@ -102,7 +102,8 @@ async def discover(
                 card = await fetch_card(url, http)
             except (httpx.HTTPError, ValueError):
                 return None  # no tailagent there
-            verdict = await verify_card(card, url, http, known.get(url))
+            pinned = known.get(url)
+            verdict = await verify_card(card, url, http, pinned, known.follows_rotation)
             skills = [s.get("name", "") for s in card.get("skills") or []]
             name = str(card.get("name", ""))
             return Peer(host, owner, url, name, skills, verdict.status, agents, delegation)

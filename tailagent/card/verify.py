@@ -34,7 +34,10 @@ def known_agents_path() -> Path:
 
 
 class KnownAgents:
-    """URL -> the key pinned for it."""
+    """URL -> the key pinned for it. A person's pins (`tailagent card --trust`) follow
+    no rotation: a changed key is theirs to trust again, as ssh's changed host key."""
+
+    follows_rotation = False
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or known_agents_path()
@@ -102,11 +105,44 @@ def _check(card: AgentCard, jwk: dict[str, Any]) -> bool:
     return True
 
 
+async def _rotated_from(
+    pinned: dict[str, Any],
+    card: AgentCard,
+    header: dict[str, Any],
+    url: str,
+    http: httpx.AsyncClient,
+) -> dict[str, Any] | None:
+    """The key the card is signed with, when it is a rotation of the pinned one: the
+    agent's own key set (`jku` on the card's origin) lists both, the agent vouching for
+    its new key while the old one is in its grace (`tailagent keys rotate` keeps it 7
+    days). None otherwise: a key that replaced the pinned one outright stays refused."""
+    jku = header.get("jku")
+    if not isinstance(jku, str) or not _same_origin(jku, url):
+        return None
+    try:
+        response = await http.get(jku)
+        response.raise_for_status()
+        keys = [k for k in response.json().get("keys", []) if isinstance(k, dict)]
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    members = ("kty", "crv", "x", "y")
+    if not any(all(k.get(m) == pinned.get(m) for m in members) for k in keys):
+        return None
+    new = next((k for k in keys if k.get("kid") == header.get("kid")), None)
+    return new if new is not None and _check(card, new) else None
+
+
 async def verify_card(
-    card_json: dict[str, Any], url: str, http: httpx.AsyncClient, pinned: dict[str, Any] | None
+    card_json: dict[str, Any],
+    url: str,
+    http: httpx.AsyncClient,
+    pinned: dict[str, Any] | None,
+    follow_rotation: bool = False,
 ) -> Verdict:
     """Checks the card against the key pinned for its URL, or else against the key its
-    signature names (`jku`, which must be on the same origin as the card)."""
+    signature names (`jku`, which must be on the same origin as the card).
+    `follow_rotation`: a card signed with a rotation of the pinned key passes too (the
+    pins of KnownAgents.follows_rotation)."""
     signatures = card_json.get("signatures") or []
     if not signatures:
         return Verdict("unsigned")
@@ -116,6 +152,8 @@ async def verify_card(
         jwk = pinned["jwk"]
         if _check(card, jwk):
             return Verdict("valid (pinned)", jwk)
+        if follow_rotation and (rotated := await _rotated_from(jwk, card, header, url, http)):
+            return Verdict("valid (pinned)", rotated)
         return Verdict(
             f"INVALID: the card is not signed by the key pinned for {url} "
             f"(pinned kid {jwk.get('kid')}, card kid {header.get('kid')}): the agent's key "

@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from tailagent.card.publish import JWKS_PATH
-from tailagent.card.verify import CARD_PATH, verify_card
+from tailagent.card.verify import CARD_PATH, KnownAgents, verify_card
 from tailagent.delegation.chain import ChainRefused, node_name
 from tailagent.statedir.files import write_private
 
@@ -118,6 +118,29 @@ class KnownNodes:
                 self.path, len(old), ", ".join(old),
             )  # fmt: skip
         return len(old)
+
+
+class CardPins(KnownAgents):
+    """The pins as a peer's card is checked against them when this box hands work out
+    (card/peers.py reads `get(card URL)`): the key pinned for the card URL's node, when
+    it was pinned from that very card URL; a rotation is followed as the node's key set
+    vouches for it (card/verify.py). So a node's key is one key both ways: the key its
+    hops here are checked with is the key its card must be signed with."""
+
+    follows_rotation = True  # as the node's hops are followed (NodeKeys)
+
+    def __init__(self, known: KnownNodes) -> None:
+        super().__init__(known.path)
+        self._nodes = known
+
+    def get(self, url: str) -> dict[str, Any] | None:
+        pinned = self._nodes.get(node_name(urlsplit(url).hostname or ""))
+        if pinned is None or not _same_url(str(pinned.get("card")), url):
+            return None
+        return {"jwk": pinned["jwk"]}
+
+    def pin(self, url: str, jwk: dict[str, Any]) -> None:
+        self._nodes.pin(node_name(urlsplit(url).hostname or ""), url.rstrip("/"), jwk)
 
 
 class NodeKeys:

@@ -53,8 +53,11 @@ from tailagent.delegation.relay import NotAPrompt, prompt_of, reply_to
 RECONNECT_LIMIT = 120.0
 # While the person is asked a peer's question, how often the peer is read again to see
 # whether it still asks: its own owner may answer it there, or its task end. A read is
-# one signed GetTask (one nonce on the peer); a person sees the question go within this.
-STILL_ASKS_EVERY = 2.0
+# one signed GetTask (one nonce and one access line on the peer): every 2 s at first,
+# when a person at either end is most likely acting, then less often, up to every 30 s
+# for a question left waiting for hours.
+STILL_ASKS_FIRST = 2.0
+STILL_ASKS_LAST = 30.0
 FIRST_BACKOFF = 0.25
 MAX_BACKOFF = 5.0
 RESPONSE_ARTIFACT = "response"
@@ -261,12 +264,14 @@ class PeerTask:
         return partial(self._send, message, given[1])
 
     async def _until_closed(self, request_id: str) -> None:
-        """Returns once the peer no longer asks `request_id` (read every
-        STILL_ASKS_EVERY; a peer that does not answer is taken to still ask)."""
+        """Returns once the peer no longer asks `request_id` (read at growing intervals;
+        a peer that does not answer is taken to still ask)."""
+        every = STILL_ASKS_FIRST
         while True:
-            await asyncio.sleep(STILL_ASKS_EVERY)
+            await asyncio.sleep(every)
             if not await self._still_asks(request_id):
                 return
+            every = min(every * 1.25, STILL_ASKS_LAST)
 
     async def _still_asks(self, request_id: str) -> bool:
         """Whether the peer's task still waits on its prompt `request_id` (read again
