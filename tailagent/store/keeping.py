@@ -49,7 +49,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -111,18 +111,22 @@ class TaskKeeping:
         self._ended = ", ".join(f":e{i}" for i in range(len(_ENDED)))
         self._states = {f"e{i}": name for i, name in enumerate(_ENDED)}
         self._sweeper: asyncio.Task[None] | None = None
-        self._made: set[str] = set()  # the tables the store had, when last asked
+        self._present: set[str] = set()  # the tables the store had, when last asked
         # owner -> (their lock, how many of their new tasks hold it or wait for it)
         self._admitting: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
     @contextlib.asynccontextmanager
-    async def admitting(self, owner: str) -> AsyncIterator[None]:
-        """Held by a person's new task from make_room until it is held by the store and
-        written: their next new task on this server waits, and then counts it."""
+    async def admitting(
+        self, owner: str, held: Callable[[], Mapping[str, str]]
+    ) -> AsyncIterator[None]:
+        """Makes room for `owner`'s new task (make_room, with `held()` then), and is held
+        until the store holds that task and has written it: their next new task on this
+        server waits, and then counts it."""
         lock, users = self._admitting.setdefault(owner, (asyncio.Lock(), [0]))
         users[0] += 1
         try:
             async with lock:
+                await self.make_room(owner, held())
                 yield
         finally:
             users[0] -= 1
@@ -186,14 +190,14 @@ class TaskKeeping:
     async def _tables(self, names: tuple[str, ...]) -> list[str]:
         """Those of `names` the store has (a2a-sdk makes its push configs' table only
         when a request first needs it)."""
-        if not set(names) <= self._made:
+        if not set(names) <= self._present:
             rows = await self._db.fetch(
                 "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
                 if self._db.postgres
                 else "SELECT name FROM sqlite_master WHERE type = 'table'"
             )
-            self._made = {str(row[0]) for row in rows}
-        return [name for name in names if name in self._made]
+            self._present = {str(row[0]) for row in rows}
+        return [name for name in names if name in self._present]
 
     async def expire(self) -> int:
         """Removes every ended task last updated more than the configured hours ago,

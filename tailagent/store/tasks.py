@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -167,22 +167,15 @@ class CoalescingTaskStore(TaskStore):
         else:
             owner = await self._owner(task.id, context) or resolve_user_scope(context)
         if held is None and _is_new(task, self.minted):
-            # One new task of a person at a time, until it is held and written: the next
-            # one's make_room counts it (store/keeping.py).
-            async with self._admitting(owner):
-                if self._keeping is not None:  # StoreFull fails the request: nothing is held
-                    await self._keeping.make_room(owner, self.held())
+            # One new task of a person at a time, from making room for it (or StoreFull,
+            # which fails the request: nothing is held) until it is held and written.
+            async with _admitting(self._keeping, owner, self.held):
                 # On the SDK's own task, which it saves whole each time: every later save,
                 # and the task a caller gets back, keep it.
                 task.metadata.update({STARTED_AT_KEY: _now()})
                 await self._hold(task, context, owner, first=True, changed=changed)
             return
         await self._hold(task, context, owner, first=held is None, changed=changed)
-
-    def _admitting(self, owner: str) -> contextlib.AbstractAsyncContextManager[None]:
-        if self._keeping is None:
-            return contextlib.nullcontext()
-        return self._keeping.admitting(owner)
 
     async def _hold(
         self, task: Task, context: ServerCallContext, owner: str, *, first: bool, changed: bool
@@ -209,7 +202,7 @@ class CoalescingTaskStore(TaskStore):
                 shown = None
                 if context.state.get(UNSEEN_UNTIL_SETTLED):  # a failed rendering fails the write
                     shown = MessageToDict(snapshot)
-                    context.state[ANSWER_KEY] = self._answer(task, shown)
+                    context.state[ANSWER_KEY] = _answer(task, shown, bool(self._server_id))
                 await self._write(snapshot, owner, shown=shown)
             except Exception as exc:
                 if first:  # nothing stored: the request fails as a whole
@@ -225,17 +218,6 @@ class CoalescingTaskStore(TaskStore):
                 self._let_go(task.id)
             return
         self._defer(task.id)
-
-    def _answer(self, task: Task, shown: dict[str, Any]) -> tuple[Task, dict[str, Any]]:
-        """The task as the SDK holds it now, and the snapshot's rendering less what
-        only the snapshot carries (the server's id and URL)."""
-        held = Task()
-        held.CopyFrom(task)
-        metadata = shown.get("metadata")
-        if self._server_id and isinstance(metadata, dict):
-            kept = {k: v for k, v in metadata.items() if k not in (SERVER_ID_KEY, SERVER_URL_KEY)}
-            shown = {**shown, "metadata": kept}
-        return held, shown
 
     def _let_go(self, task_id: str) -> None:
         """A task's final state is written: this process holds it no more."""
@@ -403,6 +385,24 @@ class CoalescingTaskStore(TaskStore):
         self._held.pop(task_id, None)
         self._dirty.discard(task_id)
         await self._table.delete(task_id, resolve_user_scope(context))
+
+
+def _admitting(
+    keeping: TaskKeeping | None, owner: str, held: Callable[[], Mapping[str, str]]
+) -> contextlib.AbstractAsyncContextManager[None]:
+    return contextlib.nullcontext() if keeping is None else keeping.admitting(owner, held)
+
+
+def _answer(task: Task, shown: dict[str, Any], stamped: bool) -> tuple[Task, dict[str, Any]]:
+    """The task as the SDK holds it now, and the snapshot's rendering less what only the
+    snapshot carries (the server's id and URL, when `stamped`)."""
+    held = Task()
+    held.CopyFrom(task)
+    metadata = shown.get("metadata")
+    if stamped and isinstance(metadata, dict):
+        kept = {k: v for k, v in metadata.items() if k not in (SERVER_ID_KEY, SERVER_URL_KEY)}
+        shown = {**shown, "metadata": kept}
+    return held, shown
 
 
 def _is_new(task: Task, minted: MintedIds) -> bool:
