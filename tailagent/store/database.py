@@ -11,7 +11,8 @@ engine, imported only when one is opened (`open_engine`: for such a store, or fo
 a2a-sdk's own stores, see sdk_stores.py).
 
 Statements are text with `:named` parameters, which both take; the few places where
-the two dialects differ ask the database (`json_text`, `postgres`).
+the two dialects differ ask the database (`json_text`, `postgres`). A table that few
+servers ever need is made on its first use, the one way `LazyTable` says.
 """
 
 from __future__ import annotations
@@ -95,6 +96,26 @@ class Database(ABC):
 
     @abstractmethod
     async def aclose(self) -> None: ...
+
+
+class LazyTable:
+    """A table a store seldom needs, made on its first use rather than at every start:
+    `ready()` runs `statements` (its CREATE ... IF NOT EXISTS, its indexes) once, the
+    first caller making it while any other waits, and then gives the database."""
+
+    def __init__(self, database: Database, *statements: str) -> None:
+        self._db = database
+        self._statements = statements
+        self._made = False
+        self._making = asyncio.Lock()
+
+    async def ready(self) -> Database:
+        async with self._making:
+            if not self._made:
+                for statement in self._statements:
+                    await self._db.execute(statement)
+                self._made = True
+            return self._db
 
 
 class SqliteDatabase(Database):

@@ -16,11 +16,10 @@ The table is made on the first delegated request (most servers never see one).
 
 from __future__ import annotations
 
-import asyncio
 import math
 import secrets
 
-from tailagent.store.database import Database
+from tailagent.store.database import Database, LazyTable
 
 _CREATE = (
     "CREATE TABLE IF NOT EXISTS delegation_nonces ("
@@ -53,22 +52,12 @@ class HopNonces:
         # A hop is good while its time is within the window either way of this clock.
         self.keep = 2 * window
         self.limit = limit
-        self._db = database
-        self._made = False
-        self._making = asyncio.Lock()
-
-    async def _database(self) -> Database:
-        async with self._making:
-            if not self._made:
-                await self._db.execute(_CREATE)
-                await self._db.execute(_INDEX)
-                self._made = True
-            return self._db
+        self._table = LazyTable(database, _CREATE, _INDEX)
 
     async def use(self, nonce: str, now: float) -> bool:
         """Records `nonce`; False when it was used within the window (a replay).
         NoncesFull when `limit` others are live."""
-        db = await self._database()
+        db = await self._table.ready()
         now_ms = math.floor(now * 1000)
         await db.execute("DELETE FROM delegation_nonces WHERE expires_ms <= :t", {"t": now_ms})
         seen = "SELECT claim FROM delegation_nonces WHERE nonce = :n"

@@ -11,11 +11,10 @@ The table is made on the first answer a notification brings (most servers never 
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import time
 
-from tailagent.store.database import Database
+from tailagent.store.database import Database, LazyTable
 
 _CREATE = (
     "CREATE TABLE IF NOT EXISTS webpush_spent ("
@@ -30,20 +29,11 @@ _CLAIM = (
 
 class SpentAnswers:
     def __init__(self, database: Database) -> None:
-        self._db = database
-        self._made = False
-        self._making = asyncio.Lock()
-
-    async def _database(self) -> Database:
-        async with self._making:
-            if not self._made:
-                await self._db.execute(_CREATE)
-                self._made = True
-            return self._db
+        self._table = LazyTable(database, _CREATE)
 
     async def spend(self, nonce: str, expires: int) -> bool:
         """True on the nonce's first use; False for one spent before."""
-        db = await self._database()
+        db = await self._table.ready()
         await db.execute("DELETE FROM webpush_spent WHERE expires < :t", {"t": int(time.time())})
         claim = secrets.token_hex(8)
         await db.execute(_CLAIM, {"n": nonce, "e": expires, "c": claim})
