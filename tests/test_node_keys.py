@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from tailagent.card.keys import KEYS_FILE, KeyStore
-from tailagent.card.verify import fetch_card, verify_card
+from tailagent.card.peers import checked_card
+from tailagent.card.verify import fetch_card
 from tailagent.delegation.chain import ChainRefused, extend, verify_chain
 from tailagent.delegation.node_keys import KNOWN_NODES_FILE, CardPins, KnownNodes, NodeKeys
 from tailagent.store.database import open_database
@@ -198,11 +199,23 @@ async def test_pins_of_the_format_before_issue_55_are_dropped_when_the_server_st
 
 
 async def card_verdict(pins: CardPins, url: str) -> str:
-    """What handing work out makes of the node's card (card/peers.py's reading)."""
+    """What handing work out makes of the node's card (card/peers.py's `discover`)."""
     async with httpx.AsyncClient() as http:
-        card = await fetch_card(url, http)
-        verdict = await verify_card(card, url, http, pins.get(url), pins.follows_rotation)
-    return verdict.status
+        return (await checked_card(await fetch_card(url, http), url, http, pins)).status
+
+
+async def test_the_first_card_read_to_hand_work_out_pins_the_node_as_its_first_hop_would(
+    box: RunningServer, tmp_path: Path
+) -> None:
+    state = tmp_path / "checker"
+    pins = CardPins(KnownNodes(state / KNOWN_NODES_FILE))
+    assert await card_verdict(pins, box.url) == "valid (key from jku, not pinned)"
+    (kid,) = served_kids(box)
+    assert pinned(state) == {NODE: kid}
+    assert await card_verdict(pins, box.url) == "valid (pinned)"
+    # The node's hops are checked against that pin: no fetch needed once it is gone.
+    box.stop()
+    assert (await node_keys(state, box)(NODE, box.url + JWKS, kid))["kid"] == kid
 
 
 async def test_handing_work_out_checks_the_card_against_the_key_the_node_s_hops_pinned(
@@ -210,7 +223,6 @@ async def test_handing_work_out_checks_the_card_against_the_key_the_node_s_hops_
 ) -> None:
     state = tmp_path / "checker"
     pins = CardPins(KnownNodes(state / KNOWN_NODES_FILE))
-    assert await card_verdict(pins, box.url) == "valid (key from jku, not pinned)"
     (kid,) = served_kids(box)
     await node_keys(state, box)(NODE, box.url + JWKS, kid)  # a hop of the node pins it
     assert await card_verdict(pins, box.url) == "valid (pinned)"

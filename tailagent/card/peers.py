@@ -14,7 +14,7 @@ import httpx
 
 from tailagent.access.localapi import LocalAPI
 from tailagent.card.catalog import A2A_CARD_TYPE, CATALOG_PATH, EXTENSION
-from tailagent.card.verify import KnownAgents, fetch_card, verify_card
+from tailagent.card.verify import KnownAgents, Verdict, fetch_card, verify_card
 
 # A catalog lists an agent or a few: one much larger is not read.
 MAX_CATALOG_BYTES = 256 * 1024
@@ -55,6 +55,18 @@ def _candidates(
         authority = f"{host}:{port}" if port and port != default else host
         found.append((host, owner, f"{scheme}://{authority}"))
     return found
+
+
+async def checked_card(
+    card: dict[str, Any], url: str, http: httpx.AsyncClient, known: KnownAgents
+) -> Verdict:
+    """The card at `url` checked against its pin in `known`, as that store of pins
+    would have it (following a rotation, pinning on first use: see KnownAgents)."""
+    pinned = known.get(url)
+    verdict = await verify_card(card, url, http, pinned, known.follows_rotation)
+    if verdict.valid and pinned is None and verdict.jwk and known.pins_first_use:
+        known.pin(url, verdict.jwk)
+    return verdict
 
 
 def _accepts(entry: dict[str, Any]) -> bool:
@@ -102,8 +114,7 @@ async def discover(
                 card = await fetch_card(url, http)
             except (httpx.HTTPError, ValueError):
                 return None  # no tailagent there
-            pinned = known.get(url)
-            verdict = await verify_card(card, url, http, pinned, known.follows_rotation)
+            verdict = await checked_card(card, url, http, known)
             skills = [s.get("name", "") for s in card.get("skills") or []]
             name = str(card.get("name", ""))
             return Peer(host, owner, url, name, skills, verdict.status, agents, delegation)

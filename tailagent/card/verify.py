@@ -38,6 +38,7 @@ class KnownAgents:
     no rotation: a changed key is theirs to trust again, as ssh's changed host key."""
 
     follows_rotation = False
+    pins_first_use = False  # `tailagent peers` pins nothing; `card --trust` does
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or known_agents_path()

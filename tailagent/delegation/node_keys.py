@@ -124,10 +124,12 @@ class CardPins(KnownAgents):
     """The pins as a peer's card is checked against them when this box hands work out
     (card/peers.py reads `get(card URL)`): the key pinned for the card URL's node, when
     it was pinned from that very card URL; a rotation is followed as the node's key set
-    vouches for it (card/verify.py). So a node's key is one key both ways: the key its
-    hops here are checked with is the key its card must be signed with."""
+    vouches for it (card/verify.py); a node met first this way is pinned from its card,
+    as its first hop would have pinned it. So a node's key is one key both ways: the key
+    its hops here are checked with is the key its card must be signed with."""
 
     follows_rotation = True  # as the node's hops are followed (NodeKeys)
+    pins_first_use = True  # the first card read from the node's own URL, as a first hop
 
     def __init__(self, known: KnownNodes) -> None:
         super().__init__(known.path)
