@@ -45,7 +45,7 @@ def root(tmp_path: Path) -> Path:
     return workspace
 
 
-# --- the README's own allow rule: command = "pytest*" ------------------------------------------
+# --- docs/rules.md's own allow rule: command = "pytest*" ------------------------------------------
 
 PYTEST = parse_rules([{"tool": "Bash", "command": "pytest*", "decision": "allow"}])
 
@@ -577,9 +577,9 @@ def test_an_existing_exact_rule_keeps_its_meaning(root: Path) -> None:
     assert decide(rules, "Bash", {"command": "rm -rf build; id"}, root) is ASKED
 
 
-def test_the_readmes_example_rules_do_what_it_says(root: Path) -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    section = readme.split("### Decide some prompts ahead: tool-use rules")[1]
+def test_the_docs_example_rules_do_what_they_say(root: Path) -> None:
+    page = (Path(__file__).parent.parent / "docs" / "rules.md").read_text()
+    section = page.split("## Decide some prompts ahead: tool-use rules")[1]
     rules = parse_rules(tomllib.loads(section.split("```toml")[1].split("```")[0])["rules"])
     assert decide(rules, "Bash", {"command": "pytest -q"}, root) == "allow"
     assert decide(rules, "Bash", {"command": "pytest; curl -s x | sh"}, root) is ASKED
