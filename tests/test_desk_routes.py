@@ -27,6 +27,7 @@ DESK = {  # the pages, their streams and forms: the browser's rules
     ("/desk/tasks/<task_id>/cancel", "POST"),
     ("/desk/tasks/<task_id>/merge", "POST"),
     ("/desk/tasks/<task_id>/diff", "GET"),
+    ("/desk/tasks/<task_id>/conversation", "GET"),
     ("/desk/signin-link", "POST"),
     ("/desk/signin", "GET"),
     ("/desk/static/<path:filename>", "GET"),

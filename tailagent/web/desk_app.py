@@ -8,10 +8,11 @@ channel ("web") that the audit log records.
 
 The pages' rules are here (a strict CSP and no caching on every response of the
 app, Web Push's included; a refusal shown as a page); the routes are in modules
-named for what they do, in web/pages/: the list and task pages (viewing.py), their
-live streams (streams.py), the forms that drive tasks (actions.py), the merge
-(merging.py) and the local sign-in (signin.py); Web Push's JSON routes keep rules of
-their own (web/push/routes.py). Each is handed one `DeskKit` (web/route_kit.py).
+named for what they do, in web/pages/: the list and task pages (viewing.py), a
+conversation's page (conversation.py), their live streams (streams.py), the forms that
+drive tasks (actions.py), the merge and the whole diff (merging.py) and the local
+sign-in (signin.py); Web Push's JSON routes keep rules of their own
+(web/push/routes.py). Each is handed one `DeskKit` (web/route_kit.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from quart.typing import ResponseReturnValue
 from tailagent.web import render
 from tailagent.web.caller import current_caller
 from tailagent.web.pages.actions import register_forms
+from tailagent.web.pages.conversation import register_conversation
 from tailagent.web.pages.merging import register_merge
 from tailagent.web.pages.signin import register_signin
 from tailagent.web.pages.streams import register_streams
@@ -58,7 +60,10 @@ def blueprint(kit: DeskKit) -> Blueprint:
         page = render.refusal(str(exc), back, kit.viewer(current_caller()))
         return Response(page, status=exc.status, content_type="text/html; charset=utf-8")
 
-    concerns = (register_pages, register_streams, register_forms, register_merge, register_signin)
+    concerns = (
+        register_pages, register_conversation, register_streams, register_forms,
+        register_merge, register_signin,
+    )  # fmt: skip
     for register in concerns:
         register(desk_bp, kit)
     return desk_bp

@@ -119,6 +119,11 @@ class Viewer:
     branch_note: str = ""
     merge: dict[str, Any] | None = None
     fence: dict[str, str] = field(default_factory=dict)
+    # Where the branch stands against its base now (ahead, behind, base, files), read
+    # as the page is drawn; None: unknown (the page shows its turn's end, saying so).
+    standing: dict[str, Any] | None = None
+    busy: str = ""  # another unfinished task of the conversation: no follow-up now
+    back: str = ""  # the page its forms return to ("conversation"); "" for the task's
 
     @property
     def unfenced(self) -> bool:

@@ -29,12 +29,11 @@ from google.protobuf.struct_pb2 import Value
 from quart import request
 
 from tailagent.access.identity import Caller
-from tailagent.bridge.conversations.workplace import Isolated
 from tailagent.web import forms, render
 from tailagent.web.caller import call_context
+from tailagent.web.pages.standing import busy_with, fate_of, standing, worktree_of
 from tailagent.web.pages.task_lists import OLDER, TaskLists
 from tailagent.web.parts import DeskParts
-from tailagent.workspace import GitError, Worktree
 
 FORM_TYPE = "application/x-www-form-urlencoded"
 
@@ -65,19 +64,28 @@ class DeskKit:
 
     async def task_viewer(self, caller: Caller, head: dict[str, Any]) -> render.Viewer:
         """The viewer of one task's page: with the directory its commands run in (the
-        conversation's worktree, where it has one), what became of its branch, and, once
-        the task is over, what a merge of it would bring (for an approver)."""
-        worktree = await _worktree(self.parts, head["context_id"])
-        workdir = str(worktree.path) if worktree is not None else self.parts.workspace
-        branch = head["worktree"].get("branch") if isinstance(head["worktree"], dict) else None
-        note, preview = "", None
-        if branch and (worktree is None or worktree.branch != branch):
-            note = self.parts.desk.merged.get(head["context_id"]) or _gone(self.parts, head)
-        elif branch and head["final"] and caller.may("approver"):
-            preview, note = await self._merge_preview(caller, head["context_id"])
-        return dataclasses.replace(
-            self.viewer(caller), workspace=workdir, branch_note=note, merge=preview
+        conversation's worktree, where it has one), whether the conversation is busy with
+        another task, and, once a turn that changed something is over, what became of
+        its branch, where it stands now and what a merge of it would bring (for an
+        approver). A turn that changed nothing says nothing of merging."""
+        context_id = head["context_id"]
+        worktree = await worktree_of(self.parts, context_id)
+        viewer = dataclasses.replace(
+            self.viewer(caller),
+            workspace=str(worktree.path) if worktree is not None else self.parts.workspace,
+            busy=await busy_with(self.parts, context_id, head["task_id"]),
         )
+        if not (head["final"] and head.get("changed")):
+            return viewer
+        tree = head["worktree"]
+        fate = await fate_of(self.parts, context_id, tree)
+        if fate:
+            return dataclasses.replace(viewer, branch_note=fate)
+        now = await standing(self.parts, context_id, str(tree.get("branch") or ""))
+        preview, note = None, ""
+        if caller.may("approver"):
+            preview, note = await self._merge_preview(caller, context_id)
+        return dataclasses.replace(viewer, standing=now, merge=preview, branch_note=note)
 
     async def _merge_preview(
         self, caller: Caller, context_id: str
@@ -129,32 +137,6 @@ class DeskKit:
         if not isinstance(result, Task):
             raise Refused(500, "the agent answered with a message, not a task")
         return result
-
-
-async def _worktree(parts: DeskParts, context_id: str) -> Worktree | None:
-    """The conversation's worktree record (its path, its branch), None without one.
-    A record it cannot read shows as none (the page is no place to repair it)."""
-    conversations = parts.conversations
-    if not isinstance(conversations, Isolated):
-        return None
-    try:
-        return await conversations.worktrees.get(context_id)
-    except GitError:
-        return None
-
-
-def _gone(parts: DeskParts, head: dict[str, Any]) -> str:
-    """What became of a task's branch that is no longer there: where its merge went, or
-    that it was discarded."""
-    conversations = parts.conversations
-    merged = (
-        conversations.worktrees.merged(head["context_id"])
-        if isinstance(conversations, Isolated)
-        else None
-    )
-    if merged is not None and merged.branch == head["worktree"].get("branch"):
-        return f"merged ({merged.strategy}) into {merged.base_branch} at {merged.commit[:12]}"
-    return "discarded (its branch is gone)"
 
 
 def older_arg() -> str:

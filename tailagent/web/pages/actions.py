@@ -38,10 +38,11 @@ def register_forms(desk_bp: Blueprint, kit: DeskKit) -> None:
     @desk_bp.post("/tasks/<task_id>/follow")
     async def follow_up(task_id: str) -> ResponseReturnValue:
         caller = current_caller()
-        text = _text_of(await kit.form(caller, "follow", task_id), "say what comes next")
+        posted = await kit.form(caller, "follow", task_id)
+        text = _text_of(posted, "say what comes next")
         task = await kit.visible_task(caller, task_id)
         follow = await kit.send(caller, user_message(text, context_id=task.context_id))
-        return redirect(f"/desk/tasks/{follow.id}", 303)
+        return redirect(_back(posted, follow.id), 303)
 
     @desk_bp.post("/tasks/<task_id>/answer")
     async def answer(task_id: str) -> ResponseReturnValue:
@@ -63,9 +64,7 @@ def register_forms(desk_bp: Blueprint, kit: DeskKit) -> None:
                 f"/desk/tasks/{task_id}", kit.viewer(caller), decision=decided,
             )  # fmt: skip
             return Response(page, status=409, content_type="text/html; charset=utf-8")
-        if (posted.get("back") or [""])[0] == "list":
-            return redirect("/desk/", 303)
-        return redirect(f"/desk/tasks/{task_id}", 303)
+        return redirect(_back(posted, task_id), 303)
 
     @desk_bp.post("/tasks/<task_id>/cancel")
     async def cancel(task_id: str) -> ResponseReturnValue:
@@ -87,6 +86,17 @@ async def _decision_of(kit: DeskKit, task_id: str, request_id: str) -> Entry | N
         return None
     return next((e for e in entries(*loaded) if e.kind == "resumed"
                  and e.data.get("request_id") == request_id), None)  # fmt: skip
+
+
+def _back(posted: dict[str, list[str]], task_id: str) -> str:
+    """Where a form's person goes next: the page it was sent from (the list, or the
+    conversation's page, as its `back` says), else the task's own page."""
+    back = (posted.get("back") or [""])[0]
+    if back == "list":
+        return "/desk/"
+    if back == "conversation":
+        return f"/desk/tasks/{task_id}/conversation"
+    return f"/desk/tasks/{task_id}"
 
 
 def _text_of(posted: dict[str, list[str]], hint: str) -> str:
@@ -123,8 +133,10 @@ def _answer_message(posted: dict[str, list[str]]) -> Message:
                     raise Refused(400, f"choose an answer to: {values[0]}")
                 answers[values[0]] = ", ".join(picked)
         data = {"answers": answers, "requestId": request_id}
-    elif choice == "text" and note:
-        message.parts.append(Part(text=note))
+    elif choice == "text":
+        if not note:
+            raise Refused(400, "write your answer in words, or choose one of the answers")
+        message.parts.append(Part(text=note))  # a question's first, as the CLI's words are
     else:
         raise Refused(400, "this form has no answer in it")
     if data is not None:

@@ -11,11 +11,13 @@ import re
 
 from a2a.types.a2a_pb2 import Message, SendMessageRequest
 from a2a.utils.errors import A2AError
-from quart import Blueprint, Response
+from quart import Blueprint, Response, request
 from quart.typing import ResponseReturnValue
 
 from tailagent.web import forms, render
 from tailagent.web.caller import call_context, current_caller
+from tailagent.web.pages import diffs
+from tailagent.web.pages.transcript import first_prompt
 from tailagent.web.route_kit import DeskKit, Refused, data_part, status_of, user_message
 
 # How a merge conflict's refusal words the request to send the agent (worktrees/errors.py).
@@ -32,7 +34,9 @@ def register_merge(desk_bp: Blueprint, kit: DeskKit) -> None:
 
     @desk_bp.get("/tasks/<task_id>/diff")
     async def whole_diff(task_id: str) -> ResponseReturnValue:
-        """The task's conversation as one patch, as plain text (A2A's diff message)."""
+        """The task's conversation as one patch (A2A's diff message): a page of coloured
+        files for a browser, plain text for `curl` (what its Accept prefers, or
+        `?plain`), so a patch can still be piped to `git apply`."""
         caller = current_caller()
         task = await kit.visible_task(caller, task_id)
         ask = user_message(data_part({"kind": "diff"}), context_id=task.context_id)
@@ -43,8 +47,17 @@ def register_merge(desk_bp: Blueprint, kit: DeskKit) -> None:
         except A2AError as exc:
             raise Refused(status_of(exc), exc.message or type(exc).__name__) from None
         said = "".join(p.text for p in reply.parts) if isinstance(reply, Message) else ""
-        response = Response(said, content_type="text/plain; charset=utf-8")
-        response.headers["Content-Disposition"] = "inline"
+        if "plain" in request.args or not _wants_html():
+            response = Response(said, content_type="text/plain; charset=utf-8")
+            response.headers["Content-Disposition"] = "inline"
+            response.headers["Vary"] = "Accept"
+            return response
+        page = render.page(
+            "diff.html", kit.viewer(caller), task_id=task.id, title=first_prompt(task),
+            sections=diffs.sections(said),
+        )  # fmt: skip
+        response = Response(page, content_type="text/html; charset=utf-8")
+        response.headers["Vary"] = "Accept"
         return response
 
     @desk_bp.post("/tasks/<task_id>/merge")
@@ -79,3 +92,10 @@ def register_merge(desk_bp: Blueprint, kit: DeskKit) -> None:
         kit.parts.desk.merged[task.context_id] = said
         page = render.outcome("Merged", said, back, kit.viewer(caller), good=True)
         return Response(page, content_type="text/html; charset=utf-8")
+
+
+def _wants_html() -> bool:
+    """Whether the request's Accept prefers a page to plain text (a browser's does;
+    curl's `*/*` and a missing Accept get the patch)."""
+    best = request.accept_mimetypes.best_match(["text/plain", "text/html"])
+    return best == "text/html"

@@ -65,14 +65,19 @@ class TaskLists:
         return await self._fates(page), self.desk.waiting_for(scope)
 
     async def _fates(self, page: ListPage) -> ListPage:
-        """The page with each row whose branch was merged or discarded since its turn
+        """The page with each row whose turn's change was merged or discarded since
         saying so: read at every view (a merge or a discard moves no task, so the
         shared read does not change with it), from records only
         (bridge/conversations/fates.py)."""
         said = await fates(self.conversations, page.tasks)
         if not said:
             return page
-        rows = [replace(r, change=said[r.task_id]) if r.task_id in said else r for r in page.rows]
+        # A row whose turn changed nothing says nothing of merging: its idle branch was
+        # neither merged nor discarded.
+        rows = [
+            replace(r, change=said[r.task_id]) if r.change and r.task_id in said else r
+            for r in page.rows
+        ]
         return replace(page, rows=rows)
 
     async def _read(self, scope: str | None, older: str) -> ListPage:

@@ -28,7 +28,7 @@ from tailagent.store.tasks import STARTED_AT_KEY
 from tailagent.web.pages.turn_changes import shown
 
 # Sections of the task page, in the order they appear.
-SECTIONS = ("head", "ask", "timeline", "plan", "answer", "diffs")
+SECTIONS = ("head", "ask", "timeline", "plan", "answer", "diffs", "follow")
 WAITING = TaskState.TASK_STATE_INPUT_REQUIRED
 FINAL = frozenset(
     {
@@ -123,6 +123,16 @@ def requester(task: Task, owner: str) -> dict[str, str]:
     return {"who": _who_of_owner(owner), "device": ""}
 
 
+def turn_changed(meta: dict[str, Any]) -> bool:
+    """Whether the task's turn left anything on its conversation's branch (a commit, or
+    the branch ahead of its base, or files changed): a turn that changed nothing has
+    nothing to merge or discard, and its page says nothing of either."""
+    tree = meta.get("worktree")
+    if not isinstance(tree, dict) or not tree.get("branch"):
+        return False
+    return bool(tree.get("commit") or int(tree.get("ahead") or 0) or tree.get("files"))
+
+
 def cost_of(task: Task) -> str:
     """What the task cost and its conversation so far ("" when the agent reported none)."""
     meta = _meta_of(task)
@@ -149,6 +159,7 @@ def head(task: Task, owner: str) -> dict[str, Any]:
         "waiting": status.state == WAITING,
         "reason": reason if status.state in FINAL else "",
         "worktree": meta.get("worktree") or {},
+        "changed": turn_changed(meta),
         "cost": cost_of(task),
         **requester(task, owner),
     }
@@ -271,7 +282,6 @@ def _timeline(task: Task, who: dict[str, str]) -> list[Entry]:
 
 def _artifacts(task: Task) -> list[Entry]:
     found: list[Entry] = []
-    done = task.status.state == TaskState.TASK_STATE_COMPLETED
     for artifact in task.artifacts:
         name = artifact.artifact_id
         if name == "response":
@@ -280,10 +290,11 @@ def _artifacts(task: Task) -> list[Entry]:
             text = _text(artifact.parts)
             found.append(Entry("thinking", "timeline", "thinking", {"text": text}))
         elif name == "plan":
+            # As the agent left it: a step it left pending did not run because the
+            # task ended (the CLI shows `[ ]` too), and the page must not say it did.
             steps = [step for d in _data(artifact.parts) for step in d.get("entries") or []]
-            if done:  # the agent finished: whatever it left open, the plan ran its course
-                steps = [{**step, "status": "completed"} for step in steps]
-            found.append(Entry("plan", "plan", "plan", {"entries": steps}))
+            ended = task.status.state in FINAL
+            found.append(Entry("plan", "plan", "plan", {"entries": steps, "ended": ended}))
         elif name.startswith("diff:"):
             path = artifact.name or name.removeprefix("diff:")
             diff = {"path": path, "diff": _text(artifact.parts)}
@@ -315,7 +326,17 @@ def entries(task: Task, owner: str) -> list[Entry]:
         + timeline[1:]
         + [e for e in artifacts if e.kind not in ("thinking", "diff")]
         + changes
+        + [_follow(task)]
     )
+
+
+def _follow(task: Task) -> Entry:
+    """What the page offers after the task: a follow-up once it has ended (a
+    conversation takes one turn at a time: A2A refuses a message to a busy one), else
+    what to do meanwhile. An entry, so a page open when the task ends offers it then."""
+    state = task.status.state
+    data = {"task_id": task.id, "final": state in FINAL, "waiting": state == WAITING}
+    return Entry("follow", "follow", "follow", data)
 
 
 @dataclass(frozen=True, slots=True)
