@@ -212,3 +212,23 @@ def test_the_phone_header_shows_the_role_whole(
     assert shown["x"] + shown["width"] <= PHONE["width"]
     assert you["height"] < 30, "the bar stays one line"
     shot(page, "phone-header", tmp_path)
+
+
+def test_the_conversation_and_the_diff_read_on_a_desktop(
+    page: Page, browser: Browser, tmp_path: Path
+) -> None:
+    finished(page, "edit:desktop.txt on a wide screen")
+    wide = browser.new_context(
+        viewport={"width": 1280, "height": 800}, storage_state=page.context.storage_state()
+    )
+    desk = wide.new_page()
+    desk.goto(page.url + "/conversation")
+    expect(desk.locator(".turn")).to_have_count(1)
+    expect(desk.locator(".item.commit")).to_contain_text("desktop.txt +1 -0")
+    main = desk.locator("main").bounding_box()
+    assert main is not None and main["width"] <= 60 * 16 + 1, "a column a person can read"
+    shot(desk, "conversation-desktop", tmp_path)
+    desk.goto(page.url + "/diff")
+    expect(desk.locator(".whole-diff .diff .path")).to_have_text("desktop.txt")
+    shot(desk, "whole-diff-desktop", tmp_path)
+    wide.close()
