@@ -56,6 +56,7 @@ def test_a_turn_that_ends_with_nothing_ahead_leaves_no_branch_however_it_ended(
         )  # fmt: skip
         assert slow.stdout is not None
         first = slow.stdout.readline()
+        assert slow.stdout.readline().startswith("! Started from main at ")  # a new one
         assert slow.stdout.readline().startswith("tick 1/30")  # its turn is under way
         cancelled = run(server, "cancel", task_of(first))
         assert cancelled.returncode == 0, cancelled.stderr
@@ -111,10 +112,11 @@ def test_the_worktree_made_ahead_lives_while_its_repository_is_served(tmp_path: 
     left = wait_for_one_made_ahead(server.state_dir, repo)
     server.stop(signal.SIGKILL)  # a killed server cannot remove its own
     assert made_ahead(server.state_dir, repo) == left
-    doctor = run(server, "doctor")
-    line = next(x for x in doctor.stdout.splitlines() if x.startswith("✓ worktrees:"))
-    assert "3 idle, 1 made ahead; 1 no conversation's: `tailagent clean` removes them" in line
-    assert f"{left[0]}: a worktree made ahead for the next conversation" in line
+    doctor = run(server, "doctor").stdout.splitlines()
+    at = doctor.index("✓ worktrees: 3 idle, 1 made ahead")
+    assert doctor[at + 1] == "  1 no conversation's: `tailagent clean` removes them"
+    assert doctor[at + 2] == f"  in {server.state_dir / 'worktrees'}:"
+    assert f"    {Path(left[0]).name}: made ahead for the next conversation" in doctor[at + 3 :]
 
     listed = run(server, "clean", "--dry-run")
     assert listed.returncode == 0 and left[0] in listed.stdout, listed.stderr

@@ -170,7 +170,7 @@ async def test_two_conversations_are_separate(repo: Path, wts: Worktrees) -> Non
     assert (one.branch, two.branch) == ("tailagent/11111111", "tailagent/22222222")
     assert one.base_branch == "main"
     assert one.base_commit == sh(repo, "rev-parse", "main").strip()
-    assert one.path == wts.root.resolve() / "11111111-aaaa"
+    assert one.path == wts.root.resolve() / "11111111"  # its short id: a person finds it
     assert (wts.root / "11111111-aaaa.json").stat().st_mode & 0o777 == 0o600
 
     write(one.path / "a.txt", "one's version\n")
@@ -695,10 +695,9 @@ async def test_records_decide_what_is_tailagents(repo: Path, wts: Worktrees, tmp
     )
     assert (await wts.ensure("ctx")).path.is_dir()
 
-    # A directory where a worktree would go, but no record: left alone.
+    # A directory where a worktree would go, but no record: left alone, another name taken.
     write(wts.root / "squatter" / "file.txt", "someone's\n")
-    with pytest.raises(GitError, match="exists but tailagent has no record of it"):
-        await wts.ensure("squatter")
+    assert (await wts.ensure("squatter")).path == wts.root.resolve() / "squatter-2"
     assert read(wts.root / "squatter" / "file.txt") == "someone's\n"
 
     # The same state dir used with another repository: its records are not this one's.

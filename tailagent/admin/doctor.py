@@ -304,17 +304,19 @@ def _worktrees(settings: Settings, server: dict[str, str]) -> Check:
     """What tailagent holds in the state dir's worktrees: conversations' directories and
     branches, the worktree made ahead, and what is no conversation's (a running server's
     worktree made ahead is its own; with none running, `tailagent clean` takes it)."""
-    found = held(settings.state_dir / "worktrees")
+    root = settings.state_dir / "worktrees"
+    found = held(root)
     if not found:
         return Check("worktrees", True, "none kept")
     shown = [h for h in found if not (server and h.kind == "made ahead")]
     counts = {kind: sum(h.kind == kind for h in found) for kind in KINDS}
     said = ", ".join(f"{n} {kind}" for kind, n in counts.items() if n)
-    lines = "; ".join(h.line() for h in shown)
     leftover = sum(h.removable for h in shown)
     if leftover:
-        said += f"; {leftover} no conversation's: `tailagent clean` removes them"
-    return Check("worktrees", True, f"{said} ({lines})" if lines else said,
+        said += f"\n  {leftover} no conversation's: `tailagent clean` removes them"
+    # A line each, under the folder they are in (once), so each fits in 80 columns.
+    lines = "".join(f"\n    {h.entry(root)}" for h in shown)
+    return Check("worktrees", True, f"{said}\n  in {root}:{lines}" if lines else said,
                  facts={"leftover": str(leftover)})  # fmt: skip
 
 

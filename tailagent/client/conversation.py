@@ -110,6 +110,17 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     if sizes[0] < columns[0].wanted() or sum(sizes) + GAP * 4 > console.width:
         columns.remove(branch)  # `tailagent/<short id>` again: the ids come first
     console.print(fitted(columns, console.width))
+    _print_folders(rows)
+
+
+def _print_folders(rows: list[dict[str, Any]]) -> None:
+    """Where each conversation's files are, a line each after the table (a path is too
+    long for a column, and whole it can be copied): `cd` there to read or run them."""
+    folders = [(row["short"], row["path"]) for row in rows if row.get("path")]
+    if folders:
+        print("\nfolders:")
+    for short, path in folders:
+        print(visible(f"  {short}  {path}", one_line=True))
 
 
 async def _run(args: argparse.Namespace, target: Target) -> int:

@@ -72,7 +72,7 @@ class DeskKit:
         worktree = await worktree_of(self.parts, context_id)
         viewer = dataclasses.replace(
             self.viewer(caller),
-            workspace=str(worktree.path) if worktree is not None else self.parts.workspace,
+            workspace=str(worktree.shown) if worktree is not None else self.parts.workspace,
             busy=await busy_with(self.parts, context_id, head["task_id"]),
         )
         if not (head["final"] and head.get("changed")):

@@ -29,6 +29,7 @@ from tailagent.workspace.worktrees import (
     BRANCH_PREFIX,
     MergePreview,
     OtherRepository,
+    Start,
     Worktrees,
     WorktreeStatus,
     probe,
@@ -77,6 +78,11 @@ class Conversations(Protocol):
         """The directory the context's agent works in (None: the workspace)."""
         ...
 
+    def started(self, context_id: str) -> Start | None:
+        """Where the conversation started, when its last `directory` started it (a new
+        conversation, or one whose turns had changed nothing): said to the caller once."""
+        ...
+
     async def turn_ended(self, turn: TurnRecord) -> dict[str, Any] | None:
         """Records the turn (a commit); what the task's final status says of it."""
         ...
@@ -99,6 +105,9 @@ class Shared:
         self.why = why
 
     async def directory(self, context_id: str) -> Path | None:
+        return None
+
+    def started(self, context_id: str) -> Start | None:
         return None
 
     async def turn_ended(self, turn: TurnRecord) -> dict[str, Any] | None:
@@ -126,6 +135,7 @@ class Isolated:
         self._making = asyncio.Lock()
         self._refill: asyncio.Task[None] | None = None
         self._spared: set[Path] = set()
+        self._starts: dict[str, Start] = {}  # said once, by `started`
         # What a turn's directory needs before the turn (the fence handing what tailagent's
         # git wrote there to the agent's uid): blocking file work, run in a thread.
         self.before_turn: Callable[[Path], None] | None = None
@@ -158,13 +168,23 @@ class Isolated:
 
     async def directory(self, context_id: str) -> Path | None:
         started = time.monotonic()
-        path = (await self.worktrees.ensure(context_id)).path
+        before = await self.worktrees.get(context_id)
+        worktree = await self.worktrees.ensure(context_id)
+        path = worktree.path
+        if before is None or before.idle:  # made from the base's tip now
+            try:
+                self._starts[context_id] = await self.worktrees.start_of(worktree)
+            except GitError as exc:  # the person's checkout could not be read: not said
+                log.warning("conversation %s: where it starts is not said: %s", context_id, exc)
         if self.before_turn is not None:
             await asyncio.to_thread(self.before_turn, path)
         log.debug("conversation %s works in %s (%.0f ms)", context_id, path,
                   (time.monotonic() - started) * 1000)  # fmt: skip
         self.start()
         return path
+
+    def started(self, context_id: str) -> Start | None:
+        return self._starts.pop(context_id, None)
 
     async def aclose(self) -> None:
         if self._refill is not None:
@@ -358,7 +378,8 @@ async def listing(conversations: Isolated | Shared, context_ids: list[str],
     others = [{"repository": _workspace_of(repository), "conversations": count}
               for repository, count in sorted(elsewhere.items())]  # fmt: skip
     lines = [f"{r['short']}  {r['branch'] or '-'}  +{r['ahead']}/-{r['behind']}  "
-             f"{r['state']}" for r in rows]  # fmt: skip
+             f"{r['state']}" + (f"  {r['path']}" if r.get("path") else "")
+             for r in rows]  # fmt: skip
     text = "\n".join(lines + [_elsewhere_line(other) for other in others])
     return text or "no conversations of yours with a worktree", {
         "kind": "conversations", "conversations": rows, "elsewhere": others}  # fmt: skip
@@ -393,7 +414,8 @@ async def _row(worktrees: Worktrees, context_id: str, task_id: str | None) -> di
             row |= {"branch": "" if worktree.idle else status.branch,
                     "base": status.base_branch, "ahead": status.ahead, "behind": status.behind,
                     "files": status.files, "since": worktree.created, "idle": worktree.idle,
-                    "state": _state(worktree.idle, status)}  # fmt: skip
+                    "state": _state(worktree.idle, status),
+                    "path": str(worktree.shown)}  # fmt: skip
             if status.ahead and await worktrees.fate(context_id, status.branch,
                                                      status.tip) == "merged":  # fmt: skip
                 row["state"] = "merged, kept: nothing new to merge"  # `merge --keep`

@@ -40,6 +40,7 @@ from tailagent.cost.turns import TurnCosts
 from tailagent.delegation.outbound import DelegatorFactory, TurnIdentity
 from tailagent.delegation.session import DelegatingSession
 from tailagent.workspace.git import GitError
+from tailagent.workspace.worktrees import Start
 
 
 async def prompt_parts(
@@ -155,7 +156,8 @@ class TurnStarter:
         else:
             runtime.session_cost_before = await self._costs.session_cost(session.session_id)
         self._runtimes.add(runtime)
-        await self._announce(runtime, message, requester, resumed, updater, self._fence)
+        begun = self._conversations.started(context_id)
+        await self._announce(runtime, message, requester, resumed, updater, self._fence, begun)
         return runtime
 
     def _with_tools(
@@ -203,9 +205,12 @@ class TurnStarter:
         resumed: bool,
         updater: TaskUpdater,
         fence: dict[str, str],
+        begun: Start | None,
     ) -> None:
         """Publishes the turn's start, with who asked and how the agent was fenced
-        (sandbox mode, network) kept in the task's metadata for every view of it."""
+        (sandbox mode, network) kept in the task's metadata for every view of it; at a
+        conversation's start, from which commit it starts and what of the person's
+        checkout is not in it, said at once (workspace/worktrees/origin.py)."""
         asker = requester.answerer
         runtime.turn = TurnRecord(
             runtime.task_id,
@@ -221,8 +226,12 @@ class TurnStarter:
             requested["actorChain"] = list(requester.chain)
         if fence:
             requested["sandbox"] = fence
+        if begun is not None:
+            requested["start"] = begun.as_data()
         publisher = runtime.publisher
         await publisher.status(updater, TaskState.TASK_STATE_WORKING, "started", metadata=requested)
+        if begun is not None:
+            await publisher.publish(updater, Notice(begun.text()))
         if resumed:
             # An ACP session says how it was taken up (session/resume or session/load).
             how = getattr(runtime.session, "reattached_with", None)

@@ -45,7 +45,7 @@ def register_conversation(desk_bp: Blueprint, kit: DeskKit) -> None:
             branch = {"name": worktree.branch, "standing": now}
         viewer = dataclasses.replace(
             kit.viewer(caller),
-            workspace=str(worktree.path) if worktree is not None else kit.parts.workspace,
+            workspace=str(worktree.shown) if worktree is not None else kit.parts.workspace,
             busy=await busy_with(kit.parts, task.context_id, last["task_id"]),
             back="conversation",
         )

@@ -26,7 +26,8 @@ objects is reported (WorktreeTampered) and not used; the turn's changes are not 
 The bridge talks to `Worktrees` (facade.py) only. Here, beside it, is the life of one
 conversation's directory, a file per concern: records (what is tailagent's), lock, making
 and ahead (the directory made ahead and its adoption), idle, turns (turn commits and their
-trailers), changes (status and diff), patches (a change's stat and bounded diff, as a
+trailers), origin (where a conversation starts, and what of the checkout it does not
+hold), changes (status and diff), patches (a change's stat and bounded diff, as a
 merge's preview and a turn's page show it), fates (which turn commits a merge or a discard
 took), probe, legacy (an older tailagent's `git worktree`s converted) and errors. Three
 rooms hold the rest: repos/ (git run and guarded for all of them), merge/ (a branch
@@ -45,6 +46,7 @@ from tailagent.workspace.worktrees.errors import (
 )
 from tailagent.workspace.worktrees.facade import Worktrees
 from tailagent.workspace.worktrees.merge.merging import MergePreview, MergeResult, Strategy
+from tailagent.workspace.worktrees.origin import Start
 from tailagent.workspace.worktrees.patches import FileStat, Patch
 from tailagent.workspace.worktrees.probe import probe
 from tailagent.workspace.worktrees.records import BRANCH_PREFIX, Merged, Worktree
@@ -62,6 +64,7 @@ __all__ = [
     "NoWorktree",
     "OtherRepository",
     "Patch",
+    "Start",
     "Strategy",
     "Worktree",
     "WorktreeDeleted",

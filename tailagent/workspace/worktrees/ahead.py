@@ -3,10 +3,12 @@
 A checkout takes 0.2 s to seconds on a big repository, which a new conversation would
 otherwise wait for: one is made ahead (a repository of its own, detached, `+ready-<hex>`),
 refreshed once its files' times are in the past, and given to the next new conversation,
-moved to the base's tip and onto a branch of its own. It is nobody's until taken, so it
-lives only while a server serves its repository: a clean stop removes it (`drop_all`),
-and a start removes what a killed server left (`check_ready`). This changes for speed's
-reasons, not for merging's or a turn's.
+moved to the base's tip and onto a branch of its own. It keeps its name (an agent may
+have been started in it ahead, by that path, inside a fence bound to that path): the
+conversation's own name, `<root>/<short id>`, is a link to it (Records.link). It is
+nobody's until taken, so it lives only while a server serves its repository: a clean
+stop removes it (`drop_all`), and a start removes what a killed server left
+(`check_ready`). This changes for speed's reasons, not for merging's or a turn's.
 """
 
 from __future__ import annotations
@@ -144,8 +146,10 @@ class MadeAhead:
             if ready is None:
                 continue
             branch = await self.maker.free_branch(context_id)
-            claimed = replace(fresh(context_id, path, branch, base_branch, base_commit), idle=True)
+            made = fresh(context_id, path, branch, base_branch, base_commit)
+            claimed = replace(made, idle=True, name=self.maker.free_name(context_id))
             await self.records.claim(claimed, record)
+            self.records.link(claimed)  # after the record, which is what names it ours
             return claimed
         return None
 

@@ -21,6 +21,7 @@ from tailagent.workspace.worktrees.legacy import Legacy
 from tailagent.workspace.worktrees.lock import WorktreeLock
 from tailagent.workspace.worktrees.making import Maker, OwnerOf
 from tailagent.workspace.worktrees.merge.merging import MergePreview, MergeResult, Merging, Strategy
+from tailagent.workspace.worktrees.origin import Start, start_of
 from tailagent.workspace.worktrees.patches import Patch
 from tailagent.workspace.worktrees.records import Merged, Records, Worktree
 from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
@@ -127,6 +128,7 @@ class Worktrees:
                     return await self._idle.wake(existing)
                 if existing is not None:
                     if existing.path.is_dir():
+                        self._records.link(existing)  # a stop cut its adoption short
                         return existing
                     if not existing.own_repository:  # its commits on a branch of the base
                         await self._records.require(context_id)  # raises WorktreeDeleted
@@ -145,6 +147,11 @@ class Worktrees:
                     await self._maker.check_out(*made)
                     return made[0]
                 await asyncio.wait(making)
+
+    async def start_of(self, worktree: Worktree) -> Start:
+        """Where a conversation starting now in `worktree` starts, and what of the
+        person's checkout it does not hold (see origin.py)."""
+        return await start_of(self._git, worktree)
 
     async def release(self, context_id: str) -> bool:
         """After a turn that changed nothing, the branch goes and the worktree waits

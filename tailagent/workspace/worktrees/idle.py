@@ -83,6 +83,7 @@ class Idle:
             branch = await self.maker.free_branch(idle.context_id)
             await self.records.save(replace(idle, branch=branch))
         woken = fresh(idle.context_id, idle.path, branch, base_branch, base_commit)
+        woken = replace(woken, name=idle.name)
         record = self.records.record_path(idle.context_id)
         if not is_dir(idle.path):
             await self.records.save(woken)

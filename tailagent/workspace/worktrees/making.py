@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tailagent.workspace.git import GitError, git
@@ -71,13 +71,14 @@ class Maker:
         a record, never an unmarked worktree); the record's path."""
         base_commit = await self.repo.tip(base_branch)
         root = self.records.root
-        path = root.resolve() / (slug or self.records.slug(context_id))
+        name = "" if slug else self.free_name(context_id)
+        path = root.resolve() / (slug or name)
         if path.exists():
             raise GitError(
                 f"{path} exists but tailagent has no record of it: move it away to let "
                 f"conversation {context_id} have a worktree"
             )
-        worktree = fresh(context_id, path, branch, base_branch, base_commit)
+        worktree = replace(fresh(context_id, path, branch, base_branch, base_commit), name=name)
         record = self.records.ready_record(path) if slug else self.records.record_path(context_id)
         await self.records.save(worktree, record)
         return worktree, record
@@ -122,6 +123,19 @@ class Maker:
             if not await self._taken(context_id, holders.get(BRANCH_PREFIX + short, [])):
                 return BRANCH_PREFIX + short
         raise GitError(f"no free branch name for conversation {context_id}")
+
+    def free_name(self, context_id: str) -> str:
+        """The name a person finds the conversation's directory by in the root: its first
+        8 characters (as `tailagent conversations` shows it), or more, or numbered, when
+        that is taken (the root holds everyone's). Under the shared lock, so no two
+        conversations are given one name."""
+        clean = re.sub(r"[^A-Za-z0-9_-]", "-", context_id).lstrip("-") or "conversation"
+        taken = self.records.names_taken()
+        candidates = [clean[:8], clean[:40]] + [f"{clean[:40]}-{n}" for n in range(2, 1000)]
+        for name in unique(candidates):
+            if name not in taken and f"{name}.json" not in taken:
+                return name
+        raise GitError(f"no free directory name for conversation {context_id}")
 
     async def _taken(self, context_id: str, holders: list[str]) -> bool:
         """Whether a name the conversations `holders` have is not free for `context_id`:

@@ -56,6 +56,21 @@ class Worktree:
     # False for a record of an older tailagent, whose worktree was a `git worktree` of the
     # base and its branch a branch there (legacy.py converts them).
     own_repository: bool = True
+    # The name a person finds it by in the root, its short id (Maker.free_name): its
+    # directory's own, or a link's to a directory made ahead, which keeps the name it was
+    # made with (an agent may have started in it); "" for a record of an older tailagent.
+    name: str = ""
+
+    @property
+    def shown(self) -> Path:
+        """Where a person finds it: `<root>/<short id>` (a link, for one made ahead)."""
+        return self.path.parent / self.name if self.name else self.path
+
+
+def _plain_name(name: object) -> str:
+    """A record's `name`, if it is one a directory of the root may have, else ""."""
+    plain = isinstance(name, str) and _SAFE_ID.fullmatch(name) and name[0] not in ".-"
+    return str(name) if plain else ""
 
 
 @dataclass(frozen=True)
@@ -123,6 +138,7 @@ class Records:
                 created=data["created"],
                 idle=data.get("idle") is True,
                 own_repository=data.get("own_repository") is True,
+                name=_plain_name(data.get("name")),
             )
             repository = data["repository"]
         except (KeyError, TypeError):
@@ -180,6 +196,33 @@ class Records:
             )
         os.rename(record, target)
         return True
+
+    def names_taken(self) -> set[str]:
+        """The names in the root no new conversation may have: every entry there, and
+        every directory or name a record gives (a directory not made yet included)."""
+        taken = {entry.name for entry in self.root.iterdir()} if self.root.is_dir() else set()
+        for record in self.root.glob("*.json") if self.root.is_dir() else ():
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+                data = json.loads(record.read_text())
+                taken |= {Path(data["path"]).name, str(data.get("name") or "")}
+        return taken
+
+    def link(self, worktree: Worktree) -> None:
+        """The link `<root>/<name>` to a directory made ahead that a conversation took,
+        made if it is missing (a stop between the claim and the link); never over
+        anything else that is there."""
+        if not worktree.name or worktree.name == worktree.path.name:
+            return
+        with contextlib.suppress(FileExistsError):
+            (self.root / worktree.name).symlink_to(worktree.path.name, target_is_directory=True)
+
+    def unlink(self, worktree: Worktree) -> None:
+        """The link to the conversation's directory, if it is one and points there."""
+        link = self.root / worktree.name
+        if worktree.name and worktree.name != worktree.path.name and link.is_symlink():
+            with contextlib.suppress(OSError):
+                if os.readlink(link) == worktree.path.name:
+                    link.unlink()
 
     async def require(self, context_id: str, present: bool = True) -> Worktree:
         worktree = await self.load(context_id)

@@ -22,6 +22,17 @@ from tailagent.workspace.worktrees.ending.removal import TRASH
 from tailagent.workspace.worktrees.records import BRANCH_PREFIX
 from tailagent.workspace.worktrees.repos.gitdirs import forget
 
+# What each kind of holding is, as a list under its folder says it (doctor): short.
+SHORT = {
+    "conversation": "a conversation's, on its branch",
+    "idle": "a conversation's that changed nothing (no branch)",
+    "made ahead": "made ahead for the next conversation",
+    "taken": "the record of one made ahead a conversation took",
+    "unrecorded": "no record names it",
+    "link": "a link no record names",
+    "retired": "merged or discarded, not deleted yet",
+    "unreadable": "a record that cannot be read: remove it by hand",
+}
 # What each kind of holding is, as a person reads it.
 KINDS = {
     "conversation": "a conversation's directory and branch",
@@ -29,6 +40,7 @@ KINDS = {
     "made ahead": "a worktree made ahead for the next conversation (nobody's yet)",
     "taken": "the record of a worktree made ahead that a conversation took (the record only)",
     "unrecorded": "a directory no record names",
+    "link": "a link no record names (to a directory gone, or not a conversation's)",
     "retired": "a merged or discarded directory not deleted yet",
     "unreadable": "a record that cannot be read (left alone: remove it by hand)",
 }
@@ -44,11 +56,20 @@ class Held:
     repository: str = ""
     branch: str = ""
     context_id: str = ""
+    name: str = ""  # a conversation's: what a person finds it by in the root
+
+    def entry(self, root: Path) -> str:
+        """One line of a list under `root`: where it is (a conversation by the name a
+        person finds it by, its branch beside it), then what it is, short."""
+        where = root / self.name if self.name else self.path
+        shown = str(where.relative_to(root)) if where.is_relative_to(root) else str(where)
+        branch = f" {self.branch}" if self.kind == "conversation" else ""
+        return f"{shown}{branch}: {SHORT[self.kind]}"
 
     @property
     def removable(self) -> bool:
         """Whether it is no conversation's (what `clean` takes)."""
-        return self.kind in ("made ahead", "taken", "unrecorded", "retired")
+        return self.kind in ("made ahead", "taken", "unrecorded", "link", "retired")
 
     def line(self) -> str:
         """One line: the branch or path, then what it is."""
@@ -81,9 +102,15 @@ def held(root: Path) -> list[Held]:
         if kind == "made ahead" and path in theirs:
             found.append(Held(record, "taken", repository))
         else:
-            found.append(Held(path, kind, repository, branch, context_id))
+            name = str(data.get("name") or "")
+            found.append(Held(path, kind, repository, branch, context_id, name))
+    names = {str(data.get("name") or "") for _, _, _, data in records}
     for entry in sorted(root.iterdir()):
-        ours = entry.is_dir() and not entry.is_symlink() and not entry.name.startswith(".")
+        if entry.is_symlink():  # a conversation's name, a link to its directory made ahead
+            if entry.name not in names:
+                found.append(Held(entry, "link"))
+            continue
+        ours = entry.is_dir() and not entry.name.startswith(".")
         if ours and entry not in named and entry.resolve() not in named:
             found.append(Held(entry, "unrecorded"))
     trash = root / TRASH

@@ -47,6 +47,7 @@ class Removal:
         branch out of the base too (see worktrees/legacy.py)."""
         if lexists(worktree.path):
             self.retire(worktree.path)
+        self.records.unlink(worktree)  # the link a person finds it by, if it has one
         if not worktree.own_repository:
             await self.forget_legacy(worktree)
         (record or self.records.record_path(worktree.context_id)).unlink(missing_ok=True)
