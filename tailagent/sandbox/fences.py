@@ -261,7 +261,11 @@ class Sandbox:
             self._sweep()  # the private things of conversations merged or discarded since
         private = self.private_dir(directory)
         tmp = private / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Each folder made 0700 itself, never as a parent of another (Python makes those
+        # 0777 less the umask: `sandboxes` 0755 was one, which each start then closed,
+        # warning that the state dir had been open).
+        for folder in (private.parent, private, tmp):
+            folder.mkdir(exist_ok=True, mode=0o700)
         (private / "directory").write_text(str(directory))
         # tailagent's own work in a fence (home=False) runs as the server.
         uid = self._agent_uid(directory, private) if self.users.enabled and home else None
