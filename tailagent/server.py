@@ -27,6 +27,7 @@ from tailagent.agents.events import AgentBackend, AgentStartError
 from tailagent.agents.registry import (
     agent_kind,
     agent_label,
+    agent_named,
     agent_programs,
     make_backend,
     tools_wanted,
@@ -541,7 +542,7 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
     log.info(
         "serving on %s (agent %s, workspace %s, state %s, store %s)",
         where,
-        settings.agent,
+        agent_named(settings),
         settings.cwd,
         settings.state_dir,
         redacted(settings.store_url),
@@ -629,6 +630,6 @@ def _background(
         ),
     ]
     if notifier.enabled:
-        what = f"serving on {where} (agent {settings.agent})"
+        what = f"serving on {where} (agent {agent_named(settings)})"
         background.append(asyncio.ensure_future(_announce_ready(notifier, where, what)))
     return background

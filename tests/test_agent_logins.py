@@ -1,14 +1,18 @@
-"""An agent without a login, through the real CLI and a real server: the preset's one-line
-hint at once, one WARNING in the log, no traceback (tests/fake_acp_agent.py stands in for
+"""An agent without a login, through the real CLI and a real server: one WARNING line of
+the same form at start for each, then the preset's one-line hint at once at a turn, one
+WARNING in the log for it, no traceback (tests/fake_acp_agent.py stands in for
 the preset's agent, as a local install with `--agent-command` does)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tailagent.agents.acp.presets import PRESETS
 from tests.conftest import RunningServer, start_server
@@ -39,12 +43,15 @@ def call(server: RunningServer) -> tuple[subprocess.CompletedProcess[str], float
 
 
 def warnings_and_errors(server: RunningServer) -> list[str]:
-    """What the log warns of, but the start's word that agents in a root-owned shared
-    workspace run as root (these servers run as root in a plain folder)."""
+    """What the log warns of after the start: not its word that agents in a root-owned
+    shared workspace run as root (these servers run as root in a plain folder), nor
+    its line on the agent's missing login (tested below)."""
     return [
         line
         for line in server.log().splitlines()
-        if (" WARNING " in line or " ERROR " in line) and "(isolation shared)" not in line
+        if (" WARNING " in line or " ERROR " in line)
+        and "(isolation shared)" not in line
+        and " has no login for " not in line
     ]
 
 
@@ -88,5 +95,63 @@ def test_opencode_without_a_login_is_refused_before_its_session(tmp_path: Path) 
         done, _ = call(server)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "lifecycle: new" in server.log()
+    finally:
+        server.stop()
+
+
+# Each agent tailagent knows a login place of, without any login, and the words its
+# one start line names: its title, and where its hint says to go.
+WITHOUT_LOGIN = {
+    "claude-acp": ("Claude Code", "npx -y @agentclientprotocol/claude-agent-acp --cli auth login"),
+    "codex": ("Codex", "npx -y @openai/codex login --device-auth"),
+    "gemini": ("Gemini CLI", "npx -y @google/gemini-cli"),
+    "opencode": ("OpenCode", "npx -y opencode-ai auth login"),
+    "copilot": ("GitHub Copilot CLI", "npx -y @github/copilot"),
+    "qwen": ("Qwen Code", "npx -y @qwen-code/qwen-code"),
+}  # fmt: skip
+START_LINE = re.compile(
+    r"WARNING tailagent\.agent: (.+) has no login for (\S+): (no login found in .+)\. "
+    r"To log it in, (.+)\. Until then every task fails\.$"
+)
+
+
+def serve_without_home(tmp: Path, preset: str, **more: str) -> RunningServer:
+    """`serve_preset` with a HOME of its own, which holds no agent's login."""
+    home = tmp / "home"
+    home.mkdir()
+    keys = {name for p in PRESETS.values() for name in p.credential_env}
+    env = {k: v for k, v in os.environ.items() if k not in keys and not k.startswith("XDG_")}
+    command = " ".join([sys.executable, str(FAKE), "--log", "-"])
+    return start_server(tmp, "--agent", preset, "--agent-command", command,
+                        env={**env, "HOME": str(home), **more})  # fmt: skip
+
+
+def login_lines(server: RunningServer) -> list[str]:
+    return [line for line in server.log().splitlines() if " has no login for " in line]
+
+
+@pytest.mark.parametrize("preset", sorted(WITHOUT_LOGIN))
+def test_every_preset_without_a_login_says_so_at_start_alike(tmp_path: Path, preset: str) -> None:
+    """One WARNING line as the server starts, before any caller: who has no login, what
+    was looked for, and the command that gives it one (Claude Code's, through the SDK,
+    is the same line: test_claude.py)."""
+    server = serve_without_home(tmp_path, preset)
+    try:
+        [line] = login_lines(server)
+        title, command = WITHOUT_LOGIN[preset]
+        match = START_LINE.search(line)
+        assert match is not None, line
+        assert match.group(1) == title
+        assert str(tmp_path / "home") in match.group(3)
+        assert f"`{command}" in match.group(4)  # the command that gives it one
+        assert server.log().index(line) < server.log().index("serving on")
+    finally:
+        server.stop()
+
+
+def test_a_preset_with_its_key_set_says_nothing_of_a_login(tmp_path: Path) -> None:
+    server = serve_without_home(tmp_path, "codex", CODEX_API_KEY="sk-test")
+    try:
+        assert login_lines(server) == []
     finally:
         server.stop()

@@ -18,6 +18,7 @@ from google.protobuf.json_format import MessageToDict
 
 from tests.a2a_helpers import A2A, data_parts, kind_of, state_name, texts, user_message
 from tests.conftest import RunningServer, start_server
+from tests.test_agent_logins import START_LINE
 
 FAKE_CLI = Path(__file__).with_name("fake_claude_cli.py")
 
@@ -192,9 +193,13 @@ def test_a_server_without_a_claude_login_says_so_at_start(tmp_path: Path) -> Non
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
     server = start_claude(tmp_path, env={**env, "HOME": str(home)})
     try:
-        log = server.log()
-        assert "Claude Code is not logged in for" in log and str(FAKE_CLI) in log
-        assert "Until then every task fails." in log
+        # The line every agent without a login says (tests/test_agent_logins.py).
+        [line] = [x for x in server.log().splitlines() if " has no login for " in x]
+        match = START_LINE.search(line)
+        assert match is not None, line
+        assert match.group(1) == "Claude Code"
+        assert match.group(3).startswith(f"no login found in {home}/.claude/.credentials.json")
+        assert match.group(4).startswith(f"run `{FAKE_CLI}` once as that user and log in")
     finally:
         server.stop()
 

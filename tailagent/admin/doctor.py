@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
-from tailagent.agents.acp.presets import PRESETS
+from tailagent.agents.acp.presets import PRESETS, shown_command
 from tailagent.card.keys import KeyStore
 from tailagent.config import AGENTS, Settings
 from tailagent.listening.probe import healthy
@@ -134,22 +134,29 @@ def _forwarder(socket_path: Path | None, settings: Settings) -> list[Check]:
 
 def _agent(settings: Settings) -> Check:
     if settings.agent_command:
+        from tailagent.agents.registry import agent_named
+
         program = settings.agent_command.split()[0]
         found = shutil.which(program) or (os.path.exists(program) and program)
         return Check(
-            "agent", bool(found), f"ACP agent {program}", "" if found else f"install {program}"
+            "agent",
+            bool(found),
+            f"ACP agent {agent_named(settings)}",
+            "" if found else f"install {program}",
         )
     if settings.agent == "echo":
         return Check("agent", True, "echo (offline)")
     if settings.agent == "claude":
-        from tailagent.agents.claude import find_cli, logged_in, login_advice, missing_cli_advice
+        from tailagent.agents.acp.logins import login_of
+        from tailagent.agents.claude import find_cli, login_advice, missing_cli_advice
 
         cli = find_cli(settings.claude)
         if not cli.usable:
             return Check("agent", False, missing_cli_advice(cli))
         found = f"Claude Code CLI {cli.path} ({cli.source})"
-        if not logged_in():
-            return Check("agent", False, f"{found}; no login found", login_advice(cli.path))
+        login = login_of("claude", os.environ, Path.home())
+        if login.found is False:
+            return Check("agent", False, f"{found}; {login.detail}", login_advice(cli.path))
         return Check("agent", True, found)
     npx = shutil.which("npx")
     if npx is None:
@@ -440,6 +447,8 @@ def _agent_to_check(
         named = settings.agent_command or settings.agent
         if named == running:
             return settings, " (the running server's)"
+        if running not in AGENTS:
+            running = f"`{shown_command(running)}`"
         return settings, f" (you asked; the running server runs {running})"
     if running in AGENTS:
         return replace(settings, agent=running, agent_command=None), " (the running server's)"

@@ -42,6 +42,7 @@ from claude_agent_sdk import (
 )
 from claude_agent_sdk.types import CanUseToolShadowedWarning, McpSdkServerConfig
 
+from tailagent.agents.acp.logins import missing_login
 from tailagent.agents.events import (
     NO_PERSON_TURN,
     AgentEvent,
@@ -143,21 +144,18 @@ def missing_cli_advice(cli: ClaudeCli) -> str:
     )
 
 
-def logged_in() -> bool:
-    """Whether Claude Code will find a login: an API key, or its stored credentials."""
-    if os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN"):
-        return True
-    home = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
-    return (home / ".credentials.json").exists()
+def login_hint(cli: Path | None) -> str:
+    """How to give Claude Code a login, naming the CLI tailagent runs (often the SDK's
+    bundled one, rarely on PATH)."""
+    return (
+        f"run `{cli or 'claude'}` once as that user and log in there, or set "
+        "ANTHROPIC_API_KEY in its environment"
+    )
 
 
 def login_advice(cli: Path | None) -> str:
-    """What to do when Claude Code is not logged in, naming the CLI tailagent runs
-    (often the SDK's bundled one, rarely on PATH)."""
-    return (
-        f"Claude Code is not logged in for {getpass.getuser()}: run `{cli or 'claude'}` "
-        "once as that user and log in there, or set ANTHROPIC_API_KEY in its environment."
-    )
+    """What a turn that found no login says."""
+    return f"Claude Code is not logged in for {getpass.getuser()}: {login_hint(cli)}."
 
 
 def _relative(path: str, workspace: Path) -> str:
@@ -668,10 +666,9 @@ class ClaudeBackend:
         if not self._cli.usable:
             raise AgentStartError(missing_cli_advice(self._cli))
         log.info("Claude Code CLI: %s (%s)", self._cli.path, self._cli.source)
-        if not logged_in():
-            # Serving still makes sense (a login may follow); say it now, not at the
-            # first caller's task.
-            log.warning("%s Until then every task fails.", login_advice(self._cli.path))
+        missing = missing_login("claude", "Claude Code", login_hint(self._cli.path), os.environ)
+        if missing is not None:  # said now, not at the first caller's task
+            log.warning("%s", missing)
         self._spares.top_up()
 
     async def open_session(

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tailagent.agents.acp.presets import CUSTOM, PRESETS, command_line
+from tailagent.agents.acp.presets import CUSTOM, PRESETS, command_line, shown_command
 from tailagent.agents.events import AgentBackend
 from tailagent.config import Settings
 from tailagent.process.origin import binary_path, frozen
@@ -83,6 +83,16 @@ def agent_programs(settings: Settings) -> list[Path]:
         programs += [Path(found)] if found else []
         programs += [Path(word) for word in argv[1:] if os.path.isabs(word) or os.sep in word]
     return [p for p in programs if p.exists()]
+
+
+def agent_named(settings: Settings) -> str:
+    """The agent a server runs, as its start line and `doctor` name it: the preset's or
+    backend's name, and a command given with `--agent-command` as given, shortened
+    (without a preset, the name `--agent` defaults to would be untrue)."""
+    if settings.agent_command is None:
+        return settings.agent
+    command = f"`{shown_command(settings.agent_command)}`"
+    return f"{settings.agent} as {command}" if settings.agent in PRESETS else command
 
 
 def agent_label(settings: Settings) -> str:

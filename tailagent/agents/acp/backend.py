@@ -21,8 +21,13 @@ from acp import RequestError
 from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio
 
 from tailagent.agents.acp.install import installed, program
-from tailagent.agents.acp.logins import SILENT_WITHOUT_LOGIN, login_of
-from tailagent.agents.acp.presets import Preset, agent_environment, command_line
+from tailagent.agents.acp.logins import SILENT_WITHOUT_LOGIN, login_of, missing_login
+from tailagent.agents.acp.presets import (
+    Preset,
+    agent_environment,
+    command_line,
+    shown_command,
+)
 from tailagent.agents.acp.process import AgentProcess
 from tailagent.agents.acp.session import (
     AUTH_REQUIRED,
@@ -54,6 +59,28 @@ def _acp_server(server: McpServer) -> McpServerStdio | HttpMcpServer:
     )
 
 
+def _described(
+    preset: Preset, custom_command: str | None, workspace: Path
+) -> tuple[str, tuple[Skill, ...]]:
+    """The card's words for the agent: a command of the operator's is named by its
+    program (the words before its options, whose values may be secrets)."""
+    named = preset.title
+    if preset.package is None and custom_command is not None:
+        named = f"An ACP agent (`{shown_command(custom_command, options=False)}`)"
+    skill = Skill(
+        id="coding",
+        name="Coding",
+        description=(
+            f"{named} reads, edits and runs code in the workspace. Every dangerous step "
+            "comes back as an input-required question. Message metadata `mode` picks one "
+            "of the agent's modes for the turn."
+        ),
+        tags=("coding", preset.name),
+        examples=("Fix the failing test in calc.py", "Explain what this repository does"),
+    )
+    return f"{named}, working in {workspace.name}.", (skill,)
+
+
 class AcpBackend:
     def __init__(
         self,
@@ -78,20 +105,7 @@ class AcpBackend:
         self.env = agent_environment(dict(os.environ), preset, settings.env_passthrough)
         self.max_sessions: int | None = settings.max_processes
         self.caller_modes = preset.caller_modes
-        self.description = f"{preset.title}, working in {workspace.name}."
-        self.skills: tuple[Skill, ...] = (
-            Skill(
-                id="coding",
-                name="Coding",
-                description=(
-                    f"{preset.title} reads, edits and runs code in the workspace. Every "
-                    "dangerous step comes back as an input-required question. Message "
-                    "metadata `mode` picks one of the agent's modes for the turn."
-                ),
-                tags=("coding", preset.name),
-                examples=("Fix the failing test in calc.py", "Explain what this repository does"),
-            ),
-        )
+        self.description, self.skills = _described(preset, custom_command, workspace)
         # Unfenced, a spare process starts in the workspace and serves whichever
         # conversation takes it (its editor side is fenced to that conversation's
         # directory only then). Fenced, a process lives in one conversation's sandbox from
@@ -140,7 +154,12 @@ class AcpBackend:
 
     async def start(self) -> None:
         """Starts the first process now: a missing npx or a broken command stops the
-        server at start-up, with one line, not the first caller's task."""
+        server at start-up, with one line, not the first caller's task. A missing login
+        is said now too, as for every agent (acp/logins.py)."""
+        title = self.preset.title.split(" (")[0]
+        missing = missing_login(self.name, title, self.preset.login_hint, self.env)
+        if missing is not None:
+            log.warning("%s", missing)
         if self._package is not None:
             assert self.sandbox is not None
             sandbox = self.sandbox

@@ -1,14 +1,19 @@
-"""Whether a preset's agent has a login on this box, read from where the agent itself
-keeps it (its credential file, or a key in its environment), without starting it.
+"""Whether an agent has a login on this box, read from where the agent itself keeps it
+(its credential file, or a key in its environment), without starting it.
 
-Most agents say so themselves when a session is opened (session/new answers "auth
-required" at once). OpenCode does not: without a login it opens the session on its own
-free provider and fails the first prompt only after minutes of retries ("Cannot connect
-to API"). For it tailagent looks first; `tailagent doctor` looks for every preset.
+Every agent whose place is known here (Claude Code through the SDK, and each preset)
+is looked for at start: a server without its agent's login still serves (a login may
+follow), and says so in one WARNING line of the same form for each (`missing_login`:
+what is missing, and how to give it one). Most agents also say so themselves when a
+session is opened (session/new answers "auth required" at once). OpenCode does not:
+without a login it opens the session on its own free provider and fails the first
+prompt only after minutes of retries ("Cannot connect to API"), so its turn is refused
+before the session, from what this module finds. `tailagent doctor` looks too.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,10 +41,12 @@ class _Where:
     unknowable: tuple[tuple[str, str], ...] = ()
 
 
+_CLAUDE_CODE = _Where(("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
+                       "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"),
+                      (".credentials.json",), "CLAUDE_CONFIG_DIR", ".claude")  # fmt: skip
 _WHERE = {
-    "claude-acp": _Where(("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
-                          "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"),
-                         (".credentials.json",), "CLAUDE_CONFIG_DIR", ".claude"),
+    "claude": _CLAUDE_CODE,  # through the Claude Agent SDK, as through its ACP adapter
+    "claude-acp": _CLAUDE_CODE,
     "codex": _Where(("CODEX_API_KEY", "OPENAI_API_KEY"), ("auth.json",), "CODEX_HOME", ".codex"),
     "gemini": _Where(("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI",
                       "GOOGLE_APPLICATION_CREDENTIALS"),
@@ -100,3 +107,16 @@ def login_of(agent: str, env: Mapping[str, str], home: Path) -> Login:
         if path.is_file() and marker in path.read_text(errors="replace"):
             return Login(None, f"no login in {places}; {path} may set one")
     return Login(False, f"no login found in {places}, and none of {', '.join(where.keys)} set")
+
+
+def missing_login(agent: str, title: str, hint: str, env: Mapping[str, str]) -> str | None:
+    """The start's line when `agent` (named `title`) has no login for the agent run with
+    `env`: what is missing, then `hint`, how to give it one. None when it has one, or
+    when tailagent cannot tell (a command of the operator's, a file that may set one)."""
+    login = login_of(agent, env, Path(env.get("HOME") or Path.home()))
+    if login.found is not False:
+        return None
+    return (
+        f"{title} has no login for {getpass.getuser()}: {login.detail}. To log it in, {hint}. "
+        "Until then every task fails."
+    )

@@ -7,6 +7,8 @@ names in `agent.env_passthrough`.
 
 from __future__ import annotations
 
+import itertools
+import os
 import shlex
 from dataclasses import dataclass
 
@@ -113,6 +115,25 @@ def command_line(preset: Preset, version: str | None, custom: str | None) -> lis
     assert preset.package is not None
     package = f"{preset.package}@{version}" if version else preset.package
     return ["npx", "-y", package, *preset.args]
+
+
+COMMAND_SHOWN = 60  # characters of an agent command that a line names
+
+
+def shown_command(command: str, options: bool = True) -> str:
+    """An agent command as a line names it: each path by its last part (a venv's
+    `/home/me/x/.venv/bin/python` is `python`), cut to COMMAND_SHOWN characters.
+    Without `options`, only the words before the first option, whose values may be
+    secrets: what a caller is shown."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # the start refuses it; a line still says what was given
+        words = command.split()
+    if not options:
+        words = list(itertools.takewhile(lambda w: not w.startswith("-"), words))
+    paths = ("/", "./", "../", "~")
+    short = shlex.join(os.path.basename(w) or w if w.startswith(paths) else w for w in words)
+    return short if len(short) <= COMMAND_SHOWN else short[: COMMAND_SHOWN - 1] + "…"
 
 
 def agent_environment(
