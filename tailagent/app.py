@@ -25,7 +25,7 @@ from tailagent.card.publish import CardPublisher
 from tailagent.config import Settings
 from tailagent.delegation.inbound import ChainCheck
 from tailagent.listening.listener import served_hosts
-from tailagent.mends import required_fields  # noqa: F401  (applies the mend)
+from tailagent.mends import required_fields, sse_ids  # noqa: F401  (each applies its mend)
 from tailagent.mends.jsonrpc import jsonrpc_routes
 from tailagent.plain_routes import plain_routes
 from tailagent.store.database import Database

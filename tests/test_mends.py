@@ -6,6 +6,7 @@ interpreter, before tailagent is imported: the real code path decides."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -25,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from bench.bench_core import rpc
-from tailagent.mends import acp_cancel, required_fields
+from tailagent.mends import acp_cancel, required_fields, sse_ids
 from tailagent.mends import event_queues as sdk_queues
 from tailagent.mends import hypercorn_connections as hypercorn_mends
 from tailagent.mends import jsonrpc as jsonrpc
@@ -40,7 +41,7 @@ from tests.conftest import start_server
 SDK_MENDS = [sdk_sql.SQL_MEND, sdk_queues.QUEUES_MEND, sdk_tracing.TRACING_MEND]
 HYPERCORN_MENDS = [hypercorn_mends.LET_GO_MEND, hypercorn_mends.SAY_CUT_MEND]
 JSONRPC_MENDS = [jsonrpc.PARAMS_MEND, jsonrpc.ANSWER_MEND]
-APP_MENDS = [required_fields.REQUIRED_FIELDS_MEND, *JSONRPC_MENDS]
+APP_MENDS = [required_fields.REQUIRED_FIELDS_MEND, sse_ids.SSE_IDS_MEND, *JSONRPC_MENDS]
 STARLETTE_MENDS = [jsonrpc.PARSED_MEND]
 MENDS = [*SDK_MENDS, *APP_MENDS, *STARLETTE_MENDS, *HYPERCORN_MENDS]
 ACP_MEND = acp_cancel.CANCEL_REQUEST_MEND
@@ -113,6 +114,14 @@ async def test_a_json_rpc_body_the_guard_parsed_is_not_read_again() -> None:
 
 def test_on_the_pinned_a2a_sdk_its_required_fields_walk_is_the_mend() -> None:
     assert proto_utils._validate_proto_required_fields_internal is required_fields.missing_required
+
+
+def test_on_the_pinned_a2a_sdk_each_of_its_sse_writers_numbers_its_frames() -> None:
+    """Each module that makes a2a-sdk's SSE answers holds the numbering maker (the
+    frames themselves: tests/test_sse_ids.py)."""
+    for name in sse_ids.WRITERS:
+        made = getattr(importlib.import_module(name), sse_ids.MAKER)
+        assert made.__qualname__ == "numbering.<locals>.create_event_source_response", name
 
 
 def every_message_type() -> list[Message]:

@@ -3,7 +3,8 @@ written for.
 
 tailagent replaces a few private pieces of a2a-sdk, Hypercorn and acp, each in a module
 of this folder named for what it mends (event_queues.py, sql_stores.py, tracing.py,
-jsonrpc.py, hypercorn_connections.py, acp_cancel.py). Each was written
+jsonrpc.py, required_fields.py, sse_ids.py, hypercorn_connections.py, acp_cancel.py).
+Each was written
 against one release's code; on another, a replaced method may no longer match what
 calls it, or a module put in place may miss a name, and an upgrade would break the
 server or quietly drop the mend. So each mend names the distribution and the
@@ -12,8 +13,9 @@ is not applied at all (never half), and the start says so, one WARNING line per 
 (`say_refused`, before "serving on").
 
 Refused, rather than refusing to start: every one of these mends changes speed, memory
-held, a log line or the code of an error (-32602 for -32600), never whether a caller
-is answered or allowed, and the dependency's own
+held, a log line, the code of an error (-32602 for -32600) or a stream's `id:` lines
+(a client can still resume from `metadata.sequence`), never whether a caller is
+answered or allowed, and the dependency's own
 code, which a refused mend leaves in place, is right for its own version. An operator
 whose pip brought a Hypercorn patch release (pyproject allows 0.18.x) keeps a working
 server, told at each start what it lacks and what to do; the one-file binary is built
