@@ -127,9 +127,25 @@ def _call_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     )
     _agent_options(p)
     p.add_argument(
-        "--context", metavar="ID", help="continue this conversation (its id or a unique start)"
+        "--context",
+        metavar="ID",
+        help="continue this conversation (its id or a unique start); a name that is none "
+        "of yours starts a new one, and says so",
     )
-    p.add_argument("--task", metavar="ID", help="answer or continue this task")
+    p.add_argument(
+        "--existing",
+        action="store_true",
+        help="refuse a --context that names none of your conversations (else: a new one)",
+    )
+    p.add_argument(
+        "--task",
+        metavar="ID",
+        help="answer or continue this task (its id, or a unique start); without it, a bare "
+        "allow or deny answers your one waiting task",
+    )
+    p.add_argument(
+        "--new", action="store_true", help="send the text as a new prompt, even allow or deny"
+    )
     p.add_argument("--request", metavar="ID", help="the prompt this answer is for")
     p.add_argument(
         "--answer",
@@ -355,7 +371,9 @@ def _doctor_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
 
 def _clean_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
-        "clean", help="remove what tailagent keeps that is no conversation's (no server running)"
+        "clean",
+        help="remove what tailagent keeps that is no conversation's (no server running; "
+        "--dry-run lists it any time)",
     )
     p.add_argument("--yes", action="store_true", help="do not ask first")
     p.add_argument("--dry-run", action="store_true", help="only list what would go")

@@ -34,6 +34,7 @@ from rich.text import Text
 
 from tailagent.card.keys import KeyStore
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
+from tailagent.client.addressing import address
 from tailagent.client.connect import (
     Target,
     a2a_client,
@@ -146,6 +147,8 @@ async def run_call(args: argparse.Namespace, target: Target, console: Console) -
     async with open_http(target, args.token) as http:
         await check_card(target.base, http, args.require_signed, target.credentials)
         async with a2a_client(target, http) as client:
+            await address(client, args)  # whole ids, the waiting task, a new conversation
+            message.task_id = args.task or ""
             if answers and args.task:
                 await _check_answers(client, args.task, answers)
             while True:
