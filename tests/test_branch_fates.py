@@ -65,7 +65,8 @@ def call(server: RunningServer, text: str, context: str) -> tuple[str, str]:
 
 
 def rows(server: RunningServer) -> dict[str, str]:
-    """`tailagent tasks` in 80 columns: task id -> what its row says (under it)."""
+    """`tailagent tasks` in 80 columns: task id -> what its row says (under it, after
+    its title's line)."""
     listed = tailagent(server, "tasks", "--limit", "50")
     assert listed.returncode == 0, listed.stderr
     said: dict[str, str] = {}
@@ -76,7 +77,7 @@ def rows(server: RunningServer) -> dict[str, str]:
             task = match.group(1)
             said.setdefault(task, "")
         elif task and line.startswith("  "):
-            said[task] = line.strip()
+            said[task] = line.strip()  # the last line: its title's comes first
     return said
 
 

@@ -197,11 +197,15 @@ def test_the_call_and_the_task_list_say_what_it_cost(tmp_path: Path) -> None:
                                 capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
     finally:
         server.stop()
-    # Newest first; at 80 columns what a task says goes under it: the free one says nothing.
+    # Newest first; at 80 columns a task's title and what it says go under it: the free
+    # one says nothing.
     lines = [line.split() for line in listed.stdout.splitlines()[1:]]
     assert [line[1] for line in lines if len(line) == 4] == ["completed"] * 3
     assert [" ".join(line) for line in lines if len(line) != 4] == [
+        "nothing to pay",
+        "more cost:1",
         "$1.00 (conversation $1.25)",
+        "hello cost:0.25",
         "$0.25",
     ]
 

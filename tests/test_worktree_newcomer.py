@@ -202,7 +202,9 @@ def test_tasks_and_audit_fit_80_columns_and_keep_the_time(
     assert all(len(line) <= 80 for line in lines), listed.stdout
     waiting = next(i for i, line in enumerate(lines) if "input-required" in line)
     assert re.fullmatch(rf"\S{{36}}  input-required  {TIME}\s+\S{{8}}", lines[waiting].rstrip())
-    assert lines[waiting + 1].strip() == "Which colour do you prefer?"  # whole, under it
+    # Under it, its title, then what it asks, whole.
+    assert lines[waiting + 1].strip() == "question", listed.stdout
+    assert lines[waiting + 2].strip() == "Which colour do you prefer?", listed.stdout
     assert context_of(hello)[:8] in listed.stdout
 
     audit = in_terminal(server, "audit")

@@ -1,9 +1,12 @@
 """`tailagent clean`: removes what tailagent keeps in a state dir that is no
 conversation's (see workspace/worktrees/ending/holdings.py), saying each first.
 
-It reads the state dir itself, so it runs only while no server does: a running server's
-worktree made ahead is its own, and its stop removes it anyway. Like `discard`, it asks
-on a terminal and wants `--yes` otherwise; `--dry-run` only lists.
+It reads the state dir itself, so it removes only while no server runs: a running
+server's worktree made ahead is its own, and its stop removes it anyway. Like `discard`,
+it asks on a terminal and wants `--yes` otherwise. `--dry-run` only lists, so it runs
+beside a server too: what a clean would take once the server stops, less the worktree
+made ahead (the running server's own, which its stop removes; its start removed any a
+killed one had left).
 """
 
 from __future__ import annotations
@@ -21,14 +24,17 @@ def clean_command(state_dir: Path, yes: bool, dry_run: bool) -> int:
     """Lists what is no conversation's under `<state_dir>/worktrees`, then removes it."""
     server = running_server(state_dir)
     if server is not None:
-        print(
-            f"tailagent: a server runs on {state_dir} (pid {server.get('pid', '?')}): stop it "
-            "first (a stop removes its worktree made ahead; a start, what a killed one left)",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        running = f"a server runs on {state_dir} (pid {server.get('pid', '?')})"
+        if not dry_run:
+            print(f"tailagent: {running}: stop it first (a stop removes its worktree made "
+                  "ahead; a start, what a killed one left)", file=sys.stderr)  # fmt: skip
+            return EXIT_USAGE
+        print(f"tailagent: {running}: a clean itself needs it stopped; this lists what it "
+              "would take, less the server's own worktree made ahead", file=sys.stderr)  # fmt: skip
     root = state_dir / "worktrees"
     leftover = [holding for holding in held(root) if holding.removable]
+    if server is not None:
+        leftover = [holding for holding in leftover if holding.kind != "made ahead"]
     if not leftover:
         print(f"nothing to clean: {root} holds only conversations' directories")
         return EXIT_COMPLETED

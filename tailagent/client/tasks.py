@@ -40,10 +40,12 @@ from tailagent.client.render import (
 )
 from tailagent.client.short_ids import whole_task_id
 from tailagent.cost.figures import dollars, shown_usd
+from tailagent.output.titles import first_prompt
 from tailagent.output.visible import visible
 
 PAGE = 100
 SAYS = 30  # narrower than this, what a task says goes on a line of its own, under it
+TITLE = 20  # and its title (the desk's: what was asked) goes on a line above that
 SAYS_MOST = 200  # of what a task says, at most this much is shown
 
 
@@ -101,12 +103,14 @@ def _says(task: Task) -> str:
 def _table(tasks: list[Task], width: int) -> Table:
     """The tasks, one row each, fitted to `width` (see columns.py): the ids, states and
     times whole (a long conversation name wraps in its column, never narrower than an
-    id `diff` takes), what each says in the room left. When that room is too small to
-    read, it goes on a line of its own under its task, as wide as the terminal allows
-    (cut there, with an ellipsis)."""
+    id `diff` takes), then each one's title (what was asked, as the desk shows it) and
+    what it says in the room left. When that room is too small to read them, they go on
+    lines of their own under the task, the title, then what it says, each as wide as
+    the terminal allows (cut there, with an ellipsis)."""
     states = [state_name(task.status.state) for task in tasks]
     whens = [_when(task) for task in tasks]
     contexts = [visible(short_context(task), one_line=True) for task in tasks]
+    titles = [visible(first_prompt(task), one_line=True) for task in tasks]
     says = [_says(task) for task in tasks]
     columns = [
         Column("task", [visible(task.id, one_line=True) for task in tasks], ID_LEAST, rank=2),
@@ -114,36 +118,40 @@ def _table(tasks: list[Task], width: int) -> Table:
         Column("updated", whens, least=None),
         Column("context", contexts, ID_LEAST, rank=1),  # the short id diff/merge/discard take
     ]
-    room = width - sum(column.wanted() for column in columns) - GAP * len(columns)
-    beneath = room < SAYS
+    room = width - sum(column.wanted() for column in columns) - GAP * (len(columns) + 1)
+    beneath = room < TITLE + SAYS
     if not beneath:
+        columns.append(Column("title", titles, least=TITLE, rank=0))
         columns.append(Column("says", says, least=SAYS, rank=0))
     sizes = widths(columns, width)
     if beneath:  # the task column takes what its lines beneath need of the room left
         room = width - sum(sizes[1:]) - GAP * (len(sizes) - 1)
-        sizes[0] = max(sizes[0], min(room, 2 + max(map(len, says), default=0)))
+        sizes[0] = max(sizes[0], min(room, 2 + max(map(len, titles + says), default=0)))
     table = Table(box=None, pad_edge=False)
     for column, size in zip(columns, sizes, strict=True):
-        said = column.header == "says"  # a glimpse, one line: `watch` shows it all
-        table.add_column(column.header, width=size, no_wrap=said,
-                         overflow="ellipsis" if said else "fold")  # fmt: skip
-    for task, state, when, context, text in zip(tasks, states, whens, contexts, says,
-                                                strict=True):  # fmt: skip
+        glimpse = column.header in ("title", "says")  # one line each: `watch` shows it all
+        table.add_column(column.header, width=size, no_wrap=glimpse,
+                         overflow="ellipsis" if glimpse else "fold")  # fmt: skip
+    for task, state, when, context, title, text in zip(
+        tasks, states, whens, contexts, titles, says, strict=True
+    ):
         row = [Text(visible(cell, one_line=True)) for cell in (task.id, state, when, context)]
         if not beneath:
-            table.add_row(*row, Text(text))
+            table.add_row(*row, Text(title), Text(text))
             continue
         table.add_row(*row)
-        if text:
-            line = sizes[0] - 2
-            cut = text if len(text) <= line else text[: line - 1] + "…"
-            table.add_row(Text("  " + cut, style="dim"), "", "", "")
+        for line, style in ((title, ""), (text, "dim")):
+            if line:
+                cut = line if len(line) <= sizes[0] - 2 else line[: sizes[0] - 3] + "…"
+                table.add_row(Text("  " + cut, style=style), "", "", "")
     return table
 
 
 async def _list(args: argparse.Namespace, target: Target) -> int:
     async with open_http(target, args.token) as http, a2a_client(target, http) as client:
-        request = ListTasksRequest(page_size=min(args.limit, PAGE), history_length=0)
+        request = ListTasksRequest(page_size=min(args.limit, PAGE))
+        if args.json:  # the table's titles are read from each task's history
+            request.history_length = 0
         if args.state:
             request.status = TaskState.Value("TASK_STATE_" + args.state.upper().replace("-", "_"))
         tasks = list((await client.list_tasks(request)).tasks)

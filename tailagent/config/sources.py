@@ -210,14 +210,24 @@ def _apply(
         origins[key] = source
         parser = PARSERS.get(key)
         if parser is None:
-            near = difflib.get_close_matches(key, PARSERS, n=1)
-            hint = f"did you mean {near[0]!r}?" if near else "see the README's Configuration"
-            problems.append(ConfigError(source, key, f"unknown key; {hint}"))
+            problems.append(_unknown(source, key, raw))
             continue
         try:
             into[key] = parser(raw)
         except ValueError as exc:
             problems.append(ConfigError(source, key, str(exc)))
+
+
+def _unknown(source: str, key: str, raw: Any) -> ConfigError:
+    """An unknown key, with the one probably meant; a table (`[acess]`) is an unknown
+    section, and the section probably meant is named (its keys were not checked)."""
+    if isinstance(raw, dict):
+        near = difflib.get_close_matches(key, SECTION_TYPES, n=1)
+        hint = f"did you mean [{near[0]}]?" if near else f"the sections: {', '.join(SECTION_TYPES)}"
+        return ConfigError(source, f"[{key}]", f"unknown section; {hint}")
+    near = difflib.get_close_matches(key, PARSERS, n=1)
+    hint = f"did you mean {near[0]!r}?" if near else "see docs/configuration.md"
+    return ConfigError(source, key, f"unknown key; {hint}")
 
 
 # Read where they are used, not as settings (config.cli_state_dir's own is a setting).
@@ -233,7 +243,7 @@ def unknown_environment(environ: Mapping[str, str]) -> list[str]:
     lines = []
     for name in sorted(n for n in environ if n.startswith(ENV_PREFIX) and n not in known):
         near = difflib.get_close_matches(name, known, n=1)
-        hint = f"did you mean {near[0]}?" if near else "see the README's Configuration"
+        hint = f"did you mean {near[0]}?" if near else "see docs/configuration.md"
         lines.append(f"the environment's {name} is no tailagent setting, ignored; {hint}")
     return lines
 

@@ -19,6 +19,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime
+from pathlib import Path
 from typing import TypeVar
 
 from rich import box
@@ -149,9 +150,12 @@ def budget_command(args: argparse.Namespace, settings: Settings) -> int:
                     visible(f"{person_of(owner)}: {dollars(usd)} a day (their own)", one_line=True)
                 )
             return 0
-        owner = owner_named(args.person)
         amount = None if args.action == "clear" else args.usd
+        owner = person_meant(args.person, settings.state_dir, amount is not None)
         asyncio.run(_with_usage(url, lambda u: u.set_budget(owner, amount)))
+    except NoOne as exc:
+        print(visible(f"tailagent: {exc}", one_line=True), file=sys.stderr)
+        return 2
     except (OSError, StoreUnavailable) as exc:
         print(f"tailagent: cannot reach the store {redacted(url)}: {exc}", file=sys.stderr)
         return 1
@@ -167,6 +171,32 @@ def budget_command(args: argparse.Namespace, settings: Settings) -> int:
         print(visible(f"{who}: {dollars(amount)} a day, from their next task (days reset at "
                       f"midnight UTC; the next at {resets_at()})", one_line=True))  # fmt: skip
     return 0
+
+
+class NoOne(Exception):
+    """A name a budget would hold no one by; str() says why and what to write."""
+
+
+def person_meant(name: str, state_dir: Path, setting: bool) -> str:
+    """The owner `budget set NAME` and `budget clear NAME` mean. A bare name no login can
+    be (tailnet logins have an @) that is a token's name here means that token's person,
+    `token:NAME`, the name its calls are counted under: kept for `user:NAME` it would
+    hold no one, without a word. Said on stderr, so the person learns the name `usage`
+    shows. A bare name that is no token's either is refused for a set (it would hold no
+    one); a clear takes it as given (a budget kept so before is cleared so)."""
+    owner = owner_named(name)
+    if owner != "user:" + name or "@" in name:
+        return owner
+    if any(token.name == name for token in TokenStore(state_dir).list()):
+        print(visible(f"tailagent: {name} is a token's name here, and a token's person is "
+                      f"token:{name} (a login has an @): the budget is token:{name}'s",
+                      one_line=True), file=sys.stderr)  # fmt: skip
+        return "token:" + name
+    if setting:
+        raise NoOne(f"{name} is no login (a login has an @) and no token here is named "
+                         f"so: a budget for it would hold no one (a token's person is "
+                         f"token:NAME, a tagged node's tag:NAME)")  # fmt: skip
+    return owner
 
 
 async def admin_because(owner: str, settings: Settings) -> str | None:

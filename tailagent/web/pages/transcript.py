@@ -24,6 +24,7 @@ from a2a.types.a2a_pb2 import Message, Role, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from tailagent.cost.figures import dollars, shown_usd
+from tailagent.output.titles import first_prompt, shorten
 from tailagent.store.tasks import STARTED_AT_KEY
 from tailagent.web.pages.turn_changes import shown
 
@@ -41,7 +42,6 @@ FINAL = frozenset(
 # Status kinds that say nothing a person reads.
 QUIET_KINDS = frozenset({"started", "session_info", "result", "completed"})
 ASK_KINDS = ("permission_request", "ask_user_question")
-TITLE_CHARS = 160  # a title, or what a waiting row asks: the whole is a tap away
 SUBJECT_CHARS = 200  # a command or question inside a sentence
 # Details the bridge fills in itself when a person gave none: a decision says them already.
 _SILENT_DETAILS = ("no reason given",)
@@ -58,12 +58,6 @@ class Entry:
 
 def state_name(state: int) -> str:
     return TaskState.Name(state).removeprefix("TASK_STATE_").lower().replace("_", "-")
-
-
-def shorten(text: str, limit: int) -> str:
-    """The first `limit` characters, marked when cut: a 2.5 MB prompt must not make a
-    page millions of pixels tall."""
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _text(parts: Any) -> str:
@@ -89,18 +83,6 @@ def _when(message_or_task: Any) -> str:
     if status is not None and status.HasField("timestamp"):
         return str(status.timestamp.ToJsonString())
     return ""
-
-
-def first_prompt(task: Task) -> str:
-    """The first line of what the caller asked, shortened: the task's title everywhere."""
-    for message in task.history:
-        if message.role == Role.ROLE_USER:
-            text = _text(message.parts).strip()
-            if text:
-                return shorten(text.splitlines()[0], TITLE_CHARS)
-            data = _data(message.parts)
-            return shorten(str(data[0]), TITLE_CHARS) if data else "(no text)"
-    return "(no prompt)"
 
 
 def _meta_of(task: Task) -> dict[str, Any]:
