@@ -87,7 +87,7 @@ def test_a_conversations_folder_is_its_short_id_and_is_printed(tmp_path: Path) -
 
         listed = run(server, "conversations")
         assert listed.returncode == 0, listed.stderr
-        assert f"folders:\n  {short}  {link}\n" in listed.stdout, listed.stdout
+        assert flat(f"folders: {short} {link}") in flat(listed.stderr), listed.stderr
 
         doctor = run(server, "doctor").stdout.splitlines()
         at = next(i for i, line in enumerate(doctor) if line.startswith("✓ worktrees:"))

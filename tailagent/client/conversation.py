@@ -78,6 +78,8 @@ async def _list(args: argparse.Namespace, target: Target) -> int:
         notes.print(Text(visible(f"and {count} with a branch in {other.get('repository')}, "
                                  "served before from this state dir: serve it (--cwd) to "
                                  "see, merge or discard them", one_line=True)))  # fmt: skip
+    if not args.json:
+        _print_folders([row for row in rows if not row.get("idle")], notes)
     return EXIT_COMPLETED
 
 
@@ -110,17 +112,17 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     if sizes[0] < columns[0].wanted() or sum(sizes) + GAP * 4 > console.width:
         columns.remove(branch)  # `tailagent/<short id>` again: the ids come first
     console.print(fitted(columns, console.width))
-    _print_folders(rows)
 
 
-def _print_folders(rows: list[dict[str, Any]]) -> None:
-    """Where each conversation's files are, a line each after the table (a path is too
-    long for a column, and whole it can be copied): `cd` there to read or run them."""
+def _print_folders(rows: list[dict[str, Any]], notes: Console) -> None:
+    """Where each listed conversation's files are (`cd` there to read or run them), a
+    line each after the other notes on stderr: a path is too long for a column, and
+    the table stays what programs and people parse."""
     folders = [(row["short"], row["path"]) for row in rows if row.get("path")]
     if folders:
-        print("\nfolders:")
+        notes.print(Text("folders:"))
     for short, path in folders:
-        print(visible(f"  {short}  {path}", one_line=True))
+        notes.print(Text(visible(f"  {short}  {path}", one_line=True)))
 
 
 async def _run(args: argparse.Namespace, target: Target) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,6 +289,14 @@ class Renderer:
         """One line (or more) of text that holds the agent's words: shown escaped."""
         self._show(Text(visible(text), style))
 
+    def _prose(self, text: str, style: str) -> None:
+        """A notice of tailagent's own, wrapped to the terminal (this console leaves long
+        lines to it, for the agent's words): a conversation's start names two folders."""
+        width = max(self.console.width, 20)
+        wrapped = [piece for line in visible(text).split("\n") for piece in textwrap.wrap(
+            line, width, subsequent_indent="  ", break_on_hyphens=False) or [""]]  # fmt: skip
+        self._show(Text("\n".join(wrapped), style))
+
     def _show(self, renderable: Text | Syntax) -> None:
         if self._mid_line:
             self.console.print()
@@ -368,7 +377,7 @@ class Renderer:
                     if item.get("output"):
                         self._line("  " + str(item["output"]).rstrip(), "dim")
             elif kind == "notice":
-                self._line(f"! {text}", "yellow")
+                self._prose(f"! {text}", "yellow")
             elif kind == "resumed" and text:  # who decided the prompt, from where
                 denied = metadata_of(message).get("decision") == "deny"
                 self._line(f"» {text}", "red" if denied else "green")
