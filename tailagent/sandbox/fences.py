@@ -105,6 +105,15 @@ class Fence:
         return script
 
 
+def _made_private(*folders: Path) -> Path:
+    """Makes each folder 0700 itself, never as the parent of another (Python makes those
+    0777 less the umask: `sandboxes` was one, 0755, which each start then closed, saying
+    the state dir had been open); the last."""
+    for folder in folders:
+        folder.mkdir(exist_ok=True, mode=0o700)
+    return folders[-1]
+
+
 def _interpreter() -> str:
     """The Python that runs the network bridge inside a fence (it needs no venv): the
     server's own, or the system's under the one-file binary, which carries none."""
@@ -260,12 +269,7 @@ class Sandbox:
         if time.monotonic() - self._swept > SWEEP_EVERY:
             self._sweep()  # the private things of conversations merged or discarded since
         private = self.private_dir(directory)
-        tmp = private / "tmp"
-        # Each folder made 0700 itself, never as a parent of another (Python makes those
-        # 0777 less the umask: `sandboxes` 0755 was one, which each start then closed,
-        # warning that the state dir had been open).
-        for folder in (private.parent, private, tmp):
-            folder.mkdir(exist_ok=True, mode=0o700)
+        tmp = _made_private(private.parent, private, private / "tmp")
         (private / "directory").write_text(str(directory))
         # tailagent's own work in a fence (home=False) runs as the server.
         uid = self._agent_uid(directory, private) if self.users.enabled and home else None
