@@ -60,8 +60,13 @@ class Box:
     bob: A2A
 
     def worktrees(self) -> list[Path]:
+        """The conversations' folders (not the links named by short id that lead there)."""
         root = self.server.state_dir / "worktrees"
-        return [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        return [
+            p
+            for p in root.iterdir()
+            if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+        ]
 
 
 def make_home(home: Path) -> None:

@@ -131,12 +131,13 @@ def test_doctor_checks_the_agent_asked_for_and_says_what_the_server_runs(
 ) -> None:
     missing = doctor_agent_line(running, "--agent-command", "no-such-agent --acp")
     assert missing == (
-        "✗ agent: ACP agent no-such-agent (you asked; the running server runs echo) "
+        "✗ agent: ACP agent `no-such-agent --acp` (you asked; the running server runs echo) "
         "— fix: install no-such-agent"
     )
     present = doctor_agent_line(running, "--agent-command", f"{sys.executable} -m agent")
-    assert (
-        present == f"✓ agent: ACP agent {sys.executable} (you asked; the running server runs echo)"
+    program = Path(sys.executable).name  # a path is shown by its last part
+    assert present == (
+        f"✓ agent: ACP agent `{program} -m agent` (you asked; the running server runs echo)"
     )
     same = doctor_agent_line(running, "--agent", "echo")
     assert same == "✓ agent: echo (offline) (the running server's)"
