@@ -17,11 +17,12 @@ from a2a.types.a2a_pb2 import Message, TaskState
 
 from tailagent.agents.events import PermissionAsked, PromptText, TurnOptions
 from tailagent.bridge.answers import withdrawal
-from tailagent.bridge.answers.claims import Claims, claim_of
+from tailagent.bridge.answers.claims import Claim, Claims, claim_of
 from tailagent.bridge.answers.reading import AnswerError, parse_answer, reply_of
 from tailagent.bridge.answers.records import (
     DEFAULT_VIA,
     AlreadyAnswered,
+    AnswerRecord,
     decision_text,
     record_of,
 )
@@ -64,15 +65,7 @@ class AnswerApplier:
             await runtime.publisher.ask(updater, pending, note=str(exc))
             return False
         record = record_of(pending, parsed, claim.answerer if claim else requester.answerer)
-        self._claims.settle(runtime.task_id, claim, record)
-        runtime.pending = None
-        await runtime.publisher.status(
-            updater,
-            TaskState.TASK_STATE_WORKING,
-            "resumed",
-            [text_part(decision_text(record))],
-            record.metadata(),
-        )
+        await self._settle(runtime, claim, record, updater)
         if isinstance(pending, PermissionAsked) and not parsed.denied and runtime.turn:
             who = record.answerer
             via = f" via {who.via}" if who.via != DEFAULT_VIA else ""
@@ -117,7 +110,16 @@ class AnswerApplier:
             self._claims.take(runtime.task_id, request_id, record.answerer, call)
         except AlreadyAnswered:
             return False
-        self._claims.settle(runtime.task_id, claim_of(call), record)
+        await self._settle(runtime, claim_of(call), record, updater)
+        if isinstance(runtime.session, DelegatingSession):  # the one that relays questions
+            runtime.session.withdrawn(request_id)
+        return True
+
+    async def _settle(
+        self, runtime: TaskRuntime, claim: Claim | None, record: AnswerRecord, updater: TaskUpdater
+    ) -> None:
+        """The prompt is decided (`record`): held as such, and the turn said to go on."""
+        self._claims.settle(runtime.task_id, claim, record)
         runtime.pending = None
         await runtime.publisher.status(
             updater,
@@ -126,6 +128,3 @@ class AnswerApplier:
             [text_part(decision_text(record))],
             record.metadata(),
         )
-        if isinstance(runtime.session, DelegatingSession):  # the one that relays questions
-            runtime.session.withdrawn(request_id)
-        return True
