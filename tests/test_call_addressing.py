@@ -16,19 +16,13 @@ from collections.abc import Iterator
 import pytest
 
 from tests.a2a_helpers import A2A
-from tests.conftest import RunningServer, start_server
-from tests.test_isolation import make_project
-from tests.test_short_ids import ids_of, run, someone
+from tests.conftest import RunningServer
+from tests.test_short_ids import ids_of, project_server, run, someone
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """A server on a person's fresh git project, each conversation on a branch."""
-    tmp = tmp_path_factory.mktemp("addressing")
-    make_project(tmp / "workspace")
-    server = start_server(tmp, "--isolation", "worktree")
-    yield server
-    server.stop()
+    yield from project_server(tmp_path_factory, "addressing")
 
 
 def waiting(server: RunningServer, token: str) -> list[str]:

@@ -86,6 +86,13 @@ def said_on_a(task: dict[str, Any]) -> str:
     return "\n".join([*lines, answer_text(task)])
 
 
+def b_owner_allows(boxes: Boxes, b_task: Any) -> dict[str, Any]:
+    """B's owner answers B's waiting prompt on B (B's local admin token)."""
+    on_b = next(MessageToDict(p.data) for p in b_task.status.message.parts if p.HasField("data"))
+    return send(boxes.b.url, allow(MessageToDict(b_task), on_b["requestId"]),
+                {"Authorization": f"Bearer {boxes.b.token}"})  # fmt: skip
+
+
 def b_answers(boxes: Boxes) -> list[str]:
     """Who answered each of B's permission prompts, as B's audit log says."""
     return [row["answered_by"] for row in audit_rows(boxes.b)]
@@ -120,9 +127,7 @@ async def test_a_question_b_s_owner_answered_on_b_is_not_answered_again_from_a(
     task = as_alice(boxes, first("delegate:devbox-2 ask:dist"))
     asked = waiting_on(task)
     b_task = await peer_task_of(boxes, task)
-    on_b = next(MessageToDict(p.data) for p in b_task.status.message.parts if p.HasField("data"))
-    answered = send(boxes.b.url, allow(MessageToDict(b_task), on_b["requestId"]),
-                    {"Authorization": f"Bearer {boxes.b.token}"})  # fmt: skip
+    answered = b_owner_allows(boxes, b_task)
     assert answered["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answered
 
     done = as_alice(boxes, allow(task, asked["requestId"]))
@@ -182,9 +187,7 @@ async def test_a_question_answered_on_b_is_taken_back_from_alice_on_a(boxes: Box
     task = as_alice(boxes, first("delegate:devbox-2 ask:dist ask:cache"))
     asked = waiting_on(task)
     b_task = await peer_task_of(boxes, task)
-    on_b = next(MessageToDict(p.data) for p in b_task.status.message.parts if p.HasField("data"))
-    answered = send(boxes.b.url, allow(MessageToDict(b_task), on_b["requestId"]),
-                    {"Authorization": f"Bearer {boxes.b.token}"})  # fmt: skip
+    answered = b_owner_allows(boxes, b_task)
     assert answered["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
 
     # Nobody answers on A: A stops asking B's first question, and asks its next one.

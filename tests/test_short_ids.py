@@ -30,14 +30,18 @@ from tests.test_isolation import make_project
 NARROW = {"COLUMNS": "80", "LINES": "50"}
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def project_server(factory: pytest.TempPathFactory, name: str) -> Iterator[RunningServer]:
     """A server on a person's fresh git project, each conversation on a branch."""
-    tmp = tmp_path_factory.mktemp("short-ids")
+    tmp = factory.mktemp(name)
     make_project(tmp / "workspace")
     server = start_server(tmp, "--isolation", "worktree")
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    yield from project_server(tmp_path_factory, "short-ids")
 
 
 def run(server: RunningServer, *args: str, token: str = "") -> subprocess.CompletedProcess[str]:
