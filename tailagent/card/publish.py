@@ -18,10 +18,11 @@ from email.utils import formatdate
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from google.protobuf.json_format import MessageToDict
+from a2a.types.a2a_pb2 import AgentCard
+from google.protobuf.json_format import MessageToDict, ParseDict
 
 from tailagent.agents.events import AgentBackend
-from tailagent.card.builder import build_card
+from tailagent.card.builder import build_card, card_json
 from tailagent.card.keyfile import key_version
 from tailagent.process.origin import python_child
 
@@ -59,8 +60,8 @@ def signer_command() -> list[str]:
 async def sign_cards(
     state_dir: Path, cards: list[dict[str, Any]], jku: str
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The cards signed with the state dir's key (made now if there is none), and the
-    JWKS that verifies them."""
+    """The cards signed with the state dir's key (made now if there is none), as
+    served, and the JWKS that verifies them."""
     request = json.dumps({"state_dir": str(state_dir), "jku": jku, "cards": cards})
     child = await asyncio.create_subprocess_exec(
         *signer_command(),
@@ -79,7 +80,7 @@ async def sign_cards(
         lines = err.decode(errors="replace").strip().splitlines() or [f"exit {child.returncode}"]
         raise CardSigningFailed(f"cannot sign the agent card: {lines[-1]}")
     reply = json.loads(out)
-    return reply["cards"], reply["jwks"]
+    return [card_json(ParseDict(card, AgentCard())) for card in reply["cards"]], reply["jwks"]
 
 
 class CardPublisher:
