@@ -617,11 +617,9 @@ def _service(args: argparse.Namespace) -> int:
 
 
 def _admin(args: argparse.Namespace) -> int:
-    """`token`, `audit` and `keys`: the state dir's and the store's own records."""
-    from tailagent.admin.audit import audit_command
-    from tailagent.admin.tokens import token_command
-    from tailagent.card.commands import keys_command
-
+    """`token`, `audit` and `keys`: the state dir's and the store's own records. Each
+    imports only its own command (`keys` pulls in the card's a2a-sdk modules: a
+    `token add` would pay ~0.5 s of CPU for them)."""
     # A bare `tailagent keys` has no options of its own: defaults.
     flags = {
         "state_dir": getattr(args, "state_dir", None),
@@ -631,9 +629,16 @@ def _admin(args: argparse.Namespace) -> int:
     if settings is None:
         return 2
     if args.command == "audit":
+        from tailagent.admin.audit import audit_command
+
         return audit_command(args, settings.store_url)
-    commands = {"token": token_command, "keys": keys_command}
-    return commands[args.command](args, settings.state_dir)
+    if args.command == "token":
+        from tailagent.admin.tokens import token_command
+
+        return token_command(args, settings.state_dir)
+    from tailagent.card.commands import keys_command
+
+    return keys_command(args, settings.state_dir)
 
 
 def _spending(args: argparse.Namespace) -> int:
