@@ -12,7 +12,7 @@ import json
 import shlex
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from a2a.types.a2a_pb2 import (
     Artifact,
@@ -27,12 +27,14 @@ from google.protobuf.message import Message as ProtoMessage
 from google.protobuf.struct_pb2 import Struct
 from rich.cells import cell_len
 from rich.console import Console
-from rich.syntax import Syntax
 from rich.text import Text
 
 from tailagent.client.turn_change import FileChange, turn_change
 from tailagent.output.visible import visible
 from tailagent.process.origin import invoked_as
+
+if TYPE_CHECKING:  # rich's Syntax brings pygments' lexers: imported once a diff shows
+    from rich.syntax import Syntax
 
 FINAL_STATES = {
     TaskState.TASK_STATE_COMPLETED,
@@ -359,6 +361,8 @@ class Renderer:
         for change in changes:
             self._show(Text(change.head(self.console.width), "bold"))
             if change.diff:
+                from rich.syntax import Syntax
+
                 shown = visible(change.diff.rstrip("\n"))
                 self._show(Syntax(shown, "diff", theme="ansi_dark", background_color="default"))
             elif change.past_end:
