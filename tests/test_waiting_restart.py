@@ -1,9 +1,9 @@
 """A task waiting for a person survives a restart, and the answer reaches the agent.
 
 Each test parks a task on a question, stops the server (a graceful stop or `kill -9`),
-starts another on the same state dir and answers there, through the real CLI or A2A,
-against the echo agent, the suite's fake ACP agent (with and without `loadSession`)
-and the fake Claude Code CLI.
+starts another on the same state dir and answers there through A2A, against the echo
+agent, the suite's fake ACP agent (with and without `loadSession`) and the fake Claude
+Code CLI.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
+from collections.abc import AsyncIterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,8 @@ import pytest
 from a2a.utils.errors import UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict
 
+from tailagent.store.audit import AuditLog
+from tailagent.store.database import open_database
 from tests.a2a_helpers import A2A, Turn, data_parts, kind_of, state_name, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.test_acp import start_acp
@@ -39,6 +41,17 @@ def restart(server: RunningServer, how: int, tmp: Path, start: Any = None) -> Ru
     return (start or (lambda: start_server(tmp, state_dir=server.state_dir)))()
 
 
+async def audit_rows(server: RunningServer) -> list[dict[str, Any]]:
+    """Every audit row of the server's SQLite store, as `tailagent audit --json` prints
+    them: read by the CLI's own reader in this process, where the CLI is not what a test
+    tests (a CLI run saved)."""
+    database = open_database(f"sqlite+aiosqlite:///{server.state_dir / 'tailagent.db'}")
+    try:
+        return [asdict(entry) for entry in await AuditLog(database).read()]
+    finally:
+        await database.aclose()
+
+
 async def still_waiting(a2a: A2A, asked: Turn) -> dict[str, Any]:
     """The task reads as it did before the restart: input-required, the same question."""
     task = await a2a.get(asked.task_id)
@@ -50,14 +63,46 @@ async def still_waiting(a2a: A2A, asked: Turn) -> dict[str, Any]:
     return asked.pending
 
 
+@pytest.fixture(scope="module")
+async def after_a_crash(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[tuple[RunningServer, dict[str, Turn]]]:
+    """A server killed (`kill -9`) while a permission ("ask") and a question waited, and
+    the one started again on its state dir: shared by the tests that each answer one of
+    the two (one start and one crash for both, each test its own task)."""
+    tmp = tmp_path_factory.mktemp("crash")
+    server = start_server(tmp)
+    try:
+        admin = A2A(server.url, server.token)
+        asked = {text: await admin.turn(text) for text in ("ask", "question")}
+        server = restart(server, signal.SIGKILL, tmp)
+        yield server, asked
+    finally:
+        server.stop()
+
+
+async def restarted(
+    how: int, tmp: Path, crashed: tuple[RunningServer, dict[str, Turn]]
+) -> tuple[RunningServer, Turn]:
+    """A server that restarted (`how`) while a permission waited, and that task: after a
+    crash the module's (`crashed`), after a graceful stop one of this test's own."""
+    if how == signal.SIGKILL:
+        return crashed[0], crashed[1]["ask"]
+    server = start_server(tmp)
+    try:
+        ask = await A2A(server.url, server.token).turn("ask")
+    except BaseException:
+        server.stop()
+        raise
+    return restart(server, how, tmp), ask
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["stop", "crash"])
 async def test_a_permission_waits_across_a_restart_and_is_allowed_after(
-    tmp_path: Path, how: int
+    tmp_path: Path, how: int, after_a_crash: tuple[RunningServer, dict[str, Turn]]
 ) -> None:
-    server = start_server(tmp_path)
+    server, asked = await restarted(how, tmp_path, after_a_crash)
     try:
-        asked = await A2A(server.url, server.token).turn("ask")
-        server = restart(server, how, tmp_path)
         a2a = A2A(server.url, server.token)
         prompt = await still_waiting(a2a, asked)
         done = await a2a.turn(user_message("yes", task_id=asked.task_id))
@@ -70,15 +115,11 @@ async def test_a_permission_waits_across_a_restart_and_is_allowed_after(
         said = "".join(texts(a.artifact) for a in done.artifacts("response"))
         assert f"You asked for permission to use {prompt['toolName']}" in said
         assert "allowed it: do it now" in said
-        audit = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "tailagent", "audit", "--json",
-             "--state-dir", str(server.state_dir)],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert '"decision": "allow"' in audit.stdout and asked.task_id in audit.stdout
+        audit = [row for row in await audit_rows(server) if row["task_id"] == asked.task_id]
+        assert [row["decision"] for row in audit] == ["allow"], audit
     finally:
-        server.stop()
+        if how == signal.SIGTERM:  # the module's server stops with the module
+            server.stop()
 
 
 async def test_a_denial_and_a_second_restart_while_still_waiting(tmp_path: Path) -> None:
@@ -105,24 +146,22 @@ async def test_a_denial_and_a_second_restart_while_still_waiting(tmp_path: Path)
         server.stop()
 
 
-async def test_a_question_waits_across_a_crash_and_its_answer_goes_on(tmp_path: Path) -> None:
-    server = start_server(tmp_path)
-    try:
-        asked = await A2A(server.url, server.token).turn("question")
-        server = restart(server, signal.SIGKILL, tmp_path)
-        a2a = A2A(server.url, server.token)
-        prompt = await still_waiting(a2a, asked)
-        label = prompt["questions"][0]["options"][0]["label"]
-        subscribed = asyncio.create_task(a2a.subscribe(asked.task_id))
-        await asyncio.sleep(0.5)
-        done = await a2a.turn(user_message(label, task_id=asked.task_id))
-        assert done.final_state == "completed", texts(done.last_message)
-        said = "".join(texts(a.artifact) for a in done.artifacts("response"))
-        assert f'answered: "{prompt["questions"][0]["question"]}": {label}' in said
-        events = await asyncio.wait_for(subscribed, 10)  # resubscribed before the answer
-        assert state_name(events[-1].status_update.status.state) == "completed"
-    finally:
-        server.stop()
+async def test_a_question_waits_across_a_crash_and_its_answer_goes_on(
+    after_a_crash: tuple[RunningServer, dict[str, Turn]],
+) -> None:
+    server, parked = after_a_crash
+    asked = parked["question"]
+    a2a = A2A(server.url, server.token)
+    prompt = await still_waiting(a2a, asked)
+    label = prompt["questions"][0]["options"][0]["label"]
+    subscribed = asyncio.create_task(a2a.subscribe(asked.task_id))
+    await asyncio.sleep(0.5)
+    done = await a2a.turn(user_message(label, task_id=asked.task_id))
+    assert done.final_state == "completed", texts(done.last_message)
+    said = "".join(texts(a.artifact) for a in done.artifacts("response"))
+    assert f'answered: "{prompt["questions"][0]["question"]}": {label}' in said
+    events = await asyncio.wait_for(subscribed, 10)  # resubscribed before the answer
+    assert state_name(events[-1].status_update.status.state) == "completed"
 
 
 async def test_an_acp_agent_reloads_its_session_to_take_the_answer(tmp_path: Path) -> None:
