@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import itertools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,15 @@ def push_server(tmp: Path, *extra: str, allowed: str = "127.0.0.1") -> RunningSe
     return start_server(tmp, "--config", str(config), *extra)
 
 
+@pytest.fixture(scope="module")
+def pushing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """One push server for the tests that neither restart nor reconfigure it: each has
+    its own receiver, and looks only at its own tasks and their deliveries."""
+    server = push_server(tmp_path_factory.mktemp("push"))
+    yield server
+    server.stop()
+
+
 async def send_with_push(a2a: A2A, text: str, url: str, token: str = "t0k", **config: Any) -> Turn:
     push = TaskPushNotificationConfig(url=url, token=token, **config)
     request = SendMessageRequest(
@@ -159,78 +168,70 @@ async def verified_claims(server: RunningServer, delivery: Delivery, url: str) -
     return claims
 
 
-async def test_every_state_change_is_pushed_signed_and_in_order(tmp_path: Path) -> None:
-    server = push_server(tmp_path)
-    a2a = A2A(server.url, server.token)
-    try:
-        async with receiving() as receiver:
-            first = await send_with_push(a2a, "ask", receiver.url)
-            assert first.final_state == "input_required"
-            async with a2a.client() as client:
-                answer = user_message("yes", task_id=first.task_id)
-                async for _ in client.send_message(SendMessageRequest(message=answer)):
-                    pass
-            deliveries = await receiver.settle()
-        states = [d.state for d in deliveries]
-        assert states[-3:] == ["input_required", "working", "completed"]
-        assert states[0] in ("submitted", "working")
-        assert all(a != b for a, b in itertools.pairwise(states))  # changes only
-        last = deliveries[-1].json["task"]
-        assert last["id"] == first.task_id and last["artifacts"]  # the result comes along
-        for delivery in deliveries:
-            assert delivery.headers["x-a2a-notification-token"] == "t0k"
-            assert delivery.headers["authorization"] == (
-                "Bearer " + delivery.headers["x-a2a-notification-signature"]
+async def test_every_state_change_is_pushed_signed_and_in_order(pushing: RunningServer) -> None:
+    a2a = A2A(pushing.url, pushing.token)
+    async with receiving() as receiver:
+        first = await send_with_push(a2a, "ask", receiver.url)
+        assert first.final_state == "input_required"
+        async with a2a.client() as client:
+            answer = user_message("yes", task_id=first.task_id)
+            async for _ in client.send_message(SendMessageRequest(message=answer)):
+                pass
+        deliveries = await receiver.settle()
+    states = [d.state for d in deliveries]
+    assert states[-3:] == ["input_required", "working", "completed"]
+    assert states[0] in ("submitted", "working")
+    assert all(a != b for a, b in itertools.pairwise(states))  # changes only
+    last = deliveries[-1].json["task"]
+    assert last["id"] == first.task_id and last["artifacts"]  # the result comes along
+    for delivery in deliveries:
+        assert delivery.headers["x-a2a-notification-token"] == "t0k"
+        assert delivery.headers["authorization"] == (
+            "Bearer " + delivery.headers["x-a2a-notification-signature"]
+        )
+        claims = await verified_claims(pushing, delivery, receiver.url)
+        assert claims["task_id"] == first.task_id
+    # A tampered body no longer matches the signed hash.
+    forged = Delivery(deliveries[-1].headers, deliveries[-1].body.replace(b"completed", b"x"))
+    with pytest.raises(AssertionError):
+        await verified_claims(pushing, forged, receiver.url)
+
+
+async def test_push_configs_can_be_created_read_listed_and_deleted(pushing: RunningServer) -> None:
+    a2a = A2A(pushing.url, pushing.token)
+    async with receiving() as receiver:
+        parked = await a2a.turn("ask")
+        async with a2a.client() as client:
+            made = await client.create_task_push_notification_config(
+                TaskPushNotificationConfig(
+                    task_id=parked.task_id,
+                    id="mine",
+                    url=receiver.url,
+                    authentication=AuthenticationInfo(scheme="Basic", credentials="dTpw"),
+                )
             )
-            claims = await verified_claims(server, delivery, receiver.url)
-            assert claims["task_id"] == first.task_id
-        # A tampered body no longer matches the signed hash.
-        forged = Delivery(deliveries[-1].headers, deliveries[-1].body.replace(b"completed", b"x"))
-        with pytest.raises(AssertionError):
-            await verified_claims(server, forged, receiver.url)
-    finally:
-        server.stop()
-
-
-async def test_push_configs_can_be_created_read_listed_and_deleted(tmp_path: Path) -> None:
-    server = push_server(tmp_path)
-    a2a = A2A(server.url, server.token)
-    try:
-        async with receiving() as receiver:
-            parked = await a2a.turn("ask")
-            async with a2a.client() as client:
-                made = await client.create_task_push_notification_config(
-                    TaskPushNotificationConfig(
-                        task_id=parked.task_id,
-                        id="mine",
-                        url=receiver.url,
-                        authentication=AuthenticationInfo(scheme="Basic", credentials="dTpw"),
-                    )
-                )
-                assert made.id == "mine" and made.url == receiver.url
-                got = await client.get_task_push_notification_config(
-                    GetTaskPushNotificationConfigRequest(task_id=parked.task_id, id="mine")
-                )
-                assert got.url == receiver.url
-                listed = await client.list_task_push_notification_configs(
-                    ListTaskPushNotificationConfigsRequest(task_id=parked.task_id)
-                )
-                assert [c.id for c in listed.configs] == ["mine"]
-                await a2a.cancel(parked.task_id)
-                (delivery,) = await receiver.wait_for(1)
-                assert delivery.state == "canceled"
-                # The config's own credentials go in Authorization; the JWT beside them.
-                assert delivery.headers["authorization"] == "Basic dTpw"
-                await verified_claims(server, delivery, receiver.url)
-                await client.delete_task_push_notification_config(
-                    DeleteTaskPushNotificationConfigRequest(task_id=parked.task_id, id="mine")
-                )
-                listed = await client.list_task_push_notification_configs(
-                    ListTaskPushNotificationConfigsRequest(task_id=parked.task_id)
-                )
-                assert not listed.configs
-    finally:
-        server.stop()
+            assert made.id == "mine" and made.url == receiver.url
+            got = await client.get_task_push_notification_config(
+                GetTaskPushNotificationConfigRequest(task_id=parked.task_id, id="mine")
+            )
+            assert got.url == receiver.url
+            listed = await client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=parked.task_id)
+            )
+            assert [c.id for c in listed.configs] == ["mine"]
+            await a2a.cancel(parked.task_id)
+            (delivery,) = await receiver.wait_for(1)
+            assert delivery.state == "canceled"
+            # The config's own credentials go in Authorization; the JWT beside them.
+            assert delivery.headers["authorization"] == "Basic dTpw"
+            await verified_claims(pushing, delivery, receiver.url)
+            await client.delete_task_push_notification_config(
+                DeleteTaskPushNotificationConfigRequest(task_id=parked.task_id, id="mine")
+            )
+            listed = await client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=parked.task_id)
+            )
+            assert not listed.configs
 
 
 @pytest.mark.parametrize(
@@ -305,55 +306,49 @@ async def test_only_the_tailnets_peers_are_targets(tmp_path: Path) -> None:
         fake.stop()
 
 
-async def test_failed_deliveries_are_retried_a_bounded_number_of_times(tmp_path: Path) -> None:
-    server = push_server(tmp_path)
-    a2a = A2A(server.url, server.token)
-    try:
-        async with receiving() as receiver:
+async def test_failed_deliveries_are_retried_a_bounded_number_of_times(
+    pushing: RunningServer,
+) -> None:
+    a2a = A2A(pushing.url, pushing.token)
+    async with receiving() as receiver:
 
-            async def cancel_answering(*statuses: int, ends: str) -> list[Delivery]:
-                """The POSTs of one cancelled task, the receiver answering as given, once
-                its delivery has ended as `ends` says: at an accepting answer (200), or
-                at the server's line that it gave up (so a slow box cannot cut it short)."""
-                receiver.deliveries.clear()
-                receiver.answers.clear()
-                parked = await parked_with_push(a2a, receiver.url)
-                receiver.statuses = list(statuses)
-                await a2a.cancel(parked.task_id)
-                gave_up = f"push for task {parked.task_id} to {receiver.url} failed after {ends}"
+        async def cancel_answering(*statuses: int, ends: str) -> list[Delivery]:
+            """The POSTs of one cancelled task, the receiver answering as given, once
+            its delivery has ended as `ends` says: at an accepting answer (200), or
+            at the server's line that it gave up (so a slow box cannot cut it short)."""
+            receiver.deliveries.clear()
+            receiver.answers.clear()
+            parked = await parked_with_push(a2a, receiver.url)
+            receiver.statuses = list(statuses)
+            await a2a.cancel(parked.task_id)
+            gave_up = f"push for task {parked.task_id} to {receiver.url} failed after {ends}"
 
-                def ended() -> bool:
-                    return 200 in receiver.answers if ends == "200" else gave_up in server.log()
+            def ended() -> bool:
+                return 200 in receiver.answers if ends == "200" else gave_up in pushing.log()
 
-                for _ in range(600):
-                    if ended():
-                        return receiver.deliveries
-                    await asyncio.sleep(0.05)
-                raise AssertionError(f"no end ({ends}) within 30 s: {receiver.answers}")
+            for _ in range(600):
+                if ended():
+                    return receiver.deliveries
+                await asyncio.sleep(0.05)
+            raise AssertionError(f"no end ({ends}) within 30 s: {receiver.answers}")
 
-            retried = await cancel_answering(503, 503, ends="200")  # two failures, then accepted
-            assert [d.state for d in retried] == ["canceled"] * 3
-            assert len({d.headers["x-a2a-notification-signature"] for d in retried}) == 3
-            # A refusal is final: no retry.
-            refused = await cancel_answering(404, ends="1 attempt(s): HTTP 404")
-            assert [d.state for d in refused] == ["canceled"]
-            # Never accepted: three attempts (push.attempts).
-            assert len(await cancel_answering(*[500] * 10, ends="3 attempt(s): HTTP 500")) == 3
-    finally:
-        server.stop()
+        retried = await cancel_answering(503, 503, ends="200")  # two failures, then accepted
+        assert [d.state for d in retried] == ["canceled"] * 3
+        assert len({d.headers["x-a2a-notification-signature"] for d in retried}) == 3
+        # A refusal is final: no retry.
+        refused = await cancel_answering(404, ends="1 attempt(s): HTTP 404")
+        assert [d.state for d in refused] == ["canceled"]
+        # Never accepted: three attempts (push.attempts).
+        assert len(await cancel_answering(*[500] * 10, ends="3 attempt(s): HTTP 500")) == 3
 
 
-async def test_a_receiver_that_hangs_never_holds_up_a_turn(tmp_path: Path) -> None:
-    server = push_server(tmp_path)
-    a2a = A2A(server.url, server.token)
-    try:
-        async with receiving() as receiver:
-            receiver.hold = asyncio.Event()  # every POST hangs until the test lets go
-            turn = await send_with_push(a2a, "plan", receiver.url)
-            assert turn.final_state == "completed"
-            assert receiver.answered == 0  # the turn ended with no POST answered
-            receiver.hold.set()
-            deliveries = await receiver.settle()
-        assert deliveries[-1].state == "completed"
-    finally:
-        server.stop()
+async def test_a_receiver_that_hangs_never_holds_up_a_turn(pushing: RunningServer) -> None:
+    a2a = A2A(pushing.url, pushing.token)
+    async with receiving() as receiver:
+        receiver.hold = asyncio.Event()  # every POST hangs until the test lets go
+        turn = await send_with_push(a2a, "plan", receiver.url)
+        assert turn.final_state == "completed"
+        assert receiver.answered == 0  # the turn ended with no POST answered
+        receiver.hold.set()
+        deliveries = await receiver.settle()
+    assert deliveries[-1].state == "completed"
