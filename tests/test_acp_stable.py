@@ -6,8 +6,10 @@ no error."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from a2a.types.a2a_pb2 import Message
 
 from tailagent.agents.acp.backend import AcpBackend
@@ -31,11 +33,24 @@ async def gone(pid: str) -> None:
     raise AssertionError(f"agent process {pid} still runs")
 
 
-def calls(server: RunningServer) -> list[str]:
+def calls(server: RunningServer, since: int = 0) -> list[str]:
     """The lifecycle calls the fake agents got, in order: they say them on stderr
-    (`--log -`), which the server logs; no file outside their sandbox could carry them."""
+    (`--log -`), which the server logs; no file outside their sandbox could carry them.
+    `since`: from that offset of the log on, so one test of a shared server reads only
+    what came after its start."""
     marker = "stderr: lifecycle: "
-    return [line.split(marker, 1)[1] for line in server.log().splitlines() if marker in line]
+    lines = server.log()[since:].splitlines()
+    return [line.split(marker, 1)[1] for line in lines if marker in line]
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """One server of the fake agent as it comes, saying its lifecycle calls (`--log -`),
+    for the tests that neither restart it nor configure it: each turn in a context of its
+    own, so what one test left cannot pass for another's."""
+    server = start_acp(tmp_path_factory.mktemp("stable"), "--log", "-")
+    yield server
+    assert server.stop() == 0
 
 
 def notices(turn) -> list[str]:  # type: ignore[no-untyped-def]
@@ -160,37 +175,29 @@ async def test_usage_update_becomes_an_event_with_the_cost_in_dollars(tmp_path: 
     assert isinstance(events[-1], TurnDone)
 
 
-async def test_a_turn_with_usage_completes_through_the_server(tmp_path: Path) -> None:
-    server = start_acp(tmp_path)
-    try:
-        turn = await A2A(server.url, server.token).turn("usage:0.25")
-        assert turn.final_state == "completed", texts(turn.last_message)
-        assert turn_info(turn)[0] == 1
-    finally:
-        server.stop()
+async def test_a_turn_with_usage_completes_through_the_server(logged: RunningServer) -> None:
+    turn = await A2A(logged.url, logged.token).turn("usage:0.25")
+    assert turn.final_state == "completed", texts(turn.last_message)
+    assert turn_info(turn)[0] == 1
 
 
 # --- session config options: the model ---------------------------------------------------------
 
 
-async def test_a_turns_model_sets_the_agents_model_config_option(tmp_path: Path) -> None:
-    server = start_acp(tmp_path)
-    try:
-        agent = A2A(server.url, server.token)
-        first = await agent.turn("model")
-        assert "model: fast" in answer_text(first)
-        smart = await agent.turn(
-            user_message("model", context_id=first.context_id, metadata={"model": "smart"})
-        )
-        assert "model: smart" in answer_text(smart)
-        by_name = await agent.turn(user_message("model", metadata={"model": "Smart model"}))
-        assert "model: smart" in answer_text(by_name)
-        unknown = await agent.turn(user_message("model", metadata={"model": "huge"}))
-        assert unknown.final_state == "failed"
-        said = texts(unknown.last_message)
-        assert said == "The agent has no model 'huge'; it offers: fast, smart."
-    finally:
-        server.stop()
+async def test_a_turns_model_sets_the_agents_model_config_option(logged: RunningServer) -> None:
+    agent = A2A(logged.url, logged.token)
+    first = await agent.turn("model")
+    assert "model: fast" in answer_text(first)
+    smart = await agent.turn(
+        user_message("model", context_id=first.context_id, metadata={"model": "smart"})
+    )
+    assert "model: smart" in answer_text(smart)
+    by_name = await agent.turn(user_message("model", metadata={"model": "Smart model"}))
+    assert "model: smart" in answer_text(by_name)
+    unknown = await agent.turn(user_message("model", metadata={"model": "huge"}))
+    assert unknown.final_state == "failed"
+    said = texts(unknown.last_message)
+    assert said == "The agent has no model 'huge'; it offers: fast, smart."
 
 
 async def test_an_agent_without_config_options_keeps_its_model_and_says_so(
@@ -212,80 +219,73 @@ async def test_an_agent_without_config_options_keeps_its_model_and_says_so(
 # --- elicitation ---------------------------------------------------------------------------------
 
 
-def test_an_elicitation_is_a_question_per_field_answered_from_the_cli(tmp_path: Path) -> None:
-    server = start_acp(tmp_path)
-    try:
-        asked = call(server, "elicit")
-        assert asked.returncode == 3, asked.stdout + asked.stderr
-        assert "! Where should the build go?\n[input-required] Branch\nCount\nColour\nPush\n" in (
-            asked.stdout
-        )
-        assert "  Colour: red, blue\n  Push: yes, no\n" in asked.stdout
-        (reply,) = reply_lines(asked.stdout)
-        assert "--answer Branch=ANSWER" in reply
+def test_an_elicitation_is_a_question_per_field_answered_from_the_cli(
+    logged: RunningServer,
+) -> None:
+    asked = call(logged, "elicit")
+    assert asked.returncode == 3, asked.stdout + asked.stderr
+    assert "! Where should the build go?\n[input-required] Branch\nCount\nColour\nPush\n" in (
+        asked.stdout
+    )
+    assert "  Colour: red, blue\n  Push: yes, no\n" in asked.stdout
+    (reply,) = reply_lines(asked.stdout)
+    assert "--answer Branch=ANSWER" in reply
 
-        def answering(line: str, count: str) -> str:
-            answers = f"--answer Branch=main --answer Count={count} --answer Colour=blue"
-            return line.replace("--answer Branch=ANSWER", answers + " --answer Push=yes")
+    def answering(line: str, count: str) -> str:
+        answers = f"--answer Branch=main --answer Count={count} --answer Colour=blue"
+        return line.replace("--answer Branch=ANSWER", answers + " --answer Push=yes")
 
-        wrong = run_reply(server, answering(reply, "three"))
-        assert wrong.returncode == 3, wrong.stdout + wrong.stderr
-        said = "That answer does not fit the agent's form (count: 'three' is not a number)."
-        assert said in wrong.stdout
-        (again,) = reply_lines(wrong.stdout)
-        answered = run_reply(server, answering(again, "3"))
-        assert answered.returncode == 0, answered.stdout + answered.stderr
-        content = '{"branch": "main", "colour": "b", "count": 3, "push": true}'
-        assert f"elicited: accept {content}" in answered.stdout
-    finally:
-        server.stop()
+    wrong = run_reply(logged, answering(reply, "three"))
+    assert wrong.returncode == 3, wrong.stdout + wrong.stderr
+    said = "That answer does not fit the agent's form (count: 'three' is not a number)."
+    assert said in wrong.stdout
+    (again,) = reply_lines(wrong.stdout)
+    answered = run_reply(logged, answering(again, "3"))
+    assert answered.returncode == 0, answered.stdout + answered.stderr
+    content = '{"branch": "main", "colour": "b", "count": 3, "push": true}'
+    assert f"elicited: accept {content}" in answered.stdout
 
 
 async def test_a_canceled_elicitation_is_answered_cancel_and_the_session_goes_on(
-    tmp_path: Path,
+    logged: RunningServer,
 ) -> None:
-    server = start_acp(tmp_path, "--log", "-")
-    try:
-        agent = A2A(server.url, server.token)
-        asked = await agent.turn("elicit")
-        assert asked.final_state == "input_required"
-        assert [q["header"] for q in asked.pending["questions"]] == [
-            "Branch", "Count", "Colour", "Push",
-        ]  # fmt: skip
-        canceled = await agent.cancel(asked.task_id)
-        assert state_name(canceled.status.state) == "canceled"
-        after = await agent.turn(user_message("after", context_id=asked.context_id))
-        assert after.final_state == "completed"
-        assert turn_info(after)[0] == 2
-        assert "elicitation answered cancel" in calls(server)
-    finally:
-        server.stop()
+    since = len(logged.log())
+    agent = A2A(logged.url, logged.token)
+    asked = await agent.turn("elicit")
+    assert asked.final_state == "input_required"
+    assert [q["header"] for q in asked.pending["questions"]] == [
+        "Branch", "Count", "Colour", "Push",
+    ]  # fmt: skip
+    canceled = await agent.cancel(asked.task_id)
+    assert state_name(canceled.status.state) == "canceled"
+    after = await agent.turn(user_message("after", context_id=asked.context_id))
+    assert after.final_state == "completed"
+    assert turn_info(after)[0] == 2
+    assert "elicitation answered cancel" in calls(logged, since)
 
 
-async def test_an_answer_that_is_none_of_a_fields_choices_is_asked_again(tmp_path: Path) -> None:
-    server = start_acp(tmp_path)
-    try:
-        agent = A2A(server.url, server.token)
-        asked = await agent.turn("elicit")
-        colour = next(q for q in asked.pending["questions"] if q["header"] == "Colour")
-        assert [o["label"] for o in colour["options"]] == ["red", "blue"]
+async def test_an_answer_that_is_none_of_a_fields_choices_is_asked_again(
+    logged: RunningServer,
+) -> None:
+    agent = A2A(logged.url, logged.token)
+    asked = await agent.turn("elicit")
+    colour = next(q for q in asked.pending["questions"] if q["header"] == "Colour")
+    assert [o["label"] for o in colour["options"]] == ["red", "blue"]
 
-        def answering(choice: str) -> Message:
-            answers = {"Branch": "main", "Colour": choice}
-            return user_message(task_id=asked.task_id, data={"answers": answers})
+    def answering(choice: str) -> Message:
+        answers = {"Branch": "main", "Colour": choice}
+        return user_message(task_id=asked.task_id, data={"answers": answers})
 
-        hostile = "green; rm -rf /"
-        wrong = await agent.turn(answering(hostile))
-        assert wrong.final_state == "input_required"
-        said = f"colour: {hostile!r} is not one of red, blue"
-        assert f"That answer does not fit the agent's form ({said})." in notices(wrong)
-        assert "elicited" not in answer_text(wrong)  # the agent got no answer at all
-        assert [q["header"] for q in wrong.pending["questions"]] == [
-            "Branch", "Count", "Colour", "Push",
-        ]  # fmt: skip
-        # A choice's label, in any case, is one of them: the agent gets its value.
-        answered = await agent.turn(answering("BLUE"))
-        assert answered.final_state == "completed"
-        assert 'elicited: accept {"branch": "main", "colour": "b"}' in answer_text(answered)
-    finally:
-        server.stop()
+    hostile = "green; rm -rf /"
+    wrong = await agent.turn(answering(hostile))
+    assert wrong.final_state == "input_required"
+    said = f"colour: {hostile!r} is not one of red, blue"
+    assert f"That answer does not fit the agent's form ({said})." in notices(wrong)
+    assert "elicited" not in answer_text(wrong)  # the agent got no answer at all
+    assert [q["header"] for q in wrong.pending["questions"]] == [
+        "Branch", "Count", "Colour", "Push",
+    ]  # fmt: skip
+    # A choice's label, in any case, is one of them: the agent gets its value.
+    answered = await agent.turn(answering("BLUE"))
+    assert answered.final_state == "completed"
+    assert 'elicited: accept {"branch": "main", "colour": "b"}' in answer_text(answered)
