@@ -25,7 +25,7 @@ from playwright.sync_api import Browser, expect
 
 from tests.conftest import RunningServer, start_server
 from tests.test_access import needs_runuser
-from tests.test_desk_access import signed_in, signin_link
+from tests.test_desk_access import owner_link, signed_in, signin_link
 
 NOBODY_UID = 65534
 
@@ -192,21 +192,21 @@ def test_the_page_that_open_opens_signs_a_real_browser_in(
     context.close()
 
 
-def test_two_servers_on_one_box_keep_their_own_cookies(tmp_path: Path, browser: Browser) -> None:
-    first = start_server(tmp_path / "a", "--tailscale-socket", str(tmp_path / "none.sock"))
-    second = start_server(tmp_path / "b", "--tailscale-socket", str(tmp_path / "none.sock"))
+def test_two_servers_on_one_box_keep_their_own_cookies(
+    local: RunningServer, tmp_path: Path, browser: Browser
+) -> None:
+    second = start_server(tmp_path, "--tailscale-socket", str(tmp_path / "none.sock"))
     try:
         context = browser.new_context()
         page = context.new_page()
-        page.goto(signin_link(first))
-        page.goto(signin_link(second))
-        for server in (first, second):
+        page.goto(owner_link(local))
+        page.goto(owner_link(second))
+        for server in (local, second):
             page.goto(f"{server.url}/desk/")
             expect(page.locator(".viewer")).to_have_text("this box's owner")
         assert len(context.cookies()) == 2
         context.close()
     finally:
-        first.stop()
         second.stop()
 
 
