@@ -18,11 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from a2a.types.a2a_pb2 import Message
+from a2a.types.a2a_pb2 import ListTasksRequest, Message
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
-from tests.a2a_helpers import A2A, texts, user_message
+from tailagent.access.tokens import TokenStore
+from tests.a2a_helpers import A2A, Turn, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
 from tests.test_isolation import make_project
@@ -69,15 +70,35 @@ def someone(server: RunningServer) -> str:
     return made.stdout.strip().splitlines()[-1]
 
 
-def conversations(server: RunningServer, start: str) -> list[str]:
-    """The ids of the caller's conversations that begin with `start`, as listed."""
-    listed = run(server, "conversations", "--json")
-    assert listed.returncode == 0, listed.stderr
-    found = [json.loads(line)["contextId"] for line in listed.stdout.splitlines()]
-    return sorted(c for c in found if c.startswith(start))
+def person(server: RunningServer) -> str:
+    """A token for another person, who may call and approve: not an admin. Made as
+    `tailagent token add` makes it, in this process: the command is not what is tested."""
+    name = f"someone-{uuid.uuid4().hex[:6]}"
+    return TokenStore(server.state_dir).add(name, ("caller", "approver"))
 
 
-def test_call_context_with_the_short_id_goes_on_in_that_conversation(
+async def turn(server: RunningServer, text: str, token: str = "", context_id: str = "") -> Turn:
+    """A turn that only makes what a test then looks at, sent as `call` sends it (one
+    streamed message) by an A2A client in this process."""
+    a2a = A2A(server.url, token or server.token)
+    return await a2a.turn(user_message(text, context_id=context_id))
+
+
+async def conversations(server: RunningServer, start: str) -> list[str]:
+    """The ids of the admin's conversations that begin with `start`: the contexts of
+    all their tasks, page by page."""
+    found: set[str] = set()
+    async with A2A(server.url, server.token).client() as client:
+        request = ListTasksRequest(page_size=100, history_length=0)
+        while True:
+            page = await client.list_tasks(request)
+            found.update(t.context_id for t in page.tasks if t.context_id.startswith(start))
+            if not page.next_page_token:
+                return sorted(found)
+            request.page_token = page.next_page_token
+
+
+async def test_call_context_with_the_short_id_goes_on_in_that_conversation(
     served: RunningServer,
 ) -> None:
     first = run(served, "call", "edit:notes.txt one")
@@ -90,22 +111,24 @@ def test_call_context_with_the_short_id_goes_on_in_that_conversation(
     assert again.returncode == 0, again.stderr
     assert ids_of(again)[1] == context_id  # was: a new conversation whose id is `short`
     assert f"changes on tailagent/{short} (+2 commits" in again.stdout, again.stdout
-    assert conversations(served, short) == [context_id]  # was: and one named `short`
+    assert await conversations(served, short) == [context_id]  # was: and one named `short`
     diff = run(served, "diff", short)
     assert "+edit:notes.txt one" in diff.stdout and "+edit:more.txt two" in diff.stdout
 
 
-def test_a_start_of_several_conversations_is_refused_naming_them(served: RunningServer) -> None:
+async def test_a_start_of_several_conversations_is_refused_naming_them(
+    served: RunningServer,
+) -> None:
     tag = uuid.uuid4().hex[:6]
     for name in ("one", "two"):
-        made = run(served, "call", f"edit:{name}.txt {name}", "--context", f"{tag}-{name}")
-        assert made.returncode == 0, made.stderr
+        made = await turn(served, f"edit:{name}.txt {name}", context_id=f"{tag}-{name}")
+        assert made.final_state == "completed", made.kinds()
     both = run(served, "call", "edit:three.txt three", "--context", tag)
     assert both.returncode == 2, both
     assert both.stderr.strip().endswith(
         f"{tag} is the start of 2 of your conversations ({tag}-one, {tag}-two): give more of its id"
     ), both.stderr
-    assert conversations(served, tag) == [f"{tag}-one", f"{tag}-two"]  # none started
+    assert await conversations(served, tag) == [f"{tag}-one", f"{tag}-two"]  # none started
     more = run(served, "call", "hello", "--context", f"{tag}-t")
     assert more.returncode == 0, more.stderr
     assert ids_of(more)[1] == f"{tag}-two"
@@ -129,10 +152,10 @@ async def refusal_of(a2a: A2A, message: Message) -> str:
 async def test_the_start_of_another_persons_id_gets_the_answer_of_a_name_that_fits_none(
     served: RunningServer,
 ) -> None:
-    carol, bob = someone(served), someone(served)
-    made = run(served, "call", "edit:carols.txt carol's", token=carol)
-    assert made.returncode == 0, made.stderr
-    _, carols = ids_of(made)
+    carol, bob = person(served), person(served)
+    made = await turn(served, "edit:carols.txt carol's", token=carol)
+    assert made.final_state == "completed", made.kinds()
+    carols = made.context_id
     start, nothing = carols[:6], f"q{uuid.uuid4().hex[:5]}"  # no minted id starts with q
     bobs = A2A(served.url, bob)
 
@@ -162,7 +185,7 @@ async def test_the_start_of_another_persons_id_gets_the_answer_of_a_name_that_fi
 async def test_a_short_id_leads_its_owner_home_after_someone_took_it_as_a_name(
     served: RunningServer,
 ) -> None:
-    carol, bob = someone(served), someone(served)
+    carol, bob = person(served), person(served)
     made = run(served, "call", "edit:hers.txt carol's", token=carol)
     assert made.returncode == 0, made.stderr
     _, carols = ids_of(made)
@@ -204,11 +227,11 @@ async def test_a_branch_name_says_nothing_of_another_persons_conversation(
     """Branch names are unique among one person's conversations only (issue 55 §5): bob's
     conversation whose id starts as carol's does gets `tailagent/<8 characters>`, the
     name it would have if hers did not exist, and each short name leads its owner home."""
-    carol, bob = someone(served), someone(served)
+    carol, bob = person(served), person(served)
     tag = uuid.uuid4().hex[:8]
     carols, bobs = f"{tag}-carol", f"{tag}-bob"
-    made = run(served, "call", f"edit:{tag}-hers.txt carol's", "--context", carols, token=carol)
-    assert made.returncode == 0 and ids_of(made)[1] == carols, made
+    made = await turn(served, f"edit:{tag}-hers.txt carol's", token=carol, context_id=carols)
+    assert made.final_state == "completed" and made.context_id == carols, made.kinds()
     took = run(served, "call", f"edit:{tag}-his.txt bob's", "--context", bobs, token=bob)
     assert took.returncode == 0 and ids_of(took)[1] == bobs, took
     # What bob is shown is what a server without carol's conversation would show him.
@@ -239,10 +262,12 @@ async def test_a_branch_name_says_nothing_of_another_persons_conversation(
     assert branches(served, carol) == {carols: (f"tailagent/{tag}", "merged at")}
 
 
-def test_a_short_id_goes_on_in_a_conversation_without_worktrees(server: RunningServer) -> None:
-    first = run(server, "call", "hello")
-    assert first.returncode == 0, first.stderr
-    _, context_id = ids_of(first)
+async def test_a_short_id_goes_on_in_a_conversation_without_worktrees(
+    server: RunningServer,
+) -> None:
+    first = await turn(server, "hello")
+    assert first.final_state == "completed", first.kinds()
+    context_id = first.context_id
     again = run(server, "call", "hello again", "--context", context_id[:8])
     assert again.returncode == 0, again.stderr
     assert ids_of(again)[1] == context_id
@@ -253,15 +278,14 @@ async def test_a_store_in_postgresql_finds_starts_the_same_way(tmp_path: Path) -
     with running_postgres() as postgres:
         server = start_server(tmp_path, "--store", postgres.url)
         try:
-            owner = someone(server)
-            first = run(server, "call", "hello", token=owner)
-            _, context_id = ids_of(first)
+            owner = person(server)
+            context_id = (await turn(server, "hello", token=owner)).context_id
             again = run(server, "call", "hello again", "--context", context_id[:8], token=owner)
             assert again.returncode == 0, again.stderr
             assert ids_of(again)[1] == context_id
             # Another person's start is no candidate for them: a name of their own.
             message = user_message("hello", context_id=context_id[:8])
-            theirs = await A2A(server.url, someone(server)).send(message)
+            theirs = await A2A(server.url, person(server)).send(message)
             assert theirs.task.context_id == context_id[:8]
             mine = run(server, "call", "hello", "--context", context_id[:8], token=owner)
             assert ids_of(mine)[1] == context_id
@@ -270,9 +294,9 @@ async def test_a_store_in_postgresql_finds_starts_the_same_way(tmp_path: Path) -
 
 
 async def test_watch_and_cancel_take_a_unique_start_of_a_task_id(served: RunningServer) -> None:
-    asked = run(served, "call", "question")
-    assert asked.returncode == 3, asked.stderr
-    task_id, _ = ids_of(asked)
+    asked = await turn(served, "question")
+    assert asked.final_state == "input_required", asked.kinds()
+    task_id = asked.task_id
     watched = run(served, "watch", task_id[:8])
     assert watched.returncode == 3, watched.stderr
     assert "Which colour" in watched.stdout and f"task {task_id}" in watched.stdout
