@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.a2a_helpers import user_message
+from tests.a2a_helpers import A2A, Turn, user_message
 from tests.conftest import RunningServer, start_server
 from tests.fake_acp_agent import HOSTILE
 from tests.tailnet import FakeTailscaled, whois
@@ -113,6 +113,15 @@ def hostile_call(team: Team) -> tuple[subprocess.CompletedProcess[str], str, str
     return called, task.group(1), request.group(1)
 
 
+async def hostile_task(team: Team) -> Turn:
+    """The owner's `hostile` turn, sent over A2A, stopped at the agent's permission
+    request: for the tests that only look at its task afterwards, sparing them a
+    `tailagent call` run (~0.55 s of CPU)."""
+    asked = await A2A(team.server.url, team.server.token).turn("hostile")
+    assert asked.final_state == "input_required", asked.final_state
+    return asked
+
+
 def test_call_shows_the_agents_text_escaped_wherever_it_appears(team: Team) -> None:
     called, _task, _request = hostile_call(team)
     out = called.stdout
@@ -136,8 +145,9 @@ def test_in_a_terminal_only_tailagents_own_colours_are_sequences(team: Team) -> 
     assert f"said {SHOWN}" in shown and f"Run {SHOWN}" in shown
 
 
-def test_watch_tasks_and_diff_show_it_escaped(team: Team) -> None:
-    _called, task, _request = hostile_call(team)
+async def test_watch_tasks_and_diff_show_it_escaped(team: Team) -> None:
+    asked = await hostile_task(team)
+    task = asked.task_id
     watched = tailagent(team, "watch", task)
     assert watched.returncode == 3, watched.stderr
     assert f"Run {SHOWN}" in watched.stdout, watched.stdout
@@ -145,9 +155,7 @@ def test_watch_tasks_and_diff_show_it_escaped(team: Team) -> None:
     assert listed.returncode == 0, listed.stderr
     # "says" is the status's first 60 characters, escaped.
     assert r"Run clip \x1b]52;c;aGk=\x1b\ clear \x1b[2J" in listed.stdout, listed.stdout
-    context = tailagent(team, "tasks", "--json").stdout.splitlines()
-    context_id = next(json.loads(t)["contextId"] for t in context if json.loads(t)["id"] == task)
-    diff = tailagent(team, "diff", context_id)
+    diff = tailagent(team, "diff", asked.context_id)
     assert diff.returncode == 0, diff.stderr
     assert f"+file {SHOWN}" in diff.stdout, diff.stdout
     assert_inert(watched.stdout, watched.stderr, listed.stdout, diff.stdout, diff.stderr)
@@ -162,7 +170,8 @@ async def test_audit_shows_reasons_and_devices_as_written(team: Team) -> None:
         user_message("no [/]", task_id=asked.task_id, context_id=asked.context_id)
     )
     assert denied.final_state == "completed", denied.final_state
-    _called, task, request = hostile_call(team)
+    owned = await hostile_task(team)
+    task, request = owned.task_id, owned.pending["requestId"]
     owners = tailagent(team, "call", "deny [bold green]x[/]", "--task", task, "--request", request)
     assert owners.returncode == 0, owners.stdout + owners.stderr
     audit = tailagent(team, "audit")
