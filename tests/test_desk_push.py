@@ -152,6 +152,26 @@ def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
     fake.stop()
 
 
+@contextlib.contextmanager
+def beside(desk: Desk, tmp: Path, *extra: str) -> Iterator[Desk]:
+    """Another server, started with `extra`, for the same people, tailscaled and push
+    service as `desk`'s, behind stand-ins of its own: a test on another store runs on
+    it and leaves the module's server as it was (no restart to put that one back)."""
+    proxies = {
+        name: ServeProxy(0, person["Node"]["Addresses"][0].split("/")[0]).start()
+        for name, person in PEOPLE.items()
+    }
+    other = Desk(tmp, desk.fake, desk.push, None, proxies)  # type: ignore[arg-type]
+    try:
+        other.start(*extra)
+        yield other
+    finally:
+        for proxy in proxies.values():
+            proxy.stop()
+        if other.server is not None:
+            other.server.stop()
+
+
 @pytest.fixture(autouse=True)
 def clean(desk: Desk) -> None:
     """Each test starts with no subscription and nothing received."""
@@ -534,7 +554,9 @@ def test_a_prompt_reaches_a_device_by_its_persons_roles_now_not_when_it_subscrib
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
-def test_a_notification_answer_used_once_is_refused_after_a_restart(desk: Desk, store: str) -> None:
+def test_a_notification_answer_used_once_is_refused_after_a_restart(
+    desk: Desk, store: str, tmp_path: Path
+) -> None:
     """Spent answers are kept in the store (SQLite, or a PostgreSQL one) until their
     token expires: a restart does not make a used Deny good again."""
     if store == "postgresql" and NO_POSTGRES is not None:
@@ -542,9 +564,7 @@ def test_a_notification_answer_used_once_is_refused_after_a_restart(desk: Desk, 
     with contextlib.ExitStack() as stack:
         if store == "postgresql":
             postgres = stack.enter_context(running_postgres())
-            desk.server.stop()
-            desk.start("--store", postgres.url)
-            stack.callback(lambda: (desk.server.stop(), desk.start()))  # back on SQLite
+            desk = stack.enter_context(beside(desk, tmp_path, "--store", postgres.url))
         desk.subscribe("carol")
         task_id = desk.send("carol", "ask")
         [received] = desk.push.wait_for(1)
