@@ -18,7 +18,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from tests.browser import PHONE
 from tests.conftest import RunningServer
 from tests.test_desk import Tailnet, start_task, tailnet
-from tests.test_desk_access import signin_link
+from tests.test_desk_access import owner_link
 from tests.test_desk_conversation import local_task, shot
 from tests.test_desk_worktree import repo_server
 
@@ -30,7 +30,7 @@ TASK_URL = re.compile(r"/desk/tasks/[0-9a-f-]+$")
 def owner(repo_server: tuple[RunningServer, Path], browser: Browser) -> Iterator[BrowserContext]:
     """The box's owner (an admin) on a phone, signed in once for the module."""
     made = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
-    made.new_page().goto(signin_link(repo_server[0]))
+    made.new_page().goto(owner_link(repo_server[0]))
     yield made
     made.close()
 
