@@ -24,7 +24,7 @@ from tailagent.web.pages import markdown
 from tests.browser import PHONE
 from tests.conftest import RunningServer
 from tests.test_desk import OWNER, Tailnet, context, put_back_answer_form, start_task, tailnet
-from tests.test_desk_access import signin_link
+from tests.test_desk_access import owner_link
 from tests.test_desk_worktree import repo_server
 from tests.test_isolation import git
 
@@ -317,7 +317,7 @@ def test_a_permission_shows_the_worktree_it_runs_in(
 ) -> None:
     server, repo = repo_server
     page = browser.new_context().new_page()
-    page.goto(signin_link(server))
+    page.goto(owner_link(server))
     local_task(page, "ask")
     cwd = page.locator("section.ask .cwd")
     expect(cwd).to_contain_text(str(server.state_dir / "worktrees"))
@@ -332,7 +332,7 @@ def test_a_merge_asks_first_then_shows_merged_and_a_conflict_offers_the_follow_u
 ) -> None:
     server, repo = repo_server
     page = browser.new_context().new_page()
-    page.goto(signin_link(server))
+    page.goto(owner_link(server))
     first = local_task(page, "edit:shared.txt one")
     expect(page.locator(".task-head .state")).to_have_text("completed")
     second = local_task(page, "edit:shared.txt two")
