@@ -4,6 +4,7 @@ own stand-in for `tailscale serve`, and the real CLI reading what the server kep
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -21,13 +22,16 @@ from typing import Any
 import httpx
 import pytest
 
+from tailagent.access.tokens import TokenStore
+from tailagent.cost.ledger import DayUsage, Usage
+from tailagent.store.database import open_database
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
 from tests.serve_proxy import ServeProxy
 from tests.tailnet import FakeTailscaled, whois
 from tests.test_acp import start_acp
 from tests.test_claude import FakeLog
-from tests.test_tokens_and_owners import add_token, tailagent
+from tests.test_tokens_and_owners import tailagent
 
 PEOPLE = {
     "bob": whois("bob@example.com", name="bob-laptop", ip="100.64.0.3"),
@@ -114,6 +118,34 @@ def tailnet(tmp: Path, budgets: str = "") -> Iterator[Box]:
             proxy.stop()
         box.server.stop()
         fake.stop()
+
+
+def issue_token(server: RunningServer, name: str, *roles: str) -> str:
+    """A bearer token for `server`, made as `tailagent token add` makes it (the same
+    TokenStore on its state dir, which the server reads again when it changes), in this
+    process: for tests whose subject is not the CLI, a CLI run saved."""
+    return TokenStore(server.state_dir).add(name, roles or ("caller",))
+
+
+def sqlite_store(server: RunningServer) -> str:
+    """The store URL of a server on its own SQLite."""
+    return f"sqlite+aiosqlite:///{server.state_dir / 'tailagent.db'}"
+
+
+def usage_today(store_url: str) -> list[DayUsage]:
+    """Today's usage rows in the store, read with the ledger `tailagent usage` reads
+    with, in this process: for tests that read what was spent, not the CLI's output."""
+
+    async def read() -> list[DayUsage]:
+        database = open_database(store_url)
+        try:
+            usage = Usage(database)
+            await usage.initialize()
+            return await usage.days(datetime.now(UTC).date())
+        finally:
+            await database.aclose()
+
+    return asyncio.run(read())
 
 
 def usage_rows(box: Box, *args: str) -> dict[str, dict[str, Any]]:
@@ -348,7 +380,7 @@ def test_servers_sharing_a_store_count_one_day_and_hold_one_budget(tmp_path: Pat
                                         state_dir=tmp_path / name / "state"))  # fmt: skip
         try:
             a, b = servers
-            tokens = [add_token(server, "ci", "caller") for server in servers]
+            tokens = [issue_token(server, "ci", "caller") for server in servers]
             _rpc_send(a, "on a cost:0.5", token=tokens[0])
             _rpc_send(b, "on b cost:0.25", token=tokens[1])
             store = ["--store", postgres.url]
@@ -381,7 +413,7 @@ def test_an_acp_turn_that_spends_the_day_is_stopped_midway_and_the_next_refused(
 ) -> None:
     server = start_acp(tmp_path, config="[budgets]\nper_caller_daily_usd = 1\n")
     try:
-        token = add_token(server, "ci", "caller")
+        token = issue_token(server, "ci", "caller")
         spent = _rpc_send(server, "usage:0.5 usage:1.2 slow 20", token=token)
         body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
             "messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "more"}]}}}  # fmt: skip
