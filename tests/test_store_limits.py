@@ -24,10 +24,14 @@ from a2a.utils.errors import A2AError
 from tests.a2a_helpers import A2A
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
+from tests.test_cost import issue_token
 from tests.test_push import receiving, send_with_push
-from tests.test_tokens_and_owners import add_token, tailagent
+from tests.test_tokens_and_owners import tailagent
 
 LIMIT = 3
+# The limited servers also take push configs to 127.0.0.1, for the test of what a
+# removed task takes with it; nothing else of theirs pushes.
+LIMITED = f'tasks_kept_per_caller = {LIMIT}\n[push]\nallowed_hosts = ["127.0.0.1"]\n'
 
 
 def serve(tmp: Path, config: str, *extra: str) -> RunningServer:
@@ -50,12 +54,32 @@ def store(request: pytest.FixtureRequest) -> Iterator[tuple[str, ...]]:
         yield ("--store", postgres.url)
 
 
-@pytest.fixture
-def limited(store: tuple[str, ...], tmp_path: Path) -> Iterator[RunningServer]:
-    """A server whose people keep 3 tasks each, on either store."""
-    server = serve(tmp_path, f"tasks_kept_per_caller = {LIMIT}\n", *store)
+@pytest.fixture(scope="module")
+def limited_on_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """A server whose people keep 3 tasks each, on its own SQLite: one for the module,
+    as the limit is a person's and each test calls it as people of its own."""
+    server = serve(tmp_path_factory.mktemp("limited"), LIMITED)
     yield server
     assert server.stop() == 0, server.log()
+
+
+@pytest.fixture(scope="module")
+def limited_on_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """The same on a fresh PostgreSQL, shared the same way."""
+    missing = postgres_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    with running_postgres() as postgres:
+        server = serve(tmp_path_factory.mktemp("limited-pg"), LIMITED, "--store", postgres.url)
+        yield server
+        assert server.stop() == 0, server.log()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def limited(request: pytest.FixtureRequest) -> RunningServer:
+    """A server whose people keep 3 tasks each, on either store."""
+    server: RunningServer = request.getfixturevalue(f"limited_on_{request.param}")
+    return server
 
 
 async def kept(person: A2A) -> list[str]:
@@ -78,8 +102,8 @@ async def ended_task(person: A2A) -> str:
 async def test_past_the_task_limit_the_oldest_ended_go_and_a_waiting_one_stays(
     limited: RunningServer,
 ) -> None:
-    alice = A2A(limited.url, add_token(limited, "alice", "caller"))
-    bob = A2A(limited.url, add_token(limited, "bob", "caller"))
+    alice = A2A(limited.url, issue_token(limited, "alice", "caller"))
+    bob = A2A(limited.url, issue_token(limited, "bob", "caller"))
     bobs = [await ended_task(bob) for _ in range(2)]
     asked = await waiting_task(alice, "first")  # her oldest task, never removed
     done = [await ended_task(alice) for _ in range(5)]
@@ -103,7 +127,7 @@ async def test_past_the_task_limit_the_oldest_ended_go_and_a_waiting_one_stays(
 async def test_starts_at_once_admit_no_more_than_the_limit(limited: RunningServer) -> None:
     """One person's starts that all arrive at once are checked one after another: of
     six, as many as the limit leaves room for are admitted, and the rest refused."""
-    alice = A2A(limited.url, add_token(limited, "alice", "caller"))
+    alice = A2A(limited.url, issue_token(limited, "alice-at-once", "caller"))
     asked = await waiting_task(alice, "first")  # room for LIMIT - 1 more, none ended
 
     async def start(i: int) -> str:  # each waits for an answer: none can give way
@@ -149,45 +173,43 @@ def link(db: sqlite3.Connection, task_id: str, context_id: str, peer_task: str, 
     )
 
 
-async def test_a_removed_task_takes_what_served_only_it(tmp_path: Path) -> None:
+async def test_a_removed_task_takes_what_served_only_it(
+    limited_on_sqlite: RunningServer,
+) -> None:
     """Its events, signals and push configs go with it; its delegation links go once a
     newer one of its conversation supersedes them (the newest continues the peer's
     conversation); its audit rows stay."""
-    allowed = '[push]\nallowed_hosts = ["127.0.0.1"]\n'
-    server = serve(tmp_path, f"tasks_kept_per_caller = {LIMIT}\n{allowed}")
-    try:
-        alice = A2A(server.url, add_token(server, "alice", "caller"))
-        async with receiving() as receiver:
-            first = await send_with_push(alice, "hello", receiver.url)
-            assert first.final_state == "completed", first.kinds
-            oldest, second, *_ = [first.task_id] + [await ended_task(alice) for _ in range(2)]
-            contexts = [(await alice.get(task)).context_id for task in (oldest, second)]
-            await asyncio.sleep(0.3)  # the events are written
-            with sqlite3.connect(server.state_dir / "tailagent.db") as db:
-                link(db, oldest, contexts[0], "p1", "2026-01-01T00:00:00")
-                # a later task of the same conversation handed work on: it supersedes p1
-                link(db, "a-later-task", contexts[0], "p2", "2026-01-02T00:00:00")
-                link(db, second, contexts[1], "p3", "2026-01-01T00:00:00")  # its newest
-                db.execute("INSERT INTO task_signals VALUES (?, 'cancel', 'now')", (oldest,))
-                db.execute(
-                    "INSERT INTO audit_log (at, task_id, context_id, tool, input, decision,"
-                    " reason, answered_by) VALUES ('now', ?, ?, 'Bash', 'ls', 'allow', '',"
-                    " 'alice')",
-                    (oldest, contexts[0]),
-                )
-            before = rows_of(server, oldest)
-            assert all(before.values()), before
-            for _ in range(2):  # past the limit: the oldest two go
-                await ended_task(alice)
-            assert {oldest, second}.isdisjoint(await kept(alice))
-            after = rows_of(server, oldest)
-            assert after["task_events"] == after["task_signals"] == [], after
-            assert after["push_notification_configs"] == after["delegation_links"] == [], after
-            assert after["audit_log"] == before["audit_log"]
-            assert [row[2] for row in rows_of(server, second)["delegation_links"]] == ["p3"]
-            assert len(rows_of(server, "a-later-task")["delegation_links"]) == 1
-    finally:
-        assert server.stop() == 0, server.log()
+    server = limited_on_sqlite
+    alice = A2A(server.url, issue_token(server, "alice-removed", "caller"))
+    async with receiving() as receiver:
+        first = await send_with_push(alice, "hello", receiver.url)
+        assert first.final_state == "completed", first.kinds
+        oldest, second, *_ = [first.task_id] + [await ended_task(alice) for _ in range(2)]
+        contexts = [(await alice.get(task)).context_id for task in (oldest, second)]
+        await asyncio.sleep(0.3)  # the events are written
+        with sqlite3.connect(server.state_dir / "tailagent.db") as db:
+            link(db, oldest, contexts[0], "p1", "2026-01-01T00:00:00")
+            # a later task of the same conversation handed work on: it supersedes p1
+            link(db, "a-later-task", contexts[0], "p2", "2026-01-02T00:00:00")
+            link(db, second, contexts[1], "p3", "2026-01-01T00:00:00")  # its newest
+            db.execute("INSERT INTO task_signals VALUES (?, 'cancel', 'now')", (oldest,))
+            db.execute(
+                "INSERT INTO audit_log (at, task_id, context_id, tool, input, decision,"
+                " reason, answered_by) VALUES ('now', ?, ?, 'Bash', 'ls', 'allow', '',"
+                " 'alice')",
+                (oldest, contexts[0]),
+            )
+        before = rows_of(server, oldest)
+        assert all(before.values()), before
+        for _ in range(2):  # past the limit: the oldest two go
+            await ended_task(alice)
+        assert {oldest, second}.isdisjoint(await kept(alice))
+        after = rows_of(server, oldest)
+        assert after["task_events"] == after["task_signals"] == [], after
+        assert after["push_notification_configs"] == after["delegation_links"] == [], after
+        assert after["audit_log"] == before["audit_log"]
+        assert [row[2] for row in rows_of(server, second)["delegation_links"]] == ["p3"]
+        assert len(rows_of(server, "a-later-task")["delegation_links"]) == 1
 
 
 async def test_past_the_event_limit_the_oldest_ended_tasks_lose_their_events(
@@ -195,7 +217,7 @@ async def test_past_the_event_limit_the_oldest_ended_tasks_lose_their_events(
 ) -> None:
     server = serve(tmp_path, "events_kept_per_caller = 20\n")
     try:
-        alice = A2A(server.url, add_token(server, "alice", "caller"))
+        alice = A2A(server.url, issue_token(server, "alice", "caller"))
         done = []
         for _ in range(8):
             done.append(await ended_task(alice))
@@ -216,7 +238,7 @@ async def test_ended_tasks_expire_and_waiting_ones_do_not(
     age = 2.0  # seconds
     server = serve(tmp_path, f"ended_tasks_kept_hours = {age / 3600}\n", *store)
     try:
-        alice = A2A(server.url, add_token(server, "alice", "caller"))
+        alice = A2A(server.url, issue_token(server, "alice", "caller"))
         asked = await waiting_task(alice, "stays")
         done = await ended_task(alice)
         await asyncio.sleep(0.3)  # its events are written
@@ -238,7 +260,7 @@ async def test_ended_tasks_expire_and_waiting_ones_do_not(
 def test_metrics_and_doctor_show_the_stores_size(tmp_path: Path) -> None:
     server = serve(tmp_path, "")
     try:
-        alice = A2A(server.url, add_token(server, "alice", "caller"))
+        alice = A2A(server.url, issue_token(server, "alice", "caller"))
         asyncio.run(ended_task(alice))
         time.sleep(0.3)
         with sqlite3.connect(server.state_dir / "tailagent.db") as db:
