@@ -11,9 +11,12 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 import tailagent
@@ -34,6 +37,33 @@ def run(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "tailagent", *args, "--state-dir", str(server.state_dir)],
         capture_output=True, text=True, timeout=60, env={**env, **NARROW},
     )  # fmt: skip
+
+
+def send_turn(
+    server: RunningServer, text: str = "", context: str = "", **fields: Any
+) -> dict[str, Any]:
+    """One message as any A2A client sends it (JSON-RPC SendMessage, answered when its
+    turn ends), with `fields` added to the message (`data`, `taskId`): its result, a
+    task or a message. For a turn a test only makes to look at later: a `tailagent
+    call` would cost a process (~0.5 s of CPU) and test nothing it asserts."""
+    parts: list[dict[str, Any]] = [{"text": text}] if text else []
+    if "data" in fields:
+        parts.append({"data": fields.pop("data")})
+    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "contextId": context,
+               "parts": parts, **fields}  # fmt: skip
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+    headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {server.token}"}
+    answer = httpx.post(server.url + "/", json=body, headers=headers, timeout=120).json()
+    assert "result" in answer, answer
+    result: dict[str, Any] = answer["result"]
+    return result
+
+
+def completed(server: RunningServer, text: str, context: str = "") -> dict[str, Any]:
+    """A turn through `send_turn` that must complete: its task."""
+    task: dict[str, Any] = send_turn(server, text, context)["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+    return task
 
 
 def in_terminal(server: RunningServer, *args: str) -> str:
@@ -101,12 +131,10 @@ def test_hellos_leave_no_branch_and_their_conversations_go_on(tmp_path: Path) ->
     server = start_server(tmp_path, "--isolation", "worktree")
     try:
         first_log = server.log()
-        hellos = [run(server, "call", "hello") for _ in range(3)]
-        assert [h.returncode for h in hellos] == [0, 0, 0], [h.stderr for h in hellos]
+        hellos = [completed(server, "hello")["contextId"] for _ in range(3)]
         assert branches(server.state_dir, repo) == []  # was: one tailagent/… branch per hello
-        went_on = context_of(hellos[0])
-        edit = run(server, "call", "edit:notes.txt went on", "--context", went_on)
-        assert edit.returncode == 0, edit.stderr
+        went_on = hellos[0]
+        completed(server, "edit:notes.txt went on", went_on)
         assert branches(server.state_dir, repo) == [f"tailagent/{went_on[:8]}"]
         own = Path(str(record(server, went_on)["path"]))
         assert git(own, "show", f"tailagent/{went_on[:8]}:notes.txt") == "edit:notes.txt went on\n"
@@ -118,10 +146,9 @@ def test_hellos_leave_no_branch_and_their_conversations_go_on(tmp_path: Path) ->
     server = start_server(tmp_path, "--isolation", "worktree")  # the same state dir
     try:
         assert FIRST_START not in server.log()  # said once for this repository
-        idle = context_of(hellos[1])
+        idle = hellos[1]
         assert not Path(str(record(server, idle)["path"])).exists()  # gone at the start
-        later = run(server, "call", "edit:later.txt later", "--context", idle)
-        assert later.returncode == 0, later.stderr
+        completed(server, "edit:later.txt later", idle)
         own = Path(str(record(server, idle)["path"]))
         assert git(own, "show", f"tailagent/{idle[:8]}:later.txt") == "edit:later.txt later\n"
         assert sorted(branches(server.state_dir, repo)) == sorted([f"tailagent/{went_on[:8]}",
@@ -142,8 +169,7 @@ def test_diff_merge_and_discard_take_the_short_id_of_the_branch(
 ) -> None:
     server, repo = project
     for context, text in (("abc-one", "edit:notes.txt one"), ("abc-two", "edit:other.txt two")):
-        done = run(server, "call", text, "--context", context)
-        assert done.returncode == 0, done.stderr
+        completed(server, text, context)
     diff = run(server, "diff", "abc-o")
     assert diff.returncode == 0, diff.stderr
     assert "+edit:notes.txt one" in diff.stdout and "other.txt" not in diff.stdout
@@ -188,12 +214,12 @@ def test_tasks_and_audit_fit_80_columns_and_keep_the_time(
     server, _repo = project
     asked = run(server, "call", "question")
     assert asked.returncode == 3, asked.stderr
-    hello = run(server, "call", "hello")
-    permission = run(server, "call", "ask")
-    task = re.search(r"--task (\S+)", permission.stdout)
-    assert task, permission.stdout
+    hello = completed(server, "hello")
+    permission = send_turn(server, "ask")["task"]
+    assert permission["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", permission
+    task = permission["id"]
     why = "no, run pytest -x instead, the build folder holds the release notes of today"
-    denied = run(server, "call", why, "--task", task.group(1))
+    denied = run(server, "call", why, "--task", task)
     assert denied.returncode == 0, denied.stderr
 
     listed = run(server, "tasks")
@@ -205,14 +231,14 @@ def test_tasks_and_audit_fit_80_columns_and_keep_the_time(
     # Under it, its title, then what it asks, whole.
     assert lines[waiting + 1].strip() == "question", listed.stdout
     assert lines[waiting + 2].strip() == "Which colour do you prefer?", listed.stdout
-    assert context_of(hello)[:8] in listed.stdout
+    assert hello["contextId"][:8] in listed.stdout
 
     audit = in_terminal(server, "audit")
     rows = audit.splitlines()
     assert all(len(line) <= 80 for line in rows), audit
     deny = next(line for line in rows if " deny " in line)
     assert re.match(rf"\s*{TIME}\s+deny\s+Bash\s+rm -rf build\s", deny), deny
-    assert task.group(1)[:8] in deny
+    assert task[:8] in deny
     assert "release notes of today" in " ".join(" ".join(rows).split())  # wrapped, not cut
 
 
@@ -222,8 +248,7 @@ def test_switching_cwd_on_a_state_dir_says_so_once(tmp_path: Path) -> None:
     make_project(second)
     server = start_server(tmp_path, "--isolation", "worktree")
     try:
-        done = run(server, "call", "edit:notes.txt kept")
-        assert done.returncode == 0, done.stderr
+        done = completed(server, "edit:notes.txt kept")["contextId"]
         deadline = time.monotonic() + 30
         while not made_ahead(server.state_dir, first) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -245,4 +270,4 @@ def test_switching_cwd_on_a_state_dir_says_so_once(tmp_path: Path) -> None:
     assert "conversation 's" not in logs[0] + logs[1]
     assert "made ahead" not in logs[1] and "conversation of the" not in logs[1], logs[1]
     assert not made_ahead(server.state_dir, first)
-    assert branches(server.state_dir, first) == [f"tailagent/{context_of(done)[:8]}"]  # kept
+    assert branches(server.state_dir, first) == [f"tailagent/{done[:8]}"]  # kept
