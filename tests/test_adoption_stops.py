@@ -13,13 +13,14 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tailagent.workspace.worktrees.ending.holdings import clean, held
 from tests.conftest import RunningServer, start_server
 from tests.test_isolation import git, make_project
 from tests.test_litter import wait_for_one_made_ahead
-from tests.test_worktree_newcomer import run
+from tests.test_worktree_newcomer import completed, run, send_turn
 
 STOPPER = Path(__file__).with_name("stop_in_adoption.py")
 # The claim's record write and its rename, git's rev-parse, update-ref and
@@ -50,13 +51,13 @@ def test_a_stop_anywhere_in_an_adoption_leaves_clean_nothing_of_the_conversation
     context = f"ctx-{uuid.uuid4().hex[:12]}"
     try:
         (ahead,) = wait_for_one_made_ahead(server.state_dir, repo)
-        called = run(server, "call", "edit:first.txt first", "--context", context)
+        called = first_turn(server, context)
         stopped = server.process.wait(timeout=30) if stop_at <= POINTS else None
     finally:
         server.stop()
     passed = server.log().count("stop-in-adoption: point ")
     if stop_at > POINTS:  # no stop: the adoption passed every point, no more
-        assert called.returncode == 0 and passed == POINTS, server.log()
+        assert called == "TASK_STATE_COMPLETED" and passed == POINTS, server.log()
     else:
         assert stopped == 137 and f"stopped before point {stop_at} " in server.log()
         assert passed == stop_at - 1, server.log()
@@ -74,12 +75,21 @@ def test_a_stop_anywhere_in_an_adoption_leaves_clean_nothing_of_the_conversation
     carried_on(tmp_path, server.state_dir, context)
 
 
+def first_turn(server: RunningServer, context: str) -> str:
+    """The conversation's first turn (an A2A client's: the CLI is not what is tested):
+    its task's state, or "" when the server stopped dead before it answered."""
+    try:
+        task: dict[str, dict[str, str]] = send_turn(server, "edit:first.txt first", context)["task"]
+    except httpx.TransportError:
+        return ""
+    return task["status"]["state"]
+
+
 def carried_on(tmp_path: Path, state_dir: Path, context: str) -> None:
     """A real server carries the conversation on: its turn lands in its directory."""
     server = start_server(tmp_path, "--isolation", "worktree", state_dir=state_dir)
     try:
-        called = run(server, "call", "edit:second.txt second", "--context", context)
-        assert called.returncode == 0, called.stdout + called.stderr + server.log()
+        completed(server, "edit:second.txt second", context)
         record = json.loads((state_dir / "worktrees" / f"{context}.json").read_text())
         directory = Path(record["path"])
         assert (directory / "second.txt").read_text() == "edit:second.txt second\n"
@@ -110,7 +120,7 @@ def test_clean_takes_only_the_record_an_older_tailagent_left_of_an_adoption(
     server = start_server(tmp_path, "--isolation", "worktree")
     context = f"ctx-{uuid.uuid4().hex[:12]}"
     try:
-        assert run(server, "call", "edit:first.txt first", "--context", context).returncode == 0
+        completed(server, "edit:first.txt first", context)
     finally:
         server.stop()
     worktrees = server.state_dir / "worktrees"
