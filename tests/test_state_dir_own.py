@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from tailagent.sandbox import bwrap
-from tests.conftest import RunningServer, start_server
+from tests.conftest import start_server
 from tests.test_isolation import make_project
+from tests.test_worktree_newcomer import completed
 
 pytestmark = pytest.mark.skipif(bwrap.find() is None, reason="needs bubblewrap for a fence")
 
@@ -61,15 +61,6 @@ def install_fake_gemini(home: Path) -> None:
     login.write_text("{}")
 
 
-def call(server: RunningServer, env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "tailagent", "call", *args, "--state-dir", str(server.state_dir)],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
 def opened(state_dir: Path) -> list[str]:
     """The folders tailagent keeps its sandboxes' things in that others may enter."""
     folders = [state_dir / "sandboxes", *(state_dir / "sandboxes").iterdir()]
@@ -91,13 +82,13 @@ def test_no_warning_about_what_tailagent_made_and_one_about_what_someone_opened(
     server = start_server(tmp_path, *flags, env=env)
     try:
         assert "sandbox: on" in server.log(), server.log()
-        assert "[completed]" in call(server, env, "edit:notes.txt hello")
+        completed(server, "edit:notes.txt hello")  # an A2A client's: the CLI is not tested
         assert opened(server.state_dir) == []
     finally:
         server.stop()
     again = start_server(tmp_path, *flags, env=env, state_dir=server.state_dir)
     try:
-        assert "[completed]" in call(again, env, "hello")
+        completed(again, "hello")
         assert OPEN not in again.log(), again.log()
         assert opened(again.state_dir) == []
     finally:
