@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -12,7 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from a2a.types.a2a_pb2 import TaskState
 
+from tests.a2a_helpers import A2A
 from tests.conftest import RunningServer, start_server
 from tests.tailnet import NODE_DNS, FakeTailscaled
 
@@ -234,10 +237,10 @@ def cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def task_states(server: RunningServer) -> dict[str, str]:
-    listed = cli(server, "tasks", "--json", "--limit", "100")
-    assert listed.returncode == 0, listed.stderr
-    return {t["id"]: t["status"]["state"] for t in map(json.loads, listed.stdout.splitlines())}
+def task_state(server: RunningServer, task_id: str) -> str:
+    """The task's state, read by an A2A client in this process (no CLI to test there)."""
+    task = asyncio.run(A2A(server.url, server.token).get(task_id))
+    return TaskState.Name(task.status.state)
 
 
 def test_ctrl_c_cancels_the_task_and_tasks_watch_cancel_follow_it(server: RunningServer) -> None:
@@ -259,7 +262,7 @@ def test_ctrl_c_cancels_the_task_and_tasks_watch_cancel_follow_it(server: Runnin
     task_id = header.split()[1]
     assert f"tailagent: canceled task {task_id}" in errors, errors
     assert "[canceled]" in out
-    assert task_states(server)[task_id] == "TASK_STATE_CANCELED"
+    assert task_state(server, task_id) == "TASK_STATE_CANCELED"
 
     # `tasks`: newest first, with states; `watch` follows a running task to its end.
     running = subprocess.Popen(
@@ -296,11 +299,10 @@ def test_ctrl_c_cancels_the_task_and_tasks_watch_cancel_follow_it(server: Runnin
     again = cli(server, "watch", started)  # an ended task: its state, at once
     assert again.returncode == 1 and "[canceled]" in again.stdout
 
-    # `cancel`: a task that waits for an answer.
-    parked = cli(server, "call", "ask")
-    assert parked.returncode == 3
-    waiting = parked.stdout.split("task ", 1)[1].split()[0]  # the header names it
-    assert task_states(server)[waiting] == "TASK_STATE_INPUT_REQUIRED"
+    # `cancel`: a task that waits for an answer (made in this process: `call ask` is
+    # tested above).
+    waiting = asyncio.run(A2A(server.url, server.token).turn("ask")).task_id
+    assert task_state(server, waiting) == "TASK_STATE_INPUT_REQUIRED"
     canceled = cli(server, "cancel", waiting)
     assert canceled.returncode == 0 and canceled.stdout.strip() == f"task {waiting}: canceled"
     unknown = cli(server, "cancel", "no-such-task")  # as for watch (tests/test_cli_edges.py)
