@@ -8,16 +8,16 @@ short ids; `call allow` without `--task` sent "allow" as a new prompt; a mistype
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+from a2a.types.a2a_pb2 import TaskState
 
 from tests.a2a_helpers import A2A
 from tests.conftest import RunningServer
-from tests.test_short_ids import ids_of, project_server, run, someone
+from tests.test_short_ids import ids_of, person, project_server, run, turn
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +25,17 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     yield from project_server(tmp_path_factory, "addressing")
 
 
-def waiting(server: RunningServer, token: str) -> list[str]:
+async def waiting(server: RunningServer, token: str) -> list[str]:
     """The ids of the person's tasks that wait for an answer."""
-    listed = run(server, "tasks", "--state", "input-required", "--json", token=token)
-    assert listed.returncode == 0, listed.stderr
-    return sorted(json.loads(line)["id"] for line in listed.stdout.splitlines())
+    listed = await A2A(server.url, token).list(status=TaskState.TASK_STATE_INPUT_REQUIRED)
+    return sorted(task.id for task in listed)
+
+
+async def asking(server: RunningServer, text: str, token: str) -> str:
+    """A task of the person's that waits for an answer: the state the CLI then meets."""
+    asked = await turn(server, text, token=token)
+    assert asked.final_state == "input_required", asked.kinds()
+    return asked.task_id
 
 
 def fits(text: str) -> list[str]:
@@ -40,10 +46,8 @@ def fits(text: str) -> list[str]:
 
 
 async def test_call_task_takes_the_short_id_watch_and_cancel_take(served: RunningServer) -> None:
-    token = someone(served)
-    asked = run(served, "call", "ask", token=token)
-    assert asked.returncode == 3, asked.stderr
-    task_id, _ = ids_of(asked)
+    token = person(served)
+    task_id = await asking(served, "ask", token)
     allowed = run(served, "call", "allow", "--task", task_id[:8], token=token)
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr  # was: not found
     assert ids_of(allowed)[0] == task_id
@@ -64,25 +68,26 @@ async def test_call_task_takes_the_short_id_watch_and_cancel_take(served: Runnin
     assert len(await a2a.list(page_size=100)) == sum(firsts.values())  # nothing sent
 
 
-def test_a_bare_allow_answers_the_one_waiting_task_or_asks_which(served: RunningServer) -> None:
-    token = someone(served)
+async def test_a_bare_allow_answers_the_one_waiting_task_or_asks_which(
+    served: RunningServer,
+) -> None:
+    token = person(served)
     nothing = run(served, "call", "allow", token=token)
     assert nothing.returncode == 2, nothing
     assert nothing.stderr.splitlines() == [
         "tailagent: none of your tasks waits for an answer, so 'allow' answers nothing: "
         "nothing sent (to send it as a new prompt: --new)"
     ]
-    assert run(served, "tasks", "--json", token=token).stdout == ""  # no task was made
+    assert await A2A(served.url, token).list() == []  # no task was made
 
-    asked = run(served, "call", "ask", token=token)
-    task_id, _ = ids_of(asked)
+    task_id = await asking(served, "ask", token)
     allowed = run(served, "call", "allow", token=token)
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert ids_of(allowed)[0] == task_id  # the waiting one, not a new task
     assert allowed.stdout.rstrip().endswith("[completed]"), allowed.stdout
 
-    first = ids_of(run(served, "call", "ask:one tidy up", token=token))[0]
-    second = ids_of(run(served, "call", "ask:two and the rest", token=token))[0]
+    first = await asking(served, "ask:one tidy up", token)
+    second = await asking(served, "ask:two and the rest", token)
     which = run(served, "call", "deny: not now", token=token)
     assert which.returncode == 2, which
     lines = fits(which.stderr)
@@ -96,7 +101,7 @@ def test_a_bare_allow_answers_the_one_waiting_task_or_asks_which(served: Running
         assert row.startswith(f"  {task[:8]}  {title} — asks: "), row
         assert f"rm -rf {rm}" in row, row
     assert lines[3].startswith("tailagent: nothing sent: say which with --task"), lines
-    assert waiting(served, token) == sorted([first, second])  # neither answered
+    assert await waiting(served, token) == sorted([first, second])  # neither answered
 
     # Someone who means the word as a prompt says so.
     prompt = run(served, "call", "allow", "--new", token=token)
@@ -107,22 +112,22 @@ def test_a_bare_allow_answers_the_one_waiting_task_or_asks_which(served: Running
         assert denied.returncode in (0, 1) and ids_of(denied)[0] == task, denied
 
     # A question is answered with --answer: a bare allow says so and sends nothing.
-    question = ids_of(run(served, "call", "question", token=token))[0]
+    question = await asking(served, "question", token)
     refused = run(served, "call", "allow", token=token)
     assert refused.returncode == 2, refused
     (said,) = refused.stderr.splitlines()
     assert said.startswith(f"tailagent: your waiting task {question[:8]} (question) asks a "
                            "question, not for permission: answer it with"), said  # fmt: skip
-    assert waiting(served, token) == [question]
+    assert await waiting(served, token) == [question]
 
 
-def test_a_context_that_is_none_of_yours_says_so_and_existing_refuses(
+async def test_a_context_that_is_none_of_yours_says_so_and_existing_refuses(
     served: RunningServer,
 ) -> None:
-    token = someone(served)
-    first = run(served, "call", "edit:notes.txt one", token=token)
-    assert first.returncode == 0, first.stderr
-    _, context_id = ids_of(first)
+    token = person(served)
+    first = await turn(served, "edit:notes.txt one", token=token)
+    assert first.final_state == "completed", first.kinds()
+    context_id = first.context_id
     short = context_id[:8]
     typo = short[:-1] + ("0" if short[-1] != "0" else "1")
 
@@ -132,8 +137,7 @@ def test_a_context_that_is_none_of_yours_says_so_and_existing_refuses(
     assert refused.stderr.splitlines() == [
         f"tailagent: no conversation of yours is {typo}; nothing sent (did you mean {short}?)"
     ]
-    listed = run(served, "tasks", "--json", token=token).stdout.splitlines()
-    assert len(listed) == 1  # nothing sent
+    assert len(await A2A(served.url, token).list()) == 1  # nothing sent
 
     kept = run(served, "call", "hello", "--context", short, "--existing", token=token)
     assert kept.returncode == 0 and kept.stderr == "", kept
