@@ -5,6 +5,7 @@ the echo agent's `edit:PATH`. Each through the real CLI and a real server."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -14,11 +15,15 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from a2a.types.a2a_pb2 import TaskState
+from google.protobuf.json_format import MessageToDict
 
+from tests.a2a_helpers import A2A
 from tests.conftest import RunningServer, start_server
 from tests.test_isolation import git, make_project, worktree_path
 
@@ -48,6 +53,25 @@ def task_of(output: str) -> str:
     return output.split("task ", 1)[1].split()[0]
 
 
+async def asking(server: RunningServer) -> str:
+    """A task that waits for permission, made by an A2A client in this process: what
+    the CLI then meets (its own `call ask` is tested elsewhere)."""
+    asked = await A2A(server.url, server.token).turn("ask")
+    assert asked.final_state == "input_required", asked.kinds()
+    return asked.task_id
+
+
+async def ended(server: RunningServer, task_id: str) -> str:
+    """The task's state once it has ended: read until it has, as `watch` waits."""
+    a2a = A2A(server.url, server.token)
+    deadline = time.monotonic() + 60
+    going = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
+    while (state := (await a2a.get(task_id)).status.state) in going:
+        assert time.monotonic() < deadline, f"task {task_id} still works"
+        await asyncio.sleep(0.2)
+    return TaskState.Name(state)
+
+
 @pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
 def test_a_reader_that_goes_away_ends_the_call_with_141_and_the_task_goes_on(
     server: RunningServer, as_json: bool
@@ -63,8 +87,8 @@ def test_a_reader_that_goes_away_ends_the_call_with_141_and_the_task_goes_on(
     errors = process.stderr.read().decode()
     assert (process.wait(timeout=30), errors) == (141, "")
     task_id = json.loads(first)["task"]["id"] if as_json else task_of(first)
-    watched = tailagent(server, "watch", task_id)  # the task went on without the call
-    assert watched.returncode == 0 and "[completed]" in text(watched)[0], text(watched)
+    # The task went on without the call.
+    assert asyncio.run(ended(server, task_id)) == "TASK_STATE_COMPLETED"
 
 
 def test_a_message_that_is_not_utf8_goes_with_u_fffd_and_a_line_says_so(
@@ -226,25 +250,24 @@ def test_a_turn_that_changed_files_ends_with_its_branch_and_what_to_do(
     assert hello.splitlines()[-1] == "[completed]", hello
 
 
-def test_answer_to_a_permission_prompt_is_refused_here_and_nothing_is_sent(
+async def test_answer_to_a_permission_prompt_is_refused_here_and_nothing_is_sent(
     server: RunningServer,
 ) -> None:
-    asked = tailagent(server, "call", "ask")
-    assert asked.returncode == 3
-    task_id = task_of(text(asked)[0])
+    task_id = await asking(server)
     done = tailagent(server, "call", "--answer", "Q=LABEL", "--task", task_id)
     assert (done.returncode, text(done)) == (2, ("", (
         f"tailagent: task {task_id} asks for permission (Run `rm -rf build`), not a question: "
         "answer it with allow or deny (or option:ID), not --answer\n"
     )))  # fmt: skip
-    still = json.loads(tailagent(server, "tasks", "--json", "--limit", "1").stdout)
-    assert (still["id"], still["status"]["state"]) == (task_id, "TASK_STATE_INPUT_REQUIRED")
-    assert "decision" not in still.get("metadata", {})  # nobody answered it
+    (still,) = await A2A(server.url, server.token).list(page_size=1)  # the newest task
+    assert (still.id, still.status.state) == (task_id, TaskState.TASK_STATE_INPUT_REQUIRED)
+    assert "decision" not in MessageToDict(still.metadata)  # nobody answered it
 
 
-def test_a_second_cancel_says_it_once(server: RunningServer) -> None:
-    task_id = task_of(text(tailagent(server, "call", "ask"))[0])
-    assert tailagent(server, "cancel", task_id).returncode == 0
+async def test_a_second_cancel_says_it_once(server: RunningServer) -> None:
+    task_id = await asking(server)
+    canceled = await A2A(server.url, server.token).cancel(task_id)
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
     again = tailagent(server, "cancel", task_id)
     assert (again.returncode, text(again)) == (1, ("", (
         f"tailagent: Task {task_id} has already been canceled: nothing to cancel.\n"
