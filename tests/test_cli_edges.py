@@ -10,10 +10,13 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from a2a.types.a2a_pb2 import TaskState
 
+from tests.a2a_helpers import A2A, user_message
 from tests.conftest import RunningServer, start_server
 
 
@@ -44,10 +47,14 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture
-def two_servers(tmp_path: Path) -> tuple[RunningServer, RunningServer, Path]:
+@pytest.fixture(scope="module")
+def two_servers(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[RunningServer, RunningServer, Path]]:
     """One server on TCP (the state dir the user names), one on a unix socket in the
-    user's default state dir, as a box with a service and a user's own server has."""
+    user's default state dir, as a box with a service and a user's own server has.
+    Shared by the module's tests: each only calls them and reads where they are."""
+    tmp_path = tmp_path_factory.mktemp("two-servers")
     home = tmp_path / "home"
     mine = start_server(tmp_path / "mine")
     socket_path = tmp_path / "other.sock"
@@ -113,31 +120,34 @@ def closed_stdout(*args: str, env: dict[str, str] | None = None) -> tuple[int, s
     return process.wait(timeout=60), errors
 
 
-def test_output_piped_into_head_ends_quietly(server: RunningServer) -> None:
+async def test_output_piped_into_head_ends_quietly(server: RunningServer) -> None:
     env = {**os.environ, "TAILAGENT_STATE_DIR": str(server.state_dir)}
-    asked = tailagent("call", "ask", env=env)  # a decision, for audit to list
-    assert asked.returncode == 3
-    task_id = asked.stdout.split("task ", 1)[1].split()[0]
-    assert tailagent("call", "yes", "--task", task_id, env=env).returncode == 0
+    a2a = A2A(server.url, server.token)  # a decision, for audit to list
+    asked = await a2a.turn("ask")
+    assert asked.final_state == "input_required", asked.kinds()
+    allowed = await a2a.turn(user_message("yes", task_id=asked.task_id))
+    assert allowed.final_state == "completed", allowed.kinds()
     for args in (("audit", "--json"), ("tasks", "--json"), ("completion", "bash")):
         code, errors = closed_stdout(*args, env=env)
         assert (code, errors) == (141, ""), (args, errors)
 
 
-def test_unknown_and_ended_tasks(server: RunningServer) -> None:
+async def test_unknown_and_ended_tasks(server: RunningServer) -> None:
     env = {**os.environ, "TAILAGENT_STATE_DIR": str(server.state_dir)}
     for args in (("cancel", "nope"), ("watch", "nope"), ("call", "hi", "--task", "nope")):
         done = tailagent(*args, env=env)
         assert done.returncode == 2, (args, done.stderr)
         assert "not found" in done.stderr.lower(), done.stderr
-    asked = tailagent("call", "ask", env=env)
-    task_id = asked.stdout.split("task ", 1)[1].split()[0]
-    assert tailagent("cancel", task_id, env=env).returncode == 0
+    # The ended tasks are made by an A2A client in this process: the CLI meets them.
+    a2a = A2A(server.url, server.token)
+    task_id = (await a2a.turn("ask")).task_id
+    assert (await a2a.cancel(task_id)).status.state == TaskState.TASK_STATE_CANCELED
     again = tailagent("cancel", task_id, env=env)
     assert again.returncode == 1
     assert f"Task {task_id} has already been canceled: nothing to cancel." in again.stderr
-    done = tailagent("call", "hello", env=env)
-    finished = done.stdout.split("task ", 1)[1].split()[0]
+    done = await a2a.turn("hello")
+    assert done.final_state == "completed", done.kinds()
+    finished = done.task_id
     late = tailagent("call", "yes", "--task", finished, env=env)
     assert late.returncode == 2
     assert f"Task {finished} has already completed: send a new message" in late.stderr
