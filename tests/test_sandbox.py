@@ -29,11 +29,11 @@ import httpx
 import pytest
 from google.protobuf.json_format import MessageToDict
 
+from tailagent.access.tokens import TokenStore
 from tailagent.sandbox.cgroups import Cgroups
 from tests.a2a_helpers import A2A, Turn, data_parts, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.test_isolation import make_project
-from tests.test_tokens_and_owners import add_token
 
 HOSTILE = Path(__file__).parent / "hostile_acp_agent.py"
 DB_PASSWORD = "hunter2-from-the-operator"
@@ -96,11 +96,14 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
 @contextlib.contextmanager
 def two_people(tmp: Path, home: Path, env: dict[str, str], *serve: str) -> Iterator[Box]:
     """A server started with `serve` and the service user's `home`, and Alice and Bob,
-    each with a token of their own; the home goes with the server."""
+    each with a token of their own; the home goes with the server. The tokens are added
+    to the state dir as `tailagent token add` adds them, without a CLI run for each:
+    here they are only the way in."""
     server = start_server(tmp, *serve, env=env)
     try:
-        alice = A2A(server.url, add_token(server, "alice", "caller", "approver"))
-        bob = A2A(server.url, add_token(server, "bob", "caller", "approver"))
+        tokens = TokenStore(server.state_dir)
+        alice = A2A(server.url, tokens.add("alice", ("caller", "approver")))
+        bob = A2A(server.url, tokens.add("bob", ("caller", "approver")))
         yield Box(server, home, tmp / "workspace", alice, bob)
     finally:
         server.stop()
