@@ -7,7 +7,6 @@ and the rows the server kept."""
 
 from __future__ import annotations
 
-import json
 import signal
 import sqlite3
 import threading
@@ -22,8 +21,7 @@ import pytest
 
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
-from tests.test_cost import A2A
-from tests.test_tokens_and_owners import add_token, tailagent
+from tests.test_cost import A2A, issue_token, sqlite_store, usage_today
 
 BUDGET = "[budgets]\nper_caller_daily_usd = 1\n"
 # Each of the four turns costs $0.90, reported only at its end, as in the issue.
@@ -74,10 +72,9 @@ def _reserved(state_dir: Path) -> list[float]:
         connection.close()
 
 
-def _day_spent(store: list[str], state_dir: Path) -> float:
-    usage = tailagent("usage", "--json", *store, "--state-dir", str(state_dir))
-    assert usage.returncode == 0, usage.stderr
-    return sum(json.loads(line)["usd"] for line in usage.stdout.splitlines())
+def _day_spent(store_url: str) -> float:
+    """Today's cost over every person in the store (no test here tests the CLI)."""
+    return sum(day.cost.usd for day in usage_today(store_url))
 
 
 def _check_refusal(said: str, held: str, source: str) -> None:
@@ -105,9 +102,9 @@ def test_four_turns_at_once_end_the_day_within_one_reserve(
     not the $3.60 of issue 55."""
     server = _serve(tmp_path, BUDGET + cap)
     try:
-        token = add_token(server, "ci", "caller")
+        token = issue_token(server, "ci", "caller")
         replies = _at_once([(server.url, token)] * 4, TURN)
-        spent = _day_spent([], server.state_dir)
+        spent = _day_spent(sqlite_store(server))
         left = _reserved(server.state_dir)
     finally:
         server.stop()
@@ -129,13 +126,13 @@ def test_a_reserve_is_held_while_its_turn_runs_and_released_when_it_reports(
     are gone and the day holds $0.20, so the next turn is admitted."""
     server = _serve(tmp_path, BUDGET + "per_task_usd = 0.6\n")
     try:
-        token = add_token(server, "ci", "caller")
+        token = issue_token(server, "ci", "caller")
         first = _send(server.url, token, "slow 4 cost:0.1", at_once=True)
         second = _send(server.url, token, "slow 4 cost:0.1", at_once=True)
         held = _reserved(server.state_dir)
         third = _send(server.url, token, "cost:0.1")
         _wait(lambda: _reserved(server.state_dir) == [])
-        spent = _day_spent([], server.state_dir)
+        spent = _day_spent(sqlite_store(server))
         fourth = _send(server.url, token, "cost:0.1")
         after = _reserved(server.state_dir)
     finally:
@@ -153,7 +150,7 @@ def test_a_restart_leaves_no_phantom_reservation(tmp_path: Path) -> None:
     starts again on the same state dir drops what its previous run held (that turn died
     with it), so the person's next turn is admitted and runs."""
     server = _serve(tmp_path, BUDGET)
-    token = add_token(server, "ci", "caller")
+    token = issue_token(server, "ci", "caller")
     try:
         assert "result" in _send(server.url, token, "slow 60 cost:0.9", at_once=True)
         _wait(lambda: _reserved(server.state_dir) == [pytest.approx(1.0)])
@@ -165,7 +162,7 @@ def test_a_restart_leaves_no_phantom_reservation(tmp_path: Path) -> None:
     try:
         left = _reserved(server.state_dir)
         after = _send(server.url, token, "cost:0.1")
-        spent = _day_spent([], server.state_dir)
+        spent = _day_spent(sqlite_store(server))
     finally:
         server.stop()
     assert left == []
@@ -186,10 +183,10 @@ def test_servers_sharing_a_store_admit_one_reserve_between_them(tmp_path: Path) 
             servers.append(_serve(tmp_path / name, BUDGET + "per_task_usd = 1\n",
                                   tmp_path / name / "state", "--store", postgres.url))  # fmt: skip
         try:
-            tokens = [add_token(server, "ci", "caller") for server in servers]
+            tokens = [issue_token(server, "ci", "caller") for server in servers]
             sends = [(s.url, t) for s, t in zip(servers, tokens, strict=True)] * 2
             replies = _at_once(sends, TURN)
-            spent = _day_spent(["--store", postgres.url], servers[0].state_dir)
+            spent = _day_spent(postgres.url)
         finally:
             for server in servers:
                 server.stop()
