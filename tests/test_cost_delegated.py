@@ -28,7 +28,7 @@ from tailagent.store.database import open_database
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
 from tests.tailnet import FakeTailscaled, send_message
-from tests.test_cost import A2A, Box, tailnet
+from tests.test_cost import A2A, Box, issue_token, tailnet
 from tests.test_delegation_inbound import (  # noqa: F401 (its fixtures, used here)
     ALICE,
     answer,
@@ -39,7 +39,7 @@ from tests.test_delegation_inbound import (  # noqa: F401 (its fixtures, used he
     send,
     serve_b,
 )
-from tests.test_tokens_and_owners import add_token, tailagent
+from tests.test_tokens_and_owners import tailagent
 
 BOB = "user:bob@example.com"
 
@@ -241,7 +241,7 @@ def test_delegated_cost_on_a_shared_postgresql_store(tmp_path: Path) -> None:
         _old_store(postgres.url, "DOUBLE PRECISION")
         server = start_server(tmp_path, "--store", postgres.url, state_dir=tmp_path / "state")
         try:
-            token = add_token(server, "ci", "caller")
+            token = issue_token(server, "ci", "caller")
             task = _send(server, token, "on a cost:0.25")["result"]["task"]
             for usd in (0.5, 0.5, 0.25):
                 on_store(postgres.url, lambda u, usd=usd: u.record_delegated(
