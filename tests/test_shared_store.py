@@ -25,9 +25,10 @@ from tailagent.store.tasks import RETRY_DELAY
 from tests.a2a_helpers import A2A, user_message
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
+from tests.test_cost import issue_token
 from tests.test_push import receiving
 from tests.test_resume_stream import events, message, number, rpc, state, text
-from tests.test_tokens_and_owners import add_token, tailagent
+from tests.test_tokens_and_owners import tailagent
 
 MISSING = postgres_missing()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
@@ -48,7 +49,7 @@ class Pair:
         self.a = self.start("a")
         self.b = self.start("b")
         self.tokens = {
-            (user, server.state_dir.name): add_token(server, user)
+            (user, server.state_dir.name): issue_token(server, user)
             for user in ("alice", "bob")
             for server in (self.a, self.b)
         }
