@@ -14,7 +14,7 @@ from pathlib import Path
 from tests.conftest import start_server
 from tests.test_acp import start_acp
 from tests.test_isolation import git, make_project
-from tests.test_worktree_newcomer import NARROW, branches, made_ahead, run
+from tests.test_worktree_newcomer import NARROW, branches, completed, made_ahead, run
 
 
 def task_of(output: str) -> str:
@@ -101,8 +101,8 @@ def test_the_worktree_made_ahead_lives_while_its_repository_is_served(tmp_path: 
     make_project(repo)
     server = start_server(tmp_path, "--isolation", "worktree")
     try:
-        for _ in range(3):
-            assert run(server, "call", "hello").returncode == 0
+        for _ in range(3):  # three conversations (an A2A client's: the CLI is not tested)
+            completed(server, "hello")
         assert len(ahead := wait_for_one_made_ahead(server.state_dir, repo)) == 1
         busy = run(server, "clean", "--yes")
         assert busy.returncode == 2 and "stop it first" in busy.stderr, busy.stderr
