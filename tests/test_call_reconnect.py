@@ -38,8 +38,13 @@ def until(process: subprocess.Popen[str], text: str, lines: list[str]) -> None:
     raise AssertionError(f"no {text!r} in {lines}")
 
 
-@pytest.fixture
-def through_serve(tmp_path: Path) -> Iterator[tuple[RunningServer, ServeProxy]]:
+@pytest.fixture(scope="module")
+def through_serve(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[RunningServer, ServeProxy]]:
+    """The server behind a stand-in for `tailscale serve`, shared by the tests that drop
+    its connections: a drop cuts the open ones only, and each test follows its own task."""
+    tmp_path = tmp_path_factory.mktemp("through-serve")
     fake = FakeTailscaled(tmp_path / "ts")
     fake.peers[LAPTOP] = whois(ALICE, ip=LAPTOP)
     fake.start()
