@@ -4,8 +4,10 @@
 Two real servers on loopback (tests/two_boxes.py): alice's turn on A hands work to B
 (`delegate:devbox-2 ask:NAME`: B's echo agent asks to run `rm -rf NAME`), and B's
 question is relayed back into her task on A. A's owner is let in from their own device;
-B's owner answers on B with B's local admin token. Each test starts its own pair, so a
-task left waiting by one cannot pass for another's.
+B's owner answers on B with B's local admin token. The tests that neither restart nor
+reconfigure a box share one pair: each follows its own task on A, B's task it handed
+work to (by the link A keeps), and only that task's rows of B's audit log, so a task
+another test left waiting cannot pass for its own.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import httpx
 import pytest
 from google.protobuf.json_format import MessageToDict
 
+from tailagent.store.audit import AuditLog
+from tailagent.store.database import open_database
 from tests.tailnet import OWNER, whois
 from tests.test_delegation_restart import (
     LAPTOP,
@@ -32,7 +36,6 @@ from tests.test_delegation_restart import (
     waiting_on,
 )
 from tests.test_delegation_wire import peer_task, state_name_of
-from tests.test_real_tailnet import audit_rows
 from tests.test_tokens_and_owners import tailagent
 from tests.two_boxes import A_NODE, ALICE, Boxes, start_boxes
 
@@ -55,9 +58,9 @@ def start(tmp_path: Path, b_delegation: str = "") -> Boxes:
     return boxes
 
 
-@pytest.fixture
-def boxes(tmp_path: Path) -> Iterator[Boxes]:
-    made = start(tmp_path)
+@pytest.fixture(scope="module")
+def boxes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Boxes]:
+    made = start(tmp_path_factory.mktemp("relayed"))
     yield made
     made.stop()
 
@@ -93,9 +96,15 @@ def b_owner_allows(boxes: Boxes, b_task: Any) -> dict[str, Any]:
                 {"Authorization": f"Bearer {boxes.b.token}"})  # fmt: skip
 
 
-def b_answers(boxes: Boxes) -> list[str]:
-    """Who answered each of B's permission prompts, as B's audit log says."""
-    return [row["answered_by"] for row in audit_rows(boxes.b)]
+async def b_answers(boxes: Boxes, b_task_id: str) -> list[str]:
+    """Who answered each permission prompt of B's task, as B's audit log says (read from
+    B's store, as `tailagent audit` reads it: that command is not what is tested here)."""
+    database = open_database(f"sqlite+aiosqlite:///{boxes.b.state_dir / 'tailagent.db'}")
+    try:
+        rows = await AuditLog(database).read()
+    finally:
+        await database.aclose()
+    return [row.answered_by for row in rows if row.task_id == b_task_id]
 
 
 async def test_a_s_owner_may_not_answer_alice_s_relayed_question(boxes: Boxes) -> None:
@@ -112,12 +121,12 @@ async def test_a_s_owner_may_not_answer_alice_s_relayed_question(boxes: Boxes) -
     # Refused on A before anything went to B: B's task still waits on its question.
     b_task = await peer_task_of(boxes, task)
     assert state_name_of(b_task) == "input_required"
-    assert b_answers(boxes) == []
+    assert await b_answers(boxes, b_task.id) == []
 
     done = as_alice(boxes, allow(task, asked["requestId"]))
     assert done["status"]["state"] == "TASK_STATE_COMPLETED", said_on_a(done)
     assert state_name_of(await peer_task(boxes, b_task.id)) == "completed"
-    [by] = b_answers(boxes)
+    [by] = await b_answers(boxes, b_task.id)
     assert by.startswith(f"user:{ALICE}") and "via devbox-1" in by, by
 
 
@@ -138,7 +147,7 @@ async def test_a_question_b_s_owner_answered_on_b_is_not_answered_again_from_a(
         f"{ALICE}'s answer was not sent: devbox-2's agent asks to run `rm -rf dist`"
     ) in said, said
     assert "echo: ask:dist" in said, said  # B's outcome still came back to her task
-    [by] = b_answers(boxes)  # B's owner's answer alone: hers was never sent
+    [by] = await b_answers(boxes, b_task.id)  # B's owner's answer alone: hers was never sent
     assert not by.startswith(f"user:{ALICE}"), by
 
 
@@ -210,7 +219,7 @@ async def test_a_question_answered_on_b_is_taken_back_from_alice_on_a(boxes: Box
     done = as_alice(boxes, allow(task, second["requestId"]))
     assert done["status"]["state"] == "TASK_STATE_COMPLETED", said_on_a(done)
     assert "echo: ask:dist ask:cache" in said_on_a(done)
-    by_owner, by_alice = b_answers(boxes)
+    by_owner, by_alice = await b_answers(boxes, b_task.id)
     assert not by_owner.startswith(f"user:{ALICE}"), by_owner
     assert by_alice.startswith(f"user:{ALICE}"), by_alice
 
