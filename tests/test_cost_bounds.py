@@ -7,7 +7,6 @@ total), and the real CLI reading what the server kept."""
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
@@ -19,11 +18,18 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import start_server
+from tailagent.access.tokens import TokenStore
 from tests.tailnet import OWNER, FakeTailscaled
 from tests.test_acp import start_acp
-from tests.test_cost import A2A, _rpc_send, tailnet, usage_rows
-from tests.test_tokens_and_owners import add_token, tailagent
+from tests.test_cost import (
+    A2A,
+    _rpc_send,
+    issue_token,
+    sqlite_store,
+    tailnet,
+    usage_rows,
+    usage_today,
+)
 
 BUDGET_TEXT = "spent today (running turns included) reached the daily budget of $1.00"
 
@@ -76,7 +82,7 @@ def test_an_acp_agents_usage_that_is_no_number_is_refused_and_the_session_still_
         two = _rpc_send(server, "usage:nan usage:inf usage:-1 usage:50000", one["contextId"])
         three = _rpc_send(server, "usage:0.75", one["contextId"])
         refused = _metric(server.url, server.token, "tailagent_costs_refused_total")
-        usage = tailagent("usage", "--json", "--state-dir", str(server.state_dir))
+        usage = usage_today(sqlite_store(server))
     finally:
         server.stop()
     assert two["status"]["state"] == "TASK_STATE_COMPLETED"
@@ -84,8 +90,8 @@ def test_an_acp_agents_usage_that_is_no_number_is_refused_and_the_session_still_
     assert three["metadata"]["cost"]["usd"] == pytest.approx(0.25)
     assert three["metadata"]["conversationCost"]["usd"] == pytest.approx(0.75)
     assert refused == {'{figure="session\'s running cost"}': 4.0}
-    (row,) = (json.loads(line) for line in usage.stdout.splitlines())
-    assert row["usd"] == pytest.approx(0.75)
+    (row,) = usage
+    assert row.cost.usd == pytest.approx(0.75)
 
 
 def test_a_stored_cost_that_is_no_number_breaks_no_page_and_no_json(tmp_path: Path) -> None:
@@ -147,13 +153,13 @@ def test_turns_started_at_once_are_held_to_one_daily_budget(tmp_path: Path) -> N
     server = start_acp(tmp_path, config=config)
     steps = "usage:0.3 slow 2 usage:0.6 slow 2 usage:0.9 slow 2 usage:1.2"
     try:
-        token = add_token(server, "ci", "caller")
+        token = issue_token(server, "ci", "caller")
         replies = _send_at_once(server.url, token, [steps] * 4)
         fifth = httpx.post(server.url + "/", headers={**A2A, "Authorization": f"Bearer {token}"},
                            json={"jsonrpc": "2.0", "id": 5, "method": "SendMessage", "params": {
                                "message": {"messageId": "m5", "role": "ROLE_USER",
                                            "parts": [{"text": "more"}]}}}).json()  # fmt: skip
-        usage = tailagent("usage", "--json", "--state-dir", str(server.state_dir))
+        usage = usage_today(sqlite_store(server))
     finally:
         server.stop()
     tasks = [reply["result"]["task"] for reply in replies]
@@ -161,9 +167,9 @@ def test_turns_started_at_once_are_held_to_one_daily_budget(tmp_path: Path) -> N
     assert all(BUDGET_TEXT in t["status"]["message"]["parts"][0]["text"] for t in tasks), [
         t["status"]["message"]["parts"][0]["text"] for t in tasks
     ]
-    (row,) = (json.loads(line) for line in usage.stdout.splitlines())
-    assert 1.0 <= row["usd"] <= 1.0 + 4 * 0.3 + 1e-9
-    assert row["usd"] == pytest.approx(sum(t["metadata"]["cost"]["usd"] for t in tasks))
+    (row,) = usage
+    assert 1.0 <= row.cost.usd <= 1.0 + 4 * 0.3 + 1e-9
+    assert row.cost.usd == pytest.approx(sum(t["metadata"]["cost"]["usd"] for t in tasks))
     assert fifth["error"]["message"].startswith("token:ci has spent $")
 
 
@@ -178,13 +184,13 @@ def test_a_restart_between_turns_charges_what_the_session_grew_by(tmp_path: Path
     server = start_acp(tmp_path, state_dir=server.state_dir)
     try:
         two = _rpc_send(server, "usage:1.0", one["contextId"])
-        usage = tailagent("usage", "--json", "--state-dir", str(server.state_dir))
+        usage = usage_today(sqlite_store(server))
     finally:
         server.stop()
     assert two["metadata"]["agentSessionId"] == one["metadata"]["agentSessionId"]
     assert two["metadata"]["cost"]["usd"] == pytest.approx(0.5)
-    (row,) = (json.loads(line) for line in usage.stdout.splitlines())
-    assert row["usd"] == pytest.approx(1.0)
+    (row,) = usage
+    assert row.cost.usd == pytest.approx(1.0)
 
 
 def test_a_turn_a_killed_server_left_is_charged_once(tmp_path: Path) -> None:
@@ -197,7 +203,7 @@ def test_a_turn_a_killed_server_left_is_charged_once(tmp_path: Path) -> None:
 
     budget = "[budgets]\nper_caller_daily_usd = 1.2\n"
     server = start_acp(tmp_path, config=budget)
-    token = add_token(server, "ci", "caller")
+    token = issue_token(server, "ci", "caller")
     try:
         one = _rpc_send(server, "usage:0.5", token=token)
         message = {"messageId": "m2", "role": "ROLE_USER", "contextId": one["contextId"],
@@ -266,17 +272,16 @@ def test_budget_set_for_an_admin_says_it_holds_them_to_nothing(tmp_path: Path) -
             f'[tailscale]\nsocket = "{fake.socket}"\n'
             '[access]\nallowed_logins = ["ann@example.com"]\nlogin_roles = ["admin"]\n'
         )
-        server = start_server(tmp_path, "--config", str(config))
-        try:
-            add_token(server, "boss", "admin")
-            add_token(server, "ci", "caller")
-        finally:
-            server.stop()
+        # `budget` reads the store and the tokens itself: no server needs to run.
+        state_dir = tmp_path / "state"
+        state_dir.mkdir()
+        TokenStore(state_dir).add("boss", ("admin",))
+        TokenStore(state_dir).add("ci", ("caller",))
         said = {
-            who: _budget(server.state_dir, "set", who, "1", "--config", str(config))
+            who: _budget(state_dir, "set", who, "1", "--config", str(config))
             for who in ("token:boss", "ann@example.com", OWNER, "token:ci")
         }
-        listed = _budget(server.state_dir, "list", "--config", str(config))
+        listed = _budget(state_dir, "list", "--config", str(config))
     finally:
         fake.stop()
     for who, why in (("token:boss", "its token's roles"),
