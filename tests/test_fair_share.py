@@ -12,9 +12,6 @@ caller's tasks hold at most its share of the processes (admins are not counted).
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -39,6 +36,7 @@ from tests.tailnet import FakeTailscaled
 from tests.test_acp import agent_command
 from tests.test_conversation_owners import CAP, PEOPLE, V1, ip_of, result
 from tests.test_push import Receiver, receiving
+from tests.test_waiting_restart import audit_rows
 
 SETTLE = 20.0
 MAX_PROCESSES = 2
@@ -88,17 +86,6 @@ async def task_of(agent: A2A, text: str, state: str) -> Task:
                 assert state_name(task.status.state) in ("submitted", "working"), task.status
         await asyncio.sleep(0.1)
     raise AssertionError(f"no task for {text!r} reached {state}")
-
-
-def audit_rows(server: RunningServer) -> list[dict[str, Any]]:
-    """Every audit row, as `tailagent audit --json` prints them."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tailagent", "audit", "--json", "--state-dir",
-         str(server.state_dir)],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 def held_sessions(server: RunningServer) -> float:
@@ -151,7 +138,7 @@ async def test_every_cancel_gives_its_agent_process_back(
     after = (await agent.send(user_message(f"hello after {kind}"))).task
     assert state_name(after.status.state) == "completed", after.status
     # Each refused prompt is in the audit, refused by the one who cancelled.
-    rows = {r["task_id"]: r for r in audit_rows(pool_server) if r["task_id"] in canceled}
+    rows = {r["task_id"]: r for r in await audit_rows(pool_server) if r["task_id"] in canceled}
     assert set(rows) == {t for t, step in canceled.items() if step == "ask"}
     for row in rows.values():
         assert (row["decision"], row["reason"]) == ("deny", "task canceled")
@@ -277,7 +264,7 @@ async def test_a_cancel_after_a_restart_records_the_refused_prompt(tmp_path: Pat
         agent = A2A(server.url, server.token)
         ended = await agent.cancel(asked.id)
         assert state_name(ended.status.state) == "canceled"
-        rows = [r for r in audit_rows(server) if r["task_id"] == asked.id]
+        rows = [r for r in await audit_rows(server) if r["task_id"] == asked.id]
         assert [(r["decision"], r["reason"]) for r in rows] == [("deny", "task canceled")]
         answer = user_message("yes", task_id=asked.id)
         with pytest.raises(A2AError, match="has already been canceled"):
