@@ -6,8 +6,6 @@ refused."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,18 +27,17 @@ JWKS = "/.well-known/jwks.json"
 
 @pytest.fixture
 def box(tmp_path: Path) -> Iterator[RunningServer]:
-    """A node whose keys this test changes: a server of its own."""
+    """A node whose keys this test changes, or that it stops: a server of its own."""
     running = start_server(tmp_path / "node")
     yield running
     running.stop()
 
 
-def keys_command(server: RunningServer, *args: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "tailagent", "keys", *args, "--state-dir", str(server.state_dir)],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+def rotate(server: RunningServer) -> None:
+    """What `tailagent keys rotate` does to the node's state dir, done in-process: these
+    tests are about the checker following the node's keys, not about the CLI (which
+    test_signing runs), and a CLI run costs half a second of CPU."""
+    KeyStore(server.state_dir).rotate()
 
 
 def served_keys(server: RunningServer) -> list[dict[str, str]]:
@@ -88,7 +85,7 @@ async def test_a_rotation_is_followed_while_the_node_still_lists_the_pinned_key(
     jku = box.url + JWKS
     (old,) = served_kids(box)
     await keys(NODE, jku, old)
-    keys_command(box, "rotate")
+    rotate(box)
     new, still = served_kids(box)
     assert still == old
     assert (await keys(NODE, jku, new))["kid"] == new
@@ -108,7 +105,7 @@ async def test_a_replaced_key_is_refused_saying_what_to_do(
     await keys(NODE, jku, old)
     # The box was set up anew: a key of its own, and the pinned one gone from its JWKS.
     (box.state_dir / KEYS_FILE).unlink()
-    keys_command(box, "init")
+    KeyStore(box.state_dir).init()  # what `tailagent keys init` does
     (replaced,) = served_kids(box)
     with pytest.raises(ChainRefused) as refused:
         await keys(NODE, jku, replaced)
@@ -119,14 +116,15 @@ async def test_a_replaced_key_is_refused_saying_what_to_do(
 
 
 async def test_a_key_url_on_another_node_or_an_unknown_kid_is_refused(
-    box: RunningServer, tmp_path: Path
+    server: RunningServer, tmp_path: Path
 ) -> None:
-    keys = node_keys(tmp_path / "checker", box)
-    (kid,) = served_kids(box)
+    """On the session's shared server: nothing here changes its keys."""
+    keys = node_keys(tmp_path / "checker", server)
+    (kid,) = served_kids(server)
     with pytest.raises(ChainRefused, match="is not the key set of devbox-1's tailagent"):
-        await keys("devbox-1", box.url + JWKS, kid)
-    with pytest.raises(ChainRefused, match=f"no key nope in {box.url}{JWKS}"):
-        await keys(NODE, box.url + JWKS, "nope")
+        await keys("devbox-1", server.url + JWKS, kid)
+    with pytest.raises(ChainRefused, match=f"no key nope in {server.url}{JWKS}"):
+        await keys(NODE, server.url + JWKS, "nope")
     assert not (tmp_path / "checker" / KNOWN_NODES_FILE).exists()
 
 
@@ -153,7 +151,7 @@ async def test_hops_signed_by_the_node_verify_and_a_forged_one_does_not(
     assert await check(extend([], KeyStore(box.state_dir).current(), jku, **hop)) == (
         "alice@example.com"
     )
-    keys_command(box, "rotate")
+    rotate(box)
     assert await check(extend([], KeyStore(box.state_dir).current(), jku, **hop)) == (
         "alice@example.com"
     )
@@ -166,35 +164,36 @@ async def test_hops_signed_by_the_node_verify_and_a_forged_one_does_not(
 
 
 async def test_pins_of_the_format_before_issue_55_are_dropped_when_the_server_starts(
-    box: RunningServer, tmp_path: Path
+    server: RunningServer, tmp_path: Path
 ) -> None:
     """A box upgraded from the format that pinned per origin: every such pin is dropped
     at start, saying so in one line, even the one under the card's own origin (here
     holding a stranger's key under the node's kid); the node is pinned again from its
-    card. A pin per node name is kept as it was."""
-    (real,) = served_keys(box)
+    card. A pin per node name is kept as it was. The node is the session's shared server:
+    nothing here changes its keys."""
+    (real,) = served_keys(server)
     stranger = KeyStore(tmp_path / "stranger").init().jwk
     trusted = "2026-01-01T00:00:00+00:00"
     forger = "http://127.0.0.1:8932"  # what a forger's port pinned before the fix looks like
     kept = {"devbox-3.tail.test": {"jwk": stranger, "card": "http://devbox-3.tail.test",
                                    "trusted": trusted}}  # fmt: skip
-    old = {box.url: {"jwk": {**stranger, "kid": real["kid"]}, "trusted": trusted},
+    old = {server.url: {"jwk": {**stranger, "kid": real["kid"]}, "trusted": trusted},
            forger: {"jwk": stranger, "trusted": trusted}}  # fmt: skip
     state = tmp_path / "b-state"
     state.mkdir(mode=0o700)
     (state / KNOWN_NODES_FILE).write_text(json.dumps({**old, **kept}))
-    server = start_server(tmp_path / "b", state_dir=state)
-    server.stop()
-    said = [line for line in server.log().splitlines() if "node key pin" in line]
+    upgraded = start_server(tmp_path / "b", state_dir=state)
+    upgraded.stop()
+    said = [line for line in upgraded.log().splitlines() if "node key pin" in line]
     assert len(said) == 1 and said[0].endswith(
         f"WARNING tailagent.delegation.node_keys: {state / KNOWN_NODES_FILE}: dropped 2 node "
-        f"key pin(s) of the format before issue 55, per origin ({box.url}, {forger}): each "
+        f"key pin(s) of the format before issue 55, per origin ({server.url}, {forger}): each "
         "node's key is pinned again from its card, at its tailagent's own URL, the next time "
         "it hands work here"
     ), said
     assert json.loads((state / KNOWN_NODES_FILE).read_text()) == kept
     # The node's next hop: its key read from its card, not the one the old pin held.
-    assert await node_keys(state, box)(NODE, box.url + JWKS, real["kid"]) == real
+    assert await node_keys(state, server)(NODE, server.url + JWKS, real["kid"]) == real
     assert pinned(state) == {NODE: real["kid"], "devbox-3.tail.test": stranger["kid"]}
 
 
@@ -227,7 +226,7 @@ async def test_handing_work_out_checks_the_card_against_the_key_the_node_s_hops_
     await node_keys(state, box)(NODE, box.url + JWKS, kid)  # a hop of the node pins it
     assert await card_verdict(pins, box.url) == "valid (pinned)"
     # A rotation the node's own key set vouches for is followed, as for its hops.
-    keys_command(box, "rotate")
+    rotate(box)
     assert len(served_kids(box)) == 2
     assert await card_verdict(pins, box.url) == "valid (pinned)"
     # A pin the card's key set does not list (the key replaced outright): refused.
