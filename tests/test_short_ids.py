@@ -62,14 +62,6 @@ def ids_of(called: subprocess.CompletedProcess[str]) -> tuple[str, str]:
     return match.group(1), match.group(2)
 
 
-def someone(server: RunningServer) -> str:
-    """A token for another person, who may call and approve: not an admin."""
-    made = run(server, "token", "add", f"someone-{uuid.uuid4().hex[:6]}", "--role=caller",
-               "--role=approver")  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    return made.stdout.strip().splitlines()[-1]
-
-
 def person(server: RunningServer) -> str:
     """A token for another person, who may call and approve: not an admin. Made as
     `tailagent token add` makes it, in this process: the command is not what is tested."""
