@@ -12,7 +12,7 @@ import pytest
 
 import tailagent
 from tailagent.statedir.lock import StateLock
-from tests.conftest import start_server
+from tests.conftest import RunningServer, start_server
 from tests.tailnet import FakeTailscaled, whois
 
 
@@ -74,40 +74,37 @@ def test_nothing_listening_and_an_open_state_dir(tmp_path: Path) -> None:
 
 
 def test_doctor_checks_the_running_servers_agent_and_survives_a_closed_pipe(
-    tmp_path: Path,
+    server: RunningServer,
 ) -> None:
-    server = start_server(tmp_path)  # the echo agent; doctor's own default is claude
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "tailagent", "doctor", "--json", "--state-dir",
-             str(server.state_dir)], capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        agent = next(c for c in json.loads(result.stdout) if c["name"] == "agent")
-        assert agent == {"name": "agent", "ok": True, "fix": "",
-                         "detail": "echo (offline) (the running server's)"}  # fmt: skip
-        # `true` has exited long before doctor writes: its write meets a closed pipe.
-        piped = subprocess.run(
-            f"{sys.executable} -m tailagent doctor --json --state-dir {server.state_dir} "
-            "| true", shell=True, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert piped.stderr == "", piped.stderr
-    finally:
-        server.stop()
+    """On the session's shared server (the echo agent; doctor's own default is claude):
+    doctor only reads what runs there."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tailagent", "doctor", "--json", "--state-dir",
+         str(server.state_dir)], capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    agent = next(c for c in json.loads(result.stdout) if c["name"] == "agent")
+    assert agent == {"name": "agent", "ok": True, "fix": "",
+                     "detail": "echo (offline) (the running server's)"}  # fmt: skip
+    # `true` has exited long before doctor writes: its write meets a closed pipe.
+    piped = subprocess.run(
+        f"{sys.executable} -m tailagent doctor --json --state-dir {server.state_dir} "
+        "| true", shell=True, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert piped.stderr == "", piped.stderr
 
 
-def test_another_state_dirs_server_is_not_taken_for_this_ones(tmp_path: Path) -> None:
-    server = start_server(tmp_path)
-    try:
-        empty = tmp_path / "empty"
-        result = doctor("--listen", server.url.removeprefix("http://"), "--state-dir", str(empty))
-        line = next(x for x in result.stdout.splitlines() if "listener:" in x)
-        assert line.startswith(
-            f"✗ listener: no server runs on the state dir {empty}; the "
-            f"tailagent answering on {server.url} is another state dir's"
-        )
-        assert f"tailagent serve --state-dir {empty}" in line
-    finally:
-        server.stop()
+def test_another_state_dirs_server_is_not_taken_for_this_ones(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    """The session's shared server answers; doctor asks about an empty state dir."""
+    empty = tmp_path / "empty"
+    result = doctor("--listen", server.url.removeprefix("http://"), "--state-dir", str(empty))
+    line = next(x for x in result.stdout.splitlines() if "listener:" in x)
+    assert line.startswith(
+        f"✗ listener: no server runs on the state dir {empty}; the "
+        f"tailagent answering on {server.url} is another state dir's"
+    )
+    assert f"tailagent serve --state-dir {empty}" in line
 
 
 def test_a_running_tsnet_servers_node_is_checked_without_repeating_tsnet(tmp_path: Path) -> None:
