@@ -24,6 +24,7 @@ from playwright.sync_api import Browser, expect
 from tests.conftest import RunningServer, start_server
 from tests.test_desk_access import signin_link
 from tests.test_isolation import git
+from tests.test_worktree_newcomer import completed, send_turn
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
 COLUMNS = 80
@@ -62,6 +63,19 @@ def call(server: RunningServer, text: str, context: str) -> tuple[str, str]:
     found = re.search(r"^task (\S+)", done.stdout, re.M)
     assert found is not None, done.stdout
     return done.stdout, found.group(1)
+
+
+def turn(server: RunningServer, text: str, context: str) -> str:
+    """One turn in `context` where its output is not what is tested (an A2A client's,
+    not a `tailagent call` process): its task's id."""
+    task_id: str = completed(server, text, context)["id"]
+    return task_id
+
+
+def discard(server: RunningServer, context: str) -> None:
+    """Drops a test's conversation when it is done with it (an A2A client's request, as
+    the CLI's `discard --yes` sends it)."""
+    send_turn(server, context=context, data={"kind": "discard"})
 
 
 def rows(server: RunningServer) -> dict[str, str]:
@@ -106,7 +120,7 @@ def test_call_prints_the_turn_commit_and_only_what_it_lacks_as_reported(
     (head,) = [line for line in out.splitlines() if "notes.txt +1 -0]" in line]
     assert head.startswith("[…") and len(head) <= COLUMNS, head
     assert re.search(rf"directory-name/notes\.txt \+1 -0\] committed in {HEX12}$", head), head
-    tailagent(server, "discard", context, "--yes")
+    discard(server, context)
 
 
 def test_task_rows_say_merged_or_discarded_once_the_branch_went(
@@ -115,8 +129,8 @@ def test_task_rows_say_merged_or_discarded_once_the_branch_went(
     server, _ = project
     tag = uuid.uuid4().hex[:4]
     merged, dropped, kept = (f"{word}-{tag}" for word in ("mrg", "drp", "kpt"))
-    _, merged_task = call(server, "edit:m.txt merged", merged)
-    _, dropped_task = call(server, "edit:d.txt dropped", dropped)
+    merged_task = turn(server, "edit:m.txt merged", merged)
+    dropped_task = turn(server, "edit:d.txt dropped", dropped)
     before = rows(server)
     assert before[merged_task].startswith("[+1 commit, m.txt]"), before
     assert before[dropped_task].startswith("[+1 commit, d.txt]"), before
@@ -131,7 +145,7 @@ def test_task_rows_say_merged_or_discarded_once_the_branch_went(
     assert (states[merged_task], states[dropped_task]) == ("merged", "discarded")
 
     # Kept after its squash: nothing is left to merge, and everything says so.
-    _, kept_task = call(server, "edit:k.txt kept", kept)
+    kept_task = turn(server, "edit:k.txt kept", kept)
     assert tailagent(server, "merge", kept, "--yes", "--keep").returncode == 0
     again = tailagent(server, "merge", kept, "--yes")
     said = again.stdout + again.stderr
@@ -143,13 +157,13 @@ def test_task_rows_say_merged_or_discarded_once_the_branch_went(
     assert row["state"] == "merged, kept: nothing new to merge", row
     # A new turn on the kept branch (the same branch) has something to merge again: its
     # task's row says so, the merged one's still says merged.
-    _, next_task = call(server, "edit:k.txt kept, then changed", kept)
+    next_task = turn(server, "edit:k.txt kept, then changed", kept)
     now = rows(server)
     assert now[kept_task].startswith("[merged]"), now
     assert re.match(r"\[\+2 commits, (1 behind, )?k\.txt\]", now[next_task]), now
     shown = tailagent(server, "merge", kept)
     assert "would bring into main" in shown.stdout and " k.txt " in shown.stdout, shown.stdout
-    tailagent(server, "discard", kept, "--yes")
+    discard(server, kept)
 
 
 def test_the_desk_rows_say_merged_or_discarded(
@@ -159,7 +173,7 @@ def test_the_desk_rows_say_merged_or_discarded(
     tag = uuid.uuid4().hex[:4]
     merged, dropped, live = (f"{word}-{tag}" for word in ("dm", "dd", "dl"))
     tasks = {
-        name: call(server, f"edit:{name}.txt {name}", name)[1] for name in (merged, dropped, live)
+        name: turn(server, f"edit:{name}.txt {name}", name) for name in (merged, dropped, live)
     }
     assert tailagent(server, "merge", merged, "--yes").returncode == 0
     assert tailagent(server, "discard", dropped, "--yes").returncode == 0
