@@ -16,7 +16,7 @@ from tests.conftest import start_server
 from tests.test_desk_phone import signed_in_page, wait_for_question
 from tests.test_isolation import git, make_project
 from tests.test_litter import wait_for_one_made_ahead
-from tests.test_worktree_newcomer import context_of, run
+from tests.test_worktree_newcomer import completed, context_of, run
 
 
 def flat(text: str) -> str:
@@ -76,9 +76,7 @@ def test_a_conversations_folder_is_its_short_id_and_is_printed(tmp_path: Path) -
     try:
         ahead = wait_for_one_made_ahead(server.state_dir, repo)
         assert len(ahead) == 1 and Path(ahead[0]).name.startswith("+ready-")
-        called = run(server, "call", "edit:notes.txt a note")
-        assert called.returncode == 0, called.stdout + called.stderr
-        short = context_of(called)[:8]
+        short = completed(server, "edit:notes.txt a note")["contextId"][:8]  # an A2A client's
         # It took the directory made ahead (its name kept): its own name is a link to it.
         link = root / short
         assert link.is_symlink() and os.readlink(link) == Path(ahead[0]).name
