@@ -26,6 +26,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
+from tailagent.access.tokens import TokenStore
 from tailagent.bridge.conversations.ownership import START_ANOTHER
 from tests.conftest import RunningServer, start_server
 from tests.serve_proxy import ServeProxy
@@ -258,9 +259,10 @@ def cli(team: Team, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_cli_cannot_diff_merge_or_discard_another_persons_conversation(team: Team) -> None:
     context_id, _ = alices_secret(team)
-    made = cli(team, "token", "add", f"helper-{uuid.uuid4().hex[:6]}", "--role=caller",
-               "--role=approver")  # fmt: skip
-    token = made.stdout.strip().splitlines()[-1]
+    # A token as `tailagent token add` makes it, without a CLI run: only the way in.
+    token = TokenStore(team.server.state_dir).add(
+        f"helper-{uuid.uuid4().hex[:6]}", ("caller", "approver")
+    )
     base = git(team.repo, "rev-parse", "main")
     for args in (("diff", context_id), ("merge", context_id), ("discard", context_id, "--yes")):
         done = cli(team, *args, "--token", token)
