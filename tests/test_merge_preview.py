@@ -26,6 +26,7 @@ from tests.conftest import RunningServer, start_server
 from tests.terminal import in_pty, plain
 from tests.test_desk_access import signin_link
 from tests.test_isolation import git
+from tests.test_worktree_newcomer import completed, send_turn
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
 FIXED = CALC.replace("a - b", "a + b")
@@ -61,8 +62,9 @@ def answering(server: RunningServer, answer: str, *args: str) -> str:
 
 
 def call(server: RunningServer, text: str, context: str) -> None:
-    done = tailagent(server, "call", text, "--context", context)
-    assert done.returncode == 0, done.stderr
+    """A turn that makes a change to look at (an A2A client's: no test here reads what
+    `tailagent call` prints, and its process costs ~0.5 s of CPU)."""
+    completed(server, text, context)
 
 
 def rpc_merge(server: RunningServer, context: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +87,7 @@ def test_the_echo_edit_commits_the_one_line_it_reports(
                if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]  # fmt: skip
     assert changed == ["-    return a - b", "+    return a + b"], diff
     assert (repo / "calc.py").read_text() == CALC  # nothing reaches main before a merge
-    tailagent(server, "discard", context, "--yes")
+    send_turn(server, context=context, data={"kind": "discard"})
 
 
 def test_merge_says_what_it_brings_and_asks_first(project: tuple[RunningServer, Path]) -> None:
