@@ -14,6 +14,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,11 +68,16 @@ def snapshot(repo: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def repo_server(tmp_path: Path) -> Iterator[tuple[RunningServer, Path]]:
-    repo = tmp_path / "workspace"
+@pytest.fixture(scope="module")
+def repo_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[RunningServer, Path]]:
+    """One server for the module's tests: each works in conversations of its own and
+    looks at those alone, so none needs a server of its own (a start costs ~1.7 s of CPU)."""
+    tmp = tmp_path_factory.mktemp("isolation")
+    repo = tmp / "workspace"
     make_project(repo, {"calc.py": "def add(a, b):\n    return a - b\n"})
-    server = start_server(tmp_path, "--isolation", "worktree")
+    server = start_server(tmp, "--isolation", "worktree")
     yield server, repo
     server.stop()
 
@@ -97,6 +103,18 @@ def worktree_path(state_dir: Path, branch: str) -> Path:
     raise AssertionError(f"no conversation has {branch}: {records}")
 
 
+def task_rows(listing: str) -> dict[str, str]:
+    """`tailagent tasks`: each task's id -> its row and the lines under it (its title,
+    what it changed), each line with its newline."""
+    rows: dict[str, str] = {}
+    task = ""
+    for line in listing.splitlines()[1:]:  # under the header
+        if not line.startswith(" "):
+            task = line.split()[0]
+        rows[task] = rows.get(task, "") + line + "\n"
+    return rows
+
+
 async def test_two_conversations_do_not_see_each_others_changes(
     repo_server: tuple[RunningServer, Path],
 ) -> None:
@@ -109,17 +127,18 @@ async def test_two_conversations_do_not_see_each_others_changes(
     assert first.final_state == second.final_state == "completed"
     assert snapshot(repo) == before  # the person's checkout is untouched
     assert "isolation: each conversation in a repository" in server.log()
-    trees = {}
+    trees, branches = {}, {}
     for turn in (first, second):
         task = await a2a.get(turn.task_id)
         info = MessageToDict(task.metadata).get("worktree") or {}
         assert info["ahead"] == 1 and info["files"] == ["notes.txt"], info
-        branch = info["branch"]
+        branch = branches[turn.task_id] = info["branch"]
         trees[branch] = git(worktree_path(server.state_dir, branch), "show", f"{branch}:notes.txt")
     listed = await asyncio.to_thread(cli, server, "tasks")
-    for branch in trees:  # each task's conversation, as its branch names it
-        assert f"  {branch.removeprefix('tailagent/')}\n" in listed.stdout, listed.stdout
-    assert listed.stdout.count("[+1 commit, notes.txt]") == 2, listed.stdout
+    rows = task_rows(listed.stdout)  # the server's other tasks are other tests'
+    for task_id, branch in branches.items():  # each task's conversation, as its branch names it
+        assert f"  {branch.removeprefix('tailagent/')}\n" in rows[task_id], listed.stdout
+        assert rows[task_id].count("[+1 commit, notes.txt]") == 1, listed.stdout
     assert sorted(trees.values()) == ["edit:notes.txt from the first\n",
                                       "edit:notes.txt from the second\n"]  # fmt: skip
 
@@ -225,13 +244,15 @@ async def test_bad_requests_get_one_line_and_change_nothing(
 ) -> None:
     server, repo = repo_server
     a2a = A2A(server.url, server.token)
-    long_turn = asyncio.create_task(a2a.turn("edit:wip.txt slow 3"))
-    records = server.state_dir / "worktrees"
+    context_id = f"wip-{uuid.uuid4().hex[:12]}"
+    slow = user_message("edit:wip.txt slow 3", context_id=context_id)
+    long_turn = asyncio.create_task(a2a.turn(slow))
+    record = server.state_dir / "worktrees" / f"{context_id}.json"
     for _ in range(100):  # until the conversation's worktree exists
-        if records.is_dir() and any(records.glob("[!+]*.json")):
+        if record.exists():
             break
         await asyncio.sleep(0.1)
-    context_id = next(records.glob("[!+]*.json")).stem  # not one made ahead
+    assert record.exists(), sorted((server.state_dir / "worktrees").iterdir())
     before = snapshot(repo)
     for args, words in (
         (("merge", "no-such-conversation"), "Conversation no-such-conversation not found"),
