@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -183,23 +184,47 @@ def test_service_install_writes_a_unit_that_runs_the_binary(
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+@dataclass
+class AcpBinary:
+    """The binary serving the fake ACP agent (the agent is its own program, with its own
+    Python: only tailagent is the binary). Its tests share one start, as a start unpacks a
+    whole Python: a new one is made only when a test has killed the last."""
+
+    binary: Path
+    env: dict[str, str]
+    tmp: pytest.TempPathFactory
+    current: RunningServer | None = None
+
+    def running(self) -> RunningServer:
+        if self.current is None or self.current.process.poll() is not None:
+            agent = shlex.join([sys.executable, str(FAKE_ACP_AGENT)])
+            self.current = start_server(self.tmp.mktemp("acp"), "--agent-command", agent,
+                                        command=[str(self.binary)], env=self.env)  # fmt: skip
+        return self.current
+
+
+@pytest.fixture(scope="module")
+def acp_binary(
+    binary: Path, plain_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AcpBinary]:
+    servers = AcpBinary(binary, plain_env, tmp_path_factory)
+    yield servers
+    if servers.current is not None and servers.current.process.poll() is None:
+        assert servers.current.stop() == 0, servers.current.log()
+
+
 def test_an_acp_agent_behind_the_binary(
-    binary: Path, plain_env: dict[str, str], tmp_path: Path
+    binary: Path, plain_env: dict[str, str], acp_binary: AcpBinary
 ) -> None:
-    # The agent is its own program, with its own Python: only tailagent is the binary.
-    agent = shlex.join([sys.executable, str(FAKE_ACP_AGENT)])
-    running = start_server(tmp_path, "--agent-command", agent, command=[str(binary)], env=plain_env)
-    try:
-        called = run([str(binary)], "call", "tool hello", env=user_env(plain_env, running))
-        assert called.returncode == 0, called.stdout + called.stderr + running.log()
-        assert "turn 1 of session" in called.stdout
-        # tailagent's own MCP server, which the agent starts from the binary itself
-        # (a token's turn: the tool answers that no person asked for it).
-        tools = run([str(binary)], "call", "mcp:list_peers", env=user_env(plain_env, running))
-        assert "mcp list_peers error: " in tools.stdout, tools.stdout + running.log()
-        assert "no person's turn is running" in tools.stdout
-    finally:
-        running.stop()
+    running = acp_binary.running()
+    called = run([str(binary)], "call", "tool hello", env=user_env(plain_env, running))
+    assert called.returncode == 0, called.stdout + called.stderr + running.log()
+    assert "turn 1 of session" in called.stdout
+    # tailagent's own MCP server, which the agent starts from the binary itself
+    # (a token's turn: the tool answers that no person asked for it).
+    tools = run([str(binary)], "call", "mcp:list_peers", env=user_env(plain_env, running))
+    assert "mcp list_peers error: " in tools.stdout, tools.stdout + running.log()
+    assert "no person's turn is running" in tools.stdout
 
 
 def descendants(pid: int) -> set[int]:
@@ -236,13 +261,13 @@ def unpacked_dir(pid: int) -> Path | None:
 
 
 def test_a_killed_binary_takes_its_server_and_agent_with_it(
-    binary: Path, plain_env: dict[str, str], tmp_path: Path
+    binary: Path, plain_env: dict[str, str], acp_binary: AcpBinary
 ) -> None:
     """`kill -9` reaches only the bootloader, the process the user started: the server
     it unpacked and ran stops too, as on a SIGTERM, and with it the server's agent; the
-    ~130 MB the bootloader unpacked into /tmp go as well."""
-    agent = shlex.join([sys.executable, str(FAKE_ACP_AGENT)])
-    running = start_server(tmp_path, "--agent-command", agent, command=[str(binary)], env=plain_env)
+    ~130 MB the bootloader unpacked into /tmp go as well. (The ACP tests' shared server:
+    after this one, the next that wants it starts another.)"""
+    running = acp_binary.running()
     under: set[int] = set()
     try:
         called = run([str(binary)], "call", "tool hello", env=user_env(plain_env, running))
