@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from a2a.types.a2a_pb2 import TaskState
 
+from tailagent.client.render import request_start
 from tests.a2a_helpers import A2A
 from tests.conftest import RunningServer, start_server
 from tests.tailnet import NODE_DNS, FakeTailscaled
@@ -87,7 +89,15 @@ def test_input_required_prints_the_exact_reply_command_and_exits_3(server: Runni
     allow, _deny = reply_lines(asked.stdout)
     assert "--request" in allow and allow.startswith("tailagent call allow")
     # The task keeps its conversation, and this agent is the one `call` finds by itself.
-    assert "--context" not in allow and "--url" not in allow and len(allow) < 110, allow
+    assert "--context" not in allow and "--url" not in allow, allow
+    # The task and the prompt by the starts of their ids: the line fits 80 columns.
+    assert re.fullmatch(r"tailagent call allow --task \w{8} --request \w{8}", allow), allow
+    # A start that is not the waiting prompt's reaches no prompt: the server says which waits.
+    request = allow.rsplit(" ", 1)[1]
+    other = allow.replace(request, "f" if request[0] != "f" else "e")
+    refused = run_reply(server, other)
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    assert "nothing was applied" in refused.stdout and request in refused.stdout
     answered = run_reply(server, allow)
     assert answered.returncode == 0, answered.stdout + answered.stderr
     assert "✓ rm -rf build: completed" in answered.stdout
@@ -355,3 +365,11 @@ def test_shell_completion(tmp_path: Path) -> None:
             capture_output=True, text=True, timeout=30,
         )  # fmt: skip
         assert script.returncode == 0 and registration in script.stdout, script.stdout[:300]
+
+
+def test_a_printed_request_start_keeps_what_differs_between_prompts() -> None:
+    """Relayed prompts all begin `delegate-`: their printed start goes 8 characters past
+    it, or a later prompt of the task would fit the start printed for an earlier one."""
+    assert request_start("27e6a9f0c1d24e5f8a9b0c1d2e3f4a5b") == "27e6a9f0"
+    assert request_start("delegate-2ffc9a61e0b14c2d") == "delegate-2ffc9a61"
+    assert request_start("toolu_01AbCdEfGhIj") == "toolu_01AbCdEf"

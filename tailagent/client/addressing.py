@@ -1,6 +1,10 @@
 """What `tailagent call` is addressed to, settled before anything is sent.
 
-- `--task` takes the start of a task's id, as `watch` and `cancel` do (short_ids.py).
+- `--task` takes the start of a task's id, as `watch` and `cancel` do (short_ids.py),
+  and `--request` the start of the id of the prompt that task waits on: the commands
+  `call` prints to answer a prompt fit an 80-column terminal. A start that does not
+  fit the waiting prompt's id goes as given, and the server refuses it naming the
+  prompt that does wait: an answer never reaches a prompt other than the one it names.
 - A bare answer (`allow`, `deny`, `deny: a reason`, `option:ID`) without `--task` is
   meant for the prompt that waits, not as a new one: it answers the caller's one
   task in input-required (ListTasks shows each caller only its own); when several
@@ -26,7 +30,13 @@ import shutil
 import sys
 
 from a2a.client import Client
-from a2a.types.a2a_pb2 import ListTasksRequest, StreamResponse, Task, TaskState
+from a2a.types.a2a_pb2 import (
+    GetTaskRequest,
+    ListTasksRequest,
+    StreamResponse,
+    Task,
+    TaskState,
+)
 from a2a.utils.errors import A2AError
 
 from tailagent.client.errors import UsageError, complain
@@ -60,6 +70,8 @@ async def address(client: Client, args: argparse.Namespace) -> None:
         raise UsageError("--existing is about --context: it goes with one")
     if args.task:
         args.task = await whole_task_id(client, args.task)
+        if args.request:
+            args.request = await _whole_request_id(client, args.task, args.request)
         return
     if not args.new and not args.context and not args.answer and is_answer(args.text):
         args.task = await _waiting_task(client, args.text)
@@ -103,6 +115,19 @@ async def _waiting_task(client: Client, text: str) -> str:
             f"{task.id[:8]} --answer QUESTION=LABEL` (or send {said!r} as a new prompt: --new)"
         )
     return task.id
+
+
+async def _whole_request_id(client: Client, task_id: str, start: str) -> str:
+    """The id of the prompt the task waits on when `start` is the start of it; else
+    `start` as given, for the server to refuse by the prompt that does wait."""
+    try:
+        task = await client.get_task(GetTaskRequest(id=task_id, history_length=0))
+    except A2AError:
+        return start  # not found, or not the caller's: the send says so
+    prompt = _prompt(task)
+    if prompt is not None and prompt.request_id and prompt.request_id.startswith(start):
+        return prompt.request_id
+    return start
 
 
 def _prompt(task: Task) -> Prompt | None:

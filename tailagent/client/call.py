@@ -136,19 +136,23 @@ async def check_card(
 
 async def run_call(args: argparse.Namespace, target: Target, console: Console) -> int:
     answers = parse_answers(args.answer)
-    message = build_message(
-        args.text,
-        task_id=args.task,
-        context_id=args.context,
-        request_id=args.request,
-        answers=answers,
-    )
+
+    def message_as_given() -> Message:
+        return build_message(
+            args.text,
+            task_id=args.task,
+            context_id=args.context,
+            request_id=args.request,
+            answers=answers,
+        )
+
+    message = message_as_given()  # an empty call is refused before anything is sent
     renderer = Renderer(console, target.reply_options())
     async with open_http(target, args.token) as http:
         await check_card(target.base, http, args.require_signed, target.credentials)
         async with a2a_client(target, http) as client:
             await address(client, args)  # whole ids, the waiting task, a new conversation
-            message.task_id = args.task or ""
+            message = message_as_given()  # with the whole ids `address` found
             if answers and args.task:
                 await _check_answers(client, args.task, answers)
             while True:

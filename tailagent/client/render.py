@@ -9,6 +9,7 @@ control characters escaped (tailagent.output.visible), so it cannot act on the t
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import textwrap
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from tailagent.process.origin import invoked_as
 if TYPE_CHECKING:  # rich's Syntax brings pygments' lexers: imported once a diff shows
     from rich.syntax import Syntax
 
+# A word and a separator an agent puts before the part of a prompt's id that differs.
+KIND_LABEL = re.compile(r"[A-Za-z]+[-_]")
 FINAL_STATES = {
     TaskState.TASK_STATE_COMPLETED,
     TaskState.TASK_STATE_FAILED,
@@ -254,13 +257,23 @@ class Changes:
         }  # fmt: skip
 
 
+def request_start(request_id: str) -> str:
+    """The start of a prompt's id that tells it from the task's later prompts: 8
+    characters past a kind an agent puts first (`delegate-`, `toolu_`), which is the
+    same in each of them."""
+    kind = KIND_LABEL.match(request_id)
+    return request_id[: (kind.end() if kind else 0) + 8]
+
+
 def reply_command(target_args: list[str], outcome: Outcome, prompt: Prompt) -> list[str]:
     """The exact command lines that answer `prompt`. A follow-up naming its task keeps
     the task's conversation, so no --context; `target_args` is what else the call
-    needs to reach the same agent (empty for the one it finds by itself)."""
-    base = ["--task", outcome.task_id]
+    needs to reach the same agent (empty for the one it finds by itself). The task and
+    the prompt are named by the starts of their ids, which `call` takes back whole
+    (client/addressing.py): the lines fit an 80-column terminal."""
+    base = ["--task", outcome.task_id[:8]]
     if prompt.request_id:
-        base += ["--request", prompt.request_id]
+        base += ["--request", request_start(prompt.request_id)]
     base += target_args
     if prompt.kind == "ask_user_question":
         question = (prompt.data.get("questions") or [{}])[0]
