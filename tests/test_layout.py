@@ -128,6 +128,78 @@ def test_no_circle() -> None:
             visit(module)
 
 
+def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's components of more than one node: each is a circle of rooms."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(edges.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = stack[stack.index(node) :]
+            del stack[stack.index(node) :]
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def _folders(graph: dict[str, set[str]]) -> list[str]:
+    return sorted({module.rsplit(".", 1)[0] for module in graph if "." in module})
+
+
+def _room_in(folder: str, module: str) -> str | None:
+    """The room of `folder` (a module or a folder right inside it) that holds `module`."""
+    if not module.startswith(folder + "."):
+        return None
+    return module[len(folder) + 1 :].split(".")[0]
+
+
+def test_no_circle_between_the_rooms_of_any_folder() -> None:
+    """Inside every folder, at every depth, its rooms (its modules and its folders)
+    import each other one way only, so each folder has floors of its own: a reader
+    learns a room from those below it, never from a room that needs it back."""
+    graph = imports()
+    found = []
+    for folder in _folders(graph):
+        edges: dict[str, set[str]] = {}
+        for importer, imported_set in graph.items():
+            room = _room_in(folder, importer)
+            if room is None:
+                continue
+            for imported in imported_set:
+                target = _room_in(folder, imported)
+                if target is not None and target != room:
+                    edges.setdefault(room, set()).add(target)
+        found += [f"{folder}: {' <-> '.join(circle)}" for circle in _strongly_connected(edges)]
+    assert found == []
+
+
+def test_no_module_imports_a_folder_it_lives_in() -> None:
+    """A folder's face (its __init__) stands above its rooms: a room that imports it
+    points up, and ties itself to every sibling the face imports."""
+    graph = imports()
+    upward = sorted(
+        f"{importer} imports {imported}"
+        for importer, imported_set in graph.items()
+        for imported in imported_set
+        if imported in graph and importer.startswith(imported + ".")
+    )
+    assert upward == []
+
+
 def room_of(module: str) -> str:
     return module.split(".")[1] if module.count(".") else ""
 
