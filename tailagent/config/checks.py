@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tailagent.config import DELEGATED_ROLES, ROLES, SETTING_SOURCES, Listen, parse_listen
+from tailagent.config.settings import DELEGATED_ROLES, ROLES, SETTING_SOURCES, Listen, parse_listen
 
 
 def one_of(options: tuple[str, ...]) -> Callable[[Any], str]:

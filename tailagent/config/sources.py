@@ -12,7 +12,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tailagent.config import (
+from tailagent.config import checks
+from tailagent.config.mcp_servers import parse_mcp_servers
+from tailagent.config.settings import (
     AGENTS,
     ENV_PREFIX,
     HTTPS_MODES,
@@ -36,9 +38,7 @@ from tailagent.config import (
     TailscaleSettings,
     TsnetSettings,
     WorkspaceSettings,
-    checks,
 )
-from tailagent.config.mcp_servers import parse_mcp_servers
 from tailagent.config.tool_rules import parse_rules
 
 PARSERS: dict[str, Callable[[Any], Any]] = {
