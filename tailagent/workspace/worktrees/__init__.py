@@ -23,20 +23,32 @@ that could run a program, and first looks at the `.git` (repos/guard.py): one wh
 alternates, `commondir` or symbolic links could have git read another conversation's
 objects is reported (WorktreeTampered) and not used; the turn's changes are not committed.
 
-The bridge talks to `Worktrees` (facade.py) only. Here, beside it, is the life of one
-conversation's directory, a file per concern: records (what is tailagent's), lock, making
-and ahead (the directory made ahead and its adoption), idle, turns (turn commits and their
-trailers), origin (where a conversation starts, and what of the checkout it does not
-hold), changes (status and diff), patches (a change's stat and bounded diff, as a
-merge's preview and a turn's page show it), fates (which turn commits a merge or a discard
-took), probe, legacy (an older tailagent's `git worktree`s converted) and errors. Three
-rooms hold the rest: repos/ (git run and guarded for all of them), merge/ (a branch
-merged back into its base) and ending/ (directories taken away: discard, prune, `clean`).
+The bridge talks to `Worktrees` (facade.py) only. Beneath it the life of one
+conversation's directory stands in floors, a file or room per concern, each importing only
+those below it:
+- repos/, what every concern stands on: git run in a repository named outright, its `.git`
+  guarded, git's output read, the file-system calls, and the errors every concern raises;
+- records (what is tailagent's), lock, probe and patches (a change's stat and bounded
+  diff, as a merge's preview and a turn's page show it);
+- making and removal (a directory made, and taken away), fates (which turn commits a
+  merge or a discard took), turns (turn commits and their
+  trailers), origin (where a conversation starts, and what of the checkout it does not
+  hold), changes (status and diff) and legacy (an older tailagent's `git worktree`s
+  converted);
+- ahead (the directory made ahead and its adoption), idle, and merge/ (a branch merged
+  back into its base);
+- ending/, which decides what goes (discard, prune, `clean`) and so stands on all of them.
 """
 
 from tailagent.workspace.worktrees.changes import WorktreeStatus
 from tailagent.workspace.worktrees.ending.cleanup import DiscardResult
-from tailagent.workspace.worktrees.errors import (
+from tailagent.workspace.worktrees.facade import Worktrees
+from tailagent.workspace.worktrees.merge.merging import MergePreview, MergeResult, Strategy
+from tailagent.workspace.worktrees.origin import Start
+from tailagent.workspace.worktrees.patches import FileStat, Patch
+from tailagent.workspace.worktrees.probe import probe
+from tailagent.workspace.worktrees.records import BRANCH_PREFIX, Merged, Worktree
+from tailagent.workspace.worktrees.repos.errors import (
     MergeConflict,
     MergeRefused,
     NoWorktree,
@@ -44,12 +56,6 @@ from tailagent.workspace.worktrees.errors import (
     WorktreeDeleted,
     WorktreeTampered,
 )
-from tailagent.workspace.worktrees.facade import Worktrees
-from tailagent.workspace.worktrees.merge.merging import MergePreview, MergeResult, Strategy
-from tailagent.workspace.worktrees.origin import Start
-from tailagent.workspace.worktrees.patches import FileStat, Patch
-from tailagent.workspace.worktrees.probe import probe
-from tailagent.workspace.worktrees.records import BRANCH_PREFIX, Merged, Worktree
 from tailagent.workspace.worktrees.turns import turn_subject
 
 __all__ = [

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tailagent.workspace.git import GitError, Repository, git
-from tailagent.workspace.worktrees.ending.removal import Removal
 from tailagent.workspace.worktrees.lock import WorktreeLock
 from tailagent.workspace.worktrees.making import Maker
 from tailagent.workspace.worktrees.records import (
@@ -33,6 +32,7 @@ from tailagent.workspace.worktrees.records import (
     Worktree,
     fresh,
 )
+from tailagent.workspace.worktrees.removal import Removal
 from tailagent.workspace.worktrees.repos.fs import is_dir, is_file, text, unlink
 from tailagent.workspace.worktrees.repos.gitdirs import forget
 from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo

@@ -14,7 +14,6 @@ from pathlib import Path
 from tailagent.workspace.worktrees.ahead import MadeAhead
 from tailagent.workspace.worktrees.changes import Changes, WorktreeStatus
 from tailagent.workspace.worktrees.ending.cleanup import Cleanup, DiscardResult
-from tailagent.workspace.worktrees.ending.removal import Removal
 from tailagent.workspace.worktrees.fates import Fate, Fates
 from tailagent.workspace.worktrees.idle import Idle
 from tailagent.workspace.worktrees.legacy import Legacy
@@ -24,6 +23,7 @@ from tailagent.workspace.worktrees.merge.merging import MergePreview, MergeResul
 from tailagent.workspace.worktrees.origin import Start, start_of
 from tailagent.workspace.worktrees.patches import Patch
 from tailagent.workspace.worktrees.records import Merged, Records, Worktree
+from tailagent.workspace.worktrees.removal import Removal
 from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 from tailagent.workspace.worktrees.turns import TurnCommits
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tailagent.statedir.files import write_private
 from tailagent.workspace.git import GitError
-from tailagent.workspace.worktrees.errors import NoWorktree, OtherRepository, WorktreeDeleted
+from tailagent.workspace.worktrees.repos.errors import NoWorktree, OtherRepository, WorktreeDeleted
 from tailagent.workspace.worktrees.repos.fs import make_root, text
 from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 

@@ -3,7 +3,7 @@ for (saying first what it loses), and the prune at each start of those whose
 conversations no longer exist.
 
 Only what a record names as tailagent's is touched; a record that does not add up, or
-one of another repository, is left alone and said. Separate from removal (how one
+one of another repository, is left alone and said. Separate from removal.py (how one
 worktree goes) because this decides which go and what a person is told.
 """
 
@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from tailagent.statedir.files import write_private
 from tailagent.workspace.git import GitError, git
 from tailagent.workspace.worktrees.ahead import MadeAhead
-from tailagent.workspace.worktrees.ending.removal import Removal
 from tailagent.workspace.worktrees.fates import Fates
 from tailagent.workspace.worktrees.idle import Idle
 from tailagent.workspace.worktrees.lock import WorktreeLock
 from tailagent.workspace.worktrees.merge.quarantine import sweep as sweep_merges
 from tailagent.workspace.worktrees.records import READY_PREFIX, Records, Worktree
+from tailagent.workspace.worktrees.removal import Removal
 from tailagent.workspace.worktrees.repos.fs import is_dir
 from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 from tailagent.workspace.worktrees.repos.specials import SpecialFile

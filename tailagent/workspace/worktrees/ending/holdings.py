@@ -18,8 +18,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from tailagent.workspace.worktrees.ending.removal import TRASH
 from tailagent.workspace.worktrees.records import BRANCH_PREFIX
+from tailagent.workspace.worktrees.removal import TRASH
 from tailagent.workspace.worktrees.repos.gitdirs import forget
 
 # What each kind of holding is, as a list under its folder says it (doctor): short.
@@ -121,7 +121,7 @@ def held(root: Path) -> list[Held]:
 
 def clean(root: Path, holdings: list[Held]) -> list[Held]:
     """Removes the holdings that are no conversation's; returns those removed. A worktree
-    made ahead goes directory first, record last (as removal.py does), and git's entry
+    made ahead goes directory first, record last (as worktrees/removal.py does), and git's entry
     for it in its repository with it when an older tailagent made it there. What a
     conversation's record names now (a server started since `holdings` were listed may
     have given it to one) is left."""

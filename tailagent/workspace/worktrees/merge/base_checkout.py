@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tailagent.workspace.git import git, one_line
-from tailagent.workspace.worktrees.errors import MergeRefused
 from tailagent.workspace.worktrees.merge.commit import Strategy
 from tailagent.workspace.worktrees.records import Worktree
+from tailagent.workspace.worktrees.repos.errors import MergeRefused
 from tailagent.workspace.worktrees.repos.gitdirs import in_progress, rebasing
 from tailagent.workspace.worktrees.repos.porcelain import listing, status_paths, unique
 from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Literal
 
 from tailagent.workspace.git import Repository, git, one_line
-from tailagent.workspace.worktrees.errors import MergeConflict, MergeRefused
 from tailagent.workspace.worktrees.records import Worktree
+from tailagent.workspace.worktrees.repos.errors import MergeConflict, MergeRefused
 from tailagent.workspace.worktrees.repos.porcelain import split_z, unique
 from tailagent.workspace.worktrees.turns import clip
 

@@ -16,8 +16,6 @@ import logging
 from dataclasses import dataclass
 
 from tailagent.workspace.git import GitError, Repository, git
-from tailagent.workspace.worktrees.ending.removal import Removal
-from tailagent.workspace.worktrees.errors import MergeConflict, MergeRefused
 from tailagent.workspace.worktrees.fates import Fates
 from tailagent.workspace.worktrees.lock import WorktreeLock
 from tailagent.workspace.worktrees.merge.base_checkout import advance, base_checkout
@@ -25,6 +23,8 @@ from tailagent.workspace.worktrees.merge.commit import STRATEGIES, Strategy, mes
 from tailagent.workspace.worktrees.merge.quarantine import Scratch, scratch
 from tailagent.workspace.worktrees.patches import Patch, between
 from tailagent.workspace.worktrees.records import Records, Worktree
+from tailagent.workspace.worktrees.removal import Removal
+from tailagent.workspace.worktrees.repos.errors import MergeConflict, MergeRefused
 from tailagent.workspace.worktrees.repos.porcelain import listing, unique
 from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 from tailagent.workspace.worktrees.turns import check_worktree

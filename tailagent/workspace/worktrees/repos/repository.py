@@ -41,8 +41,8 @@ from tailagent.workspace.git import (
     git,
     without_drivers,
 )
-from tailagent.workspace.worktrees.errors import WorktreeTampered
 from tailagent.workspace.worktrees.repos import guard
+from tailagent.workspace.worktrees.repos.errors import WorktreeTampered
 from tailagent.workspace.worktrees.repos.fs import resolved
 from tailagent.workspace.worktrees.repos.gitdirs import borrowed_objects, common_dir_of
 from tailagent.workspace.worktrees.repos.porcelain import status_paths, unique
