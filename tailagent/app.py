@@ -34,9 +34,9 @@ from tailagent.store.spent_tokens import SpentAnswers
 from tailagent.store.tasks import ANSWER_KEY, CoalescingTaskStore
 from tailagent.tailnet.presence import Presence
 from tailagent.web import LazyDesk, mount
-from tailagent.web.pages.live import Desk
+from tailagent.web.notifications.policy import PolicyNow
 from tailagent.web.parts import DeskParts
-from tailagent.web.push.policy import PolicyNow
+from tailagent.web.views.live import Desk
 from tailagent.webpush.service import WebPush
 
 

@@ -67,7 +67,7 @@ from tailagent.store.opening import STOP_MESSAGE, Storage, open_storage, server_
 from tailagent.store.sdk_stores import SdkStores
 from tailagent.store.signals import CANCEL, PUSH
 from tailagent.tailnet.presence import BoxTailscaled, Presence, PresenceError, ServeEntryPresence
-from tailagent.web.pages.live import Desk
+from tailagent.web.views.live import Desk
 from tailagent.webpush.service import WebPush
 from tailagent.workspace.git import GitError, git
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, FloatRect, Locator, Page, expect
 
-from tailagent.web.pages import markdown
+from tailagent.web.views import markdown
 from tests.browser import PHONE
 from tests.conftest import RunningServer
 from tests.test_desk import OWNER, Tailnet, context, put_back_answer_form, start_task, tailnet

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from a2a.types.a2a_pb2 import Artifact, Message, Part, Role, Task, TaskState, TaskStatus
 
-from tailagent.web.pages.live import Journal
+from tailagent.web.views.live import Journal
 
 
 def task(*, answer: str, tools: int, state: int = TaskState.TASK_STATE_WORKING) -> Task:

@@ -8,9 +8,12 @@ can never do what A2A would refuse. The access layer applies the page's own rule
 its routes (access/browser.py, access/guard.py): same-origin POSTs only, and the
 sign-in cookie counts here and nowhere else.
 
-Here: the app and its rules (desk_app), what every route is given (route_kit, parts),
-the caller, form tokens and the HTML renderer; the pages are web/pages/, Web Push's
-routes web/push/ (Web Push itself is tailagent/webpush/).
+Here, from the floor up: what a page shows (web/views/: the transcript, the live
+journals, the HTML renderer), form tokens and the caller, what the desk uses of the
+server (parts), a conversation's standing as a page is drawn, what every route is given
+(route_kit); then the pages' routes (web/routes/) and the notifications' routes
+(web/notifications/; Web Push itself is tailagent/webpush/), and the app that mounts
+them with its rules (desk_app).
 
 `tailagent/app.py` builds the parts and calls `mount`; nothing else of the server
 knows the page exists. The page's Quart app, its templates and routes (~11 MiB of a

@@ -8,11 +8,11 @@ channel ("web") that the audit log records.
 
 The pages' rules are here (a strict CSP and no caching on every response of the
 app, Web Push's included; a refusal shown as a page); the routes are in modules
-named for what they do, in web/pages/: the list and task pages (viewing.py), a
+named for what they do, in web/routes/: the list and task pages (viewing.py), a
 conversation's page (conversation.py), their live streams (streams.py), the forms that
 drive tasks (actions.py), the merge and the whole diff (merging.py) and the local
 sign-in (signin.py); Web Push's JSON routes keep rules of their own
-(web/push/routes.py). Each is handed one `DeskKit` (web/route_kit.py).
+(web/notifications/routes.py). Each is handed one `DeskKit` (web/route_kit.py).
 """
 
 from __future__ import annotations
@@ -20,18 +20,18 @@ from __future__ import annotations
 from quart import Blueprint, Quart, Response, request
 from quart.typing import ResponseReturnValue
 
-from tailagent.web import render
 from tailagent.web.caller import current_caller
-from tailagent.web.pages.actions import register_forms
-from tailagent.web.pages.conversation import register_conversation
-from tailagent.web.pages.merging import register_merge
-from tailagent.web.pages.signin import register_signin
-from tailagent.web.pages.streams import register_streams
-from tailagent.web.pages.task_lists import TaskLists
-from tailagent.web.pages.viewing import register_pages
+from tailagent.web.notifications.routes import push_blueprint
 from tailagent.web.parts import DeskParts
-from tailagent.web.push.routes import push_blueprint
 from tailagent.web.route_kit import DeskKit, Refused
+from tailagent.web.routes.actions import register_forms
+from tailagent.web.routes.conversation import register_conversation
+from tailagent.web.routes.merging import register_merge
+from tailagent.web.routes.signin import register_signin
+from tailagent.web.routes.streams import register_streams
+from tailagent.web.routes.viewing import register_pages
+from tailagent.web.views import render
+from tailagent.web.views.task_lists import TaskLists
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "

@@ -8,7 +8,7 @@ from tailagent.access.browser import BrowserSessions
 from tailagent.bridge.conversations.workplace import Conversations
 from tailagent.bridge.requests.handler import GuardedRequestHandler
 from tailagent.store.tasks import CoalescingTaskStore
-from tailagent.web.pages.live import Desk
+from tailagent.web.views.live import Desk
 from tailagent.webpush.service import WebPush
 
 

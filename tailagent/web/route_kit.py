@@ -29,11 +29,12 @@ from google.protobuf.struct_pb2 import Value
 from quart import request
 
 from tailagent.access.identity import Caller
-from tailagent.web import forms, render
+from tailagent.web import forms
 from tailagent.web.caller import call_context
-from tailagent.web.pages.standing import busy_with, fate_of, standing, worktree_of
-from tailagent.web.pages.task_lists import OLDER, TaskLists
 from tailagent.web.parts import DeskParts
+from tailagent.web.standing import busy_with, fate_of, standing, worktree_of
+from tailagent.web.views import render
+from tailagent.web.views.task_lists import OLDER, TaskLists
 
 FORM_TYPE = "application/x-www-form-urlencoded"
 

@@ -14,5 +14,5 @@ VAPID key of its state dir. The parts, each with one job:
 - `alerts.py`: which save of a task is worth a notification, and to whom.
 - `standing.py`: what the access policy says of a subscriber at the moment of sending.
 
-Nothing here knows the desk's pages; the desk's routes (web/push/routes.py) use these.
+Nothing here knows the desk's pages; the desk's routes (web/notifications/routes.py) use these.
 """

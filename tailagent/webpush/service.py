@@ -1,5 +1,5 @@
 """The desk's Web Push, put together once per server: what `server.py` wires to the
-task store's saves and `web/push/routes.py` serves to the page.
+task store's saves and `web/notifications/routes.py` serves to the page.
 
 The encryption and the signatures (http-ece, py-vapid, and cryptography under them)
 load only when a page asks for the server's key or a first message is sent: a server

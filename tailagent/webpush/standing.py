@@ -3,9 +3,9 @@
 A subscription outlives the grant that let its person in. Were whom a prompt reaches
 decided by the roles someone had when they subscribed, a person whose grant was
 removed would still get the next command, the task's first line and an Allow token
-on their phone. So the policy is asked again before each message (web/push/policy.py
-does, as the desk's access layer would for a request from that device); Web Push
-knows only its answer, never how it was reached.
+on their phone. So the policy is asked again before each message
+(web/notifications/policy.py does, as the desk's access layer would for a request from
+that device); Web Push knows only its answer, never how it was reached.
 """
 
 from __future__ import annotations

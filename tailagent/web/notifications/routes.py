@@ -14,10 +14,10 @@ from __future__ import annotations
 from quart import Blueprint
 from quart.typing import ResponseReturnValue
 
-from tailagent.web.push.answers import register_answer
-from tailagent.web.push.installable import register_app
-from tailagent.web.push.json_rules import PushRefused
-from tailagent.web.push.subscriptions import register_subscriptions
+from tailagent.web.notifications.answers import register_answer
+from tailagent.web.notifications.installable import register_app
+from tailagent.web.notifications.json_rules import PushRefused
+from tailagent.web.notifications.subscriptions import register_subscriptions
 from tailagent.web.route_kit import DeskKit
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from quart import Blueprint
 from quart.typing import ResponseReturnValue
 
-from tailagent.web import render
 from tailagent.web.caller import current_caller
-from tailagent.web.pages.task_lists import list_context
-from tailagent.web.pages.transcript import SECTIONS, Entry
 from tailagent.web.route_kit import DeskKit, Refused, older_arg
+from tailagent.web.views import render
+from tailagent.web.views.task_lists import list_context
+from tailagent.web.views.transcript import SECTIONS, Entry
 
 
 def register_pages(desk_bp: Blueprint, kit: DeskKit) -> None:

@@ -18,11 +18,11 @@ from quart import Blueprint
 from quart.typing import ResponseReturnValue
 
 from tailagent.access.identity import Caller, OwnerUser
-from tailagent.web import render
 from tailagent.web.caller import current_caller
-from tailagent.web.pages.chat import in_order
-from tailagent.web.pages.standing import busy_with, standing, worktree_of
 from tailagent.web.route_kit import DeskKit, Refused
+from tailagent.web.standing import busy_with, standing, worktree_of
+from tailagent.web.views import render
+from tailagent.web.views.chat import in_order
 
 MAX_TURNS = 200  # the latest ones; the rest are a task's link away
 PAGE = 100

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailagent.web.pages.diffs import per_file
+from tailagent.web.views.diffs import per_file
 
 
 def _same_file(reported: str, committed: set[str]) -> bool:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from a2a.types.a2a_pb2 import Task
 
-from tailagent.web.pages.transcript import FINAL, WAITING, Entry, entries
+from tailagent.web.views.transcript import FINAL, WAITING, Entry, entries
 
 REFRESH_INTERVAL = 0.1
 MAX_JOURNALS = 256

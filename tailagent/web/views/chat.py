@@ -17,7 +17,7 @@ from typing import Any
 from a2a.types.a2a_pb2 import Task
 
 from tailagent.store.tasks import STARTED_AT_KEY, position
-from tailagent.web.pages.transcript import Entry, entries
+from tailagent.web.views.transcript import Entry, entries
 
 # What a chat shows of a turn's timeline: the words, the questions, the decisions and
 # what went wrong; a tool's call or the agent's thinking is on the turn's own page.

@@ -20,8 +20,8 @@ from tailagent.bridge.conversations.fates import fates
 from tailagent.bridge.conversations.workplace import Conversations
 from tailagent.store.table import Position
 from tailagent.store.tasks import CoalescingTaskStore, position
-from tailagent.web.pages.live import Desk
-from tailagent.web.pages.transcript import Row, row
+from tailagent.web.views.live import Desk
+from tailagent.web.views.transcript import Row, row
 
 LIST_LIMIT = 50
 LIST_CACHE = 64  # people whose list is kept between changes

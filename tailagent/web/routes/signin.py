@@ -11,9 +11,9 @@ from quart import Blueprint, Response, redirect, request
 from quart.typing import ResponseReturnValue
 
 from tailagent.access.browser import SignInRefused, local_uid
-from tailagent.web import render
 from tailagent.web.caller import current_caller
 from tailagent.web.route_kit import DeskKit
+from tailagent.web.views import render
 
 
 def register_signin(desk_bp: Blueprint, kit: DeskKit) -> None:

@@ -15,10 +15,10 @@ from a2a.utils.errors import A2AError
 from quart import Blueprint, Response, redirect
 from quart.typing import ResponseReturnValue
 
-from tailagent.web import render
 from tailagent.web.caller import call_context, current_caller
-from tailagent.web.pages.transcript import Entry, entries
 from tailagent.web.route_kit import DeskKit, Refused, data_part, user_message
+from tailagent.web.views import render
+from tailagent.web.views.transcript import Entry, entries
 
 # How long an answer's redirect waits for the task's page to show the answer taken
 # (live.Desk.answering): the turn usually resumes within milliseconds.

@@ -5,7 +5,7 @@ status message to the history, and artifacts to the task), so the page needs no
 record of its own: the same task a `GetTask` returns is cut into entries here. An
 entry's key stays the same while its content changes (a tool call that finishes,
 an answer that grows, a plan replaced in place), which is what lets a live view
-send only what changed (see web/pages/live.py).
+send only what changed (see live.py).
 
 The entries read as a conversation: what the person asked, what the agent says and
 asks, and who decided what, in words. The protocol's own vocabulary (an answer's
@@ -26,7 +26,7 @@ from google.protobuf.json_format import MessageToDict
 from tailagent.cost.figures import dollars, shown_usd
 from tailagent.output.titles import first_prompt, shorten
 from tailagent.store.tasks import STARTED_AT_KEY
-from tailagent.web.pages.turn_changes import shown
+from tailagent.web.views.turn_changes import shown
 
 # Sections of the task page, in the order they appear.
 SECTIONS = ("head", "ask", "timeline", "plan", "answer", "diffs", "follow")

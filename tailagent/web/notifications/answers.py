@@ -14,7 +14,7 @@ from quart import Blueprint
 from quart.typing import ResponseReturnValue
 
 from tailagent.web.caller import call_context, current_caller
-from tailagent.web.push.json_rules import PushRefused, json_body
+from tailagent.web.notifications.json_rules import PushRefused, json_body
 from tailagent.web.route_kit import DeskKit, data_part, user_message
 from tailagent.webpush.actions import ActionRefused
 

@@ -18,11 +18,11 @@ from quart import Blueprint, Response, request
 from quart.typing import ResponseReturnValue
 
 from tailagent.access.identity import Caller
-from tailagent.web import render
 from tailagent.web.caller import current_caller
-from tailagent.web.pages.live import Journal
-from tailagent.web.pages.task_lists import list_context
 from tailagent.web.route_kit import DeskKit, older_arg
+from tailagent.web.views import render
+from tailagent.web.views.live import Journal
+from tailagent.web.views.task_lists import list_context
 
 HEARTBEAT = 15.0
 RECONNECT_MS = 1000

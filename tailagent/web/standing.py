@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from tailagent.bridge.conversations.workplace import Isolated
-from tailagent.web.pages.transcript import FINAL
 from tailagent.web.parts import DeskParts
+from tailagent.web.views.transcript import FINAL
 from tailagent.workspace import GitError, Worktree
 
 

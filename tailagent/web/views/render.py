@@ -4,7 +4,7 @@ One renderer serves both the first page and the live updates: an entry pushed ov
 SSE is the same fragment the server would have put in the page, so what a person
 sees never depends on whether it came live or with a reload. Everything the agent
 or a caller wrote passes through autoescaping; the only markup made from their text
-is web/pages/markdown.py's, which escapes first.
+is markdown.py's, which escapes first.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
 from tailagent.access.identity import Caller
-from tailagent.web.pages import diffs, markdown
-from tailagent.web.pages.transcript import Entry
+from tailagent.web.views import diffs, markdown
+from tailagent.web.views.transcript import Entry
 
 CLIP_CHARS = 2_000  # of a prompt, a tool's input or output: the rest is one tap away
 ANSWER_CHARS = 20_000  # of an answer, rendered as Markdown; past it, plain text

@@ -14,11 +14,11 @@ from a2a.utils.errors import A2AError
 from quart import Blueprint, Response, request
 from quart.typing import ResponseReturnValue
 
-from tailagent.web import forms, render
+from tailagent.web import forms
 from tailagent.web.caller import call_context, current_caller
-from tailagent.web.pages import diffs
-from tailagent.web.pages.transcript import first_prompt
 from tailagent.web.route_kit import DeskKit, Refused, data_part, status_of, user_message
+from tailagent.web.views import diffs, render
+from tailagent.web.views.transcript import first_prompt
 
 # How a merge conflict's refusal words the request to send the agent (worktrees/errors.py).
 SUGGESTED = re.compile(r'ask the agent: "(.+)"\s*$', re.DOTALL)

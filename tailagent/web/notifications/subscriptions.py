@@ -3,7 +3,7 @@ and the plain page listing the devices they are told on, each removable.
 
 A subscription is made only with a token the page was given for that caller, and it
 keeps the device's tailnet address, which the access policy is asked about before each
-message (web/push/policy.py); that, not the notifications themselves or the app's
+message (web/notifications/policy.py); that, not the notifications themselves or the app's
 manifest, is what changes in this module.
 """
 
@@ -15,10 +15,11 @@ from quart import Blueprint, Response, redirect, request
 from quart.typing import ResponseReturnValue
 
 from tailagent.access.identity import Caller
-from tailagent.web import forms, render
+from tailagent.web import forms
 from tailagent.web.caller import current_caller
-from tailagent.web.push.json_rules import PushRefused, json_body
+from tailagent.web.notifications.json_rules import PushRefused, json_body
 from tailagent.web.route_kit import DeskKit
+from tailagent.web.views import render
 from tailagent.webpush.subscriptions import SubscriptionRefused
 
 
