@@ -32,7 +32,7 @@ from google.protobuf.json_format import MessageToDict
 from tailagent.access.identity import Caller
 from tailagent.agents.echo import COLOUR_QUESTION
 from tailagent.bridge.answers.records import AnswerRecord, decision_text, first_answer_text
-from tailagent.bridge.requests.requester import VIA_KEY, requester_of
+from tailagent.bridge.answers.requester import VIA_KEY, requester_of
 from tests.a2a_helpers import A2A, Turn, data_parts, kind_of, state_name, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.tailnet import FakeTailscaled, whois

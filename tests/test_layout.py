@@ -11,8 +11,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "tailagent"
 
 EXECUTOR_PARTS = (
-    "turns.runtime", "turns.start", "turns.pump", "answers.applying", "answers.judging",
-    "turns.permissions", "turns.restore", "requests.requester",
+    "turns.runtime", "turns.start", "turns.pump", "turns.applying", "answers.judging",
+    "turns.permissions", "turns.restore", "answers.requester",
 )  # fmt: skip
 HANDLER_PARTS = (
     "requests.admission", "answers.judging", "conversations.ownership",

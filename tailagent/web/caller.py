@@ -12,7 +12,7 @@ from a2a.server.context import ServerCallContext
 from quart import request
 
 from tailagent.access.identity import SCOPE_KEY, Caller, OwnerUser
-from tailagent.bridge.requests.requester import VIA_KEY
+from tailagent.bridge.answers.requester import VIA_KEY
 
 
 def current_caller() -> Caller:

@@ -4,7 +4,7 @@ answered the prompts a late answer may still name.
 Two answers sent at once must not both apply (a person allows `rm -rf build` while
 another denies it), and an answer that arrives after the prompt was answered must say
 who answered it, not be applied to whatever the agent asks next. The judge takes the
-hold as an answer is admitted (judging.py), the applier settles it (applying.py), and
+hold as an answer is admitted (judging.py), the applier settles it (turns/applying.py), and
 the executor gives it back or drops it as a request fails or a turn ends; the rules
 live in one place.
 """

@@ -8,7 +8,7 @@ one holds the prompt. Admission asks here twice, in its order of refusals: `judg
 with the other checks of a follow-up, `hold` as its very last step. The judge is
 handed the executor's claims and its view of each task's pending prompt, so it never
 calls back into the executor or admission; applying an answer to the turn is
-`applying.py`'s.
+`turns/applying.py`'s.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from tailagent.agents.events import PermissionAsked, Prompting
 from tailagent.bridge.answers.claims import Claims
 from tailagent.bridge.answers.reading import reply_of, reply_request_id
 from tailagent.bridge.answers.records import AlreadyAnswered, first_answer_text
+from tailagent.bridge.answers.requester import requester_of
 from tailagent.bridge.answers.waiting import waiting_of
-from tailagent.bridge.requests.requester import requester_of
 from tailagent.store.finality import BUSY_STATES, ENDED_STATES
 
 # A stored task in one of these waits for no answer: admission refuses a follow-up to

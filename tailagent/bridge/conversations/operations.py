@@ -21,7 +21,7 @@ from tailagent.bridge.conversations.names import resolve
 from tailagent.bridge.conversations.ownership import busy, mine, refuse_unless_own
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Isolated, Refused, Shared, listing, operate
-from tailagent.bridge.turns.publish import data_part, text_part
+from tailagent.bridge.parts import data_part, text_part
 from tailagent.store.owners import ConversationOwners
 from tailagent.store.tasks import CoalescingTaskStore
 

@@ -1,6 +1,7 @@
-"""The way in: a2a-sdk's request handler with tailagent's hooks (handler), the checks a
-message passes before a turn (admission), its attachments, who sent it (requester), how
-many sends run at once (in_flight), the quick blocking send (quick, task_starts) and
-tasks another server runs (peer_tasks). How an answer is judged is answers/, a turn's
-running is turns/, merge, diff, discard and ownership are conversations/.
+"""The way in, the bridge's top floor: a2a-sdk's request handler with tailagent's hooks
+(handler), the checks a message passes before a turn (admission), how many sends run at
+once (in_flight), the quick blocking send (quick, task_starts), a stream taken up again
+(resumption) and tasks another server runs (peer_tasks). Below it: a turn's running,
+attachments and budget reserve are turns/, how an answer is judged and who is asking
+are answers/, merge, diff, discard and ownership are conversations/.
 """

@@ -34,8 +34,8 @@ from tailagent.bridge.conversations.ownership import (
 )
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Isolated, Shared
-from tailagent.bridge.requests import attachments, reservations
 from tailagent.bridge.requests.peer_tasks import runs_elsewhere
+from tailagent.bridge.turns import attachments, reservations
 from tailagent.config import AttachmentSettings
 from tailagent.cost.budgets import OverBudget, Spending
 from tailagent.store.audit import AuditEntry, AuditLog
@@ -209,7 +209,7 @@ class Admission:
 
     async def _check_budget(self, message: Message, context: ServerCallContext) -> None:
         """Reserves what a new task's turn may cost of its person's day's budget
-        (requests/reservations.py carries it to the turn), or refuses it, saying which
+        (turns/reservations.py carries it to the turn), or refuses it, saying which
         budget, what was spent and held, and when it resets; the refusal goes to the
         audit log. Admins, whose box it is, are not held to one."""
         caller = caller_of(context)

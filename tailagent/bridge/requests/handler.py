@@ -25,7 +25,7 @@ Where this differs from the SDK 1.3.0 by hand (the spec or DESIGN.md asks for it
   discard naming another person's context is "not found", as another's task is;
 - a new task reserves what its turn may cost of its person's day's budget
   (cost/budgets.py), given back if its request fails before the turn starts
-  (requests/reservations.py); a person whose day is spent or held is refused, and the
+  (turns/reservations.py); a person whose day is spent or held is refused, and the
   refusal is audited;
 - a listed task whose branch was merged or discarded since its turn says so in its
   `worktree.state` (bridge/conversations/fates.py).
@@ -68,13 +68,13 @@ from tailagent.bridge.conversations.fates import mark
 from tailagent.bridge.conversations.operations import ConversationOperations
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Isolated, Shared, requested_operation
-from tailagent.bridge.requests import reservations
 from tailagent.bridge.requests.admission import Admission, ended
 from tailagent.bridge.requests.in_flight import TurnGate
 from tailagent.bridge.requests.peer_tasks import PeerTasks, runs_elsewhere
 from tailagent.bridge.requests.quick import QuickTurns
 from tailagent.bridge.requests.resumption import Resumption, last_seen
 from tailagent.bridge.requests.task_starts import TaskStarts
+from tailagent.bridge.turns import reservations
 from tailagent.bridge.turns.executor import BridgeExecutor
 from tailagent.card.builder import for_caller
 from tailagent.config import AgentSettings, AttachmentSettings, WorkspaceSettings

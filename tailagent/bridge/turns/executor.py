@@ -14,8 +14,8 @@ answer to the task is refused naming who came first, and once applied, the recor
 of who decided what refuses late answers that name the prompt.
 
 This class routes each request to its part, each in its own module: who the caller is
-(requests/requester.py, read once per request), starting a turn (turns/start.py), the
-agent's events (turns/pump.py), an answer (answers/applying.py), the rules and the
+(answers/requester.py, read once per request), starting a turn (turns/start.py), the
+agent's events (turns/pump.py), an answer (turns/applying.py), the rules and the
 audit (turns/permissions.py), costs and budgets (cost/turns.py) and tasks taken back
 after a restart (turns/restore.py).
 """
@@ -35,18 +35,18 @@ from a2a.types.a2a_pb2 import SendMessageRequest, Task, TaskState
 
 from tailagent.agents.events import AgentBackend, PermissionAsked, Prompting
 from tailagent.bridge.answers import withdrawal
-from tailagent.bridge.answers.applying import AnswerApplier
 from tailagent.bridge.answers.claims import Claims, claim_of
 from tailagent.bridge.answers.judging import AnswerJudge
+from tailagent.bridge.answers.requester import requester_of
 from tailagent.bridge.answers.waiting import Waiting
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Conversations, Shared
-from tailagent.bridge.requests import reservations
-from tailagent.bridge.requests.requester import requester_of
-from tailagent.bridge.turns import tck
+from tailagent.bridge.parts import text_part
+from tailagent.bridge.turns import reservations, tck
+from tailagent.bridge.turns.applying import AnswerApplier
 from tailagent.bridge.turns.numbering import NumberingQueue
 from tailagent.bridge.turns.permissions import PermissionDecisions
-from tailagent.bridge.turns.publish import Publisher, open_task, text_part
+from tailagent.bridge.turns.publish import Publisher, open_task
 from tailagent.bridge.turns.pump import Pump
 from tailagent.bridge.turns.restore import Restorer
 from tailagent.bridge.turns.runtime import Runtimes, TaskRuntime

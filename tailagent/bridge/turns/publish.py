@@ -14,8 +14,6 @@ from a2a.helpers import new_task_from_user_message
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import Message, Part, Role, TaskState
-from google.protobuf.json_format import ParseDict
-from google.protobuf.struct_pb2 import Value
 
 from tailagent.agents.events import (
     AgentEvent,
@@ -31,6 +29,7 @@ from tailagent.agents.events import (
     ToolStarted,
     TurnDone,
 )
+from tailagent.bridge.parts import data_part, text_part
 
 RESPONSE_ARTIFACT = "response"
 THINKING_ARTIFACT = "thinking"
@@ -43,14 +42,6 @@ async def open_task(message: Message, task_id: str, context_id: str, queue: Even
     task = new_task_from_user_message(message)
     task.id, task.context_id = task_id, context_id
     await queue.enqueue_event(task)
-
-
-def data_part(data: dict[str, Any]) -> Part:
-    return Part(data=ParseDict(data, Value()), media_type="application/json")
-
-
-def text_part(text: str, media_type: str = "") -> Part:
-    return Part(text=text, media_type=media_type)
 
 
 def permission_prompt_text(event: PermissionAsked) -> str:

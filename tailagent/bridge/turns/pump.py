@@ -26,8 +26,8 @@ from tailagent.agents.events import (
 )
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Conversations
+from tailagent.bridge.parts import text_part
 from tailagent.bridge.turns.permissions import PermissionDecisions, request_key
-from tailagent.bridge.turns.publish import text_part
 from tailagent.bridge.turns.runtime import DRAIN_TIMEOUT, Runtimes, TaskRuntime, log
 from tailagent.cost.turns import TurnCosts, checked_turn, turn_cost
 from tailagent.output.metrics import PROMPTS

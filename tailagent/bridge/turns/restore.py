@@ -17,10 +17,10 @@ from google.protobuf.json_format import MessageToDict
 
 from tailagent.agents.events import AgentEvent, AgentStartError, Notice, Prompting
 from tailagent.bridge.answers.claims import Claims
+from tailagent.bridge.answers.requester import Requester
 from tailagent.bridge.answers.waiting import Waiting, waiting_of
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Conversations, TurnRecord
-from tailagent.bridge.requests.requester import Requester
 from tailagent.bridge.turns.publish import Publisher
 from tailagent.bridge.turns.runtime import Runtimes, TaskRuntime, log
 from tailagent.bridge.turns.start import turn_identity

@@ -24,6 +24,7 @@ from tailagent.agents.events import (
     PromptText,
     TurnOptions,
 )
+from tailagent.bridge.answers.requester import Requester
 from tailagent.bridge.conversations.sessions import PoolFull, SessionPool
 from tailagent.bridge.conversations.workplace import (
     Conversations,
@@ -31,8 +32,7 @@ from tailagent.bridge.conversations.workplace import (
     signature,
     subject_of,
 )
-from tailagent.bridge.requests import attachments
-from tailagent.bridge.requests.requester import Requester
+from tailagent.bridge.turns import attachments
 from tailagent.bridge.turns.publish import Publisher
 from tailagent.bridge.turns.runtime import Runtimes, TaskRuntime, log
 from tailagent.config import AttachmentSettings

@@ -16,7 +16,8 @@ from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import Message, Part, Role
 
-from tailagent.bridge.turns.publish import data_part, open_task
+from tailagent.bridge.parts import data_part
+from tailagent.bridge.turns.publish import open_task
 
 Scenario = Callable[[TaskUpdater], Awaitable[None]]
 

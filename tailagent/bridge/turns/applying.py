@@ -1,5 +1,5 @@
 """A caller's answer applied to the prompt a turn is parked on: the turn path's door
-into answers, as `judging.py` is the request path's.
+into answers/, as `answers/judging.py` is the request path's.
 
 `reading.py` says what a reply means and `records.py` who decided what; this module
 does what follows from one on a live turn: the claim settled, who decided published,
@@ -26,11 +26,11 @@ from tailagent.bridge.answers.records import (
     decision_text,
     record_of,
 )
+from tailagent.bridge.answers.requester import Requester
 from tailagent.bridge.answers.waiting import resume_text
 from tailagent.bridge.conversations.workplace import signature
-from tailagent.bridge.requests.requester import Requester
+from tailagent.bridge.parts import text_part
 from tailagent.bridge.turns.permissions import PermissionDecisions, request_key
-from tailagent.bridge.turns.publish import text_part
 from tailagent.bridge.turns.runtime import TaskRuntime
 from tailagent.delegation.session import DelegatingSession
 

@@ -4,8 +4,8 @@ A turn, an answer and a cancel each need the caller several ways (the Caller for
 roles and owner, the Answerer a decision is signed with, the audit log's name for it);
 read from the context one at a time, the readings could drift apart or be done a dozen
 times per request. `requester_of` reads them together, once, into one value the turn
-carries. It lives in the bridge, not in `tailagent.access` (which knows the Caller but
-must not import the bridge's answers).
+carries. It lives beside the answers whose `Answerer` it builds, not in
+`tailagent.access` (which knows the Caller but must not import the bridge's answers).
 """
 
 from __future__ import annotations
