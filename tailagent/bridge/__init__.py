@@ -2,6 +2,8 @@
 floor above the next: the way in (requests/), the agent's turn (turns/), whether a
 message answers a prompt (answers/), whose conversation it is and where it works
 (conversations/), the parts it writes (parts); beside the turn, the tool rules that
-decide without a person (rules/). What is kept is tailagent/store/, what it costs is
-tailagent/cost/. Imports no agent SDK: the agents are tailagent/agents/.
+decide without a person (rules/).
+
+What is kept is tailagent/store/, what it costs is tailagent/cost/. Imports no agent
+SDK: the agents are tailagent/agents/.
 """
