@@ -16,8 +16,8 @@ measures, with the echo agent:
     --no-checkout: all of it but writing the files), `git worktree remove --force`,
     and the disk one worktree takes (du);
   - tailagent's worktree code in this process on that copy, the same median: a new
-    conversation's worktree (`Worktrees.ensure`) made then, and taken from those made
-    ahead (`Worktrees.prepare`, as the server keeps one), a turn's end
+    conversation's worktree (`ConversationRepos.ensure`) made then, and taken from those made
+    ahead (`ConversationRepos.prepare`, as the server keeps one), a turn's end
     (`Isolated.turn_ended`) with nothing changed and with one file changed (a commit).
 
 Nothing is deleted before the end but by those merges (see bench_core.scratch): on a
@@ -56,7 +56,7 @@ from bench.bench_core import (
     pct,
 )
 from tailagent.bridge.conversations.workplace import Isolated, TurnRecord
-from tailagent.workspace.worktrees import Worktrees
+from tailagent.workspace.conversation_repos import ConversationRepos
 from tests.conftest import start_server
 
 MODES = ("shared", "worktree")
@@ -152,7 +152,7 @@ async def timed(step: Awaitable[object]) -> float:
     return time.perf_counter() - start
 
 
-async def in_process(worktrees: Worktrees, runs: int) -> dict[str, list[float]]:
+async def in_process(worktrees: ConversationRepos, runs: int) -> dict[str, list[float]]:
     """tailagent's own worktree code: what the server runs in a turn, without the server
     (the worktrees are left for the end: see bench_core.scratch)."""
     conversations = Isolated(worktrees)
@@ -197,7 +197,7 @@ async def main() -> int:
         os.sync()  # each part starts with no other part's writes still to go to disk
         alone = git_add(direct, args.git_runs)
         os.sync()
-        worktrees = Worktrees(direct, direct.parent / "in-process")
+        worktrees = ConversationRepos(direct, direct.parent / "in-process")
         own = await in_process(worktrees, args.git_runs)
         runs = {}
         for mode in MODES:
@@ -228,8 +228,8 @@ async def main() -> int:
         f"{apparent_kib / 1024:.1f} MiB), its index and admin in .git {admin_kib / 1024:.1f} MiB"
     )
     print(f"tailagent's worktree code in process, median of {args.git_runs} (ms)")
-    print(ms_row("  Worktrees.ensure, made now", own["ensure"]))
-    print(ms_row("  Worktrees.ensure, made ahead", own["adopt"]))
+    print(ms_row("  ConversationRepos.ensure, made now", own["ensure"]))
+    print(ms_row("  ConversationRepos.ensure, made ahead", own["adopt"]))
     print(ms_row("  turn end, nothing changed", own["quiet"]))
     print(ms_row("  turn end, one file changed", own["commit"]))
     print(f"load average at the end: {load()}")

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from tailagent.cli import run
-from tailagent.workspace.worktrees import ahead, records
-from tailagent.workspace.worktrees.ahead import MadeAhead
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
+from tailagent.workspace.conversation_repos import ahead, records
+from tailagent.workspace.conversation_repos.ahead import MadeAhead
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
 
 STOP_AT = int(sys.argv.pop(1))
 ADOPTING: contextvars.ContextVar[bool] = contextvars.ContextVar("adopting", default=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tailagent.workspace.worktrees.ending.holdings import clean, held
+from tailagent.workspace.conversation_repos.ending.holdings import clean, held
 from tests.conftest import RunningServer, start_server
 from tests.test_isolation import git, make_project
 from tests.test_litter import wait_for_one_made_ahead

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 from google.protobuf.json_format import MessageToDict
 
-from tailagent.workspace import GitError, Worktrees
-from tailagent.workspace.worktrees import WorktreeTampered
+from tailagent.workspace import ConversationRepos, GitError
+from tailagent.workspace.conversation_repos import WorktreeTampered
 from tests import test_worktrees
 from tests.a2a_helpers import A2A
 from tests.conftest import start_server
@@ -34,7 +34,7 @@ from tests.test_git_injection import HOOKS, touch
 from tests.test_isolation import make_project, worktree_path
 from tests.test_worktrees import PERSON, TRAILERS, commit_all, has, lines, read, sh, write
 
-# The worktree tests' fixtures: a throwaway repository, its Worktrees, no git identity.
+# The worktree tests' fixtures: a throwaway repository, its ConversationRepos, no git identity.
 no_identity = test_worktrees.no_identity
 repo = test_worktrees.repo
 wts = test_worktrees.wts
@@ -173,7 +173,7 @@ def tamper(bob: Path, alice: Path, branch: str, secret: str, how: str) -> None:
     ["alternates", "commondir", "symlinked ref", "symlinked objects", "gitfile", "include"],
 )
 async def test_a_git_dir_pointed_at_another_conversation_is_refused(
-    repo: Path, wts: Worktrees, how: str
+    repo: Path, wts: ConversationRepos, how: str
 ) -> None:
     alice = await wts.ensure("alice-1")
     write(alice.path / "secret.txt", "alice's secret\n")
@@ -204,7 +204,9 @@ async def test_a_git_dir_pointed_at_another_conversation_is_refused(
     assert sh(alice.path, "status", "--porcelain") == ""
 
 
-async def test_alternates_put_back_as_they_were_are_trusted_again(repo: Path, wts: Worktrees):
+async def test_alternates_put_back_as_they_were_are_trusted_again(
+    repo: Path, wts: ConversationRepos
+):
     worktree = await wts.ensure("ctx")
     alternates = worktree.path / ".git" / "objects" / "info" / "alternates"
     written = alternates.read_text()
@@ -246,7 +248,7 @@ def plant_upload_pack(worktree: Path, marker: Path) -> None:
 
 @pytest.mark.parametrize("strategy", ["squash", "merge", "rebase"])
 async def test_a_merge_runs_nothing_the_conversations_config_names(
-    repo: Path, wts: Worktrees, tmp_path: Path, strategy: str
+    repo: Path, wts: ConversationRepos, tmp_path: Path, strategy: str
 ) -> None:
     marker = tmp_path / "marker"
     worktree = await wts.ensure("ctx")
@@ -263,7 +265,7 @@ async def test_a_merge_runs_nothing_the_conversations_config_names(
 
 
 async def test_a_missing_object_is_not_fetched_lazily_by_a_merge(
-    repo: Path, wts: Worktrees, tmp_path: Path
+    repo: Path, wts: ConversationRepos, tmp_path: Path
 ) -> None:
     """A promisor remote in the conversation's config: the object the merge needs is not
     there, and a lazy fetch would run the remote's command. It is refused, nothing runs
@@ -299,7 +301,7 @@ async def test_a_conversations_git_works_with_only_its_directory_and_the_borrowe
     commit_all(upstream, "first")
     repo = tmp_path / "repo"
     sh(tmp_path, "clone", "-q", "--shared", str(upstream), str(repo))
-    wts = Worktrees(repo, tmp_path / "state" / "worktrees")
+    wts = ConversationRepos(repo, tmp_path / "state" / "worktrees")
     shared = wts.shared_objects()
     assert shared == (
         (repo / ".git" / "objects").resolve(),
@@ -319,7 +321,7 @@ async def test_a_conversations_git_works_with_only_its_directory_and_the_borrowe
     await wts.aclose()
 
 
-async def test_branch_names_stay_unique_among_the_conversations(repo: Path, wts: Worktrees):
+async def test_branch_names_stay_unique_among_the_conversations(repo: Path, wts: ConversationRepos):
     """The branches are in each conversation's repository: the records keep the short
     names people use for them (`tailagent merge <short>`) apart."""
     one = await wts.ensure("abcdefgh-1")
@@ -382,7 +384,7 @@ async def test_an_older_tailagents_worktrees_become_repositories_of_their_own(
     (odd / ".git").write_text("gitdir: /nowhere\n")
 
     caplog.set_level(logging.INFO, logger="tailagent.workspace.worktrees")
-    wts = Worktrees(repo, root)
+    wts = ConversationRepos(repo, root)
     assert await wts.prune({"worked", "cut", "odd"}) == []
 
     said = caplog.text

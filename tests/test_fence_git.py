@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from google.protobuf.json_format import MessageToDict
 
+from tailagent.workspace.conversation_repos.plumbing.specials import special
 from tailagent.workspace.git import GitError, Repository, git
-from tailagent.workspace.worktrees.repos.specials import special
 from tests.a2a_helpers import A2A, Turn, texts
 from tests.conftest import RunningServer, start_server
 from tests.test_isolation import make_project
@@ -159,7 +159,7 @@ async def test_a_stuck_git_and_what_it_started_are_ended(tmp_path: Path) -> None
 
 def test_the_walk_reads_no_file_and_skips_git(tmp_path: Path) -> None:
     (tmp_path / ".git").mkdir()
-    os.mkfifo(tmp_path / ".git" / "guarded-elsewhere")  # repos/guard.py's to refuse
+    os.mkfifo(tmp_path / ".git" / "guarded-elsewhere")  # plumbing/guard.py's to refuse
     (tmp_path / "a" / "b").mkdir(parents=True)
     (tmp_path / "a" / "b" / "file").write_text("x")
     (tmp_path / "link").symlink_to("/dev/null")  # git stores a link's target's name

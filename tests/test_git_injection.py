@@ -23,15 +23,15 @@ import pytest
 from a2a.utils.errors import UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict
 
-from tailagent.workspace import GitError, MergeConflict, Worktrees
-from tailagent.workspace.worktrees import WorktreeTampered
+from tailagent.workspace import ConversationRepos, GitError, MergeConflict
+from tailagent.workspace.conversation_repos import WorktreeTampered
 from tests import test_worktrees
 from tests.a2a_helpers import A2A, user_message
 from tests.conftest import start_server
 from tests.test_isolation import worktree_path
 from tests.test_worktrees import PERSON, TRAILERS, commit_all, has, lines, read, sh, write
 
-# The worktree tests' fixtures: a throwaway repository, its Worktrees, no git identity.
+# The worktree tests' fixtures: a throwaway repository, its ConversationRepos, no git identity.
 no_identity = test_worktrees.no_identity
 repo = test_worktrees.repo
 wts = test_worktrees.wts
@@ -75,7 +75,7 @@ def touch(marker: Path) -> str:
     return f"touch '{marker}'"
 
 
-async def merge_all_ways(wts: Worktrees, repo: Path) -> None:
+async def merge_all_ways(wts: ConversationRepos, repo: Path) -> None:
     """Conversations merged by rebase (the base moved meanwhile) and by squash (into the
     clean checkout: a fast-forward), one discarded, each after a committed turn."""
     for context, strategy in (("ctx-rebase", "rebase"), ("ctx-squash", "squash")):
@@ -102,7 +102,7 @@ async def test_the_persons_hooks_do_not_run(repo: Path, tmp_path: Path, where: s
     else:
         install_hooks(tmp_path / "global-hooks", log)
         sh(repo, "config", "--global", "core.hooksPath", str(tmp_path / "global-hooks"))
-    wts = Worktrees(repo, tmp_path / "state" / "worktrees")
+    wts = ConversationRepos(repo, tmp_path / "state" / "worktrees")
     ahead = await wts.prepare()
     write(repo / "b.txt", "main moved on\n")
     person_commits(repo, "main moves on")  # so the worktree made ahead is reset when taken
@@ -127,7 +127,7 @@ async def test_the_person_may_let_their_hooks_and_drivers_run(repo: Path, tmp_pa
     install_hooks(repo / ".git" / "hooks", log)
     marker = tmp_path / "filter-ran"
     sh(repo, "config", "filter.lfs-like.clean", f"{touch(marker)}; cat")
-    wts = Worktrees(repo, tmp_path / "state" / "worktrees", git_programs=True)
+    wts = ConversationRepos(repo, tmp_path / "state" / "worktrees", git_programs=True)
     worktree = await wts.ensure("ctx")
     write(worktree.path / ".gitattributes", "*.bin filter=lfs-like\n")
     write(worktree.path / "big.bin", "binary\n")
@@ -168,7 +168,7 @@ def agents_config(worktree: Path, variant: str, marker: Path) -> None:
 
 @pytest.mark.parametrize("variant", ["core.fsmonitor", "core.hooksPath", "signing"])
 async def test_the_agents_own_config_runs_nothing(
-    repo: Path, wts: Worktrees, tmp_path: Path, variant: str
+    repo: Path, wts: ConversationRepos, tmp_path: Path, variant: str
 ) -> None:
     """Its config is the agent's to write (it is not refused): every setting that could run
     a program is overridden on each of tailagent's calls."""
@@ -212,7 +212,7 @@ def plant_git_dir(worktree: Path, variant: str, marker: Path) -> None:
 
 @pytest.mark.parametrize("variant", ["core.fsmonitor", "core.hooksPath"])
 async def test_a_rewritten_dot_git_is_reported_and_never_followed(
-    repo: Path, wts: Worktrees, tmp_path: Path, variant: str
+    repo: Path, wts: ConversationRepos, tmp_path: Path, variant: str
 ) -> None:
     marker = tmp_path / "marker"
     worktree = await wts.ensure("ctx")
@@ -244,7 +244,7 @@ async def test_a_rewritten_dot_git_is_reported_and_never_followed(
     assert "tailagent" not in sh(repo, "worktree", "list") + sh(repo, "branch")
 
 
-async def test_a_dot_git_gone_or_made_anew_is_refused(repo: Path, wts: Worktrees):
+async def test_a_dot_git_gone_or_made_anew_is_refused(repo: Path, wts: ConversationRepos):
     worktree = await wts.ensure("ctx")
     shutil.rmtree(worktree.path / ".git")
     write(worktree.path / "a.txt", "changed\n")
@@ -263,7 +263,7 @@ async def test_a_dot_git_gone_or_made_anew_is_refused(repo: Path, wts: Worktrees
 
 
 async def test_drivers_named_in_gitattributes_do_not_run(
-    repo: Path, wts: Worktrees, tmp_path: Path
+    repo: Path, wts: ConversationRepos, tmp_path: Path
 ) -> None:
     """The person's config defines a filter, a long-running filter process, a diff and a
     merge driver (as Git LFS or a merge helper would), and so does the agent's own (its

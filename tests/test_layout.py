@@ -222,10 +222,10 @@ def test_every_import_between_rooms_goes_down_or_across() -> None:
     assert upward == []
 
 
-def test_only_the_worktrees_package_face_imports_its_facade() -> None:
-    """The bridge talks to `Worktrees`; the concerns behind it are handed git, the
+def test_only_the_conversation_repos_package_face_imports_its_facade() -> None:
+    """The bridge talks to `ConversationRepos`; the concerns behind it are handed git, the
     records and the lock, and never reach back to the object that composes them."""
-    package = "tailagent.workspace.worktrees"
+    package = "tailagent.workspace.conversation_repos"
     reaching = sorted(
         importer
         for importer, imported in imports().items()

@@ -25,13 +25,13 @@ from pathlib import Path
 import pytest
 
 from tailagent.workspace import (
+    ConversationRepos,
     DiscardResult,
     GitError,
     MergeConflict,
     MergeRefused,
     NoWorktree,
     WorktreeDeleted,
-    Worktrees,
     git,
     probe,
 )
@@ -113,8 +113,8 @@ def repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def wts(repo: Path, tmp_path: Path) -> AsyncIterator[Worktrees]:
-    worktrees = Worktrees(repo, tmp_path / "state" / "worktrees")
+async def wts(repo: Path, tmp_path: Path) -> AsyncIterator[ConversationRepos]:
+    worktrees = ConversationRepos(repo, tmp_path / "state" / "worktrees")
     yield worktrees
     await worktrees.aclose()  # retired worktrees are deleted in the background
 
@@ -147,7 +147,7 @@ def has(repo: Path, sha: str) -> bool:
     return subprocess.run(["git", "-C", str(repo), "cat-file", "-e", sha]).returncode == 0
 
 
-async def two_turns(wts: Worktrees, context: str = "ctx-aaaa-1") -> Path:
+async def two_turns(wts: ConversationRepos, context: str = "ctx-aaaa-1") -> Path:
     """A conversation with two committed turns: one edits a.txt, one adds d.txt."""
     worktree = await wts.ensure(context)
     write(worktree.path / "a.txt", lines(10, {2: "agent line 2"}))
@@ -162,7 +162,7 @@ async def two_turns(wts: Worktrees, context: str = "ctx-aaaa-1") -> Path:
 # ---- worktrees and turns ----------------------------------------------------------
 
 
-async def test_two_conversations_are_separate(repo: Path, wts: Worktrees) -> None:
+async def test_two_conversations_are_separate(repo: Path, wts: ConversationRepos) -> None:
     before = snapshot(repo)
     one = await wts.ensure("11111111-aaaa")
     two = await wts.ensure("22222222-bbbb")
@@ -195,7 +195,7 @@ async def test_two_conversations_are_separate(repo: Path, wts: Worktrees) -> Non
         assert not has(repo, tip)
 
 
-async def test_commit_turn_writes_trailers(repo: Path, wts: Worktrees) -> None:
+async def test_commit_turn_writes_trailers(repo: Path, wts: ConversationRepos) -> None:
     worktree = await wts.ensure("ctx-aaaa-1")
     assert await wts.commit_turn("ctx-aaaa-1", "nothing yet", TRAILERS) is None
 
@@ -229,7 +229,7 @@ async def test_commit_turn_writes_trailers(repo: Path, wts: Worktrees) -> None:
     assert log(own, "-2", "tailagent/ctx-aaaa") == ["agent's own commit", subject]
 
 
-async def test_commits_as_the_configured_user(repo: Path, wts: Worktrees) -> None:
+async def test_commits_as_the_configured_user(repo: Path, wts: ConversationRepos) -> None:
     sh(repo, "config", "user.name", "Alice")
     sh(repo, "config", "user.email", "alice@example.com")
     worktree = await wts.ensure("ctx")
@@ -241,7 +241,7 @@ async def test_commits_as_the_configured_user(repo: Path, wts: Worktrees) -> Non
     )
 
 
-async def test_status_and_diff(repo: Path, wts: Worktrees) -> None:
+async def test_status_and_diff(repo: Path, wts: ConversationRepos) -> None:
     path = await two_turns(wts)
     write(repo / "e.txt", "on main\n")
     commit_all(repo, "main moves on")
@@ -267,7 +267,7 @@ async def test_status_and_diff(repo: Path, wts: Worktrees) -> None:
 # ---- merging ------------------------------------------------------------------------
 
 
-async def test_squash(repo: Path, wts: Worktrees) -> None:
+async def test_squash(repo: Path, wts: ConversationRepos) -> None:
     path = await two_turns(wts)
     old_main = sh(repo, "rev-parse", "main").strip()
 
@@ -297,7 +297,7 @@ async def test_squash(repo: Path, wts: Worktrees) -> None:
     assert "tailagent" not in sh(repo, "worktree", "list")
 
 
-async def test_merge_commit_and_keep(repo: Path, wts: Worktrees) -> None:
+async def test_merge_commit_and_keep(repo: Path, wts: ConversationRepos) -> None:
     path = await two_turns(wts)
     old_main = sh(repo, "rev-parse", "main").strip()
     tip = sh(path, "rev-parse", "tailagent/ctx-aaaa").strip()
@@ -316,7 +316,7 @@ async def test_merge_commit_and_keep(repo: Path, wts: Worktrees) -> None:
         await wts.merge("ctx-aaaa-1", "merge")
 
 
-async def test_rebase(repo: Path, wts: Worktrees) -> None:
+async def test_rebase(repo: Path, wts: ConversationRepos) -> None:
     await two_turns(wts)
     write(repo / "e.txt", "on main\n")
     moved = commit_all(repo, "main moves on")
@@ -334,7 +334,7 @@ async def test_rebase(repo: Path, wts: Worktrees) -> None:
 
 async def test_base_not_checked_out_moves_the_ref(repo: Path, tmp_path: Path) -> None:
     sh(repo, "switch", "-q", "-c", "dev")
-    wts = Worktrees(repo, tmp_path / "state" / "worktrees", base="main")
+    wts = ConversationRepos(repo, tmp_path / "state" / "worktrees", base="main")
     worktree = await wts.ensure("ctx")
     assert worktree.base_branch == "main"
     write(worktree.path / "a.txt", "agent\n")
@@ -349,7 +349,7 @@ async def test_base_not_checked_out_moves_the_ref(repo: Path, tmp_path: Path) ->
     assert {k: v for k, v in snapshot(repo).items() if not k.startswith("<")} == files_before
 
 
-async def test_dirty_base_is_refused(repo: Path, wts: Worktrees) -> None:
+async def test_dirty_base_is_refused(repo: Path, wts: ConversationRepos) -> None:
     await two_turns(wts)
     write(repo / "b.txt", "the person's unsaved work\n")
     write(repo / "src" / "c.txt", "staged work\n")
@@ -368,7 +368,7 @@ async def test_dirty_base_is_refused(repo: Path, wts: Worktrees) -> None:
     assert await wts.get("ctx-aaaa-1") is not None
 
 
-async def test_untracked_file_in_the_way_is_refused(repo: Path, wts: Worktrees) -> None:
+async def test_untracked_file_in_the_way_is_refused(repo: Path, wts: ConversationRepos) -> None:
     await two_turns(wts)
     write(repo / "d.txt", "the person's own d.txt\n")
     path = (await wts.ensure("ctx-aaaa-1")).path
@@ -386,7 +386,7 @@ async def test_base_checked_out_elsewhere_is_refused(repo: Path, tmp_path: Path)
     sh(repo, "switch", "-q", "-c", "dev")
     other = tmp_path / "persons-worktree"
     sh(repo, "worktree", "add", "-q", str(other), "main")
-    wts = Worktrees(repo, tmp_path / "state" / "worktrees", base="main")
+    wts = ConversationRepos(repo, tmp_path / "state" / "worktrees", base="main")
     await two_turns(wts)
     before, before_other = snapshot(repo), snapshot(other)
 
@@ -396,7 +396,7 @@ async def test_base_checked_out_elsewhere_is_refused(repo: Path, tmp_path: Path)
     assert snapshot(repo) == before and snapshot(other) == before_other
 
 
-async def test_conflict_aborts_then_follow_up_resolves(repo: Path, wts: Worktrees) -> None:
+async def test_conflict_aborts_then_follow_up_resolves(repo: Path, wts: ConversationRepos) -> None:
     path = await two_turns(wts)
     write(repo / "a.txt", lines(10, {2: "person's line 2"}))
     commit_all(repo, "person edits line 2")
@@ -429,7 +429,7 @@ async def test_conflict_aborts_then_follow_up_resolves(repo: Path, wts: Worktree
 
 
 async def test_rebase_conflict_leaves_the_conversation_as_it_was(
-    repo: Path, wts: Worktrees
+    repo: Path, wts: ConversationRepos
 ) -> None:
     """A conflict merge-tree cannot see (the branch's history conflicts, its sum does not)
     is met by `git rebase`, which is aborted."""
@@ -459,7 +459,7 @@ async def test_rebase_conflict_leaves_the_conversation_as_it_was(
     assert sh(worktree.path, "rev-parse", "tailagent/ctx").strip() == tip
 
 
-async def test_refusals_before_anything_happens(repo: Path, wts: Worktrees) -> None:
+async def test_refusals_before_anything_happens(repo: Path, wts: ConversationRepos) -> None:
     with pytest.raises(NoWorktree, match=r"^no worktree for conversation nope$"):
         await wts.merge("nope")
     worktree = await wts.ensure("ctx")
@@ -479,7 +479,7 @@ async def test_refusals_before_anything_happens(repo: Path, wts: Worktrees) -> N
 # ---- discard and prune ------------------------------------------------------------
 
 
-async def test_discard_says_what_is_lost(repo: Path, wts: Worktrees) -> None:
+async def test_discard_says_what_is_lost(repo: Path, wts: ConversationRepos) -> None:
     path = await two_turns(wts)
     write(path / "z.txt", "never committed\n")
     before = snapshot(repo)
@@ -497,7 +497,9 @@ async def test_discard_says_what_is_lost(repo: Path, wts: Worktrees) -> None:
         await wts.discard("ctx-aaaa-1")
 
 
-async def test_prune_only_touches_tailagents_own(repo: Path, wts: Worktrees, tmp_path: Path):
+async def test_prune_only_touches_tailagents_own(
+    repo: Path, wts: ConversationRepos, tmp_path: Path
+):
     live = await two_turns(wts, "live-conversation")  # with commits: its branch stays
     gone = await wts.ensure("gone-conversation")
     # A person's branch and worktree under a tailagent-looking name, with no record.
@@ -518,7 +520,7 @@ async def test_prune_only_touches_tailagents_own(repo: Path, wts: Worktrees, tmp
     assert await wts.prune({"live-conversation"}) == []
 
 
-async def test_deleted_by_hand(repo: Path, wts: Worktrees) -> None:
+async def test_deleted_by_hand(repo: Path, wts: ConversationRepos) -> None:
     """Its branch and commits went with its directory (they were in its repository): a
     merge, a diff or a status says so; the conversation's next turn starts it again."""
     path = await two_turns(wts)
@@ -543,7 +545,7 @@ async def test_deleted_by_hand(repo: Path, wts: Worktrees) -> None:
 # ---- names, bases and probes --------------------------------------------------------
 
 
-async def test_names_are_safe_and_distinct(repo: Path, wts: Worktrees) -> None:
+async def test_names_are_safe_and_distinct(repo: Path, wts: ConversationRepos) -> None:
     one = await wts.ensure("session-1")
     two = await wts.ensure("session-2")
     assert (one.branch, two.branch) == ("tailagent/session-", "tailagent/session-2")
@@ -554,7 +556,7 @@ async def test_names_are_safe_and_distinct(repo: Path, wts: Worktrees) -> None:
 
 
 async def test_a_branch_name_is_unique_among_its_owners_conversations_only(
-    wts: Worktrees,
+    wts: ConversationRepos,
 ) -> None:
     """Another person's `tailagent/session-` says nothing to the next person whose id
     starts alike: theirs gets the same name; their own second one gets a longer one, as
@@ -580,13 +582,13 @@ async def test_a_branch_name_is_unique_among_its_owners_conversations_only(
 
 
 async def test_missing_base_is_refused(repo: Path, tmp_path: Path) -> None:
-    wts = Worktrees(repo, tmp_path / "state" / "worktrees", base="release")
+    wts = ConversationRepos(repo, tmp_path / "state" / "worktrees", base="release")
     with pytest.raises(GitError, match="base branch release does not exist"):
         await wts.ensure("ctx")
     assert await wts.get("ctx") is None
     sh(repo, "switch", "-q", "--detach")
     with pytest.raises(GitError, match="detached HEAD"):
-        await Worktrees(repo, tmp_path / "w").ensure("ctx")
+        await ConversationRepos(repo, tmp_path / "w").ensure("ctx")
 
 
 async def test_probe(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -632,7 +634,7 @@ async def test_base_moved_meanwhile_is_refused(
 ) -> None:
     if not checked_out:
         sh(repo, "switch", "-q", "-c", "dev")
-    wts = Worktrees(repo, tmp_path / "state" / "worktrees", base="main")
+    wts = ConversationRepos(repo, tmp_path / "state" / "worktrees", base="main")
     path = await two_turns(wts)
     tip = sh(path, "rev-parse", "tailagent/ctx-aaaa").strip()
     build = wts._merging.merged_tree
@@ -652,7 +654,7 @@ async def test_base_moved_meanwhile_is_refused(
     assert sh(repo, "status", "--porcelain") == ""
 
 
-async def test_concurrent_conversations(repo: Path, wts: Worktrees) -> None:
+async def test_concurrent_conversations(repo: Path, wts: ConversationRepos) -> None:
     contexts = [f"conversation-{n}" for n in range(4)]
     made = await asyncio.gather(*(wts.ensure(context) for context in contexts))
     assert len({worktree.branch for worktree in made}) == 4
@@ -670,7 +672,7 @@ async def test_git_never_wanders_out_of_a_broken_worktree(repo: Path, tmp_path: 
     sh(tmp_path, "init", "-q", "-b", "main", str(home))
     write(home / "dotfile", "x\n")
     commit_all(home, "dotfiles")
-    wts = Worktrees(repo, home / ".local" / "state" / "worktrees")
+    wts = ConversationRepos(repo, home / ".local" / "state" / "worktrees")
     worktree = await wts.ensure("ctx")
     shutil.rmtree(worktree.path / ".git")
     write(worktree.path / "a.txt", "changed\n")
@@ -683,7 +685,9 @@ async def test_git_never_wanders_out_of_a_broken_worktree(repo: Path, tmp_path: 
     assert sh(home, "status", "--porcelain") == "?? .local/\n"
 
 
-async def test_records_decide_what_is_tailagents(repo: Path, wts: Worktrees, tmp_path: Path):
+async def test_records_decide_what_is_tailagents(
+    repo: Path, wts: ConversationRepos, tmp_path: Path
+):
     # A creation cut short (record written, worktree never made) is simply made again.
     worktree = await wts.ensure("ctx")
     await wts.discard("ctx")
@@ -703,7 +707,7 @@ async def test_records_decide_what_is_tailagents(repo: Path, wts: Worktrees, tmp
     # The same state dir used with another repository: its records are not this one's.
     other = tmp_path / "other"
     sh(tmp_path, "clone", "-q", str(repo), str(other))
-    elsewhere = Worktrees(other, wts.root)
+    elsewhere = ConversationRepos(other, wts.root)
     with pytest.raises(GitError, match="belongs to the repository at"):
         await elsewhere.discard("ctx")
     assert await elsewhere.prune(set()) == []
@@ -732,7 +736,7 @@ def registered(repo: Path) -> list[str]:
 
 
 async def test_the_next_conversation_takes_the_worktree_made_ahead(
-    repo: Path, wts: Worktrees
+    repo: Path, wts: ConversationRepos
 ) -> None:
     ahead = await wts.prepare()
     assert wts.ready() == [ahead] and ahead.name.startswith("+ready-")
@@ -755,7 +759,7 @@ async def test_the_next_conversation_takes_the_worktree_made_ahead(
 
 
 async def test_a_worktree_made_ahead_that_someone_wrote_in_is_not_given(
-    repo: Path, wts: Worktrees
+    repo: Path, wts: ConversationRepos
 ) -> None:
     ahead = await wts.prepare()
     write(ahead / "stray.txt", "written before any conversation took it\n")
@@ -767,7 +771,7 @@ async def test_a_worktree_made_ahead_that_someone_wrote_in_is_not_given(
 
 
 async def test_prune_removes_worktrees_made_ahead_and_finishes_cut_adoptions(
-    repo: Path, wts: Worktrees
+    repo: Path, wts: ConversationRepos
 ) -> None:
     left, cut, adopted = await asyncio.gather(wts.prepare(), wts.prepare(), wts.prepare())
     shutil.rmtree(cut)  # a creation cut short: its directory never came
@@ -783,7 +787,7 @@ async def test_prune_removes_worktrees_made_ahead_and_finishes_cut_adoptions(
 
 
 async def test_a_merged_worktree_goes_at_once_and_its_files_in_the_background(
-    repo: Path, wts: Worktrees
+    repo: Path, wts: ConversationRepos
 ) -> None:
     path = await two_turns(wts)
     await wts.merge("ctx-aaaa-1")
@@ -795,7 +799,7 @@ async def test_a_merged_worktree_goes_at_once_and_its_files_in_the_background(
     # A stop in the middle leaves a retired directory in .trash: the next start sweeps it.
     other = await wts.ensure("ctx-bbbb-2")
     other.path.rename(wts.root / ".trash" / "left")
-    later = Worktrees(repo, wts.root)
+    later = ConversationRepos(repo, wts.root)
     await later.prune({"ctx-bbbb-2"})
     await later.aclose()
     assert not (wts.root / ".trash" / "left").exists()
@@ -809,7 +813,7 @@ async def test_a_new_conversation_waits_for_the_worktree_being_made_ahead(
     hook = repo / ".git" / "hooks" / "post-checkout"
     write(hook, "#!/bin/sh\nsleep 0.5\n")
     hook.chmod(0o755)
-    wts = Worktrees(repo, tmp_path / "state" / "worktrees", git_programs=True)
+    wts = ConversationRepos(repo, tmp_path / "state" / "worktrees", git_programs=True)
     making = asyncio.create_task(wts.prepare())
     for _ in range(500):  # until its record is written and its checkout under way
         if wts.root.is_dir() and list(wts.root.glob("+ready-*.json")):

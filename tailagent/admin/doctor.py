@@ -25,7 +25,7 @@ from tailagent.process import origin
 from tailagent.statedir.lock import running_server
 from tailagent.store.database import StoreUnavailable, open_database, redacted, sqlite_path
 from tailagent.store.keeping import measure
-from tailagent.workspace.worktrees.ending.holdings import KINDS, held
+from tailagent.workspace.conversation_repos.ending.holdings import KINDS, held
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from tailagent.client.errors import EXIT_COMPLETED, EXIT_USAGE
 from tailagent.output.visible import visible
 from tailagent.statedir.lock import running_server
-from tailagent.workspace.worktrees.ending.holdings import clean, held
+from tailagent.workspace.conversation_repos.ending.holdings import clean, held
 
 
 def clean_command(state_dir: Path, yes: bool, dry_run: bool) -> int:

@@ -1,7 +1,8 @@
-"""Workspace isolation: a repository of its own and a branch per conversation (worktrees/)."""
+"""Workspace isolation: a repository of its own and a branch per conversation
+(conversation_repos/), and the one way tailagent runs git (git.py)."""
 
-from tailagent.workspace.git import GitError, GitResult, git
-from tailagent.workspace.worktrees import (
+from tailagent.workspace.conversation_repos import (
+    ConversationRepos,
     DiscardResult,
     MergeConflict,
     MergeRefused,
@@ -10,13 +11,14 @@ from tailagent.workspace.worktrees import (
     Strategy,
     Worktree,
     WorktreeDeleted,
-    Worktrees,
     WorktreeStatus,
     probe,
     turn_subject,
 )
+from tailagent.workspace.git import GitError, GitResult, git
 
 __all__ = [
+    "ConversationRepos",
     "DiscardResult",
     "GitError",
     "GitResult",
@@ -28,7 +30,6 @@ __all__ = [
     "Worktree",
     "WorktreeDeleted",
     "WorktreeStatus",
-    "Worktrees",
     "git",
     "probe",
     "turn_subject",

@@ -7,19 +7,19 @@ whatever `.git` names: a config whose `core.fsmonitor` or `core.hooksPath` is a 
 has git run it at the next `git status`. So git is never left to find the repository of a
 conversation: a `Repository` names its git dir and work tree outright (`GIT_DIR`,
 `GIT_WORK_TREE`), the paths tailagent's records give, after a look at that `.git`
-(worktrees/repos/guard.py). Only the person's own checkout is ever found from a directory
-(`git(path, ...)`: `probe`, and the first look at the workspace).
+(conversation_repos/plumbing/guard.py). Only the person's own checkout is ever found from
+a directory (`git(path, ...)`: `probe`, and the first look at the workspace).
 
 Every call also carries settings (as `GIT_CONFIG_KEY_n`, which outrank every config file)
 under which git starts none of the programs a config may name: no fsmonitor, no
 transport (so no ssh command, remote helper or `ext::` command; a merge's fetch from a
-conversation's repository allows `file` for that call only: worktrees/merge/quarantine.py), no
-git run inside a submodule (found from a `.git` the agent can write), and, unless the
-person lets them (`workspace.git_programs`), no hooks and none of the filter and merge
-drivers that a `.gitattributes` the agent writes could send its files through
-(`without_drivers`). Diffs are asked for with `PLAIN_DIFF` by callers. A
-conversation's repository has more switched off (worktrees/repos/repository.py): its config is
-the agent's.
+conversation's repository allows `file` for that call only:
+conversation_repos/merge/quarantine.py), no git run inside a submodule (found from a
+`.git` the agent can write), and, unless the person lets them (`workspace.git_programs`),
+no hooks and none of the filter and merge drivers that a `.gitattributes` the agent
+writes could send its files through (`without_drivers`). Diffs are asked for with
+`PLAIN_DIFF` by callers. A conversation's repository has more switched off
+(conversation_repos/plumbing/repository.py): its config is the agent's.
 
 Every call is a subprocess (never a shell: paths and branch names come from callers),
 with a fixed environment so the output is parseable (`LC_ALL=C`) and git never waits for

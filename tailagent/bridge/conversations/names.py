@@ -39,7 +39,7 @@ from a2a.utils.errors import InvalidParamsError
 from tailagent.bridge.conversations.ownership import actable, mine
 from tailagent.bridge.conversations.workplace import Isolated, Shared
 from tailagent.store.owners import ConversationOwners
-from tailagent.workspace.worktrees import BRANCH_PREFIX
+from tailagent.workspace.conversation_repos import BRANCH_PREFIX
 
 SHOWN = 5  # of the conversations a start fits, the refusal names this many
 

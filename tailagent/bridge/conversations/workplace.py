@@ -24,16 +24,16 @@ from typing import Any, Protocol
 from a2a.types.a2a_pb2 import Message
 from google.protobuf.json_format import MessageToDict
 
-from tailagent.workspace.git import GitError
-from tailagent.workspace.worktrees import (
+from tailagent.workspace.conversation_repos import (
     BRANCH_PREFIX,
+    ConversationRepos,
     MergePreview,
     OtherRepository,
     Start,
-    Worktrees,
     WorktreeStatus,
     probe,
 )
+from tailagent.workspace.git import GitError
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class Isolated:
 
     mode = "worktree"
 
-    def __init__(self, worktrees: Worktrees, ahead: int = 1) -> None:
+    def __init__(self, worktrees: ConversationRepos, ahead: int = 1) -> None:
         self.worktrees = worktrees
         self._ahead = ahead
         self._making = asyncio.Lock()
@@ -241,7 +241,7 @@ async def choose(
     reason = await probe(workspace)
     if reason is not None:
         return Shared(reason)
-    worktrees = Worktrees(workspace, state_dir / "worktrees", base, git_programs)
+    worktrees = ConversationRepos(workspace, state_dir / "worktrees", base, git_programs)
     if not worktrees.explained():
         log.info("%s", first_start(workspace, worktrees.root))
     return Isolated(worktrees)
@@ -337,7 +337,7 @@ def _preview(preview: MergePreview) -> tuple[str, dict[str, Any]]:
                   **preview.patch.as_data()}  # fmt: skip
 
 
-def _gone(worktrees: Worktrees, context_id: str, kind: Any) -> tuple[str, dict[str, Any]]:
+def _gone(worktrees: ConversationRepos, context_id: str, kind: Any) -> tuple[str, dict[str, Any]]:
     """The answer for a conversation without a worktree: merged already (a second
     merge is told where the first went, and is no error), or unknown here."""
     merged = worktrees.merged(context_id)
@@ -398,7 +398,9 @@ def _elsewhere_line(other: dict[str, Any]) -> str:
             "to see, merge or discard them")  # fmt: skip
 
 
-async def _row(worktrees: Worktrees, context_id: str, task_id: str | None) -> dict[str, Any]:
+async def _row(
+    worktrees: ConversationRepos, context_id: str, task_id: str | None
+) -> dict[str, Any]:
     """One conversation as `tailagent conversations` lists it."""
     row: dict[str, Any] = {"contextId": context_id, "branch": "", "base": "", "ahead": 0,
                            "behind": 0, "files": [], "since": ""}  # fmt: skip

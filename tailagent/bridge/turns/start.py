@@ -39,8 +39,8 @@ from tailagent.config import AttachmentSettings
 from tailagent.cost.turns import TurnCosts
 from tailagent.delegation.outbound import DelegatorFactory, TurnIdentity
 from tailagent.delegation.session import DelegatingSession
+from tailagent.workspace.conversation_repos import Start
 from tailagent.workspace.git import GitError
-from tailagent.workspace.worktrees import Start
 
 
 async def prompt_parts(

@@ -9,11 +9,11 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from tailagent.workspace.conversation_repos.patches import Patch, between
+from tailagent.workspace.conversation_repos.plumbing.porcelain import split_z
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
+from tailagent.workspace.conversation_repos.records import Records
 from tailagent.workspace.git import PLAIN_DIFF, GitError, git
-from tailagent.workspace.worktrees.patches import Patch, between
-from tailagent.workspace.worktrees.records import Records
-from tailagent.workspace.worktrees.repos.porcelain import split_z
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 

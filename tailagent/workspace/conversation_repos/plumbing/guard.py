@@ -37,7 +37,7 @@ import re
 import stat
 from pathlib import Path
 
-from tailagent.workspace.worktrees.repos.errors import WorktreeTampered
+from tailagent.workspace.conversation_repos.plumbing.errors import WorktreeTampered
 
 # A section header `[include]` or `[includeIf "..."]`, in any case and spacing.
 _INCLUDE = re.compile(r"^\s*\[\s*include", re.IGNORECASE | re.MULTILINE)

@@ -1,7 +1,7 @@
 """What git keeps in its git dirs, read from the files themselves: the object stores a
 repository reads (its own and those its alternates name), what operation someone left
 half-done, and, for the worktrees of an older tailagent (`git worktree add`, see
-worktrees/legacy.py), which git dir git made for one and whether its `.git` still names it.
+conversation_repos/legacy.py), which git dir git made for one and whether its `.git` still names it.
 
 A linked worktree's git dir is found from git's own record in the repository
 (`<common dir>/worktrees/<name>/gitdir` names the worktree), never from the worktree's

@@ -30,6 +30,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tailagent.statedir.files import write_private
+from tailagent.workspace.conversation_repos.plumbing import guard
+from tailagent.workspace.conversation_repos.plumbing.errors import WorktreeTampered
+from tailagent.workspace.conversation_repos.plumbing.fs import resolved
+from tailagent.workspace.conversation_repos.plumbing.gitdirs import borrowed_objects, common_dir_of
+from tailagent.workspace.conversation_repos.plumbing.porcelain import status_paths, unique
+from tailagent.workspace.conversation_repos.plumbing.specials import refuse_specials
 from tailagent.workspace.git import (
     DEADLINE,
     NO_HOOKS,
@@ -41,12 +47,6 @@ from tailagent.workspace.git import (
     git,
     without_drivers,
 )
-from tailagent.workspace.worktrees.repos import guard
-from tailagent.workspace.worktrees.repos.errors import WorktreeTampered
-from tailagent.workspace.worktrees.repos.fs import resolved
-from tailagent.workspace.worktrees.repos.gitdirs import borrowed_objects, common_dir_of
-from tailagent.workspace.worktrees.repos.porcelain import status_paths, unique
-from tailagent.workspace.worktrees.repos.specials import refuse_specials
 
 FALLBACK_NAME = "tailagent"
 FALLBACK_EMAIL = "tailagent@localhost"

@@ -26,8 +26,8 @@ import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from tailagent.workspace.conversation_repos.plumbing.fs import make_root
 from tailagent.workspace.git import GitError
-from tailagent.workspace.worktrees.repos.fs import make_root
 
 LOCK_WAIT = 60.0  # seconds another process may hold a lock here (a long rebase)
 LOCKS = ".locks"  # the conversations' lock files (`.` starts no context id as a file name)

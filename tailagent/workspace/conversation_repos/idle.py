@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from tailagent.workspace.conversation_repos.lock import WorktreeLock
+from tailagent.workspace.conversation_repos.making import Maker
+from tailagent.workspace.conversation_repos.plumbing.fs import is_dir
+from tailagent.workspace.conversation_repos.plumbing.gitdirs import in_progress
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
+from tailagent.workspace.conversation_repos.records import Records, Worktree, fresh
+from tailagent.workspace.conversation_repos.removal import Removal
 from tailagent.workspace.git import GitError, git
-from tailagent.workspace.worktrees.lock import WorktreeLock
-from tailagent.workspace.worktrees.making import Maker
-from tailagent.workspace.worktrees.records import Records, Worktree, fresh
-from tailagent.workspace.worktrees.removal import Removal
-from tailagent.workspace.worktrees.repos.fs import is_dir
-from tailagent.workspace.worktrees.repos.gitdirs import in_progress
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 
 @dataclass

@@ -24,11 +24,11 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tailagent.workspace.conversation_repos.plumbing.fs import is_dir, is_real_dir, lexists
+from tailagent.workspace.conversation_repos.plumbing.gitdirs import git_dir_of, links_to, stale
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
+from tailagent.workspace.conversation_repos.records import Records, Worktree
 from tailagent.workspace.git import GitError, git
-from tailagent.workspace.worktrees.records import Records, Worktree
-from tailagent.workspace.worktrees.repos.fs import is_dir, is_real_dir, lexists
-from tailagent.workspace.worktrees.repos.gitdirs import git_dir_of, links_to, stale
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 log = logging.getLogger("tailagent.workspace.worktrees")
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 
+from tailagent.workspace.conversation_repos.lock import WorktreeLock
+from tailagent.workspace.conversation_repos.plumbing.gitdirs import in_progress
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
+from tailagent.workspace.conversation_repos.records import Records, Worktree
 from tailagent.workspace.git import GitError, Repository, git, one_line
-from tailagent.workspace.worktrees.lock import WorktreeLock
-from tailagent.workspace.worktrees.records import Records, Worktree
-from tailagent.workspace.worktrees.repos.gitdirs import in_progress
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 SUBJECT_LIMIT = 72
 _TRAILER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
@@ -89,7 +89,7 @@ class TurnCommits:
         what, the task and context), so `git log` says who is behind every change.
 
         Returns the commit's sha, or None when nothing changed; WorktreeTampered (nothing
-        committed) when the worktree's `.git` could steer git elsewhere (repos/guard.py). The
+        committed) when the worktree's `.git` could steer git elsewhere (plumbing/guard.py). The
         commit is made in the conversation's own repository. The agent's own commits stay as
         they are. No hooks run (unless `git_programs`), pre-commit and commit-msg never
         (`--no-verify`), and the commit is not signed: this is a checkpoint on tailagent's
@@ -98,7 +98,7 @@ class TurnCommits:
         they merge it.
 
         Under the conversation's lock only: another conversation's turn never waits for
-        this one's git (lock.py). A special file in the worktree (repos/specials.py) or a
+        this one's git (lock.py). A special file in the worktree (plumbing/specials.py) or a
         git that does not finish by its deadline (git.py) fails it with GitError.
         """
         async with self.lock.conversation(self.records.slug(context_id)):

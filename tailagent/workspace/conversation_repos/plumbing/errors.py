@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tailagent.workspace.conversation_repos.plumbing.porcelain import listing
 from tailagent.workspace.git import GitError
-from tailagent.workspace.worktrees.repos.porcelain import listing
 
 
 class NoWorktree(GitError):
@@ -36,7 +36,7 @@ class OtherRepository(GitError):
 
 class WorktreeTampered(GitError):
     """The conversation's `.git` is not as tailagent made it in a way that could steer its
-    git out of the conversation's directory (see repos/guard.py): git is not run there, and
+    git out of the conversation's directory (see plumbing/guard.py): git is not run there, and
     nothing is committed or merged until it is put back or the conversation discarded."""
 
     def __init__(self, path: Path, reason: str) -> None:

@@ -25,7 +25,7 @@ that config could make upload-pack run, and why it cannot:
   (and `GIT_NO_LAZY_FETCH`, for a git that knows it);
 - `core.alternateRefsCommand`: only the fetching side runs it, and that is tailagent's
   scratch repository.
-Before the fetch, repos/guard.py has looked at the conversation's `.git` (its alternates name the
+Before the fetch, plumbing/guard.py has looked at the conversation's `.git` (its alternates name the
 base's objects only, no `commondir`, no symbolic link). The fetch checks every object it
 takes (`fetch.fsckObjects`).
 """
@@ -42,8 +42,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
 from tailagent.workspace.git import NO_HOOKS, NO_PROGRAMS, Repository, git
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 # Scratch repositories of merges under way (`.` starts no context id as a file name).
 MERGING = ".merging"

@@ -15,19 +15,24 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
+from tailagent.workspace.conversation_repos.fates import Fates
+from tailagent.workspace.conversation_repos.lock import WorktreeLock
+from tailagent.workspace.conversation_repos.merge.base_checkout import advance, base_checkout
+from tailagent.workspace.conversation_repos.merge.commit import (
+    STRATEGIES,
+    Strategy,
+    message,
+    rebase,
+)
+from tailagent.workspace.conversation_repos.merge.quarantine import Scratch, scratch
+from tailagent.workspace.conversation_repos.patches import Patch, between
+from tailagent.workspace.conversation_repos.plumbing.errors import MergeConflict, MergeRefused
+from tailagent.workspace.conversation_repos.plumbing.porcelain import listing, unique
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
+from tailagent.workspace.conversation_repos.records import Records, Worktree
+from tailagent.workspace.conversation_repos.removal import Removal
+from tailagent.workspace.conversation_repos.turns import check_worktree
 from tailagent.workspace.git import GitError, Repository, git
-from tailagent.workspace.worktrees.fates import Fates
-from tailagent.workspace.worktrees.lock import WorktreeLock
-from tailagent.workspace.worktrees.merge.base_checkout import advance, base_checkout
-from tailagent.workspace.worktrees.merge.commit import STRATEGIES, Strategy, message, rebase
-from tailagent.workspace.worktrees.merge.quarantine import Scratch, scratch
-from tailagent.workspace.worktrees.patches import Patch, between
-from tailagent.workspace.worktrees.records import Records, Worktree
-from tailagent.workspace.worktrees.removal import Removal
-from tailagent.workspace.worktrees.repos.errors import MergeConflict, MergeRefused
-from tailagent.workspace.worktrees.repos.porcelain import listing, unique
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
-from tailagent.workspace.worktrees.turns import check_worktree
 
 # The name the worktrees have always logged under, kept so log lines read as before.
 log = logging.getLogger("tailagent.workspace.worktrees")

@@ -27,12 +27,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tailagent.workspace.conversation_repos.plumbing.fs import is_dir, unlink
+from tailagent.workspace.conversation_repos.plumbing.porcelain import unique
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
+from tailagent.workspace.conversation_repos.probe import probe
+from tailagent.workspace.conversation_repos.records import BRANCH_PREFIX, Records, Worktree, fresh
 from tailagent.workspace.git import GitError, git
-from tailagent.workspace.worktrees.probe import probe
-from tailagent.workspace.worktrees.records import BRANCH_PREFIX, Records, Worktree, fresh
-from tailagent.workspace.worktrees.repos.fs import is_dir, unlink
-from tailagent.workspace.worktrees.repos.porcelain import unique
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 # Who a conversation belongs to (the store's conversation owners), None when nobody does.
 OwnerOf = Callable[[str], Awaitable[str | None]]

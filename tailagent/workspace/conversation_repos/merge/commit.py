@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Literal
 
+from tailagent.workspace.conversation_repos.plumbing.errors import MergeConflict, MergeRefused
+from tailagent.workspace.conversation_repos.plumbing.porcelain import split_z, unique
+from tailagent.workspace.conversation_repos.records import Worktree
+from tailagent.workspace.conversation_repos.turns import clip
 from tailagent.workspace.git import Repository, git, one_line
-from tailagent.workspace.worktrees.records import Worktree
-from tailagent.workspace.worktrees.repos.errors import MergeConflict, MergeRefused
-from tailagent.workspace.worktrees.repos.porcelain import split_z, unique
-from tailagent.workspace.worktrees.turns import clip
 
 Strategy = Literal["squash", "merge", "rebase"]
 STRATEGIES: tuple[Strategy, ...] = ("squash", "merge", "rebase")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tailagent.workspace.conversation_repos.plumbing.fs import is_dir, resolved
+from tailagent.workspace.conversation_repos.plumbing.gitdirs import in_progress
 from tailagent.workspace.git import GitError, git, one_line
-from tailagent.workspace.worktrees.repos.fs import is_dir, resolved
-from tailagent.workspace.worktrees.repos.gitdirs import in_progress
 
 
 async def _toplevel(repo: Path) -> Path:

@@ -19,11 +19,11 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tailagent.workspace.conversation_repos.plumbing.fs import lexists
+from tailagent.workspace.conversation_repos.plumbing.gitdirs import forget
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
+from tailagent.workspace.conversation_repos.records import Records, Worktree
 from tailagent.workspace.git import git
-from tailagent.workspace.worktrees.records import Records, Worktree
-from tailagent.workspace.worktrees.repos.fs import lexists
-from tailagent.workspace.worktrees.repos.gitdirs import forget
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 # The name the worktrees have always logged under, kept so log lines read as before.
 log = logging.getLogger("tailagent.workspace.worktrees")
@@ -44,7 +44,7 @@ class Removal:
         """Removes exactly this conversation's directory (by its path, its repository with
         it) and then its record, the record last so an interrupted removal can be finished
         by discard or prune. A record of an older tailagent takes its worktree's entry and
-        branch out of the base too (see worktrees/legacy.py)."""
+        branch out of the base too (see conversation_repos/legacy.py)."""
         if lexists(worktree.path):
             self.retire(worktree.path)
         self.records.unlink(worktree)  # the link a person finds it by, if it has one

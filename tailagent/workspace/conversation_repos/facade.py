@@ -1,4 +1,5 @@
-"""`Worktrees`: the one object the bridge talks to about conversations' worktrees.
+"""`ConversationRepos`: the one object the bridge talks to about conversations'
+repositories.
 
 It makes the shared pieces once (git for the workspace, the records, the lock) and hands
 them to each concern's collaborator explicitly; its methods say which concern answers.
@@ -11,26 +12,31 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tailagent.workspace.worktrees.ahead import MadeAhead
-from tailagent.workspace.worktrees.changes import Changes, WorktreeStatus
-from tailagent.workspace.worktrees.ending.cleanup import Cleanup, DiscardResult
-from tailagent.workspace.worktrees.fates import Fate, Fates
-from tailagent.workspace.worktrees.idle import Idle
-from tailagent.workspace.worktrees.legacy import Legacy
-from tailagent.workspace.worktrees.lock import WorktreeLock
-from tailagent.workspace.worktrees.making import Maker, OwnerOf
-from tailagent.workspace.worktrees.merge.merging import MergePreview, MergeResult, Merging, Strategy
-from tailagent.workspace.worktrees.origin import Start, start_of
-from tailagent.workspace.worktrees.patches import Patch
-from tailagent.workspace.worktrees.records import Merged, Records, Worktree
-from tailagent.workspace.worktrees.removal import Removal
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
-from tailagent.workspace.worktrees.turns import TurnCommits
+from tailagent.workspace.conversation_repos.ahead import MadeAhead
+from tailagent.workspace.conversation_repos.changes import Changes, WorktreeStatus
+from tailagent.workspace.conversation_repos.ending.cleanup import Cleanup, DiscardResult
+from tailagent.workspace.conversation_repos.fates import Fate, Fates
+from tailagent.workspace.conversation_repos.idle import Idle
+from tailagent.workspace.conversation_repos.legacy import Legacy
+from tailagent.workspace.conversation_repos.lock import WorktreeLock
+from tailagent.workspace.conversation_repos.making import Maker, OwnerOf
+from tailagent.workspace.conversation_repos.merge.merging import (
+    MergePreview,
+    MergeResult,
+    Merging,
+    Strategy,
+)
+from tailagent.workspace.conversation_repos.origin import Start, start_of
+from tailagent.workspace.conversation_repos.patches import Patch
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
+from tailagent.workspace.conversation_repos.records import Merged, Records, Worktree
+from tailagent.workspace.conversation_repos.removal import Removal
+from tailagent.workspace.conversation_repos.turns import TurnCommits
 
 
-class Worktrees:
-    """The worktrees of one workspace repository's conversations: each a repository of
-    its own under `root`, borrowing the workspace's objects (see making.py).
+class ConversationRepos:
+    """The repositories of one workspace repository's conversations: each a repository
+    of its own under `root`, borrowing the workspace's objects (see making.py).
 
     `root` is `<state dir>/worktrees`. `base` is the branch conversations start from and
     merge back into; None means the repository's current branch when each starts.

@@ -14,17 +14,17 @@ import logging
 from dataclasses import dataclass, field
 
 from tailagent.statedir.files import write_private
+from tailagent.workspace.conversation_repos.ahead import MadeAhead
+from tailagent.workspace.conversation_repos.fates import Fates
+from tailagent.workspace.conversation_repos.idle import Idle
+from tailagent.workspace.conversation_repos.lock import WorktreeLock
+from tailagent.workspace.conversation_repos.merge.quarantine import sweep as sweep_merges
+from tailagent.workspace.conversation_repos.plumbing.fs import is_dir
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
+from tailagent.workspace.conversation_repos.plumbing.specials import SpecialFile
+from tailagent.workspace.conversation_repos.records import READY_PREFIX, Records, Worktree
+from tailagent.workspace.conversation_repos.removal import Removal
 from tailagent.workspace.git import GitError, git
-from tailagent.workspace.worktrees.ahead import MadeAhead
-from tailagent.workspace.worktrees.fates import Fates
-from tailagent.workspace.worktrees.idle import Idle
-from tailagent.workspace.worktrees.lock import WorktreeLock
-from tailagent.workspace.worktrees.merge.quarantine import sweep as sweep_merges
-from tailagent.workspace.worktrees.records import READY_PREFIX, Records, Worktree
-from tailagent.workspace.worktrees.removal import Removal
-from tailagent.workspace.worktrees.repos.fs import is_dir
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
-from tailagent.workspace.worktrees.repos.specials import SpecialFile
 
 # The name the worktrees have always logged under, kept so log lines read as before.
 log = logging.getLogger("tailagent.workspace.worktrees")
@@ -60,7 +60,7 @@ class Cleanup:
     async def _losses(self, worktree: Worktree) -> DiscardResult:
         """The commits on the conversation's branch that none of the base's branches, tags
         or remote-tracking branches holds, and the files not committed. Nothing is read
-        from a directory whose `.git` repos/guard.py refuses (it is said, and lost all the same);
+        from a directory whose `.git` plumbing/guard.py refuses (it is said, and lost all the same);
         for an older tailagent's worktree, from its branch in the base."""
         if not worktree.own_repository:
             return await self._legacy_losses(worktree)

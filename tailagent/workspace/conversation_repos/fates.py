@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from tailagent.statedir.files import write_private
-from tailagent.workspace.worktrees.records import Records, Worktree
+from tailagent.workspace.conversation_repos.records import Records, Worktree
 
 FATES = ".fates"  # `.` starts no context id used as a file name
 Fate = Literal["merged", "discarded", ""]

@@ -19,36 +19,34 @@ the base branch, its working tree, its index and its objects as they were.
 
 The agent may write any file of its directory, `.git` included. So tailagent's git names
 the git dir and work tree itself, overrides every setting of the conversation's config
-that could run a program, and first looks at the `.git` (repos/guard.py): one whose
+that could run a program, and first looks at the `.git` (plumbing/guard.py): one whose
 alternates, `commondir` or symbolic links could have git read another conversation's
 objects is reported (WorktreeTampered) and not used; the turn's changes are not committed.
 
-The bridge talks to `Worktrees` (facade.py) only. Beneath it the life of one
+The bridge talks to `ConversationRepos` (facade.py) only. Beneath it the life of one
 conversation's directory stands in floors, a file or room per concern, each importing only
 those below it:
-- repos/, what every concern stands on: git run in a repository named outright, its `.git`
-  guarded, git's output read, the file-system calls, and the errors every concern raises;
+- plumbing/, what every concern stands on: git run in a repository named outright, its
+  `.git` guarded, git's output read, the file-system calls, and the errors every concern
+  raises;
 - records (what is tailagent's), lock, probe and patches (a change's stat and bounded
   diff, as a merge's preview and a turn's page show it);
 - making and removal (a directory made, and taken away), fates (which turn commits a
-  merge or a discard took), turns (turn commits and their
-  trailers), origin (where a conversation starts, and what of the checkout it does not
-  hold), changes (status and diff) and legacy (an older tailagent's `git worktree`s
-  converted);
+  merge or a discard took), turns (turn commits and their trailers), origin (where a
+  conversation starts, and what of the checkout it does not hold), changes (status and
+  diff) and legacy (an older tailagent's `git worktree`s converted);
 - ahead (the directory made ahead and its adoption), idle, and merge/ (a branch merged
   back into its base);
 - ending/, which decides what goes (discard, prune, `clean`) and so stands on all of them.
 """
 
-from tailagent.workspace.worktrees.changes import WorktreeStatus
-from tailagent.workspace.worktrees.ending.cleanup import DiscardResult
-from tailagent.workspace.worktrees.facade import Worktrees
-from tailagent.workspace.worktrees.merge.merging import MergePreview, MergeResult, Strategy
-from tailagent.workspace.worktrees.origin import Start
-from tailagent.workspace.worktrees.patches import FileStat, Patch
-from tailagent.workspace.worktrees.probe import probe
-from tailagent.workspace.worktrees.records import BRANCH_PREFIX, Merged, Worktree
-from tailagent.workspace.worktrees.repos.errors import (
+from tailagent.workspace.conversation_repos.changes import WorktreeStatus
+from tailagent.workspace.conversation_repos.ending.cleanup import DiscardResult
+from tailagent.workspace.conversation_repos.facade import ConversationRepos
+from tailagent.workspace.conversation_repos.merge.merging import MergePreview, MergeResult, Strategy
+from tailagent.workspace.conversation_repos.origin import Start
+from tailagent.workspace.conversation_repos.patches import FileStat, Patch
+from tailagent.workspace.conversation_repos.plumbing.errors import (
     MergeConflict,
     MergeRefused,
     NoWorktree,
@@ -56,10 +54,13 @@ from tailagent.workspace.worktrees.repos.errors import (
     WorktreeDeleted,
     WorktreeTampered,
 )
-from tailagent.workspace.worktrees.turns import turn_subject
+from tailagent.workspace.conversation_repos.probe import probe
+from tailagent.workspace.conversation_repos.records import BRANCH_PREFIX, Merged, Worktree
+from tailagent.workspace.conversation_repos.turns import turn_subject
 
 __all__ = [
     "BRANCH_PREFIX",
+    "ConversationRepos",
     "DiscardResult",
     "FileStat",
     "MergeConflict",
@@ -76,7 +77,6 @@ __all__ = [
     "WorktreeDeleted",
     "WorktreeStatus",
     "WorktreeTampered",
-    "Worktrees",
     "probe",
     "turn_subject",
 ]

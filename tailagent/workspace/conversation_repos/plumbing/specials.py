@@ -17,7 +17,7 @@ target's name) without opening it, and since git 2.32 it does not follow one in 
 named `.gitignore`, `.gitattributes` or `.mailmap` either; an older git would, so such a
 link to a special file is refused too (`stat`, which opens nothing, says what it names).
 
-`.git` itself is repos/guard.py's, which refuses there the same and symbolic links too.
+`.git` itself is plumbing/guard.py's, which refuses there the same and symbolic links too.
 What the walk cannot close is a file made between the walk and git's read by an agent
 process still running: the deadline covers that.
 """

@@ -18,9 +18,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from tailagent.workspace.worktrees.records import BRANCH_PREFIX
-from tailagent.workspace.worktrees.removal import TRASH
-from tailagent.workspace.worktrees.repos.gitdirs import forget
+from tailagent.workspace.conversation_repos.plumbing.gitdirs import forget
+from tailagent.workspace.conversation_repos.records import BRANCH_PREFIX
+from tailagent.workspace.conversation_repos.removal import TRASH
 
 # What each kind of holding is, as a list under its folder says it (doctor): short.
 SHORT = {
@@ -121,8 +121,8 @@ def held(root: Path) -> list[Held]:
 
 def clean(root: Path, holdings: list[Held]) -> list[Held]:
     """Removes the holdings that are no conversation's; returns those removed. A worktree
-    made ahead goes directory first, record last (as worktrees/removal.py does), and git's entry
-    for it in its repository with it when an older tailagent made it there. What a
+    made ahead goes directory first, record last (as removal.py does, one floor down),
+    and git's entry for it in its repository with it when an older tailagent made it there. What a
     conversation's record names now (a server started since `holdings` were listed may
     have given it to one) is left."""
     theirs = {holding.path for holding in held(root) if holding.context_id}

@@ -19,10 +19,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tailagent.statedir.files import write_private
+from tailagent.workspace.conversation_repos.plumbing.errors import (
+    NoWorktree,
+    OtherRepository,
+    WorktreeDeleted,
+)
+from tailagent.workspace.conversation_repos.plumbing.fs import make_root, text
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
 from tailagent.workspace.git import GitError
-from tailagent.workspace.worktrees.repos.errors import NoWorktree, OtherRepository, WorktreeDeleted
-from tailagent.workspace.worktrees.repos.fs import make_root, text
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 BRANCH_PREFIX = "tailagent/"
 # A worktree made ahead of the conversation that will take it is named `+ready-<hex>`:

@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tailagent.workspace.conversation_repos.plumbing.porcelain import listing, status_paths, unique
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
+from tailagent.workspace.conversation_repos.records import Worktree
 from tailagent.workspace.git import git
-from tailagent.workspace.worktrees.records import Worktree
-from tailagent.workspace.worktrees.repos.porcelain import listing, status_paths, unique
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 SHOWN = 5  # the changes left out named in the line that says so; then how many more
 

@@ -22,20 +22,20 @@ import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tailagent.workspace.git import GitError, Repository, git
-from tailagent.workspace.worktrees.lock import WorktreeLock
-from tailagent.workspace.worktrees.making import Maker
-from tailagent.workspace.worktrees.records import (
+from tailagent.workspace.conversation_repos.lock import WorktreeLock
+from tailagent.workspace.conversation_repos.making import Maker
+from tailagent.workspace.conversation_repos.plumbing.fs import is_dir, is_file, text, unlink
+from tailagent.workspace.conversation_repos.plumbing.gitdirs import forget
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
+from tailagent.workspace.conversation_repos.records import (
     BRANCH_PREFIX,
     READY_PREFIX,
     Records,
     Worktree,
     fresh,
 )
-from tailagent.workspace.worktrees.removal import Removal
-from tailagent.workspace.worktrees.repos.fs import is_dir, is_file, text, unlink
-from tailagent.workspace.worktrees.repos.gitdirs import forget
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
+from tailagent.workspace.conversation_repos.removal import Removal
+from tailagent.workspace.git import GitError, Repository, git
 
 # The name the worktrees have always logged under, kept so log lines read as before.
 log = logging.getLogger("tailagent.workspace.worktrees")
@@ -55,7 +55,7 @@ class MadeAhead:
     lock: WorktreeLock
     maker: Maker
     removal: Removal
-    # Worktrees made ahead and still being checked out: each future is done when it is.
+    # ConversationRepos made ahead and still being checked out: each future is done when it is.
     making: dict[Path, asyncio.Future[None]] = field(default_factory=dict, init=False)
     _refreshing: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tailagent.workspace.conversation_repos.merge.commit import Strategy
+from tailagent.workspace.conversation_repos.plumbing.errors import MergeRefused
+from tailagent.workspace.conversation_repos.plumbing.gitdirs import in_progress, rebasing
+from tailagent.workspace.conversation_repos.plumbing.porcelain import listing, status_paths, unique
+from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
+from tailagent.workspace.conversation_repos.records import Worktree
 from tailagent.workspace.git import git, one_line
-from tailagent.workspace.worktrees.merge.commit import Strategy
-from tailagent.workspace.worktrees.records import Worktree
-from tailagent.workspace.worktrees.repos.errors import MergeRefused
-from tailagent.workspace.worktrees.repos.gitdirs import in_progress, rebasing
-from tailagent.workspace.worktrees.repos.porcelain import listing, status_paths, unique
-from tailagent.workspace.worktrees.repos.repository import WorkspaceRepo
 
 
 async def base_checkout(repo: WorkspaceRepo, base: str) -> Path | None:
