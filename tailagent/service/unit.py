@@ -18,7 +18,7 @@ from pathlib import Path
 from tailagent.config import Listen
 from tailagent.process import origin
 from tailagent.service.values import exec_word, list_word, unwritable
-from tailagent.tsnet import CREDENTIAL_NAME
+from tailagent.tsnet.auth_key import CREDENTIAL_NAME
 
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 UNIT_NAME = "tailagent.service"
