@@ -42,6 +42,7 @@ from claude_agent_sdk import (
 )
 from claude_agent_sdk.types import CanUseToolShadowedWarning, McpSdkServerConfig
 
+from tailagent.agent_kinds.claude import CLAUDE_CODE_MODES as CLAUDE_CODE
 from tailagent.agents.acp.logins import missing_login
 from tailagent.agents.events import (
     NO_PERSON_TURN,
@@ -72,7 +73,6 @@ from tailagent.agents.events import (
     TurnTools,
     camel_keys,
 )
-from tailagent.agents.modes import CLAUDE_CODE
 from tailagent.agents.spares import Spares
 from tailagent.config import ClaudeSettings
 from tailagent.config.mcp_servers import McpServer

@@ -35,6 +35,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from tailagent.agent_kinds.claude import CLAUDE_CODE_MODES as CLAUDE_CODE
 from tailagent.agents.events import (
     NO_PERSON_TURN,
     AgentEvent,
@@ -65,7 +66,6 @@ from tailagent.agents.events import (
     TurnOptions,
     TurnTools,
 )
-from tailagent.agents.modes import CLAUDE_CODE
 
 # A keyword, with its argument (`edit:notes/Hello.txt`), or a number (`slow 5`).
 _WORD = re.compile(r"[A-Za-z]+(?::[\w./-]+)?|\d+")

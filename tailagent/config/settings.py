@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tailagent.agent_kinds import KINDS
 from tailagent.config.mcp_servers import McpServer
 from tailagent.config.tool_rules import Rule
 
-AGENTS = ("echo", "claude", "claude-acp", "codex", "gemini", "opencode", "copilot", "qwen")
+AGENTS = tuple(KINDS)  # the names `--agent` and the config file's `agent` accept
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto")
 SETTING_SOURCES = ("user", "project", "local")
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -38,11 +38,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tailagent.agent_kinds.kind import AgentHome
 from tailagent.config import SandboxSettings
 from tailagent.sandbox import bwrap, exits, home, seccomp, users, view
 from tailagent.sandbox.cgroups import Cgroups, Group
 from tailagent.sandbox.exits import Exits
-from tailagent.sandbox.home import AgentHome, caches
+from tailagent.sandbox.home import caches
 
 log = logging.getLogger("tailagent.sandbox")
 

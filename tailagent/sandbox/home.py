@@ -25,8 +25,10 @@ import logging
 import os
 import shutil
 import stat
-from dataclasses import dataclass
 from pathlib import Path
+
+from tailagent.agent_kinds import KINDS
+from tailagent.agent_kinds.kind import AgentHome
 
 log = logging.getLogger("tailagent.sandbox")
 
@@ -41,71 +43,11 @@ COPY_MAX_FILE = 1024 * 1024
 COPY_MAX_DEPTH = 4
 
 
-@dataclass(frozen=True)
-class AgentHome:
-    """What one agent keeps in the home, relative to it."""
-
-    writable: tuple[str, ...] = ()  # a private copy per conversation
-    logins: tuple[str, ...] = ()  # the real file, read-write (inside a writable entry)
-    # The person's file, read-only, inside a writable entry (the rest of the home is
-    # read-only already).
-    fixed: tuple[str, ...] = ()
-    hosts: tuple[str, ...] = ()  # what sandbox.network = "allowlist" lets it reach
-    # Variables that log the agent in without its login file: with one set, the login
-    # file is only read, never written (no agent can swap in another account's login).
-    keys: tuple[str, ...] = ()
-
-
-CLAUDE = AgentHome(
-    writable=(".claude", ".claude.json"),
-    logins=(".claude/.credentials.json",),
-    fixed=(".claude/settings.json",),
-    hosts=("api.anthropic.com", "statsig.anthropic.com", "console.anthropic.com", "claude.ai"),
-    keys=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
-)
-AGENT_HOMES: dict[str, AgentHome] = {
-    "claude": CLAUDE,
-    "claude-acp": CLAUDE,
-    "codex": AgentHome(
-        writable=(".codex",),
-        logins=(".codex/auth.json",),
-        fixed=(".codex/config.toml",),
-        hosts=("api.openai.com", "chatgpt.com", "auth.openai.com"),
-        keys=("CODEX_API_KEY", "OPENAI_API_KEY"),
-    ),
-    "gemini": AgentHome(
-        writable=(".gemini",),
-        logins=(".gemini/oauth_creds.json", ".gemini/google_accounts.json"),
-        fixed=(".gemini/settings.json",),
-        hosts=(
-            "generativelanguage.googleapis.com",
-            "cloudcode-pa.googleapis.com",
-            "oauth2.googleapis.com",
-        ),
-        keys=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-    ),
-    "opencode": AgentHome(
-        writable=(".local/share/opencode", ".local/state/opencode"),
-        logins=(".local/share/opencode/auth.json",),
-        hosts=("opencode.ai", "api.anthropic.com", "api.openai.com"),
-    ),
-    "copilot": AgentHome(
-        writable=(".copilot",),
-        fixed=(".copilot/config.json",),
-        hosts=("api.githubcopilot.com", "api.github.com", "github.com"),
-    ),
-    "qwen": AgentHome(
-        writable=(".qwen",),
-        logins=(".qwen/oauth_creds.json",),
-        fixed=(".qwen/settings.json",),
-        hosts=("chat.qwen.ai", "dashscope.aliyuncs.com"),
-    ),
-}
-
-
 def agent_home(agent: str) -> AgentHome:
-    """The home entries of the agent a configuration names (none for a custom command)."""
-    return AGENT_HOMES.get(agent, AgentHome())
+    """The home entries of the agent a configuration names (its description's, in
+    agent_kinds/; none for a custom command)."""
+    kind = KINDS.get(agent)
+    return kind.home if kind is not None else AgentHome()
 
 
 def seed(source: Path, copy: Path) -> None:

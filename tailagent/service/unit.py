@@ -15,10 +15,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from tailagent.agent_kinds import KINDS
 from tailagent.config import Listen
 from tailagent.process import origin
 from tailagent.service.values import exec_word, list_word, unwritable
-from tailagent.tsnet.auth_key import CREDENTIAL_NAME
+from tailagent.tsnet import CREDENTIAL_NAME
 
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 UNIT_NAME = "tailagent.service"
@@ -176,9 +177,11 @@ class Unit:
         return text if self.specifiers else text.replace("%", "%%")
 
     def _writable(self) -> str:
-        """ReadWritePaths=: the workspace, and where the agents keep their logins and
-        caches in the home (a "-" path may be missing), a word each."""
-        extra = (".claude", ".claude.json", ".codex", ".gemini", ".npm", ".cache")
+        """ReadWritePaths=: the workspace, and where the agents keep their logins (each
+        agent's description says its own) and caches in the home (a "-" path may be
+        missing), a word each."""
+        agents = dict.fromkeys(entry for kind in KINDS.values() for entry in kind.unit_writable)
+        extra = (*agents, ".npm", ".cache")
         paths = [self.workspace, *(f"-{self.home}/{name}" for name in extra)]
         words = [list_word(self._literal(path)) for path in paths]
         return f"{' '.join(words[:4])} \\\n    {' '.join(words[4:])}"

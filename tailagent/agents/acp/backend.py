@@ -20,14 +20,10 @@ import acp
 from acp import RequestError
 from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio
 
+from tailagent.agent_kinds.kind import AgentKind as Preset
 from tailagent.agents.acp.install import installed, program
 from tailagent.agents.acp.logins import SILENT_WITHOUT_LOGIN, login_of, missing_login
-from tailagent.agents.acp.presets import (
-    Preset,
-    agent_environment,
-    command_line,
-    shown_command,
-)
+from tailagent.agents.acp.presets import agent_environment, command_line, shown_command
 from tailagent.agents.acp.process import AgentProcess
 from tailagent.agents.acp.session import (
     AUTH_REQUIRED,

@@ -1,14 +1,15 @@
 """Whether an agent has a login on this box, read from where the agent itself keeps it
 (its credential file, or a key in its environment), without starting it.
 
-Every agent whose place is known here (Claude Code through the SDK, and each preset)
-is looked for at start: a server without its agent's login still serves (a login may
-follow), and says so in one WARNING line of the same form for each (`missing_login`:
-what is missing, and how to give it one). Most agents also say so themselves when a
-session is opened (session/new answers "auth required" at once). OpenCode does not:
-without a login it opens the session on its own free provider and fails the first
-prompt only after minutes of retries ("Cannot connect to API"), so its turn is refused
-before the session, from what this module finds. `tailagent doctor` looks too.
+Every agent whose place is known (its description's LoginPlace, in agent_kinds/: Claude
+Code through the SDK, and each preset) is looked for at start: a server without its
+agent's login still serves (a login may follow), and says so in one WARNING line of the
+same form for each (`missing_login`: what is missing, and how to give it one). Most
+agents also say so themselves when a session is opened (session/new answers "auth
+required" at once). OpenCode does not: without a login it opens the session on its own
+free provider and fails the first prompt only after minutes of retries ("Cannot connect
+to API"), so its turn is refused before the session, from what this module finds.
+`tailagent doctor` looks too.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tailagent.agent_kinds import KINDS
+from tailagent.agent_kinds.kind import LoginPlace
+
 # Agents that open a session without a login and fail only at the turn, slowly: their
 # missing login is refused before the session, from what this module finds.
-SILENT_WITHOUT_LOGIN = frozenset({"opencode"})
+SILENT_WITHOUT_LOGIN = frozenset(name for name, kind in KINDS.items() if kind.silent_without_login)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,42 +34,7 @@ class Login:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Where:
-    keys: tuple[str, ...]  # variables that are a login by themselves
-    files: tuple[str, ...]  # credential files, relative to the agent's home
-    home_env: str | None  # the variable that moves the agent's home
-    home: str  # its home, relative to the user's home (or under $XDG_DATA_HOME)
-    # Files that may set a login up another way, each when it holds its marker (the
-    # agent writes some of them itself, empty of any login).
-    unknowable: tuple[tuple[str, str], ...] = ()
-
-
-_CLAUDE_CODE = _Where(("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
-                       "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"),
-                      (".credentials.json",), "CLAUDE_CONFIG_DIR", ".claude")  # fmt: skip
-_WHERE = {
-    "claude": _CLAUDE_CODE,  # through the Claude Agent SDK, as through its ACP adapter
-    "claude-acp": _CLAUDE_CODE,
-    "codex": _Where(("CODEX_API_KEY", "OPENAI_API_KEY"), ("auth.json",), "CODEX_HOME", ".codex"),
-    "gemini": _Where(("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI",
-                      "GOOGLE_APPLICATION_CREDENTIALS"),
-                     ("oauth_creds.json",), None, ".gemini", ((".env", "="),)),
-    "opencode": _Where(("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY",
-                        "OPENROUTER_API_KEY", "OPENCODE_CONFIG"),
-                       ("auth.json",), "XDG_DATA_HOME", ".local/share/opencode",
-                       (("../../../.config/opencode/opencode.json", '"provider"'),
-                        ("../../../.config/opencode/opencode.jsonc", '"provider"'))),
-    "copilot": _Where(("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN"),
-                      ("config.json",), "COPILOT_HOME", ".copilot"),
-    "qwen": _Where(("DASHSCOPE_API_KEY", "BAILIAN_CODING_PLAN_API_KEY", "OPENAI_API_KEY",
-                    "ANTHROPIC_API_KEY", "GEMINI_API_KEY"),
-                   ("oauth_creds.json",), None, ".qwen",
-                   (("settings.json", '"auth"'), (".env", "="))),
-}  # fmt: skip
-
-
-def _home(where: _Where, env: Mapping[str, str], home: Path) -> Path:
+def _home(where: LoginPlace, env: Mapping[str, str], home: Path) -> Path:
     moved = env.get(where.home_env) if where.home_env else None
     if moved and where.home_env == "XDG_DATA_HOME":
         return Path(moved) / Path(where.home).name
@@ -91,7 +60,8 @@ def _holds_login(path: Path) -> bool:
 
 def login_of(agent: str, env: Mapping[str, str], home: Path) -> Login:
     """What this box holds of `agent`'s login, for the agent run with `env`."""
-    where = _WHERE.get(agent)
+    kind = KINDS.get(agent)
+    where = kind.login if kind is not None else None
     if where is None:
         return Login(None, "tailagent cannot tell where this agent keeps its login")
     keys = [k for k in where.keys if env.get(k)]

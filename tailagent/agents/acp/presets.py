@@ -1,4 +1,4 @@
-"""The agents tailagent knows by name, and what each needs from the environment.
+"""The agents an ACP preset runs, and what each is given of the environment.
 
 An agent process never inherits the server's whole environment: it gets a small
 allowlist, plus the variables its own credentials live in, plus any the operator
@@ -10,9 +10,9 @@ from __future__ import annotations
 import itertools
 import os
 import shlex
-from dataclasses import dataclass
 
-from tailagent.agents.modes import CLAUDE_CODE, CODEX, GEMINI
+from tailagent.agent_kinds import KINDS
+from tailagent.agent_kinds.kind import AgentKind
 
 BASE_ENV = (
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "TZ",
@@ -23,92 +23,14 @@ BASE_ENV = (
 BASE_ENV_PREFIXES = ("LC_", "NPM_CONFIG_", "npm_config_")
 
 
-@dataclass(frozen=True, slots=True)
-class Preset:
-    name: str
-    title: str
-    package: str | None  # the npm package `npx -y` runs; None for a plain command
-    args: tuple[str, ...]
-    credential_env: tuple[str, ...]
-    login_hint: str
-    # The agent's modes a caller who is not admin may choose (agents/modes.py).
-    caller_modes: tuple[str, ...] = ()
+# The agents an ACP preset runs: those with an npm package (agent_kinds/ describes each).
+PRESETS = {name: kind for name, kind in KINDS.items() if kind.package is not None}
+
+# A command of the operator's: an ACP agent tailagent knows nothing of.
+CUSTOM = AgentKind("acp", "an ACP agent", login_hint="log the agent in on the server")
 
 
-PRESETS = {
-    "claude-acp": Preset(
-        "claude-acp",
-        "Claude Code (through claude-agent-acp)",
-        "@agentclientprotocol/claude-agent-acp",
-        (),
-        ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "CLAUDE_CONFIG_DIR",
-         "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX",
-         "CLAUDE_CODE_EXECUTABLE"),
-        "log in with the Claude Code CLI once on the server as the service's user "
-        "(`npx -y @agentclientprotocol/claude-agent-acp --cli auth login`), or set "
-        "ANTHROPIC_API_KEY in its environment",
-        CLAUDE_CODE,
-    ),
-    "codex": Preset(
-        "codex",
-        "Codex (through codex-acp)",
-        "@agentclientprotocol/codex-acp",
-        (),
-        ("CODEX_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME", "CODEX_PATH"),
-        "run `npx -y @openai/codex login --device-auth` on the server as the service's user, "
-        "or set CODEX_API_KEY or OPENAI_API_KEY",
-        CODEX,
-    ),
-    "gemini": Preset(
-        "gemini",
-        "Gemini CLI",
-        "@google/gemini-cli",
-        ("--acp",),
-        ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_CLOUD_PROJECT",
-         "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_GENAI_USE_VERTEXAI"),
-        "run `npx -y @google/gemini-cli` once on the server as the service's user to log in "
-        "(organization Code Assist plans), or set GEMINI_API_KEY",
-        GEMINI,
-    ),
-    "opencode": Preset(
-        "opencode",
-        "OpenCode",
-        "opencode-ai",
-        ("acp",),
-        ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY",
-         "OPENCODE_CONFIG"),
-        "run `npx -y opencode-ai auth login` on the server as the service's user, or set the "
-        "provider's API key (ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or "
-        "OPENROUTER_API_KEY)",
-    ),
-    "copilot": Preset(
-        "copilot",
-        "GitHub Copilot CLI",
-        "@github/copilot",
-        ("--acp",),
-        ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN", "COPILOT_HOME", "GH_HOST",
-         "COPILOT_GH_HOST"),
-        "run `npx -y @github/copilot` once on the server as the service's user and `/login`, "
-        "or set COPILOT_GITHUB_TOKEN (a fine-grained token with the Copilot Requests "
-        "permission)",
-    ),
-    "qwen": Preset(
-        "qwen",
-        "Qwen Code",
-        "@qwen-code/qwen-code",
-        ("--acp",),
-        ("DASHSCOPE_API_KEY", "BAILIAN_CODING_PLAN_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL",
-         "OPENAI_MODEL", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"),
-        "run `npx -y @qwen-code/qwen-code` once on the server as the service's user and "
-        "`/auth`, or set an API key (DASHSCOPE_API_KEY, OPENAI_API_KEY, ANTHROPIC_API_KEY or "
-        "GEMINI_API_KEY)",
-    ),
-}  # fmt: skip
-
-CUSTOM = Preset("acp", "an ACP agent", None, (), (), "log the agent in on the server")
-
-
-def command_line(preset: Preset, version: str | None, custom: str | None) -> list[str]:
+def command_line(preset: AgentKind, version: str | None, custom: str | None) -> list[str]:
     """The argv that starts the agent: `npx -y PACKAGE[@VERSION] ARGS`, or the custom one."""
     if custom is not None:
         return shlex.split(custom)
@@ -137,7 +59,7 @@ def shown_command(command: str, options: bool = True) -> str:
 
 
 def agent_environment(
-    source: dict[str, str], preset: Preset, passthrough: tuple[str, ...]
+    source: dict[str, str], preset: AgentKind, passthrough: tuple[str, ...]
 ) -> dict[str, str]:
     allowed = set(BASE_ENV) | set(preset.credential_env) | set(passthrough)
     return {
