@@ -7,8 +7,7 @@ import sys
 import tailagent.process.undumpable  # noqa: F401
 from tailagent.mends.event_queues import use_asyncio_queues
 from tailagent.mends.sql_stores import defer_sql_modules
-
-__version__ = "0.1.0"
+from tailagent.version import __version__ as __version__
 
 # httpx imports its own command-line tool when rich is installed (as it is here, for
 # ours), and with it rich's syntax highlighting, progress bars, pygments and click:

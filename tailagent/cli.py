@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import argcomplete
 
+from tailagent import about
 from tailagent.config import (
     AGENTS,
     DEFAULT_URL,
@@ -25,7 +26,7 @@ from tailagent.config import (
     Settings,
 )
 from tailagent.config.sources import load_settings
-from tailagent.process import origin, secret_env
+from tailagent.process import secret_env
 
 STATE_DIR_NODE_HELP = "without tailscaled: the state dir of this box's `serve --tsnet` server"
 
@@ -442,7 +443,7 @@ class VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
-        print(origin.version_text())
+        print(about.version_text())
         parser.exit()
 
 

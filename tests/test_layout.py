@@ -57,7 +57,8 @@ FORBIDDEN = [
 # below, never above (so a change low down cannot need one high up). A new room is
 # given its floor here.
 FLOORS = [
-    ("what every room may use", {"agent_kinds", "config", "mends", "output", "statedir"}),
+    ("what every room may use", {
+        "agent_kinds", "config", "mends", "output", "statedir", "version"}),
     ("the box and the network: who calls, on which socket, through which tailnet", {
         "access", "listening", "process", "tailnet", "tsnet", "service", "sandbox"}),
     ("the work, knowing nothing of A2A", {"agents", "workspace", "webpush"}),
@@ -66,7 +67,7 @@ FLOORS = [
         "card", "client", "plain_routes", "push", "cost", "delegation"}),
     ("the bridge between A2A and the agent", {"bridge"}),
     ("what people use: the desk and the owner's commands", {"web", "admin"}),
-    ("wiring and commands", {"app", "server", "cli", "__main__", "binary"}),
+    ("wiring and commands", {"app", "server", "cli", "__main__", "binary", "about"}),
 ]  # fmt: skip
 
 

@@ -17,7 +17,7 @@ from rich import box
 from rich.table import Table
 
 from tailagent.admin.tables import cells, console
-from tailagent.client.since import parse_since
+from tailagent.cost.since import parse_since
 from tailagent.output.visible import json_line
 from tailagent.store.audit import AuditEntry, AuditLog
 from tailagent.store.database import StoreUnavailable, open_database, redacted, sqlite_path

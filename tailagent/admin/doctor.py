@@ -391,9 +391,9 @@ async def _listener(settings: Settings, server: dict[str, str]) -> Check:
 async def _embedded_node(settings: Settings) -> list[Check]:
     """--tsnet: the library, and the node (asked through the running server's LocalAPI)."""
     from tailagent.tailnet.presence import PresenceError
+    from tailagent.tsnet.auth_key import auth_key
     from tailagent.tsnet.client import node_dir, running_node
     from tailagent.tsnet.library import LibraryMissing, NodeLibrary
-    from tailagent.tsnet.node import auth_key
 
     try:
         library = NodeLibrary.load()

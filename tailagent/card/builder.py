@@ -23,8 +23,8 @@ from a2a.types.a2a_pb2 import (
     StringList,
 )
 
-from tailagent import __version__
 from tailagent.agents.events import AgentBackend
+from tailagent.version import __version__
 
 INPUT_MODES = ["text/plain", "application/json"]
 OUTPUT_MODES = ["text/plain", "application/json", "text/x-diff"]

@@ -29,11 +29,11 @@ from rich.text import Text
 
 from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, NotOperator, self_login
 from tailagent.access.tokens import TokenStore
-from tailagent.client.since import parse_since
 from tailagent.config import Settings
 from tailagent.cost.budgets import resets_at
 from tailagent.cost.figures import dollars
 from tailagent.cost.ledger import DayUsage, Usage, owner_named, person_of
+from tailagent.cost.since import parse_since
 from tailagent.output.visible import json_line, visible
 from tailagent.store.database import StoreUnavailable, open_database, redacted, sqlite_path
 

@@ -1,5 +1,6 @@
 """Where this tailagent runs from: a Python package, or the one-file binary that
-`tailagent/binary/build.py` makes, and the versions either one carries.
+`tailagent/binary/build.py` makes, and the Python libraries either one carries
+(`tailagent --version` adds the embedded node's: tailagent/about.py).
 
 The binary is Python, tailagent and its dependencies unpacked by PyInstaller's
 bootloader at each start, so `sys.executable` is the binary itself: what a
@@ -13,8 +14,6 @@ import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
-
-from tailagent import __version__
 
 # The distributions whose versions decide how tailagent behaves on the wire.
 CARRIED = ("a2a-sdk", "claude-agent-sdk", "agent-client-protocol", "hypercorn", "httpx")
@@ -89,17 +88,10 @@ def _version(distribution: str) -> str:
         return "missing"
 
 
-def versions() -> dict[str, str]:
-    """Python and the libraries that matter, with the embedded node's Tailscale
-    (read from the library without starting a node) when it is there."""
+def carried_versions() -> dict[str, str]:
+    """Python and the libraries that matter."""
     found = {"python": platform.python_version()}
     found.update({name: _version(name) for name in CARRIED})
-    from tailagent.tsnet.library import LibraryMissing, NodeLibrary
-
-    try:
-        found["tailscale.com (tsnet)"] = NodeLibrary.load().version()
-    except (LibraryMissing, OSError):
-        found["tailscale.com (tsnet)"] = "not built in"
     return found
 
 
@@ -109,10 +101,3 @@ def describe() -> str:
         return f"binary {binary_path()} (Python {platform.python_version()}, PyInstaller)"
     package = Path(__file__).resolve().parent.parent
     return f"package {package} (Python {platform.python_version()} at {sys.executable})"
-
-
-def version_text() -> str:
-    """`tailagent --version`: this version, how it runs, and what it carries."""
-    lines = [f"tailagent {__version__}", describe()]
-    lines += [f"  {name} {version}" for name, version in versions().items()]
-    return "\n".join(lines)

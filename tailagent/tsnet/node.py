@@ -15,17 +15,15 @@ import json
 import logging
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from tailagent.access.localapi import LocalAPI
 from tailagent.config import Settings, TsnetSettings
 from tailagent.output.metrics import TSNET_CONNECTIONS, TSNET_KEY_EXPIRY, TSNET_NODE
-from tailagent.process import secret_env
 from tailagent.statedir.files import write_private
 from tailagent.tailnet.presence import PresenceError
-from tailagent.tsnet import CREDENTIAL_NAME
+from tailagent.tsnet.auth_key import auth_key
 from tailagent.tsnet.client import NodeAccess, client_file, node_dir
 from tailagent.tsnet.library import LibraryMissing, NodeLibrary
 
@@ -35,32 +33,6 @@ START_TIMEOUT = 60.0
 POLL_SECONDS = 0.1
 WATCH_SECONDS = 5.0
 KEYS_PAGE = "https://login.tailscale.com/admin/settings/keys"
-
-
-def auth_key(settings: TsnetSettings, environ: dict[str, str] | None = None) -> tuple[str, str]:
-    """The auth key (or OAuth client secret) and where it came from; ("", "") for none.
-
-    A configured key file wins, then the systemd credential, then TS_AUTHKEY."""
-    environ = secret_env.environ() if environ is None else environ  # TS_AUTHKEY is there
-    sources: list[tuple[Path, str]] = []
-    if settings.auth_key_file is not None:
-        sources.append((settings.auth_key_file, "tsnet.auth_key_file"))
-    if environ.get("CREDENTIALS_DIRECTORY"):
-        credential = Path(environ["CREDENTIALS_DIRECTORY"]) / CREDENTIAL_NAME
-        if credential.exists():
-            sources.append((credential, f"the systemd credential {CREDENTIAL_NAME}"))
-    for path, where in sources:
-        try:
-            key = path.read_text().strip()
-        except OSError as exc:
-            raise PresenceError(
-                f"cannot read the auth key in {path} ({where}): {exc.strerror}"
-            ) from None
-        if not key:
-            raise PresenceError(f"{path} ({where}) is empty: put the auth key in it")
-        return key, where
-    key = environ.get("TS_AUTHKEY", "").strip()
-    return (key, "TS_AUTHKEY") if key else ("", "")
 
 
 def explain(error: str, settings: TsnetSettings) -> str:

@@ -29,11 +29,11 @@ from acp.schema import (
     SessionCapabilities,
 )
 
-from tailagent import __version__
 from tailagent.agents.events import AgentStartError
 from tailagent.mends.acp_cancel import send_cancel_request
 from tailagent.sandbox.fences import Fence
 from tailagent.sandbox.freezer import CgroupFreezer, Freezer, freezer_of, namespaced
+from tailagent.version import __version__
 
 log = logging.getLogger("tailagent.agent")
 
