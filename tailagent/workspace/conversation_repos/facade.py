@@ -56,6 +56,9 @@ class ConversationRepos:
         self._git = git = WorkspaceRepo(repo, root, git_programs)
         self._lock = lock = WorktreeLock(root)
         self._records = records = Records(root, git)
+        # An older tailagent's worktrees are made repositories of their own where records
+        # are opened, once (legacy.py): no method here asks for it.
+        records.opening = Legacy(git, records, lock).opening
         self._removal = removal = Removal(git, records)
         self._maker = maker = Maker(git, records, base)
         self._ahead = ahead = MadeAhead(git, records, lock, maker, removal)
@@ -65,14 +68,6 @@ class ConversationRepos:
         self._fates = fates = Fates(records)
         self._cleanup = Cleanup(git, records, lock, ahead, idle, removal, fates)
         self._merging = Merging(git, records, lock, removal, fates)
-        self._legacy = Legacy(git, records)
-
-    async def _converted(self) -> None:
-        """Once per process, before anything else: an older tailagent's worktrees made
-        repositories of their own (see legacy.py)."""
-        if not self._legacy.done:
-            async with self._lock.exclusive():
-                await self._legacy.convert_all()
 
     def know_owners(self, owner_of: OwnerOf) -> None:
         """Whose each conversation is (the store's owners, opened after the worktrees):
@@ -126,7 +121,6 @@ class ConversationRepos:
         tailagent would then never dare to touch. Under the conversation's lock; the
         shared one only while a branch name is chosen and kept in a record (lock.py).
         """
-        await self._converted()
         async with self._lock.conversation(self._records.slug(context_id)):
             while True:
                 existing = await self._records.load(context_id)
@@ -162,12 +156,10 @@ class ConversationRepos:
     async def release(self, context_id: str) -> bool:
         """After a turn that changed nothing, the branch goes and the worktree waits
         idle for the next turn (see Idle.release); True when it was released."""
-        await self._converted()
         return await self._idle.release(context_id)
 
     async def prepare(self) -> Path:
         """Makes a worktree ahead of the next new conversation; returns its path."""
-        await self._converted()
         return await self._ahead.prepare()
 
     def ready(self) -> list[Path]:
@@ -184,41 +176,34 @@ class ConversationRepos:
     ) -> str | None:
         """Commits what the turn changed, with who asked in its trailers (see TurnCommits);
         the commit's sha, or None when nothing changed."""
-        await self._converted()
         return await self._turns.commit(context_id, subject, trailers)
 
     # ---- status and diff ----------------------------------------------------------
 
     async def status(self, context_id: str) -> WorktreeStatus:
         """Where the conversation's branch stands against its base's current tip."""
-        await self._converted()
         return await self._changes.status(context_id)
 
     async def diff(self, context_id: str) -> str:
         """The whole conversation as a patch, then what is not committed yet."""
-        await self._converted()
         return await self._changes.diff(context_id)
 
     async def committed(self, context_id: str, commit: str) -> Patch:
         """What one of the conversation's commits changed (a turn's, read from git)."""
-        await self._converted()
         return await self._changes.committed(context_id, commit)
 
     # ---- cleanup ------------------------------------------------------------------
 
     async def would_lose(self, context_id: str) -> DiscardResult:
         """What `discard` would lose, so it can be said before anything is removed."""
-        await self._converted()
         return await self._cleanup.would_lose(context_id)
 
     async def discard(self, context_id: str) -> DiscardResult:
         """Removes the conversation's worktree, branch and record; returns what was lost."""
-        await self._converted()
         return await self._cleanup.discard(context_id)
 
     async def prune(self, live: set[str]) -> list[str]:
         """Removes what tailagent keeps of conversations not in `live`; their ids."""
-        await self._converted()
         return await self._cleanup.prune(live)
 
     async def aclose(self) -> None:
@@ -231,7 +216,6 @@ class ConversationRepos:
     async def preview(self, context_id: str) -> MergePreview:
         """What a merge of the conversation would bring, read before anything is merged
         (see Merging.preview)."""
-        await self._converted()
         return await self._merging.preview(context_id)
 
     async def merge(
@@ -244,5 +228,4 @@ class ConversationRepos:
         """Merges the conversation's branch into its base (only from the tip `expect`
         names, when given), then, unless `keep`, removes its worktree and branch (see
         Merging.merge for what is refused)."""
-        await self._converted()
         return await self._merging.merge(context_id, strategy, keep, expect)

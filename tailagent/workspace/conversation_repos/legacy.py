@@ -3,12 +3,14 @@
 Before each conversation had a repository of its own, its directory was a `git worktree`
 of the base (a `.git` file naming `<base>/.git/worktrees/<name>`) on a branch
 `tailagent/<short>` of the base: every conversation could read every other's commits. A
-state dir from then is converted once, under the lock, before anything else is done with
-it: each such worktree keeps its files and its uncommitted changes, and gets a `.git`
-directory of its own that borrows the base's objects (its commits are in them already),
-holding its branch, its index and whatever else git kept for that worktree alone (a rebase
-under way included); then git's entry for it and its branch go from the base. One line
-is logged per conversion, and one for each worktree left as it is, saying why.
+state dir from then is converted once per process, under the lock, before its first record
+is opened (`Legacy.opening` is what Records runs then), so no concern meets an older
+record by surprise and none has to ask for the conversion. Each such worktree keeps its
+files and its uncommitted changes, and gets a `.git` directory of its own that borrows the
+base's objects (its commits are in them already), holding its branch, its index and
+whatever else git kept for that worktree alone (a rebase under way included); then git's
+entry for it and its branch go from the base. One line is logged per conversion, and one
+for each worktree left as it is, saying why.
 
 The steps are ordered so that a stop at any point is finished or undone at the next try:
 the `.git` file is moved aside into `<root>/.converting/<name>` first (and back if the
@@ -24,6 +26,7 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tailagent.workspace.conversation_repos.lock import WorktreeLock
 from tailagent.workspace.conversation_repos.plumbing.fs import is_dir, is_real_dir, lexists
 from tailagent.workspace.conversation_repos.plumbing.gitdirs import git_dir_of, links_to, stale
 from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
@@ -44,11 +47,26 @@ class Legacy:
 
     repo: WorkspaceRepo
     records: Records
+    lock: WorktreeLock
     done: bool = False
+
+    async def opening(self) -> None:
+        """What Records runs before a record is opened (Records.opening): the first time in
+        this process, every older worktree converted, under the shared lock; in the task
+        that holds it already when that is the one opening a record (a start's prune reads
+        the records of worktrees made ahead under it)."""
+        if self.done:
+            return
+        if self.lock.held_here():
+            await self.convert_all()
+            return
+        async with self.lock.exclusive():
+            await self.convert_all()
 
     async def convert_all(self) -> None:
         """Converts every older worktree the records name (once per process; under the
-        lock), then forgets git's entries of worktrees under the root that are gone."""
+        lock), then forgets git's entries of worktrees under the root that are gone. The
+        records are read as they are (Records.every), not opened: this is the opening."""
         if self.done:
             return
         for record, worktree in await self.records.every():

@@ -25,6 +25,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from tailagent.workspace.conversation_repos.plumbing.fs import make_root
 from tailagent.workspace.git import GitError
@@ -47,13 +48,27 @@ class WorktreeLock:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._lock = asyncio.Lock()
+        self._holder: asyncio.Task[Any] | None = None  # the task holding `exclusive`
         # A conversation's lock lives while someone holds or waits for it.
         self._ones: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
-    def exclusive(self) -> contextlib.AbstractAsyncContextManager[None]:
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
         """One change at a time to what the conversations share (see the module's
         docstring), within this process and across processes sharing the state dir."""
-        return self._held(self._lock, self.root / ".lock", f"changing the worktrees in {self.root}")
+        async with self._held(
+            self._lock, self.root / ".lock", f"changing the worktrees in {self.root}"
+        ):
+            self._holder = asyncio.current_task()
+            try:
+                yield
+            finally:
+                self._holder = None
+
+    def held_here(self) -> bool:
+        """Whether the running task holds `exclusive`: work that needs it (the records'
+        opening, legacy.py) then runs in it, instead of waiting for the task itself."""
+        return self._holder is not None and self._holder is asyncio.current_task()
 
     def conversation(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
         """One change at a time to one conversation's directory: `name` is its record's

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -101,6 +102,10 @@ class Records:
     def __init__(self, root: Path, repo: WorkspaceRepo) -> None:
         self.root = root
         self.repo = repo
+        # What is done before a record is opened (`read`), the first time in a process:
+        # the records of an older tailagent made the current kind (legacy.py hands its
+        # conversion here), so no concern reads a record of the older kind by surprise.
+        self.opening: Callable[[], Awaitable[None]] | None = None
 
     def slug(self, context_id: str) -> str:
         if _SAFE_ID.fullmatch(context_id):
@@ -122,7 +127,13 @@ class Records:
 
     async def read(self, path: Path, context_id: str) -> Worktree | None:
         """The record at `path`, checked to be tailagent's for `context_id` ("" for a
-        worktree made ahead) in this repository; None when there is none."""
+        worktree made ahead) in this repository; None when there is none. The records
+        are opened first (`opening`), whoever reads one."""
+        if self.opening is not None:
+            await self.opening()
+        return await self._read(path, context_id)
+
+    async def _read(self, path: Path, context_id: str) -> Worktree | None:
         try:
             data = json.loads(text(path))
         except FileNotFoundError:
@@ -256,13 +267,14 @@ class Records:
         return taken
 
     async def every(self) -> list[tuple[Path, Worktree]]:
-        """Every record of this repository (made ahead ones too) and its path; one that
-        cannot be read, or is another repository's, is left out."""
+        """Every record of this repository (made ahead ones too) and its path, as they are
+        (not opened: what the opening itself reads); one that cannot be read, or is
+        another repository's, is left out."""
         found = []
         for record in sorted(self.root.glob("*.json")) if self.root.is_dir() else ():
             try:
                 context_id = json.loads(text(record))["context_id"]
-                worktree = await self.read(record, context_id)
+                worktree = await self._read(record, context_id)
             except (GitError, OSError, ValueError, KeyError, TypeError):
                 continue
             if worktree is not None and record in (
