@@ -27,6 +27,15 @@ ALL_ROLES = frozenset({"caller", "approver", "admin"})
 
 @dataclass(frozen=True, slots=True)
 class Caller:
+    """A person (or tagged node, token, local process) as the access layer established
+    them: what the guard, the policy, the card and the desk know of who calls.
+
+    The bridge carries it inside its Requester (bridge/answers/requester.py), which adds
+    what only a request to the bridge has: the channel it came by and the name an
+    answer is signed with. It stays its own type because access, below the bridge,
+    must know nothing of either.
+    """
+
     kind: CallerKind
     login: str
     roles: frozenset[str] = frozenset()
@@ -63,6 +72,13 @@ class Caller:
     def may(self, role: str) -> bool:
         return role in self.roles or "admin" in self.roles
 
+    @property
+    def sees_every_task(self) -> bool:
+        """Whether the owner scope of this caller's requests is everyone's tasks and
+        conversations (an admin's, whose box it is) rather than their own: the store
+        keeps rows for a scope, and roles are decided here."""
+        return self.may("admin")
+
     def describe(self) -> str:
         """The access line's and the audit's name: `user:a@b (whois …)`, and for work
         handed here by another box, ` via devbox-1` after it."""
@@ -78,7 +94,10 @@ def caller_of(context: ServerCallContext | None) -> Caller | None:
 
 
 class OwnerUser(User):
-    """The a2a-sdk user a request acts as: its stores scope every task by user_name."""
+    """The a2a-sdk user a request acts as: its stores scope every task by user_name.
+
+    Not a second person: only the owner name, in the shape a2a-sdk's interface asks for
+    (its handler and stores read `context.user`)."""
 
     def __init__(self, owner: str) -> None:
         self._owner = owner

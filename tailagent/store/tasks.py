@@ -22,8 +22,9 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from a2a.server.context import ServerCallContext
 from a2a.server.id_generator import IDGenerator, IDGeneratorContext
@@ -32,7 +33,6 @@ from a2a.server.tasks import TaskStore
 from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
-from tailagent.access.identity import caller_of
 from tailagent.output.metrics import TASK_STATES
 from tailagent.store.finality import UNFINISHED_STATES, mark_failed
 from tailagent.store.keeping import TaskKeeping
@@ -62,6 +62,43 @@ UNSEEN_UNTIL_SETTLED = "tailagent.unseenUntilSettled"
 ANSWER_KEY = "tailagent.answer"
 WRITE_DELAY = 0.05
 MAX_MINTED = 10_000
+# The call-context state key of the person a request acts for, as the access layer's
+# context builder (and the desk's) put them there.
+PERSON_KEY = "caller"
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerScope:
+    """Whose tasks and conversations a request reaches: `owner`'s own, or, with
+    `everyone`, anyone's (what it makes stays `owner`'s either way).
+
+    The store keeps rows for a scope and decides no roles: who may reach everyone's is
+    the access layer's to say, through the person in the request (`ScopedPerson`).
+    """
+
+    owner: str
+    everyone: bool = False
+
+    def reaches(self, owner: str | None) -> bool:
+        """Whether a row or a conversation kept for `owner` is within this scope; one that
+        nobody owns is within none."""
+        return owner is not None and (self.everyone or owner == self.owner)
+
+
+@runtime_checkable
+class ScopedPerson(Protocol):
+    """What the store reads of a request's person: whether their scope is everyone's."""
+
+    @property
+    def sees_every_task(self) -> bool: ...
+
+
+def owner_scope(context: ServerCallContext) -> OwnerScope:
+    """The request's owner scope: its user's own tasks, or everyone's when its person
+    says so."""
+    person = context.state.get(PERSON_KEY)
+    everyone = isinstance(person, ScopedPerson) and person.sees_every_task
+    return OwnerScope(resolve_user_scope(context), everyone)
 
 
 class MintedIds(IDGenerator):
@@ -123,16 +160,16 @@ class CoalescingTaskStore(TaskStore):
         self._write_lock = asyncio.Lock()
 
     async def _owner(self, task_id: str, context: ServerCallContext) -> str | None:
-        """Whose task this is, as the caller may see it: its own, or any for an admin."""
-        mine = resolve_user_scope(context)
+        """Whose task this is, as the request's owner scope reaches it: its own, or
+        anyone's for a scope of everyone's."""
+        scope = owner_scope(context)
         held = self._held.get(task_id)
         stored = held[0] if held is not None else None
-        caller = caller_of(context)
-        if caller is None or not caller.may("admin"):
-            return mine if stored in (None, mine) else None
+        if not scope.everyone:
+            return scope.owner if stored in (None, scope.owner) else None
         if stored is None and task_id not in self.minted:
             stored = await self._table.owner_of(task_id)
-        return stored or mine
+        return stored or scope.owner
 
     async def _write(
         self,

@@ -6,8 +6,9 @@ its sender could see, a second answer is refused naming who answered first, a
 permission prompt needs the approver role, and of two answers sent at once exactly
 one holds the prompt. Admission asks here twice, in its order of refusals: `judge`
 with the other checks of a follow-up, `hold` as its very last step. The judge is
-handed the executor's claims and its view of each task's pending prompt, so it never
-calls back into the executor or admission; applying an answer to the turn is
+handed the executor's claims and its view of each task's pending prompt, and each
+request's person as the handler read it, so it never calls back into the executor or
+admission, nor reads the caller again; applying an answer to the turn is
 `turns/applying.py`'s.
 """
 
@@ -20,12 +21,11 @@ from a2a.types.a2a_pb2 import Message, Task
 from a2a.utils.errors import InvalidRequestError
 from google.protobuf.json_format import MessageToDict
 
-from tailagent.access.identity import caller_of
 from tailagent.agents.events import PermissionAsked, Prompting
 from tailagent.bridge.answers.claims import Claims
 from tailagent.bridge.answers.reading import reply_of, reply_request_id
 from tailagent.bridge.answers.records import AlreadyAnswered, first_answer_text
-from tailagent.bridge.answers.requester import requester_of
+from tailagent.bridge.answers.requester import Requester
 from tailagent.bridge.answers.waiting import waiting_of
 from tailagent.store.finality import BUSY_STATES, ENDED_STATES
 
@@ -50,17 +50,17 @@ class AnswerJudge:
         self._pending = pending
         self._alive = alive
 
-    def judge(self, message: Message, stored: Task, context: ServerCallContext) -> None:
+    def judge(self, message: Message, stored: Task, person: Requester) -> None:
         """Binds the answer to its prompt, refuses a second answer and, for a task that
         waits for one, an answer its sender may not give. A task that waits for none is
         left to admission's own words ("has already …", "is still working")."""
         request_id = self._bind(message, stored)
         self._refuse_second(message.task_id, request_id)
         if stored.status.state not in WAITS_FOR_NONE:
-            self._check_person(message.task_id, stored, context)
-            self._check_approver(message.task_id, context)
+            self._check_person(message.task_id, stored, person)
+            self._check_approver(message.task_id, person)
 
-    def hold(self, task_id: str, context: ServerCallContext) -> None:
+    def hold(self, task_id: str, person: Requester, context: ServerCallContext) -> None:
         """Holds the task's pending prompt for the answer this request carries.
 
         Synchronous, and called last in admission: nothing runs between the check and
@@ -74,7 +74,7 @@ class AnswerJudge:
         prompt = self._pending(task_id)
         request_id = prompt.request_id if prompt is not None else None
         try:
-            self._claims.take(task_id, request_id, requester_of(context).answerer, context)
+            self._claims.take(task_id, request_id, person.answerer, context)
         except AlreadyAnswered as exc:
             raise InvalidRequestError(message=str(exc)) from None
 
@@ -97,7 +97,7 @@ class AnswerJudge:
         if first is not None:
             raise InvalidRequestError(message=first_answer_text(task_id, first.request_id, first))
 
-    def _check_person(self, task_id: str, stored: Task, context: ServerCallContext) -> None:
+    def _check_person(self, task_id: str, stored: Task, person: Requester) -> None:
         """A question a peer relayed here is answered by the person it asks, no one
         else: the peer's task is theirs, the answer goes there signed as theirs, and
         what this box knows of who else the peer lets answer for them is nothing (the
@@ -107,28 +107,25 @@ class AnswerJudge:
         if pending is None or not pending.relayed_from:
             return
         # A prompt kept by a tailagent from before relayedFor: the person of the turn.
-        person = pending.relayed_for or _requested_by(stored)
-        caller = caller_of(context)
-        if caller is not None and caller.kind == "user" and caller.login == person:
+        asked = pending.relayed_for or _requested_by(stored)
+        caller = person.caller
+        if caller is not None and caller.kind == "user" and caller.login == asked:
             return
         who = caller.who if caller else "this caller"
         raise InvalidRequestError(
             message=(
                 f"{who} may not answer this question: {pending.relayed_from}'s agent asks it of "
-                f"{person}, in work handed there for them, and only {person} may answer it "
+                f"{asked}, in work handed there for them, and only {asked} may answer it "
                 f"(the answer goes to {pending.relayed_from} as theirs); task {task_id} stays "
-                f"waiting for {person}."
+                f"waiting for {asked}."
             )
         )
 
-    def _check_approver(self, task_id: str, context: ServerCallContext) -> None:
+    def _check_approver(self, task_id: str, person: Requester) -> None:
         """An answer to a permission prompt needs the approver role. Refused here,
         the prompt stays pending, untouched, for a caller who has it."""
-        caller = caller_of(context)
-        if isinstance(self._pending(task_id), PermissionAsked) and not (
-            caller and caller.may("approver")
-        ):
-            who = caller.owner if caller else "this caller"
+        if isinstance(self._pending(task_id), PermissionAsked) and not person.may("approver"):
+            who = person.owner if person.caller else "this caller"
             raise InvalidRequestError(
                 message=(
                     f"{who} may not answer permission prompts (it lacks the approver role); "

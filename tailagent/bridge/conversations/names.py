@@ -33,12 +33,12 @@ docs/security.md says.
 
 from __future__ import annotations
 
-from a2a.server.context import ServerCallContext
 from a2a.utils.errors import InvalidParamsError
 
 from tailagent.bridge.conversations.ownership import actable, mine
 from tailagent.bridge.conversations.workplace import Isolated, Shared
 from tailagent.store.owners import ConversationOwners
+from tailagent.store.tasks import OwnerScope
 from tailagent.workspace.conversation_repos import BRANCH_PREFIX
 
 SHOWN = 5  # of the conversations a start fits, the refusal names this many
@@ -48,20 +48,20 @@ async def resolve(
     name: str,
     owners: ConversationOwners,
     conversations: Isolated | Shared,
-    context: ServerCallContext,
+    scope: OwnerScope,
 ) -> str:
     """The conversation `name` means to this caller (steps 1-3 of the module's note):
     a whole id they may act on; else their one conversation whose branch is
     `tailagent/<name>`, else whose id starts with it; else `name` unchanged (unknown to
     them, or new). Refuses a start that fits several of theirs, naming them."""
-    if await actable(owners, [name], context):
+    if await actable(owners, [name], scope):
         return name
-    found = await actable(owners, _by_branch(name, conversations), context)
+    found = await actable(owners, _by_branch(name, conversations), scope)
     if not found:
         starting = await owners.starting_with(name.removeprefix(BRANCH_PREFIX))
-        found = await actable(owners, starting, context)
+        found = await actable(owners, starting, scope)
     if len(found) > 1:
-        own = len(await mine(owners, found, context)) == len(found)
+        own = len(await mine(owners, found, scope)) == len(found)
         whose = "your conversations" if own else "the conversations you may act on"
         more = ", …" if len(found) > SHOWN else ""
         raise InvalidParamsError(

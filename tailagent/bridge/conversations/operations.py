@@ -16,14 +16,14 @@ from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import Message, Role, SendMessageRequest
 from a2a.utils.errors import InvalidParamsError, InvalidRequestError, UnsupportedOperationError
 
-from tailagent.access.identity import caller_of
+from tailagent.bridge.answers.requester import Requester
 from tailagent.bridge.conversations.names import resolve
 from tailagent.bridge.conversations.ownership import busy, mine, refuse_unless_own
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Isolated, Refused, Shared, listing, operate
 from tailagent.bridge.parts import data_part, text_part
 from tailagent.store.owners import ConversationOwners
-from tailagent.store.tasks import CoalescingTaskStore
+from tailagent.store.tasks import CoalescingTaskStore, OwnerScope
 
 
 def _reply(kind: str, text: str, data: dict[str, Any], context_id: str = "") -> Message:
@@ -54,23 +54,26 @@ class ConversationOperations:
         self._store = store
 
     async def run(
-        self, operation: dict[str, Any], params: SendMessageRequest, context: ServerCallContext
+        self,
+        operation: dict[str, Any],
+        params: SendMessageRequest,
+        context: ServerCallContext,
+        person: Requester,
     ) -> Message:
-        """A merge, discard or diff of a conversation: the caller's own (or any, for an
+        """A merge, discard or diff of a conversation: `person`'s own (or any, for an
         admin), never while a turn runs in it; merge and discard need the approver role.
-        Or the list of the caller's conversations."""
+        Or the list of the person's conversations."""
         kind = operation["kind"]
         if kind == "conversations":
-            return await self._conversation_list(context)
+            return await self._conversation_list(context, person.scope)
         if not params.message.context_id:
             raise InvalidParamsError(message=f"a {kind} names its conversation: set contextId")
         # Its id, or the start of one (the short id its branch shows): see names.py.
         context_id = await resolve(params.message.context_id, self._owners,
-                                   self._conversations, context)  # fmt: skip
-        refuse_unless_own(await self._owners.owner(context_id), context_id, context)
-        caller = caller_of(context)
-        who = caller.owner if caller else "this caller"
-        if kind != "diff" and not (caller and caller.may("approver")):
+                                   self._conversations, person.scope)  # fmt: skip
+        refuse_unless_own(await self._owners.owner(context_id), context_id, person.scope)
+        who = person.owner if person.caller else "this caller"
+        if kind != "diff" and not person.may("approver"):
             raise InvalidRequestError(
                 message=f"{who} may not {kind} conversations (it lacks the approver role)"
             )
@@ -89,12 +92,12 @@ class ConversationOperations:
             await self._pool.discard(context_id)
         return _reply(kind, text, data, context_id)
 
-    async def _conversation_list(self, context: ServerCallContext) -> Message:
+    async def _conversation_list(self, context: ServerCallContext, scope: OwnerScope) -> Message:
         """The caller's conversations with a worktree (or a merge) here: `tailagent
         conversations`."""
         known = self._conversations.worktrees.known() if isinstance(
             self._conversations, Isolated) else {}  # fmt: skip
-        owned = await mine(self._owners, list(known), context)
+        owned = await mine(self._owners, list(known), scope)
         holders = {}
         for context_id in owned:
             if (task_id := self._pool.holder(context_id)) is not None:

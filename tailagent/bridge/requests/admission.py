@@ -9,7 +9,8 @@ claims. They change with what a person may start, not with how a turn then runs.
 
 Whether a follow-up answers a prompt, which, and whether its sender may give it is
 asked of answers' one door (bridge/answers/judging.py): `judge` among a follow-up's
-checks, `hold` last; admission keeps only the order in which refusals come.
+checks, `hold` last; admission keeps only the order in which refusals come. Who sends
+is read once, where the request entered the bridge, and handed in as its Requester.
 """
 
 from __future__ import annotations
@@ -17,21 +18,15 @@ from __future__ import annotations
 import uuid
 
 from a2a.server.context import ServerCallContext
-from a2a.server.owner_resolver import resolve_user_scope
 from a2a.types.a2a_pb2 import Message, SendMessageRequest, Task, TaskState
 from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict
 
-from tailagent.access.identity import caller_of
 from tailagent.agents.modes import mode_refusal
 from tailagent.bridge.answers.judging import AnswerJudge
+from tailagent.bridge.answers.requester import Requester
 from tailagent.bridge.conversations.names import resolve
-from tailagent.bridge.conversations.ownership import (
-    START_ANOTHER,
-    busy,
-    is_admin,
-    refuse_unless_own,
-)
+from tailagent.bridge.conversations.ownership import START_ANOTHER, busy, refuse_unless_own
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Isolated, Shared
 from tailagent.bridge.requests.peer_tasks import runs_elsewhere
@@ -76,27 +71,30 @@ class Admission:
         self._spending = spending
         self._audit = audit
 
-    async def admit(self, params: SendMessageRequest, context: ServerCallContext) -> Task | None:
-        """Applies the pre-turn rules; returns the stored task a follow-up names."""
+    async def admit(
+        self, params: SendMessageRequest, context: ServerCallContext, person: Requester
+    ) -> Task | None:
+        """Applies the pre-turn rules to `person`'s message; returns the stored task a
+        follow-up names."""
         message = params.message
-        self._check_parts_and_mode(message, context)
+        self._check_parts_and_mode(message, person)
         stored: Task | None = None
         if message.task_id:
             stored = await self._store.get(message.task_id, context)
             if stored is None:
                 return None  # the SDK answers TaskNotFound in its own words
-            self._check_follow_up(message, stored, context)
+            self._check_follow_up(message, stored, person)
         if not message.task_id:  # before a new conversation is named for it
-            await self._check_budget(message, context)
-        await self._enter_conversation(message, context)
+            await self._check_budget(message, context, person)
+        await self._enter_conversation(message, person)
         await self._check_free(message, context)
         if message.task_id:
             # Last, and with no await since the task was read: the check and the
             # claim are one step on the event loop.
-            self._answers.hold(message.task_id, context)
+            self._answers.hold(message.task_id, person, context)
         return stored
 
-    def _check_parts_and_mode(self, message: Message, context: ServerCallContext) -> None:
+    def _check_parts_and_mode(self, message: Message, person: Requester) -> None:
         """Refuses attachments past the limits, and a mode only an admin may ask for."""
         limits = self._attachment_limits
         try:
@@ -105,13 +103,12 @@ class Admission:
         except attachments.AttachmentRefused as exc:
             raise InvalidParamsError(message=str(exc)) from None
         mode = MessageToDict(message.metadata).get("mode") if message.HasField("metadata") else None
-        caller = caller_of(context)
-        if isinstance(mode, str) and mode and not (caller and caller.may("admin")):
+        if isinstance(mode, str) and mode and not person.may("admin"):
             refusal = mode_refusal(mode, self._pool.caller_modes)
             if refusal is not None:
                 raise InvalidParamsError(message=refusal)
 
-    def _check_follow_up(self, message: Message, stored: Task, context: ServerCallContext) -> None:
+    def _check_follow_up(self, message: Message, stored: Task, person: Requester) -> None:
         """Refuses a follow-up its task cannot take; binds it to the task's conversation
         and prompt, and renames a messageId the task already holds (the SDK's
         de-duplication would drop a second turn's words from the history)."""
@@ -130,7 +127,7 @@ class Admission:
                 )
             )
         message.context_id = stored.context_id
-        self._answers.judge(message, stored, context)  # before "still working": it says more
+        self._answers.judge(message, stored, person)  # before "still working": it says more
         if stored.status.state in ENDED_STATES:
             raise UnsupportedOperationError(
                 message=(
@@ -166,27 +163,27 @@ class Admission:
                     message=f"{refusal} (It runs on another tailagent server: {running[1]}.)"
                 )
 
-    async def _enter_conversation(self, message: Message, context: ServerCallContext) -> None:
+    async def _enter_conversation(self, message: Message, person: Requester) -> None:
         """Makes sure the message's conversation is its sender's: a `contextId` is looked
         up among those the sender may act on (conversations/names.py); a new message
         starts one of the sender's (a `contextId` that names none of theirs and is nobody's
         whole id becomes theirs, whatever others' ids it starts); another person's whole
         id is refused as not found, but to an admin."""
-        me = resolve_user_scope(context)
+        me = person.scope.owner
         if message.context_id:
             message.context_id = await resolve(
-                message.context_id, self._owners, self._conversations, context
+                message.context_id, self._owners, self._conversations, person.scope
             )
         owner = await self._owners.owner(message.context_id) if message.context_id else None
         if owner is None:
-            if not is_admin(context):
+            if not person.may("admin"):
                 await self._check_room(me)
             if not message.context_id:
                 message.context_id = self._pool.minted_contexts.generate()
                 await self._owners.start(message.context_id, me)
                 return
             owner = await self._owners.claim(message.context_id, me)
-        refuse_unless_own(owner, message.context_id, context, START_ANOTHER)
+        refuse_unless_own(owner, message.context_id, person.scope, START_ANOTHER)
 
     async def _check_room(self, me: str) -> None:
         """Refuses a new conversation to a person whose conversations hold as many
@@ -207,13 +204,15 @@ class Admission:
                 )
             )
 
-    async def _check_budget(self, message: Message, context: ServerCallContext) -> None:
+    async def _check_budget(
+        self, message: Message, context: ServerCallContext, person: Requester
+    ) -> None:
         """Reserves what a new task's turn may cost of its person's day's budget
         (turns/reservations.py carries it to the turn), or refuses it, saying which
         budget, what was spent and held, and when it resets; the refusal goes to the
         audit log. Admins, whose box it is, are not held to one."""
-        caller = caller_of(context)
-        if self._spending is None or caller is None or caller.may("admin"):
+        caller = person.caller
+        if self._spending is None or caller is None or person.may("admin"):
             return
         try:
             reservations.keep(context, await self._spending.admit(caller.owner))

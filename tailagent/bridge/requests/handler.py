@@ -35,7 +35,10 @@ lives in a module of its own: requests/admission.py (what a message passes befor
 turn), answers/judging.py (which prompt an answer is for, and whether its sender may
 give it), conversations/ownership.py, conversations/operations.py (merge, diff,
 discard, the list), requests/peer_tasks.py (tasks another server runs) and
-requests/task_starts.py (the quick send).
+requests/task_starts.py (the quick send). Who sent a message is read here, once, as
+its Requester (answers/requester.py), and handed to admission and the operations,
+which hand it to the judge and to ownership's owner scope; the executor gets the same
+value back from the call context.
 """
 
 from __future__ import annotations
@@ -62,8 +65,9 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotCancelableError
 
-from tailagent.access.identity import OwnerUser, caller_of
+from tailagent.access.identity import OwnerUser
 from tailagent.bridge.answers import withdrawal
+from tailagent.bridge.answers.requester import requester_of
 from tailagent.bridge.conversations.fates import mark
 from tailagent.bridge.conversations.operations import ConversationOperations
 from tailagent.bridge.conversations.sessions import SessionPool
@@ -216,7 +220,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
             raise InvalidParamsError(message=str(exc)) from None
 
     async def _for_caller(self, card: AgentCard, context: ServerCallContext) -> AgentCard:
-        caller = caller_of(context)
+        caller = requester_of(context).caller
         if caller is None:
             return card
         roles = sorted(caller.roles)
@@ -226,11 +230,12 @@ class GuardedRequestHandler(DefaultRequestHandler):
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Message | Task:
+        person = requester_of(context)  # read once, here, and handed on
         operation = requested_operation(params.message)
         if operation is not None:
-            return await self._operations.run(operation, params, context)
+            return await self._operations.run(operation, params, context, person)
         try:
-            await self._admission.admit(params, context)
+            await self._admission.admit(params, context, person)
             config = params.configuration
             unseen = not (
                 self._store.shared
@@ -278,15 +283,16 @@ class GuardedRequestHandler(DefaultRequestHandler):
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
+        person = requester_of(context)  # read once, here, and handed on
         operation = requested_operation(params.message)
         if operation is not None:
-            yield await self._operations.run(operation, params, context)
+            yield await self._operations.run(operation, params, context, person)
             return
         # A waiting task whose caller leaves still runs, as any task does; a stop leaves
         # it submitted, and the next start closes it as any unfinished task.
         waiting: Task | None = None
         try:
-            stored = await self._admission.admit(params, context)
+            stored = await self._admission.admit(params, context, person)
             if stored is None and not params.message.task_id and self._gate.full():
                 waiting = stored = await self._starts.submitted(params.message, context)
             if stored is not None:
