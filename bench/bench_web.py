@@ -68,7 +68,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_core import pct, rpc, sequential
 from bench.bench_load import IDLE_AFTER, NOTEWORTHY, Burst, Server, burst, start_tailagent
-from tailagent.access.browser import COOKIE_PREFIX
+from tailagent.web.sessions import COOKIE_PREFIX
 from tailagent.webpush.subscriptions import MAX_PER_PERSON as PER_PERSON
 from tests.conftest import start_server
 from tests.processes import status_kib

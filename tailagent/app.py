@@ -1,6 +1,8 @@
-"""The ASGI app one server serves: the access guard in front of everything, then
-a2a-sdk's JSON-RPC and REST routes, the approval desk, and the plain routes (the
-card, its keys, /metrics, /healthz). No route is reachable around the guard."""
+"""The ASGI app one server serves: the access line and the head's hygiene in front of
+everything; then the desk behind the browser's rules (web/browser_rules.py), and
+a2a-sdk's JSON-RPC and REST routes and the plain routes (the card, its keys,
+/metrics, /healthz) behind the API's. Both have the access guard (who is calling, may
+they) in front of every route but the public ones: no route is reachable around it."""
 
 from __future__ import annotations
 
@@ -11,13 +13,16 @@ from functools import partial
 from a2a.server.routes import create_rest_routes
 from starlette.routing import Mount, Router
 
-from tailagent.access.bodies import BodyLimits
-from tailagent.access.browser import BrowserSessions, load_secret
+from tailagent.access.api_rules import A2ABodies, A2AJsonType, JsonOnly, ProgramOrigins
+from tailagent.access.asgi import layered
+from tailagent.access.bodies import BodyLimit, BodyLimits
 from tailagent.access.guard import AccessGuard
+from tailagent.access.hygiene import NoFunnel, ServedHost
 from tailagent.access.identity import RPC_KEY, CallerContextBuilder
+from tailagent.access.logline import AccessLog
 from tailagent.access.policy import Policy
 from tailagent.access.resolve import Resolver
-from tailagent.access.streams import StreamCounts
+from tailagent.access.streams import StreamCaps, StreamCounts
 from tailagent.access.tokens import TokenStore
 from tailagent.bridge.conversations.workplace import Conversations
 from tailagent.bridge.requests.handler import GuardedRequestHandler
@@ -34,8 +39,10 @@ from tailagent.store.spent_tokens import SpentAnswers
 from tailagent.store.tasks import ANSWER_KEY, CoalescingTaskStore
 from tailagent.tailnet.presence import Presence
 from tailagent.web import LazyDesk, mount
+from tailagent.web.browser_rules import BrowserRules, is_page_request
 from tailagent.web.notifications.policy import PolicyNow
 from tailagent.web.parts import DeskParts
+from tailagent.web.sessions import BrowserSessions, load_secret
 from tailagent.web.views.live import Desk
 from tailagent.webpush.service import WebPush
 
@@ -51,7 +58,7 @@ def build_app(
     conversations: Conversations,
     fence: dict[str, str],
     database: Database,
-) -> AccessGuard:
+) -> AccessLog:
     """`fence` is how agents are sandboxed (Sandbox.summary), for /healthz and the desk;
     `database` is the store's, where notification answers already used are kept."""
     context_builder = CallerContextBuilder()
@@ -93,24 +100,40 @@ def build_app(
         publisher, fence, settings.delegation.allowed_nodes, partial(show_size, database)
     )
     router = Router(routes=[*routes, *plain], lifespan=lifespan)
-    served = mount(page, router)
-
-    return AccessGuard(
-        served,
+    guard = partial(
+        AccessGuard,
         policy=policy,
         resolver=resolver,
         tokens=tokens,
-        limits=BodyLimits(
-            max_bytes=settings.max_body_bytes,
-            timeout=settings.body_timeout,
-            max_depth=settings.max_json_depth,
-            max_parts=settings.max_parts,
-            max_values=settings.max_json_values,
-        ),
-        hosts=served_hosts(settings),
-        allowed_origins=settings.access.allowed_origins,
-        advertised_url=settings.advertised_url,
-        sessions=sessions,
-        streams=StreamCounts(settings.max_streams_per_caller),
         chains=ChainCheck.of_state_dir(settings.state_dir, settings.delegation, database),
+    )
+    limits = _body_limits(settings)
+    streams = StreamCounts(settings.max_streams_per_caller)
+    # The API's rules, in the order a request meets them: the head's, who is calling,
+    # the body's, the streams a caller holds, and the answer's type.
+    api = layered(
+        router,
+        partial(ProgramOrigins, allowed=settings.access.allowed_origins),
+        JsonOnly,
+        guard,
+        partial(BodyLimit, limits=limits),
+        partial(A2ABodies, limits=limits),
+        partial(StreamCaps, counts=streams),
+        A2AJsonType,
+    )
+    browser = BrowserRules(guard, resolver, sessions, settings.advertised_url, limits, streams)
+    served = mount(page, api, browser)
+    hygiene = layered(
+        served, NoFunnel, partial(ServedHost, hosts=served_hosts(settings), resolver=resolver)
+    )
+    return AccessLog(hygiene, is_page=is_page_request)
+
+
+def _body_limits(settings: Settings) -> BodyLimits:
+    return BodyLimits(
+        max_bytes=settings.max_body_bytes,
+        timeout=settings.body_timeout,
+        max_depth=settings.max_json_depth,
+        max_parts=settings.max_parts,
+        max_values=settings.max_json_values,
     )

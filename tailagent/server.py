@@ -20,9 +20,7 @@ from urllib.parse import urlsplit
 from a2a.types.a2a_pb2 import Task
 from hypercorn.asyncio import serve
 
-from tailagent.access.browser import load_secret
-from tailagent.access.guard import AccessGuard
-from tailagent.access.localapi import LocalAPIUnavailable, self_dns_name
+from tailagent.access.logline import AccessLog
 from tailagent.agents.events import AgentBackend, AgentStartError
 from tailagent.agents.registry import (
     agent_kind,
@@ -66,7 +64,9 @@ from tailagent.store.database import StoreUnavailable, open_database, redacted
 from tailagent.store.opening import STOP_MESSAGE, Storage, open_storage, server_id
 from tailagent.store.sdk_stores import SdkStores
 from tailagent.store.signals import CANCEL, PUSH
+from tailagent.tailnet.localapi import LocalAPIUnavailable, self_dns_name
 from tailagent.tailnet.presence import BoxTailscaled, Presence, PresenceError, ServeEntryPresence
+from tailagent.web.sessions import load_secret
 from tailagent.web.views.live import Desk
 from tailagent.webpush.service import WebPush
 from tailagent.workspace.git import GitError, git
@@ -78,7 +78,7 @@ log = logging.getLogger("tailagent")
 class Service:
     """Everything one running server owns, so it can all be closed in order."""
 
-    app: AccessGuard
+    app: AccessLog
     executor: BridgeExecutor
     handler: GuardedRequestHandler
     storage: Storage
@@ -124,7 +124,7 @@ class Service:
 def make_presence(settings: Settings) -> Presence:
     """The way onto the tailnet the settings ask for."""
     if settings.tsnet.enabled:
-        from tailagent.tsnet.node import EmbeddedNode  # Go's runtime, only when asked for
+        from tailagent.tailnet.tsnet.node import EmbeddedNode  # Go's runtime, only when asked for
 
         return EmbeddedNode(settings)
     if settings.tailnet:

@@ -13,6 +13,9 @@ within its keep-alive timeout, 5 s, is closed), but nothing bounds a body: a cli
 sending a byte every 20 s kept its connection, and the handler waiting on it,
 forever. Hypercorn's own `read_timeout` would also cut every quiet stream a client
 is reading (server-sent events), so the deadline is kept here, for the body alone.
+
+`BodyLimit` reads every body so, on the desk's routes and the API's; the shape is
+asked of A2A's bodies only (api_rules.py's `A2ABodies`).
 """
 
 from __future__ import annotations
@@ -25,13 +28,11 @@ from typing import Any
 
 from hypercorn.typing import ASGIReceiveEvent
 
-# An over-limit body from a caller that was let in is read on and dropped up to this,
-# so its client reads the 413 rather than a reset; beyond it the connection is cut.
-DISCARD_LIMIT = 64 * 1024 * 1024
-# How long a refusal sent before the body was read waits for Hypercorn to let go of it.
-LET_GO_SECONDS = 1.0
+from tailagent.access.asgi import ASGI, headers_of, replay
+from tailagent.access.identity import SCOPE_KEY, Caller
+from tailagent.access.refusals import DISCARD_LIMIT, INVALID_REQUEST, discard, refuse
+
 PARSE_ERROR = -32700  # JSON-RPC's code for a body that is not JSON
-INVALID_REQUEST = -32600  # JSON-RPC's code for any other body not taken
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,7 @@ async def read_body(receive: Any, declared: str, limits: BodyLimits) -> bytes | 
     if isinstance(got, BodyRefused) and got.status == 413 and (length or 0) <= DISCARD_LIMIT:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout_at(deadline):
-                await _discard(receive, DISCARD_LIMIT)
+                await discard(receive, DISCARD_LIMIT)
     return got
 
 
@@ -97,48 +98,6 @@ async def _collect(receive: Any, limits: BodyLimits) -> bytes | BodyRefused:
             return _too_large(limits)
         if not message.get("more_body"):
             return bytes(body)
-
-
-async def _discard(receive: Any, limit: int) -> None:
-    """Reads what the client still sends and keeps none of it: until the request
-    ends, the connection is let go of, or `limit` bytes have passed."""
-    seen = 0
-    while seen <= limit:
-        message: ASGIReceiveEvent = await receive()
-        if message["type"] != "http.request" or not message.get("more_body"):
-            return
-        seen += len(message.get("body", b""))
-
-
-def _closing(send: Any) -> Any:
-    """`send`, with the response's head saying `Connection: close`."""
-
-    async def send_closing(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            headers = [*message.get("headers", ()), (b"connection", b"close")]
-            message = {**message, "headers": headers}
-        await send(message)
-
-    return send_closing
-
-
-async def answer_unread(receive: Any, send: Any, answer: Any) -> None:
-    """Sends `answer(send)` (a refusal) for a request whose body nobody read.
-
-    The body is not read, but what arrives meanwhile is taken and dropped: Hypercorn
-    queues a body for the app (ten chunks), and when the answer ends it queues its own
-    word that the request is over; with the queue full of a body nobody takes, that
-    word, and the answer with it, would wait forever. Once the answer is out Hypercorn
-    closes a connection whose body is still coming, so this never reads much, and it
-    says nothing of it: the answer's head says `Connection: close`, or a client keeping
-    the connection alive sends its next request into the close ("Server disconnected
-    without sending a response", seen once in a suite run under load)."""
-    taking = asyncio.ensure_future(_discard(receive, DISCARD_LIMIT))
-    try:
-        await answer(_closing(send))
-        await asyncio.wait([taking], timeout=LET_GO_SECONDS)
-    finally:
-        taking.cancel()
 
 
 def shape_refused(body: bytes, limits: BodyLimits) -> BodyRefused | None:
@@ -253,3 +212,29 @@ def shape_refusal(value: Any, limits: BodyLimits) -> BodyRefused | None:
             )  # fmt: skip
         stack += [(m, depth + 1) for m in members if isinstance(m, (dict, list))]
     return None
+
+
+class BodyLimit:
+    """Reads the body of a request the guard let in (a caller in its scope) within
+    `limits`' size and deadline, before anything behind it runs, and hands it on whole.
+    A public route's body is its route's to read, as a refused request's is nobody's."""
+
+    def __init__(self, app: ASGI, *, limits: BodyLimits) -> None:
+        self._app = app
+        self._limits = limits
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] not in ("POST", "PUT", "PATCH")
+            or not isinstance(scope.get(SCOPE_KEY), Caller)
+        ):
+            await self._app(scope, receive, send)
+            return
+        declared = headers_of(scope).get(b"content-length", "")
+        body = await read_body(receive, declared, self._limits)
+        if isinstance(body, BodyRefused):
+            status, reason, message = body.status, body.reason, body.message
+            await refuse(scope, receive, send, status, reason, body.rpc_code, message)
+            return
+        await self._app(scope, replay(body, receive), send)

@@ -19,6 +19,14 @@ import re
 from collections import Counter
 from typing import Any
 
+from tailagent.access.asgi import ASGI
+from tailagent.access.identity import SCOPE_KEY, Caller
+from tailagent.access.refusals import refuse
+
+# The scope key: a JSON-RPC body as the access layer parsed it (api_rules.py), or None
+# for one too large to parse there; absent where no body was parsed.
+PARSED_KEY = "tailagent.parsed"
+
 # The JSON-RPC methods that answer with a stream, in A2A 1.0 and 0.3.
 STREAM_METHODS = frozenset(
     {"SendStreamingMessage", "SubscribeToTask", "message/stream", "tasks/resubscribe"}
@@ -68,3 +76,29 @@ class StreamCounts:
             f"(max_streams_per_caller = {self.per_caller}): close one first (a stream that "
             "ends or is closed frees its place), or read tasks with GetTask"
         )
+
+
+class StreamCaps:
+    """Answers a caller's stream past `counts.per_caller` with 429 before anything of
+    it runs, and gives its place back when the request ends, however it ends."""
+
+    def __init__(self, app: ASGI, *, counts: StreamCounts) -> None:
+        self._app = app
+        self._counts = counts
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        caller = scope.get(SCOPE_KEY)
+        if scope["type"] != "http" or not isinstance(caller, Caller):  # a public route
+            await self._app(scope, receive, send)
+            return
+        counted = opens_stream(scope["path"], scope.get(PARSED_KEY, {}))
+        counted = counted and not caller.may("admin")
+        if counted and not self._counts.take(caller.owner):
+            message = self._counts.refusal(caller.owner)
+            await refuse(scope, receive, send, 429, "TOO_MANY_STREAMS", 0, message)
+            return
+        try:
+            await self._app(scope, receive, send)
+        finally:
+            if counted:
+                self._counts.give_back(caller.owner)

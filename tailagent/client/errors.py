@@ -118,7 +118,7 @@ def _refused_connection(exc: BaseException) -> bool:
 
 
 def _refusal(body: object) -> str | None:
-    """`error: reason` from a refusal body in any binding's shape (see access/guard.py)."""
+    """`error: reason` from a refusal body in any binding's shape (see access/refusals.py)."""
     if not isinstance(body, dict):
         return None
     error = body.get("error")

@@ -11,8 +11,8 @@ ANSWER_KEY, named here by app.py): the answer takes that rendering while the tas
 still equal to the one rendered, instead of rendering it again (~0.1 ms of a ~2.5 ms
 turn). Anything else is rendered as the SDK renders it.
 
-The access guard has parsed the body already, to check it and to log its method
-(access/guard.py leaves the parse in the request's scope, under the key app.py names
+The access layer has parsed the body already, to check it and to log its method
+(access/api_rules.py leaves the parse in the request's scope, under the key app.py names
 here): the dispatcher's `request.json()` takes that parse instead of reading the body
 again and parsing it a second time (~30 us of a quick send, in place). A body the
 guard left unparsed (too large to log, not JSON, or empty) is the dispatcher's to

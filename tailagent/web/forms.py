@@ -1,6 +1,6 @@
 """Form tokens: proof that a POST came from a page this server rendered for this caller.
 
-The origin checks (access/guard.py) stop other sites; the token stops a replay. It
+The origin checks (web/browser_rules.py) stop other sites; the token stops a replay. It
 is an HMAC over the caller, the action and the task, with the time it was made, so
 a token copied from one person's page is worthless to another person, on another
 task, or for another action, and old pages stop working after a day.

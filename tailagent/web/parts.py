@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tailagent.access.browser import BrowserSessions
 from tailagent.bridge.conversations.workplace import Conversations
 from tailagent.bridge.requests.handler import GuardedRequestHandler
 from tailagent.store.tasks import CoalescingTaskStore
+from tailagent.web.sessions import BrowserSessions
 from tailagent.web.views.live import Desk
 from tailagent.webpush.service import WebPush
 

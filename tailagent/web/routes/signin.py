@@ -2,7 +2,7 @@
 
 These are the only routes that deal in the sign-in cookie rather than a task; the link
 is a JSON route for the local token alone, the redemption a browser's page. They
-change with the access layer's sign-in (access/browser.py), not with the desk's pages.
+change with the desk's sign-in (web/sessions.py), not with the desk's pages.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from quart import Blueprint, Response, redirect, request
 from quart.typing import ResponseReturnValue
 
-from tailagent.access.browser import SignInRefused, local_uid
 from tailagent.web.caller import current_caller
 from tailagent.web.route_kit import DeskKit
+from tailagent.web.sessions import SignInRefused, local_uid
 from tailagent.web.views import render
 
 

@@ -4,9 +4,10 @@ A browser on the tailnet needs nothing here: whois names it, as it names an A2A
 caller. A browser on the box itself reaches the loopback listener with no identity
 at all, and cannot send the local token. So `tailagent web` (run by the owner, who
 can read the local token) asks the server for a sign-in link: good once, for a few
-minutes. Opening it sets a session cookie that the access layer honours on the
-page's routes only (`DESK_PREFIX`), never on the A2A routes, so a page or a program
-that somehow holds the cookie cannot drive the agent over A2A with it.
+minutes. Opening it sets a session cookie that the desk's own mount honours
+(web/browser_rules.py), on the page's routes only (`DESK_PREFIX`), never on the A2A
+routes, so a page or a program that somehow holds the cookie cannot drive the agent
+over A2A with it.
 
 The cookie is signed with a key of the state dir (0600), not stored: sessions
 survive a restart, and rotating the local token (`tailagent token revoke local`)
@@ -50,25 +51,8 @@ SESSION_SECONDS = 12 * 3600
 SIGNED_IN = "signed in on this box (tailagent web)"
 
 
-def is_desk_path(path: str) -> bool:
-    return path == DESK_PREFIX or path.startswith(DESK_PREFIX + "/")
-
-
-def opens_root(scope: dict[str, Any]) -> bool:
-    """A browser opening `/`, where the JSON-RPC route answers only POST: the desk's."""
-    if scope["path"] != "/" or scope["method"] not in ("GET", "HEAD"):
-        return False
-    accept = next((v for k, v in scope.get("headers", ()) if k.lower() == b"accept"), b"")
-    return b"text/html" in accept
-
-
-def is_page_request(scope: dict[str, Any]) -> bool:
-    """A request for the approval desk, which the page's rules govern."""
-    return is_desk_path(scope["path"]) or opens_root(scope)
-
-
 def local_uid(scope: Mapping[str, Any]) -> int | None:
-    """The unix user of a page request's connection, as the access layer learned it
+    """The unix user of a page request's connection, as the desk's mount learned it
     from the kernel (None: not a connection of a process on this box, or not known)."""
     uid = scope.get(UID_KEY)
     return uid if isinstance(uid, int) else None
