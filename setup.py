@@ -21,15 +21,15 @@ class build_with_node(build_py):  # setuptools names its commands in lower case
     def run(self) -> None:
         super().run()
         spec = importlib.util.spec_from_file_location(
-            "tailagent_tsnet_build", HERE / "tailagent" / "tsnet" / "build.py"
+            "tailagent_tsnet_build", HERE / "tailagent" / "tailnet" / "tsnet" / "build.py"
         )
         assert spec is not None and spec.loader is not None
         builder = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(builder)
         # An editable install loads the package from the source tree: build there.
-        where = HERE / "tailagent" / "tsnet"
+        where = HERE / "tailagent" / "tailnet" / "tsnet"
         if not self.editable_mode:
-            where = Path(self.build_lib) / "tailagent" / "tsnet"
+            where = Path(self.build_lib) / "tailagent" / "tailnet" / "tsnet"
         started = time.monotonic()
         try:
             built = builder.build(where, say=say)

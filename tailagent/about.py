@@ -15,7 +15,7 @@ def versions() -> dict[str, str]:
     (read from the library without starting a node) when it is there."""
     found = carried_versions()
     # Only --version reads the library, so only it imports the loader.
-    from tailagent.tsnet.library import LibraryMissing, NodeLibrary
+    from tailagent.tailnet.tsnet.library import LibraryMissing, NodeLibrary
 
     try:
         found["tailscale.com (tsnet)"] = NodeLibrary.load().version()

@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tailagent.access.localapi import LocalAPI
 from tailagent.agents.events import DelegationFailed
 from tailagent.card.verify import KnownAgents
 from tailagent.delegation.directory import PeerDirectory
+from tailagent.tailnet.localapi import LocalAPI
 from tests.conftest import RunningServer, start_server
 from tests.tailnet import OWNER, FakeTailscaled, status, whois
 

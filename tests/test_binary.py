@@ -42,7 +42,7 @@ SOURCES = [
     *ROOT.joinpath("tailagent", "web", "templates").iterdir(),
     *ROOT.joinpath("tailagent", "web", "static").iterdir(),
     ROOT / "tailagent" / "binary" / "pins.txt",
-    ROOT / "tailagent" / "tsnet" / "libtailagent_tsnet.so",
+    ROOT / "tailagent" / "tailnet" / "tsnet" / "libtailagent_tsnet.so",
 ]
 
 
@@ -105,7 +105,7 @@ def test_version_names_the_binary_and_what_it_carries(
     assert lines[1].startswith(f"binary {binary} (Python ")
     for name in ("a2a-sdk", "claude-agent-sdk", "agent-client-protocol"):
         assert f"  {name} {metadata.version(name)}" in lines
-    go_mod = (ROOT / "tailagent" / "tsnet" / "go.mod").read_text()
+    go_mod = (ROOT / "tailagent" / "tailnet" / "tsnet" / "go.mod").read_text()
     tailscale = re.search(r"tailscale\.com (v\S+)", go_mod)
     assert tailscale is not None
     assert f"  tailscale.com (tsnet) {tailscale.group(1)}" in lines

@@ -20,7 +20,6 @@ import pytest
 from a2a.types.a2a_pb2 import Task
 from google.protobuf.json_format import ParseDict
 
-from tailagent.access.localapi import LocalAPI
 from tailagent.agents.events import (
     AgentEvent,
     Answer,
@@ -36,6 +35,7 @@ from tailagent.delegation.directory import PeerDirectory
 from tailagent.delegation.outbound import DelegatorFactory, TurnIdentity
 from tailagent.store.database import open_database
 from tailagent.store.delegations import DelegationLinks
+from tailagent.tailnet.localapi import LocalAPI
 from tests.a2a_helpers import state_name
 from tests.two_boxes import A_NODE, ALICE, B_NODE, Boxes, start_boxes
 

@@ -25,7 +25,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Worker, expect
 
-from tailagent.access.localapi import HIT_TTL
+from tailagent.tailnet.localapi import HIT_TTL
 from tests.browser import CHROMIUM, FLAGS, PHONE
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres

@@ -60,7 +60,7 @@ FLOORS = [
     ("what every room may use", {
         "agent_kinds", "config", "mends", "output", "statedir", "version"}),
     ("the box and the network: who calls, on which socket, through which tailnet", {
-        "access", "listening", "process", "tailnet", "tsnet", "service", "sandbox"}),
+        "access", "listening", "process", "tailnet", "service", "sandbox"}),
     ("the work, knowing nothing of A2A", {"agents", "workspace", "webpush"}),
     ("what is kept", {"store"}),
     ("A2A's edges and the books: the card, the client, plain routes, push, cost, delegation", {

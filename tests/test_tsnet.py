@@ -35,7 +35,7 @@ from a2a.types.a2a_pb2 import (
 from hypercorn.asyncio import serve
 from playwright.sync_api import expect, sync_playwright
 
-from tailagent.tsnet.library import library_path
+from tailagent.tailnet.tsnet.library import library_path
 from tests.a2a_helpers import user_message
 from tests.browser import CHROMIUM, FLAGS
 from tests.conftest import RunningServer, start_server

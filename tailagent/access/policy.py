@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tailagent.access.identity import ALL_ROLES, Caller
-from tailagent.access.localapi import WhoIs
 from tailagent.access.tokens import TokenInfo
 from tailagent.config import AccessSettings, DelegationSettings
+from tailagent.tailnet.localapi import WhoIs
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,9 +24,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name, self_login
 from tailagent.access.peercred import connection_owner
 from tailagent.access.policy import Seen
+from tailagent.tailnet.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name, self_login
 
 log = logging.getLogger(__name__)
 

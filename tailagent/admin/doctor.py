@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
 from tailagent.agents.acp.presets import PRESETS, shown_command
 from tailagent.card.keys import KeyStore
 from tailagent.config import AGENTS, Settings
@@ -25,6 +24,7 @@ from tailagent.process import origin
 from tailagent.statedir.lock import running_server
 from tailagent.store.database import StoreUnavailable, open_database, redacted, sqlite_path
 from tailagent.store.keeping import measure
+from tailagent.tailnet.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
 from tailagent.workspace.conversation_repos.ending.holdings import KINDS, held
 
 
@@ -391,9 +391,9 @@ async def _listener(settings: Settings, server: dict[str, str]) -> Check:
 async def _embedded_node(settings: Settings) -> list[Check]:
     """--tsnet: the library, and the node (asked through the running server's LocalAPI)."""
     from tailagent.tailnet.presence import PresenceError
-    from tailagent.tsnet.auth_key import auth_key
-    from tailagent.tsnet.client import node_dir, running_node
-    from tailagent.tsnet.library import LibraryMissing, NodeLibrary
+    from tailagent.tailnet.tsnet.auth_key import auth_key
+    from tailagent.tailnet.tsnet.client import node_dir, running_node
+    from tailagent.tailnet.tsnet.library import LibraryMissing, NodeLibrary
 
     try:
         library = NodeLibrary.load()

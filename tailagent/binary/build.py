@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 from tailagent.process import origin
-from tailagent.tsnet import build as node_build
+from tailagent.tailnet.tsnet import build as node_build
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -122,7 +122,7 @@ def pyinstaller_args(out: Path, work: Path) -> list[str]:
         f"--specpath={work}",
         "--noconfirm",
         "--log-level=WARN",
-        f"--add-binary={NODE_LIBRARY}:tailagent/tsnet",
+        f"--add-binary={NODE_LIBRARY}:tailagent/tailnet/tsnet",
         # The approval desk's templates, script and style (tailagent/web).
         f"--add-data={ROOT / 'tailagent' / 'web' / 'templates'}:tailagent/web/templates",
         f"--add-data={ROOT / 'tailagent' / 'web' / 'static'}:tailagent/web/static",

@@ -17,18 +17,18 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tailagent.access.localapi import (
-    START_TAILSCALED,
-    LocalAPI,
-    LocalAPIUnavailable,
-    find_socket,
-)
 from tailagent.card.keys import KeyStore, SigningKey
 from tailagent.card.peers import discover
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
 from tailagent.config import is_loopback_url
 from tailagent.output.visible import visible
-from tailagent.tsnet.client import node_without_tailscaled, proxy_for
+from tailagent.tailnet.localapi import (
+    START_TAILSCALED,
+    LocalAPI,
+    LocalAPIUnavailable,
+    find_socket,
+)
+from tailagent.tailnet.tsnet.client import node_without_tailscaled, proxy_for
 
 
 def _show_key(key: SigningKey | None, store: KeyStore, as_json: bool) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 
-from tailagent.access.localapi import LocalAPI
 from tailagent.card.catalog import A2A_CARD_TYPE, CATALOG_PATH, EXTENSION
 from tailagent.card.verify import KnownAgents, Verdict, fetch_card, verify_card
+from tailagent.tailnet.localapi import LocalAPI
 
 # A catalog lists an agent or a few: one much larger is not read.
 MAX_CATALOG_BYTES = 256 * 1024

@@ -19,7 +19,7 @@ from a2a.client import A2ACardResolver, Client, ClientConfig, create_client
 from tailagent.access.tokens import read_local_token
 from tailagent.config import DEFAULT_URL, cli_state_dir, default_state_dir, is_loopback_url
 from tailagent.statedir.lock import running_server
-from tailagent.tsnet.client import proxy_for
+from tailagent.tailnet.tsnet.client import proxy_for
 
 UNIX_BASE = "http://localhost"  # the Host a server on a unix socket answers to
 

@@ -27,7 +27,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, NotOperator, self_login
 from tailagent.access.tokens import TokenStore
 from tailagent.config import Settings
 from tailagent.cost.budgets import resets_at
@@ -36,6 +35,7 @@ from tailagent.cost.ledger import DayUsage, Usage, owner_named, person_of
 from tailagent.cost.since import parse_since
 from tailagent.output.visible import json_line, visible
 from tailagent.store.database import StoreUnavailable, open_database, redacted, sqlite_path
+from tailagent.tailnet.localapi import LocalAPI, LocalAPIUnavailable, NotOperator, self_login
 
 T = TypeVar("T")
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable
 from tailagent.agents.events import DelegationFailed
 from tailagent.card.peers import Peer, discover
 from tailagent.card.verify import KnownAgents
+from tailagent.tailnet.localapi import LocalAPI, LocalAPIUnavailable
 
 TTL = 30.0
 

@@ -28,7 +28,6 @@ import httpx
 from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import AgentCard
 
-from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
 from tailagent.agents.events import (
     AgentEvent,
     Answer,
@@ -50,6 +49,7 @@ from tailagent.delegation.chain import extend
 from tailagent.delegation.directory import TTL
 from tailagent.delegation.peer_task import Outcome, PeerTask
 from tailagent.store.delegations import DelegationLinks
+from tailagent.tailnet.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
 
 if TYPE_CHECKING:
     from tailagent.card.keys import SigningKey

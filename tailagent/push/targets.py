@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from tailagent.access.localapi import LocalAPI, LocalAPIUnavailable
+from tailagent.tailnet.localapi import LocalAPI, LocalAPIUnavailable
 
 TAILNET_RANGES = (
     ipaddress.ip_network("100.64.0.0/10"),

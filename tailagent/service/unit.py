@@ -19,7 +19,7 @@ from tailagent.agent_kinds import KINDS
 from tailagent.config import Listen
 from tailagent.process import origin
 from tailagent.service.values import exec_word, list_word, unwritable
-from tailagent.tsnet.auth_key import CREDENTIAL_NAME
+from tailagent.tailnet.tsnet.auth_key import CREDENTIAL_NAME
 
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 UNIT_NAME = "tailagent.service"

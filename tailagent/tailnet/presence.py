@@ -3,7 +3,7 @@
 - `BoxTailscaled`: the box's tailscaled; the operator runs `tailscale serve`.
 - `ServeEntry` (`--tailnet`): the box's tailscaled, with the serve entry written and
   removed by tailagent itself.
-- `EmbeddedNode` (`--tsnet`, in `tailagent.tsnet`): a tailnet node inside this process.
+- `EmbeddedNode` (`--tsnet`, in tsnet/): a tailnet node inside this process.
 
 `server.make_presence` picks one; this module knows none but the tailscaled ones, so
 the embedded node can build on its interface without an import running back up.
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from tailagent.access.localapi import START_TAILSCALED, LocalAPI, LocalAPIUnavailable
 from tailagent.config import Settings
+from tailagent.tailnet.localapi import START_TAILSCALED, LocalAPI, LocalAPIUnavailable
 from tailagent.tailnet.serve_entry import ServeEntry, TailnetError, expose, withdraw
 
 

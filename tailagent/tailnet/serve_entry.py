@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from tailagent.access.localapi import ConfigChanged, LocalAPI, NotOperator, self_dns_name
+from tailagent.tailnet.localapi import ConfigChanged, LocalAPI, NotOperator, self_dns_name
 
 log = logging.getLogger("tailagent.tailnet")
 ATTEMPTS = 3

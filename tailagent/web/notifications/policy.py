@@ -13,10 +13,10 @@ device to ask about: its token, or `access.local_without_token`, decides.
 
 from __future__ import annotations
 
-from tailagent.access.localapi import LocalAPIUnavailable
 from tailagent.access.policy import Policy, Refusal, Seen
 from tailagent.access.resolve import Resolver
 from tailagent.access.tokens import TokenStore
+from tailagent.tailnet.localapi import LocalAPIUnavailable
 from tailagent.webpush.standing import Standing
 from tailagent.webpush.subscriptions import Subscription
 

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tailagent.tsnet.build import GO_HINT, LIBRARY_NAME
+from tailagent.tailnet.tsnet.build import GO_HINT, LIBRARY_NAME
 
 LIBRARY_ENV = "TAILAGENT_TSNET_LIBRARY"
 HERE = Path(__file__).resolve().parent
@@ -36,7 +36,7 @@ def missing_reason(path: Path) -> str:
     if shutil.which("go") is not None:
         how = (
             "reinstall tailagent with Go on PATH (pip install .), or build it in a checkout "
-            "with `python tailagent/tsnet/build.py`"
+            "with `python tailagent/tailnet/tsnet/build.py`"
         )
     return f"this tailagent has no embedded tailnet node ({path} is missing): {how}"
 

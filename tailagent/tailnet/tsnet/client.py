@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tailagent.access.localapi import LocalAPI, find_socket
 from tailagent.config import cli_state_dir, is_loopback_url
 from tailagent.statedir.lock import running_server
+from tailagent.tailnet.localapi import LocalAPI, find_socket
 
 CLIENT_FILE = "client.json"
 

@@ -1,7 +1,7 @@
 """Builds the embedded node's shared library with Go (`go build -buildmode=c-shared`).
 
 It imports nothing but the standard library, because setup.py runs it before
-tailagent's dependencies exist. Run by hand: `python tailagent/tsnet/build.py`.
+tailagent's dependencies exist. Run by hand: `python tailagent/tailnet/tsnet/build.py`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ SOURCE = Path(__file__).resolve().parent
 LIBRARY_NAME = "libtailagent_tsnet.so"
 GO_HINT = (
     "install Go 1.26.6 or newer (https://go.dev/dl/) and reinstall tailagent "
-    "(pip install .), or run `python tailagent/tsnet/build.py` in a checkout"
+    "(pip install .), or run `python tailagent/tailnet/tsnet/build.py` in a checkout"
 )
 
 

@@ -18,14 +18,14 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from tailagent.access.localapi import LocalAPI
 from tailagent.config import Settings, TsnetSettings
 from tailagent.output.metrics import TSNET_CONNECTIONS, TSNET_KEY_EXPIRY, TSNET_NODE
 from tailagent.statedir.files import write_private
+from tailagent.tailnet.localapi import LocalAPI
 from tailagent.tailnet.presence import PresenceError
-from tailagent.tsnet.auth_key import auth_key
-from tailagent.tsnet.client import NodeAccess, client_file, node_dir
-from tailagent.tsnet.library import LibraryMissing, NodeLibrary
+from tailagent.tailnet.tsnet.auth_key import auth_key
+from tailagent.tailnet.tsnet.client import NodeAccess, client_file, node_dir
+from tailagent.tailnet.tsnet.library import LibraryMissing, NodeLibrary
 
 log = logging.getLogger("tailagent.tsnet")
 
