@@ -18,13 +18,14 @@ from tailagent.access.asgi import layered
 from tailagent.access.bodies import BodyLimit, BodyLimits
 from tailagent.access.guard import AccessGuard
 from tailagent.access.hygiene import NoFunnel, ServedHost
-from tailagent.access.identity import RPC_KEY, CallerContextBuilder
+from tailagent.access.identity import RPC_KEY
 from tailagent.access.logline import AccessLog
 from tailagent.access.policy import Policy
 from tailagent.access.resolve import Resolver
 from tailagent.access.streams import StreamCaps, StreamCounts
 from tailagent.access.tokens import TokenStore
 from tailagent.bridge.conversations.workplace import Conversations
+from tailagent.bridge.requests.call_context import CallerContextBuilder
 from tailagent.bridge.requests.handler import GuardedRequestHandler
 from tailagent.card.publish import CardPublisher
 from tailagent.config import Settings

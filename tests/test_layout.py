@@ -40,6 +40,11 @@ FORBIDDEN = [
     ("tailagent.push", "tailagent.bridge", "push delivers what the bridge hands it"),
     ("tailagent.store", "tailagent.bridge", "what is kept knows nothing of turns"),
     ("tailagent.store", "tailagent.cost", "the store keeps rows; what they cost is cost's"),
+    (
+        "tailagent.store",
+        "tailagent.access",
+        "the store keeps rows for an owner scope; roles are access's",
+    ),
     ("tailagent.cost", "tailagent.bridge", "cost counts a turn; it knows nothing of the bridge"),
     # Inside the bridge: the executor's and the handler's parts are handed what they
     # need; none reaches back up to the class that composes it.

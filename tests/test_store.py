@@ -12,10 +12,9 @@ import pytest
 from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import ListTasksRequest, Task, TaskState, TaskStatus
 
-from tailagent.access.identity import OwnerUser
 from tailagent.store.database import open_database
 from tailagent.store.opening import close_unfinished_tasks
-from tailagent.store.sdk_stores import SdkStores
+from tailagent.store.sdk_stores import OwnerUser, SdkStores
 from tailagent.store.table import TaskTable
 from tailagent.store.tasks import UNSEEN_UNTIL_SETTLED, CoalescingTaskStore
 

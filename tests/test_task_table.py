@@ -27,7 +27,6 @@ from a2a.types.a2a_pb2 import (
 )
 from google.protobuf.json_format import MessageToDict, SerializeToJsonError
 
-from tailagent.access.identity import OwnerUser
 from tailagent.store import database as database_module
 from tailagent.store.database import (
     SqliteDatabase,
@@ -36,7 +35,7 @@ from tailagent.store.database import (
     open_database,
     redacted,
 )
-from tailagent.store.sdk_stores import SdkStores
+from tailagent.store.sdk_stores import OwnerUser, SdkStores
 from tailagent.store.session_map import SessionMap
 from tailagent.store.table import TaskTable, row_of
 from tailagent.store.tasks import CoalescingTaskStore

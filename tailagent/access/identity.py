@@ -9,10 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
-from a2a.server.routes.common import DefaultServerCallContextBuilder
-from starlette.requests import Request
 
 CallerKind = Literal["user", "tagged", "token", "local"]
 SCOPE_KEY = "tailagent.caller"
@@ -91,37 +88,3 @@ def caller_of(context: ServerCallContext | None) -> Caller | None:
         return None
     caller = context.state.get("caller")
     return caller if isinstance(caller, Caller) else None
-
-
-class OwnerUser(User):
-    """The a2a-sdk user a request acts as: its stores scope every task by user_name.
-
-    Not a second person: only the owner name, in the shape a2a-sdk's interface asks for
-    (its handler and stores read `context.user`)."""
-
-    def __init__(self, owner: str) -> None:
-        self._owner = owner
-
-    @property
-    def is_authenticated(self) -> bool:
-        return True
-
-    @property
-    def user_name(self) -> str:
-        return self._owner
-
-
-class CallerContextBuilder(DefaultServerCallContextBuilder):
-    """Hands the verified Caller to a2a-sdk; a request without one cannot get here."""
-
-    def build_user(self, request: Request) -> User:
-        caller = request.scope.get(SCOPE_KEY)
-        if not isinstance(caller, Caller):
-            raise RuntimeError("request reached the A2A routes without a verified caller")
-        return OwnerUser(caller.owner)
-
-    def build(self, request: Request) -> ServerCallContext:
-        context = super().build(request)
-        context.state["caller"] = request.scope[SCOPE_KEY]
-        context.state["rpc"] = request.scope.get(RPC_KEY)
-        return context

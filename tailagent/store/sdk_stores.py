@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from a2a.auth.user import User
+
 from tailagent.mends.sql_stores import load_sql_module
 from tailagent.store.database import Database, EngineDatabase, open_engine
 
@@ -19,6 +21,25 @@ if TYPE_CHECKING:
     )
     from a2a.server.tasks.database_task_store import DatabaseTaskStore
     from sqlalchemy.ext.asyncio import AsyncEngine
+
+
+class OwnerUser(User):
+    """The a2a-sdk user a request acts as: its stores scope every task by user_name.
+
+    Not a second person: only the owner name, in the shape a2a-sdk's interface asks for
+    (its handler and stores read `context.user`)."""
+
+    def __init__(self, owner: str) -> None:
+        self._owner = owner
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def user_name(self) -> str:
+        return self._owner
+
 
 PUSH_STORE_MODULE = "a2a.server.tasks.database_push_notification_config_store"
 

@@ -22,10 +22,9 @@ from a2a.types.a2a_pb2 import Task, TaskState
 from google.protobuf.json_format import MessageToDict, ParseDict, SerializeToJsonError
 from google.protobuf.struct_pb2 import Struct, Value
 
-from tailagent.access.identity import OwnerUser
 from tailagent.store.database import Database
 from tailagent.store.finality import UNFINISHED_STATES
-from tailagent.store.sdk_stores import SdkStores
+from tailagent.store.sdk_stores import OwnerUser, SdkStores
 
 TABLE = "tasks"
 # The SDK's store marks each row with the protocol version of its format.

@@ -11,8 +11,9 @@ from __future__ import annotations
 from a2a.server.context import ServerCallContext
 from quart import request
 
-from tailagent.access.identity import SCOPE_KEY, Caller, OwnerUser
+from tailagent.access.identity import SCOPE_KEY, Caller
 from tailagent.bridge.answers.requester import VIA_KEY
+from tailagent.store.sdk_stores import OwnerUser
 
 
 def current_caller() -> Caller:

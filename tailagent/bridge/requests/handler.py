@@ -65,7 +65,6 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotCancelableError
 
-from tailagent.access.identity import OwnerUser
 from tailagent.bridge.answers import withdrawal
 from tailagent.bridge.answers.requester import requester_of
 from tailagent.bridge.conversations.fates import mark
@@ -90,6 +89,7 @@ from tailagent.store.audit import AuditLog
 from tailagent.store.events import TaskEvents
 from tailagent.store.finality import ENDED_STATES
 from tailagent.store.owners import ConversationOwners
+from tailagent.store.sdk_stores import OwnerUser
 from tailagent.store.signals import TaskSignals
 from tailagent.store.tasks import UNSEEN_UNTIL_SETTLED, CoalescingTaskStore
 

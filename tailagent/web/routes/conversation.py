@@ -17,7 +17,8 @@ from a2a.types.a2a_pb2 import ListTasksRequest, Task
 from quart import Blueprint
 from quart.typing import ResponseReturnValue
 
-from tailagent.access.identity import Caller, OwnerUser
+from tailagent.access.identity import Caller
+from tailagent.store.sdk_stores import OwnerUser
 from tailagent.web.caller import current_caller
 from tailagent.web.route_kit import DeskKit, Refused
 from tailagent.web.standing import busy_with, standing, worktree_of
