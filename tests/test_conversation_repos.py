@@ -383,7 +383,7 @@ async def test_an_older_tailagents_worktrees_become_repositories_of_their_own(
     odd = legacy_worktree(repo, root, "odd")
     (odd / ".git").write_text("gitdir: /nowhere\n")
 
-    caplog.set_level(logging.INFO, logger="tailagent.workspace.worktrees")
+    caplog.set_level(logging.INFO, logger="tailagent.workspace.conversation_repos")
     wts = ConversationRepos(repo, root)
     assert await wts.prune({"worked", "cut", "odd"}) == []
 

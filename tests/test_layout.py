@@ -293,3 +293,24 @@ def test_no_two_modules_in_a_folder_are_near_twins() -> None:
             f"{folder.relative_to(PACKAGE)}: {names}" for names in words.values() if len(names) > 1
         ]
     assert twins == []
+
+
+def test_every_logger_is_named_for_its_module_or_a_room_it_is_in() -> None:
+    """A log line's name leads to the code that wrote it: `__name__`, or the name of a
+    room the module lives in when the room speaks with one voice (`tailagent.sandbox`,
+    `tailagent.access`), never a module that moved away."""
+    astray = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_name(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", None) == "getLogger"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and str(node.args[0].value).startswith("tailagent")
+            ):
+                name = str(node.args[0].value)
+                if module != name and not module.startswith(name + "."):
+                    astray.append(f"{module}: {name}")
+    assert astray == []

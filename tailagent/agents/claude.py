@@ -80,7 +80,7 @@ from tailagent.process.origin import frozen
 from tailagent.sandbox.fences import Fence, Sandbox
 from tailagent.sandbox.freezer import CgroupFreezer, Freezer, freezer_of, namespaced
 
-log = logging.getLogger("tailagent.agent")
+log = logging.getLogger("tailagent.agents")
 
 
 EDIT_TOOLS = ("Write", "Edit", "MultiEdit")

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-log = logging.getLogger("tailagent.agent")
+log = logging.getLogger("tailagent.agents")
 
 
 class Startable(Protocol):

@@ -34,7 +34,7 @@ from tailagent.output.metrics import COSTS_REFUSED
 
 # A turn's cost lines log as the executor, as they did when this was a part of it: log
 # lines and an operator's filters on them stay as they were.
-log = logging.getLogger("tailagent.bridge.executor")
+log = logging.getLogger(__name__)
 
 
 class LiveTurn(Protocol):

@@ -14,7 +14,7 @@ import gc
 import logging
 from collections.abc import Callable
 
-log = logging.getLogger("tailagent.memory")
+log = logging.getLogger(__name__)
 
 QUIET_SECONDS = 2.0
 POLL_SECONDS = 0.25

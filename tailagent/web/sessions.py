@@ -40,7 +40,7 @@ from tailagent.access.policy import Refusal
 from tailagent.access.tokens import LOCAL_TOKEN_NAME, TokenInfo, TokenStore
 from tailagent.statedir.files import write_private
 
-log = logging.getLogger("tailagent.access")
+log = logging.getLogger(__name__)
 
 DESK_PREFIX = "/desk"
 COOKIE_PREFIX = "tailagent_desk_"

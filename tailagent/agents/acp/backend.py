@@ -40,7 +40,7 @@ from tailagent.config import AgentSettings
 from tailagent.config.mcp_servers import McpServer
 from tailagent.sandbox.fences import TOOLS_INSIDE, Sandbox
 
-log = logging.getLogger("tailagent.agent")
+log = logging.getLogger("tailagent.agents")
 OWN_TOOLS = "tailagent"  # the MCP server of tailagent's own tools, as the agent names it
 # Login methods that take an API key from the agent's environment (codex-acp 2.x).
 API_KEY_METHODS = frozenset({"api-key", "apikey", "openai-api-key"})

@@ -26,7 +26,7 @@ from pathlib import Path
 from tailagent.agents.events import AgentStartError
 from tailagent.sandbox.fences import Fence
 
-log = logging.getLogger("tailagent.agent")
+log = logging.getLogger("tailagent.agents")
 
 INSTALL_TIMEOUT = 900.0  # seconds: a first install downloads tens of MB (claude-agent-acp: 85)
 VIEW_TIMEOUT = 15.0

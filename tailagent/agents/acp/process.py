@@ -35,7 +35,7 @@ from tailagent.sandbox.fences import Fence
 from tailagent.sandbox.freezer import CgroupFreezer, Freezer, freezer_of, namespaced
 from tailagent.version import __version__
 
-log = logging.getLogger("tailagent.agent")
+log = logging.getLogger("tailagent.agents")
 
 STDERR_TAIL_LINES = 20
 STDERR_LOG_LINES = 200  # per process; past this, stderr is kept but no longer logged

@@ -94,7 +94,7 @@ from tailagent.agents.events import (
     with_ready,
 )
 
-log = logging.getLogger("tailagent.agent")
+log = logging.getLogger("tailagent.agents")
 
 AUTH_REQUIRED = -32000
 TERMINAL_OPTIONS = (

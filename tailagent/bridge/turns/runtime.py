@@ -26,7 +26,7 @@ from tailagent.output.metrics import TURN_SECONDS
 
 # The executor's parts log as the executor, as they did as one class: log lines and an
 # operator's filters on them stay as they were.
-log = logging.getLogger("tailagent.bridge.executor")
+log = logging.getLogger(__name__)
 
 # How long an agent told to stop (loop protection, a budget) gets to wind down.
 DRAIN_TIMEOUT = 10.0

@@ -27,7 +27,7 @@ from tailagent.tailnet.tsnet.auth_key import auth_key
 from tailagent.tailnet.tsnet.client import NodeAccess, client_file, node_dir
 from tailagent.tailnet.tsnet.library import LibraryMissing, NodeLibrary
 
-log = logging.getLogger("tailagent.tsnet")
+log = logging.getLogger("tailagent.tailnet.tsnet")
 
 START_TIMEOUT = 60.0
 POLL_SECONDS = 0.1

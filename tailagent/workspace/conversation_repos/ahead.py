@@ -38,7 +38,7 @@ from tailagent.workspace.conversation_repos.removal import Removal
 from tailagent.workspace.git import GitError, Repository, git
 
 # The name the worktrees have always logged under, kept so log lines read as before.
-log = logging.getLogger("tailagent.workspace.worktrees")
+log = logging.getLogger("tailagent.workspace.conversation_repos")
 
 # git compares a file whose mtime is the index's own second by content, on every status:
 # an index written just after a checkout makes each status read every file (~60 ms on

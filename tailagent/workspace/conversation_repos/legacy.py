@@ -33,7 +33,7 @@ from tailagent.workspace.conversation_repos.plumbing.repository import Workspace
 from tailagent.workspace.conversation_repos.records import Records, Worktree
 from tailagent.workspace.git import GitError, git
 
-log = logging.getLogger("tailagent.workspace.worktrees")
+log = logging.getLogger("tailagent.workspace.conversation_repos")
 
 CONVERTING = ".converting"
 # What git keeps for one linked worktree but that is not the new repository's: the link

@@ -26,7 +26,7 @@ from tailagent.workspace.conversation_repos.records import Records, Worktree
 from tailagent.workspace.git import git
 
 # The name the worktrees have always logged under, kept so log lines read as before.
-log = logging.getLogger("tailagent.workspace.worktrees")
+log = logging.getLogger("tailagent.workspace.conversation_repos")
 
 # Retired directories wait in `.trash` for removal (`.` starts no context id as a file name).
 TRASH = ".trash"

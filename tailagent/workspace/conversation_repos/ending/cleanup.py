@@ -27,7 +27,7 @@ from tailagent.workspace.conversation_repos.removal import Removal
 from tailagent.workspace.git import GitError, git
 
 # The name the worktrees have always logged under, kept so log lines read as before.
-log = logging.getLogger("tailagent.workspace.worktrees")
+log = logging.getLogger("tailagent.workspace.conversation_repos")
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from tailagent.workspace.conversation_repos.turns import check_worktree
 from tailagent.workspace.git import GitError, Repository, git
 
 # The name the worktrees have always logged under, kept so log lines read as before.
-log = logging.getLogger("tailagent.workspace.worktrees")
+log = logging.getLogger("tailagent.workspace.conversation_repos")
 
 
 @dataclass(frozen=True)
