@@ -34,6 +34,7 @@ from tailagent.listening.listener import served_hosts
 from tailagent.mends import required_fields, sse_ids  # noqa: F401  (each applies its mend)
 from tailagent.mends.jsonrpc import jsonrpc_routes
 from tailagent.plain_routes import plain_routes
+from tailagent.sandbox.fences import FenceReport
 from tailagent.store.database import Database
 from tailagent.store.keeping import show as show_size
 from tailagent.store.spent_tokens import SpentAnswers
@@ -57,10 +58,10 @@ def build_app(
     webpush: WebPush,
     publisher: CardPublisher,
     conversations: Conversations,
-    fence: dict[str, str],
+    fence: FenceReport,
     database: Database,
 ) -> AccessLog:
-    """`fence` is how agents are sandboxed (Sandbox.summary), for /healthz and the desk;
+    """`fence` is how agents are sandboxed (Sandbox.report), for /healthz and the desk;
     `database` is the store's, where notification answers already used are kept."""
     context_builder = CallerContextBuilder()
     routes = [

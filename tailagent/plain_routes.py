@@ -22,6 +22,7 @@ from tailagent.access.identity import SCOPE_KEY, VIEWER_KEY, Caller
 from tailagent.card.catalog import CATALOG_PATH, CATALOG_TYPE, catalog
 from tailagent.card.publish import JWKS_PATH, CardPublisher
 from tailagent.output.metrics import exposition
+from tailagent.sandbox.fences import FenceReport
 
 CARD_PATH = "/.well-known/agent-card.json"
 # The 1.0 path, and the two older ones clients still ask for.
@@ -33,7 +34,7 @@ FAVICON_MAX_AGE = 86400
 
 def plain_routes(
     publisher: CardPublisher,
-    fence: dict[str, str],
+    fence: FenceReport,
     allowed_nodes: Sequence[str],
     measure: Callable[[], Awaitable[None]],
 ) -> list[BaseRoute]:
@@ -41,7 +42,7 @@ def plain_routes(
     watches the service sees it run unfenced. `allowed_nodes` (delegation.allowed_nodes)
     are the nodes the catalog lists the agent to, as one they may hand work to.
     `measure` sets the gauges read at a scrape (the store's size) just before it."""
-    health = {"status": "ok", "sandbox": fence}
+    health = {"status": "ok", "sandbox": fence.as_json()}
 
     async def agent_card(request: Request) -> Response:
         await publisher.refresh()

@@ -57,7 +57,7 @@ from tailagent.process.sd_notify import Notifier
 from tailagent.push.delivery import PushDispatcher, PushSigner
 from tailagent.push.targets import PushTargets
 from tailagent.sandbox.bwrap import SandboxUnavailable
-from tailagent.sandbox.fences import Sandbox
+from tailagent.sandbox.fences import FenceReport, Sandbox
 from tailagent.statedir.files import NotPrivate, close_dir
 from tailagent.statedir.lock import StateDirBusy, StateLock
 from tailagent.store.database import StoreUnavailable, open_database, redacted
@@ -187,7 +187,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         spending = Spending(usage, settings.budgets, reserves)
         delegators = _make_delegators(settings, presence, storage, usage)
         executor = _make_executor(
-            settings, backend, pool, storage, conversations, spending, sandbox.summary(),
+            settings, backend, pool, storage, conversations, spending, sandbox.report(),
             delegators,
         )  # fmt: skip
         _restore_waiting(executor, storage, desk, webpush)
@@ -198,7 +198,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
         await signing
         app = build_app(
             settings, presence, handler, storage.tasks, desk, webpush, publisher, conversations,
-            sandbox.summary(), storage.database,
+            sandbox.report(), storage.database,
         )  # fmt: skip
         signal_watch = _watch_signals(settings, storage, handler, push)
         return Service(
@@ -311,7 +311,7 @@ def _make_executor(
     storage: Storage,
     conversations: Isolated | Shared,
     spending: Spending,
-    fence: dict[str, str],
+    fence: FenceReport,
     delegators: DelegatorFactory,
 ) -> BridgeExecutor:
     """The bridge that runs turns; Claude's own denial limit wins over the general one."""

@@ -132,6 +132,28 @@ def _existing(paths: Iterable[Path]) -> list[Path]:
     return [p for p in paths if p.exists() or p.is_symlink()]
 
 
+@dataclass(frozen=True)
+class FenceReport:
+    """How this server fences its agents, in the two words every report gives: its
+    mode ("on", "off", "none needed") and the agents' network. Handed from the start
+    to /healthz, the desk, each turn's metadata and the audit's rows."""
+
+    mode: str
+    network: str
+
+    @property
+    def unfenced(self) -> bool:
+        """Agent processes run as the service user, with nothing around them."""
+        return self.mode == "off"
+
+    def words(self) -> str:
+        """As the audit log keeps it beside each decision."""
+        return f"sandbox {self.mode}, network {self.network}"
+
+    def as_json(self) -> dict[str, str]:
+        return {"mode": self.mode, "network": self.network}
+
+
 class Sandbox:
     """Makes the fence of each conversation's directory, the same way for every agent.
 
@@ -184,13 +206,13 @@ class Sandbox:
         """Agent processes run fenced."""
         return self.settings.mode == "on" and self.needed
 
-    def summary(self) -> dict[str, str]:
+    def report(self) -> FenceReport:
         """What reports say: the start's log, /healthz, doctor, the desk, the audit."""
         if not self.needed:
-            return {"mode": "none needed", "network": "none"}
+            return FenceReport("none needed", "none")
         if not self.on:
-            return {"mode": "off", "network": "unfenced"}
-        return {"mode": "on", "network": self.settings.network}
+            return FenceReport("off", "unfenced")
+        return FenceReport("on", self.settings.network)
 
     def describe(self) -> str:
         if not self.needed:

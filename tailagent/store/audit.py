@@ -39,11 +39,6 @@ class AuditEntry:
     fence: str = ""
 
 
-def fence_words(fence: dict[str, str]) -> str:
-    """A sandbox summary (Sandbox.summary) as the audit log keeps it."""
-    return f"sandbox {fence.get('mode', '?')}, network {fence.get('network', '?')}"
-
-
 def summarize(tool_input: dict[str, Any]) -> str:
     """The command or input in short: enough to recognise it, bounded in size."""
     command = tool_input.get("command")

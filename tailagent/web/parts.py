@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tailagent.bridge.conversations.workplace import Conversations
 from tailagent.bridge.requests.handler import GuardedRequestHandler
+from tailagent.sandbox.fences import FenceReport
 from tailagent.store.tasks import CoalescingTaskStore
 from tailagent.web.sessions import BrowserSessions
 from tailagent.web.views.live import Desk
@@ -22,5 +23,5 @@ class DeskParts:
     workspace: str
     webpush: WebPush
     conversations: Conversations  # where each conversation works (its worktree)
-    # How agents are fenced (Sandbox.summary): the header says so when they are not.
-    fence: dict[str, str] = field(default_factory=dict)
+    # How agents are fenced (Sandbox.report): the header says so when they are not.
+    fence: FenceReport | None = None

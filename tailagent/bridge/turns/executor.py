@@ -57,6 +57,7 @@ from tailagent.cost.budgets import Spending
 from tailagent.cost.turns import TurnCosts
 from tailagent.delegation.outbound import DelegatorFactory
 from tailagent.delegation.session import DELEGATED, DelegatingSession
+from tailagent.sandbox.fences import FenceReport
 from tailagent.store.audit import AuditLog
 from tailagent.store.events import TaskEvents
 from tailagent.store.tasks import UNSEEN_UNTIL_SETTLED
@@ -75,7 +76,7 @@ class BridgeExecutor(AgentExecutor):
         attachment_settings: AttachmentSettings | None = None,
         conversations: Conversations | None = None,
         spending: Spending | None = None,
-        fence: dict[str, str] | None = None,
+        fence: FenceReport | None = None,
         delegators: DelegatorFactory | None = None,
         events: TaskEvents | None = None,
     ) -> None:

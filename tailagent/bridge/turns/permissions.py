@@ -23,7 +23,8 @@ from tailagent.bridge.turns.runtime import DRAIN_TIMEOUT, Runtimes, TaskRuntime,
 from tailagent.config.tool_rules import Rule
 from tailagent.cost.ledger import person_of
 from tailagent.output.metrics import DECISIONS, caller_label
-from tailagent.store.audit import AuditEntry, AuditLog, fence_words, summarize
+from tailagent.sandbox.fences import FenceReport
+from tailagent.store.audit import AuditEntry, AuditLog, summarize
 
 
 def request_key(event: PermissionAsked) -> str:
@@ -37,10 +38,10 @@ class PermissionDecisions:
         rules: tuple[Rule, ...],
         workspace: Path,
         runtimes: Runtimes,
-        fence: dict[str, str] | None = None,
+        fence: FenceReport | None = None,
     ) -> None:
         # How the step ran if allowed, on every row: "sandbox on, network on".
-        self._fence = fence_words(fence) if fence else ""
+        self._fence = fence.words() if fence else ""
         self._audit = audit
         self._rules = rules
         self._workspace = workspace

@@ -39,6 +39,7 @@ from tailagent.config import AttachmentSettings
 from tailagent.cost.turns import TurnCosts
 from tailagent.delegation.outbound import DelegatorFactory, TurnIdentity
 from tailagent.delegation.session import DelegatingSession
+from tailagent.sandbox.fences import FenceReport
 from tailagent.workspace.conversation_repos import Start
 from tailagent.workspace.git import GitError
 
@@ -98,12 +99,12 @@ class TurnStarter:
         costs: TurnCosts,
         workspace: Path,
         attachment_settings: AttachmentSettings,
-        fence: dict[str, str] | None = None,
+        fence: FenceReport | None = None,
         delegators: DelegatorFactory | None = None,
     ) -> None:
         """`delegators` gives a person's turns the tools to hand work to other
         tailagents (None: no turn gets them)."""
-        self._fence = fence or {}
+        self._fence = fence
         self._delegators = delegators
         self._conversations = conversations
         self._pool = pool
@@ -204,7 +205,7 @@ class TurnStarter:
         requester: Requester,
         resumed: bool,
         updater: TaskUpdater,
-        fence: dict[str, str],
+        fence: FenceReport | None,
         begun: Start | None,
     ) -> None:
         """Publishes the turn's start, with who asked and how the agent was fenced
@@ -225,7 +226,7 @@ class TurnStarter:
         if requester.chain:  # echoed where A2A's proposal #2028 places it
             requested["actorChain"] = list(requester.chain)
         if fence:
-            requested["sandbox"] = fence
+            requested["sandbox"] = fence.as_json()
         if begun is not None:
             requested["start"] = begun.as_data()
         publisher = runtime.publisher

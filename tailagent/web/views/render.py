@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,6 +20,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
 from tailagent.access.identity import Caller
+from tailagent.sandbox.fences import FenceReport
 from tailagent.web.views import diffs, markdown
 from tailagent.web.views.transcript import Entry
 
@@ -118,7 +119,7 @@ class Viewer:
     workspace: str
     branch_note: str = ""
     merge: dict[str, Any] | None = None
-    fence: dict[str, str] = field(default_factory=dict)
+    fence: FenceReport | None = None
     # Where the branch stands against its base now (ahead, behind, base, files), read
     # as the page is drawn; None: unknown (the page shows its turn's end, saying so).
     standing: dict[str, Any] | None = None
@@ -128,7 +129,7 @@ class Viewer:
     @property
     def unfenced(self) -> bool:
         """Agents run with no sandbox (sandbox.mode = off): every page's header says so."""
-        return self.fence.get("mode") == "off"
+        return self.fence is not None and self.fence.unfenced
 
     @property
     def name(self) -> str:
