@@ -54,8 +54,6 @@ from tailagent.output.metrics import AGENT_PROCESSES, AGENT_SESSIONS_HELD, SANDB
 from tailagent.process.descriptors import raise_open_files_limit
 from tailagent.process.memory import trim_when_quiet
 from tailagent.process.sd_notify import Notifier
-from tailagent.push.delivery import PushDispatcher, PushSigner
-from tailagent.push.targets import PushTargets
 from tailagent.sandbox.bwrap import SandboxUnavailable
 from tailagent.sandbox.fences import FenceReport, Sandbox
 from tailagent.statedir.files import NotPrivate, close_dir
@@ -68,6 +66,8 @@ from tailagent.tailnet.localapi import LocalAPIUnavailable, self_dns_name
 from tailagent.tailnet.presence import BoxTailscaled, Presence, PresenceError, ServeEntryPresence
 from tailagent.web.sessions import load_secret
 from tailagent.web.views.live import Desk
+from tailagent.webhooks.delivery import PushDispatcher, PushSigner
+from tailagent.webhooks.targets import PushTargets
 from tailagent.webpush.service import WebPush
 from tailagent.workspace.git import GitError, git
 

@@ -37,7 +37,7 @@ FORBIDDEN = [
     ("tailagent.webpush.sender", "a2a", "sending a push knows nothing of tasks"),
     ("tailagent.webpush.subscriptions", "a2a", "subscriptions know nothing of tasks"),
     ("tailagent.webpush.actions", "a2a", "action tokens know nothing of tasks"),
-    ("tailagent.push", "tailagent.bridge", "push delivers what the bridge hands it"),
+    ("tailagent.webhooks", "tailagent.bridge", "a webhook delivers what the bridge hands it"),
     ("tailagent.store", "tailagent.bridge", "what is kept knows nothing of turns"),
     ("tailagent.store", "tailagent.cost", "the store keeps rows; what they cost is cost's"),
     (
@@ -68,8 +68,8 @@ FLOORS = [
         "access", "listening", "process", "tailnet", "service", "sandbox"}),
     ("the work, knowing nothing of A2A", {"agents", "workspace", "webpush"}),
     ("what is kept", {"store"}),
-    ("A2A's edges and the books: the card, the client, plain routes, push, cost, delegation", {
-        "card", "client", "plain_routes", "push", "cost", "delegation"}),
+    ("A2A's edges and the books: the card, the client, plain routes, webhooks, cost, delegation", {
+        "card", "client", "plain_routes", "webhooks", "cost", "delegation"}),
     ("the bridge between A2A and the agent", {"bridge"}),
     ("what people use: the desk and the owner's commands", {"web", "admin"}),
     ("wiring and commands", {"app", "server", "cli", "__main__", "binary", "about"}),

@@ -84,7 +84,6 @@ from tailagent.config import AgentSettings, AttachmentSettings, WorkspaceSetting
 from tailagent.config.tool_rules import Rule
 from tailagent.cost.budgets import Spending
 from tailagent.delegation.outbound import TurnIdentity
-from tailagent.push.targets import PushRefused, PushTargets
 from tailagent.store.audit import AuditLog
 from tailagent.store.events import TaskEvents
 from tailagent.store.finality import ENDED_STATES
@@ -92,6 +91,7 @@ from tailagent.store.owners import ConversationOwners
 from tailagent.store.sdk_stores import OwnerUser
 from tailagent.store.signals import TaskSignals
 from tailagent.store.tasks import UNSEEN_UNTIL_SETTLED, CoalescingTaskStore
+from tailagent.webhooks.targets import PushRefused, PushTargets
 
 log = logging.getLogger(__name__)
 

@@ -47,8 +47,8 @@ from google.protobuf.json_format import MessageToDict
 from tailagent.card.publish import JWKS_PATH
 from tailagent.config import PushSettings
 from tailagent.output.metrics import PUSH_DELIVERIES
-from tailagent.push.targets import PushRefused, PushTargets, Target
 from tailagent.store.finality import UNFINISHED_STATES
+from tailagent.webhooks.targets import PushRefused, PushTargets, Target
 
 # Opens a2a-sdk's config store on first use; the bridge hands it over at wiring time, so
 # push never imports the bridge that sits above it.

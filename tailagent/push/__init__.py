@@ -1,1 +1,0 @@
-"""Push notifications to callers: where they may go, and how they are delivered."""
