@@ -1,3 +1,5 @@
+"""`python -m tailagent`: the same command as `tailagent`."""
+
 from tailagent.cli import run
 
 run()

@@ -34,7 +34,10 @@ on one word, no class over 300 lines and no function over 80.
 
 This page is written by `python -m tests.layout_page` from each room's own first words
 (its `__init__.py`), so what a room is said to be is said once, where it lives; a room's
-docstring goes on to name its files. From the top floor down:
+docstring goes on to name its files. A logger is named for its module, or for a room
+it lives in when the room speaks with one voice (`tailagent.access`, a line per request;
+`tailagent.agents`; `tailagent.sandbox`), and `tailagent` says the start's lines. From
+the top floor down:
 """
 
 OUTRO = """\
