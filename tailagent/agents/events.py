@@ -361,7 +361,7 @@ class AgentBackend(Protocol):
     skills: tuple[Skill, ...]
     # Sessions alive at once, busy or idle (None: no cap but the idle bound).
     max_sessions: int | None
-    # The modes a caller who is not admin may choose (agents/modes.py says which keep asking).
+    # The modes a caller who is not admin may choose (agent_kinds/ says which keep asking).
     caller_modes: tuple[str, ...]
 
     async def start(self) -> None:

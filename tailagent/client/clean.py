@@ -1,5 +1,5 @@
 """`tailagent clean`: removes what tailagent keeps in a state dir that is no
-conversation's (see workspace/worktrees/ending/holdings.py), saying each first.
+conversation's (see workspace/conversation_repos/ending/holdings.py), saying each first.
 
 It reads the state dir itself, so it removes only while no server runs: a running
 server's worktree made ahead is its own, and its stop removes it anyway. Like `discard`,

@@ -22,7 +22,7 @@ start that fits both is refused to them naming both, and a whole id means itself
 (every conversation stays reachable by its whole id, which is never ambiguous).
 So a new conversation may take a start of another's id: it hides nothing from the
 person who was handed that start. Branch names are unique per owner for the same reason
-(workspace/worktrees/making.py): bob's conversation is `tailagent/8d12805e` even when
+(workspace/conversation_repos/making.py): bob's conversation is `tailagent/8d12805e` even when
 carol has one by that branch, so its name says nothing of hers, and step 2 finds one
 conversation for each of them (for an admin, both: refused, naming both). The one name
 it may not take is a whole id that is already another person's (ids are one namespace,

@@ -213,7 +213,7 @@ class Isolated:
                 await self.worktrees.release(turn.context_id)
             # What the turn really changed, read from its commit: what the page shows of
             # a finished turn, whatever the agent reported (bounded; see
-            # workspace/worktrees/patches.py).
+            # workspace/conversation_repos/patches.py).
             change = await self.worktrees.committed(turn.context_id, commit) if commit else None
         except GitError as exc:
             # The turn's work stays in the worktree, uncommitted: the next turn's commit

@@ -211,7 +211,7 @@ class TurnStarter:
         """Publishes the turn's start, with who asked and how the agent was fenced
         (sandbox mode, network) kept in the task's metadata for every view of it; at a
         conversation's start, from which commit it starts and what of the person's
-        checkout is not in it, said at once (workspace/worktrees/origin.py)."""
+        checkout is not in it, said at once (workspace/conversation_repos/origin.py)."""
         asker = requester.answerer
         runtime.turn = TurnRecord(
             runtime.task_id,

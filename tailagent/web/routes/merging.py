@@ -20,7 +20,8 @@ from tailagent.web.route_kit import DeskKit, Refused, data_part, status_of, user
 from tailagent.web.views import diffs, render
 from tailagent.web.views.transcript import first_prompt
 
-# How a merge conflict's refusal words the request to send the agent (worktrees/errors.py).
+# How a merge conflict's refusal words the request to send the agent
+# (workspace/conversation_repos/plumbing/errors.py).
 SUGGESTED = re.compile(r'ask the agent: "(.+)"\s*$', re.DOTALL)
 
 

@@ -97,8 +97,9 @@ def files(text: str) -> list[tuple[str, str]]:
 
 
 def sections(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
-    """A conversation's whole diff (worktrees/changes.py) as (heading, files): what its
-    branch committed, then, under the line that says so, what is not committed yet."""
+    """A conversation's whole diff (workspace/conversation_repos/changes.py) as
+    (heading, files): what its branch committed, then, under the line that says so,
+    what is not committed yet."""
     committed, marker, pending = text.partition("\n# Not committed yet")
     shown = [("Committed on the branch", files(committed))]
     if marker:
