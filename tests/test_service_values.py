@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tailagent.agent_kinds import KINDS
 from tailagent.service import install as install_in_process
 from tailagent.service.unit import Unit
 from tests.test_service import exec_start, install, needs_systemd, outside, verify
@@ -129,8 +130,14 @@ def test_a_hostile_but_legal_workspace_is_read_back_by_systemd_as_it_is(
     assert working.removeprefix("WorkingDirectory=").replace("%%", "%") == str(workspace)
     writable = next(ln for ln in lines if ln.startswith("ReadWritePaths="))
     paths = [w.replace("%%", "%") for w in shlex.split(writable.removeprefix("ReadWritePaths="))]
-    assert paths[0] == str(workspace) and len(paths) == 7, paths
+    # Beside the workspace: what every agent writes in the home (its login, its state),
+    # and npm's and the caches' folders, each a "-" path that may be missing.
+    homes = {entry for kind in KINDS.values() for entry in kind.home.writable}
+    assert paths[0] == str(workspace) and len(paths) == 1 + len(homes) + 2, paths
     assert all(p.startswith("-/") for p in paths[1:]), paths
+    assert {
+        e for e in (*homes, ".npm", ".cache") if not any(p.endswith(f"/{e}") for p in paths)
+    } == set()
 
 
 def test_the_python_of_a_path_with_a_space_is_one_word_of_the_command(tmp_path: Path) -> None:

@@ -27,7 +27,6 @@ _HOME = AgentHome(
     keys=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
 )
 _ENV = ("ANTHROPIC_BASE_URL", "CLAUDE_CONFIG_DIR", "CLAUDE_CODE_EXECUTABLE")
-_UNIT_WRITABLE = (".claude", ".claude.json")
 
 CLAUDE = AgentKind(
     name="claude",
@@ -38,7 +37,6 @@ CLAUDE = AgentKind(
     # (agents/claude.py login_hint).
     caller_modes=CLAUDE_CODE_MODES,
     home=_HOME,
-    unit_writable=_UNIT_WRITABLE,
 )
 
 CLAUDE_ACP = AgentKind(
@@ -52,5 +50,4 @@ CLAUDE_ACP = AgentKind(
     "ANTHROPIC_API_KEY in its environment",
     caller_modes=CLAUDE_CODE_MODES,
     home=_HOME,
-    unit_writable=_UNIT_WRITABLE,
 )

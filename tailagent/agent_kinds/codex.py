@@ -29,5 +29,4 @@ CODEX = AgentKind(
         hosts=("api.openai.com", "chatgpt.com", "auth.openai.com"),
         keys=("CODEX_API_KEY", "OPENAI_API_KEY"),
     ),
-    unit_writable=(".codex",),
 )

@@ -38,5 +38,4 @@ GEMINI = AgentKind(
         ),
         keys=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
     ),
-    unit_writable=(".gemini",),
 )

@@ -76,10 +76,9 @@ class AgentKind:
     # can be undone), and tailagent's own git never runs what a file says. So a mode that
     # writes files without asking and still asks before any other command is listed.
     caller_modes: tuple[str, ...] = ()
+    # What the agent writes in the home: a fenced agent's private copies, and what the
+    # systemd unit lets the service write beside the workspace (ReadWritePaths=).
     home: AgentHome = field(default_factory=AgentHome)
-    # What the systemd unit lets the service write in the home beside the workspace
-    # (ReadWritePaths=, service/unit.py): where the agent keeps its login and state.
-    unit_writable: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """A key that keeps the login file read-only must be one of the login's keys:

@@ -180,11 +180,15 @@ class Unit:
         """ReadWritePaths=: the workspace, and where the agents keep their logins (each
         agent's description says its own) and caches in the home (a "-" path may be
         missing), a word each."""
-        agents = dict.fromkeys(entry for kind in KINDS.values() for entry in kind.unit_writable)
+        agents = dict.fromkeys(entry for kind in KINDS.values() for entry in kind.home.writable)
         extra = (*agents, ".npm", ".cache")
         paths = [self.workspace, *(f"-{self.home}/{name}" for name in extra)]
-        words = [list_word(self._literal(path)) for path in paths]
-        return f"{' '.join(words[:4])} \\\n    {' '.join(words[4:])}"
+        lines = [""]
+        for word in (list_word(self._literal(path)) for path in paths):
+            if lines[-1] and len("ReadWritePaths=" + lines[-1] + word) > 88:
+                lines.append("")
+            lines[-1] += f" {word}" if lines[-1] else word
+        return " \\\n    ".join(lines)
 
     @property
     def socket(self) -> str:
