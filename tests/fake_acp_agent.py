@@ -1,10 +1,12 @@
 """A scriptable ACP agent, spoken to over stdio, for the tests.
 
 tailagent hosts real ACP (Agent Client Protocol) agents as subprocesses. The tests
-need one that speaks the real protocol (through the `acp` package, exactly as a
-real agent would) but whose behaviour is chosen by the test, cheaply and
-deterministically: this is it. Each prompt is scanned for keywords, lower-case
-words acted on in order of appearance:
+need one that speaks the real protocol (the same JSON-RPC 2.0 messages, field for
+field, that the `acp` package sends and expects) but whose behaviour is chosen by the
+test, cheaply and deterministically: this is it. It speaks the wire with the standard
+library only: importing `acp` (its pydantic schema) cost ~0.85 s of CPU per start,
+and the suite starts this agent a few hundred times. Each prompt is scanned for
+keywords, lower-case words acted on in order of appearance:
 
     think         agent_thought_chunk "considering: <text>"
     plan          plan update: look (completed), fix (in_progress), test (pending)
@@ -61,96 +63,41 @@ tailagent sends $/cancel_request for it (then with -32800, Request Cancelled). W
 (--log - writes them to stderr as "lifecycle: …", which the server logs),
 "cancel_request ID", "close|resume SID cancelled", "elicitation answered ACTION".
 
+The wire: one JSON-RPC 2.0 message per line on stdin and stdout, written compactly with
+the keys in the order, and the optional fields left out, as acp's models serialize them;
+errors with acp's codes and messages. A method it does not serve is answered -32601
+(Method not found); it exits when stdin closes.
+
 Run: python tests/fake_acp_agent.py [--no-load] [--no-resume] [--no-close] [--slow-close]
      [--slow-resume]
      [--no-config-options] [--log PATH] [--auth-required] [--no-embedded-context]
-     [--slow-start SECONDS]
+     [--slow-start SECONDS] [--key-login VAR]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
-import ctypes
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, cast
-
-import acp
-from acp import (
-    Agent,
-    Client,
-    InitializeResponse,
-    LoadSessionResponse,
-    NewSessionResponse,
-    PromptResponse,
-    RequestError,
-)
-from acp.connection import StreamDirection, StreamEvent
-from acp.helpers import (
-    plan_entry,
-    start_tool_call,
-    text_block,
-    tool_content,
-    tool_diff_content,
-    update_agent_message_text,
-    update_agent_thought_text,
-    update_available_commands,
-    update_current_mode,
-    update_plan,
-    update_tool_call,
-)
-from acp.schema import (
-    AgentCapabilities,
-    AllowedOutcome,
-    AuthenticateResponse,
-    AuthMethodAgent,
-    AvailableCommand,
-    CloseSessionResponse,
-    Cost,
-    ElicitationBooleanPropertySchema,
-    ElicitationFormSessionMode,
-    ElicitationIntegerPropertySchema,
-    ElicitationSchema,
-    ElicitationStringPropertySchema,
-    EmbeddedResourceContentBlock,
-    EnumOption,
-    EnvVarAuthMethod,
-    EnvVariable,
-    Implementation,
-    PermissionOption,
-    PromptCapabilities,
-    ResumeSessionResponse,
-    SessionCapabilities,
-    SessionCloseCapabilities,
-    SessionConfigOptionSelect,
-    SessionConfigSelectOption,
-    SessionResumeCapabilities,
-    SetSessionConfigOptionResponse,
-    SetSessionModeResponse,
-    TerminalAuthMethod,
-    TextContentBlock,
-    ToolCallUpdate,
-    UsageUpdate,
-)
+from collections.abc import Callable
+from typing import Any
 
 
 def _process_token() -> str:
     """Its pid and start time (tests/processes.py process_token): inside a sandbox's pid
     namespace the pid alone is 2 in every agent."""
-    start = Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19]
+    with open("/proc/self/stat") as stat:
+        start = stat.read().rpartition(")")[2].split()[19]
     return f"{os.getpid()}.{start}"
 
 
 _PROCESS = _process_token()
+PROTOCOL_VERSION = 1  # acp.PROTOCOL_VERSION
 AGENT_NAME = "fake-acp-agent"
 AGENT_VERSION = "1.0.0"
 DEFAULT_SLOW_TICKS = 3
@@ -164,46 +111,361 @@ HOSTILE = (
     "markup [bold red]loud[/]"
 )
 
+Json = dict[str, Any]
+RequestId = int | str
 
-@dataclass
+# -- the wire: JSON-RPC 2.0, one message per line ---------------------------------------
+
+
+class RequestError(Exception):
+    """A JSON-RPC error: what a request is answered with, or what the client answered.
+
+    Sent as {"code", "message", "data"} (data null when there is none), with the codes
+    and messages of acp's RequestError, which tailagent matches on."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.data = data
+
+    @classmethod
+    def method_not_found(cls, method: str) -> RequestError:
+        return cls(-32601, "Method not found", {"method": method})
+
+    @classmethod
+    def invalid_params(cls, data: Json | None = None) -> RequestError:
+        return cls(-32602, "Invalid params", data)
+
+    @classmethod
+    def internal_error(cls, data: Any = None) -> RequestError:
+        return cls(-32603, "Internal error", data)
+
+    @classmethod
+    def auth_required(cls) -> RequestError:
+        return cls(-32000, "Authentication required")
+
+    @classmethod
+    def cancelled(cls) -> RequestError:
+        """The answer to a request the client withdrew with $/cancel_request."""
+        return cls(-32800, "Request cancelled")
+
+    def to_wire(self) -> Json:
+        return {"code": self.code, "message": str(self), "data": self.data}
+
+
+class Incoming:
+    """A request from the client being answered: `cancelled` is set when $/cancel_request
+    names it (only the slow methods listen)."""
+
+    def __init__(self, request_id: RequestId, method: str, params: Json, arrival: int) -> None:
+        self.id = request_id
+        self.method = method
+        self.params = params
+        self.arrival = arrival  # the number of the message, counted from 1 as they come
+        self.cancelled = threading.Event()
+
+    def param(self, name: str) -> Any:
+        """A required parameter; missing, the request is answered Invalid params, as
+        acp's validation answers it."""
+        if name not in self.params:
+            error: Json = {"type": "missing", "loc": [name], "msg": "Field required"}
+            error["input"] = self.params  # (pydantic's "url" is left out)
+            raise RequestError.invalid_params({"errors": [error]})
+        return self.params[name]
+
+
+RequestHandler = Callable[[Incoming], Json]
+NotificationHandler = Callable[[str, Json, int], None]  # method, params, arrival
+
+
+def _write_all(data: bytes) -> None:
+    """Writes all of `data` to stdout; unbuffered, so nothing is left to flush at exit."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(1, view) :]
+
+
+def _error_data(exc: Exception) -> Any:
+    """The data of the Internal error an unexpected exception is answered with: its text
+    parsed as JSON when it is, else {"details": text}, as acp does."""
+    try:
+        return json.loads(str(exc))
+    except ValueError:
+        return {"details": str(exc)}
+
+
+class _Waiting:
+    """A request of ours to the client, until its response comes."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: Exception | None = None
+
+
+class Connection:
+    """JSON-RPC 2.0 over this process's stdin and stdout, with threads, not asyncio
+    (whose import alone costs more CPU than the rest of the start).
+
+    The main thread reads stdin line by line. Each incoming request is answered in a
+    thread of its own, so a notification that arrives while a prompt or a close is still
+    running (session/cancel, $/cancel_request) reaches it; notifications are handled at
+    once, in order. The agent's own requests to the client are numbered from 0; the
+    thread that sends one waits until the reader hands it the client's response. At EOF
+    serve() returns: what still runs is dropped unanswered, as acp cancels it."""
+
+    def __init__(self, on_request: RequestHandler, on_notification: NotificationHandler) -> None:
+        self._on_request = on_request
+        self._on_notification = on_notification
+        self._lock = threading.Lock()  # one message at a time on stdout; the ids
+        self._next_id = 0
+        self._waiting: dict[RequestId, _Waiting] = {}  # our requests, by id
+        self._running: dict[RequestId, Incoming] = {}  # the client's, by id
+        self._arrivals = 0  # messages received so far
+        self._closed = False
+
+    def serve(self) -> None:
+        """Reads and dispatches messages until stdin closes."""
+        for line in sys.stdin.buffer:
+            if not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue  # acp skips a line that is no JSON, too
+            if isinstance(message, dict):
+                self._arrivals += 1
+                self._dispatch(message)
+        with self._lock:
+            self._closed = True  # the threads still running die with the process
+
+    def send(self, message: Json) -> None:
+        """Writes one message, compact as acp writes it (non-ASCII escaped); nothing
+        once stdin has closed."""
+        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        with self._lock, contextlib.suppress(OSError):  # OSError: the client has gone
+            if not self._closed:
+                _write_all(data)
+
+    def notify(self, method: str, params: Json) -> None:
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def request(self, method: str, params: Json) -> Any:
+        """Sends a request to the client and returns its result; an error answer raises
+        RequestError, with the client's code, message and data."""
+        waiting = _Waiting()
+        with self._lock:
+            request_id = self._next_id
+            self._next_id += 1
+            self._waiting[request_id] = waiting
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        waiting.done.wait()
+        self._waiting.pop(request_id, None)
+        if waiting.error is not None:
+            raise waiting.error
+        return waiting.result
+
+    def cancel_incoming(self, request_id: Any) -> None:
+        """Tells the client's request `request_id`, if it still runs, that it was withdrawn."""
+        incoming = self._running.get(request_id)
+        if incoming is not None:
+            incoming.cancelled.set()
+
+    def _dispatch(self, message: Json) -> None:
+        """A request starts a thread, a notification is handled now, a response wakes
+        the request of ours it answers."""
+        method = message.get("method")
+        if method is None:
+            if "id" in message:
+                self._resolve(message)
+            return
+        params = message.get("params") or {}
+        if "id" not in message:
+            try:
+                self._on_notification(method, params, self._arrivals)
+            except Exception:  # acp logs a failed notification and goes on
+                import traceback
+
+                traceback.print_exc()
+            return
+        incoming = Incoming(message["id"], method, params, self._arrivals)
+        self._running[incoming.id] = incoming
+        threading.Thread(target=self._answer, args=(incoming,), daemon=True).start()
+
+    def _resolve(self, message: Json) -> None:
+        waiting = self._waiting.get(message["id"])
+        if waiting is None or waiting.done.is_set():
+            return
+        if "error" in message and "result" not in message:
+            error = message.get("error") or {}
+            code, text = error.get("code", -32603), error.get("message", "Error")
+            waiting.error = RequestError(code, text, error.get("data"))
+        else:
+            waiting.result = message.get("result")
+        waiting.done.set()
+
+    def _answer(self, incoming: Incoming) -> None:
+        """Runs one request's handler and writes its answer: the result, or the error."""
+        reply: Json = {"jsonrpc": "2.0", "id": incoming.id}
+        try:
+            reply["result"] = self._on_request(incoming)
+        except RequestError as exc:
+            reply["error"] = exc.to_wire()
+        except Exception as exc:  # a fault of the fake's: answered as acp answers one
+            import traceback
+
+            print(f"Unhandled error while handling request method={incoming.method}",
+                  file=sys.stderr)  # fmt: skip
+            traceback.print_exc()
+            reply["error"] = RequestError.internal_error(_error_data(exc)).to_wire()
+        finally:
+            self._running.pop(incoming.id, None)
+        self.send(reply)
+
+
+# -- what the agent says, shaped as acp's models serialize ------------------------------
+
+
+def _text(text: str) -> Json:
+    return {"text": text, "type": "text"}
+
+
+def _chunk(kind: str, text: str) -> Json:
+    """An agent_message_chunk or agent_thought_chunk update of plain text."""
+    return {"content": _text(text), "sessionUpdate": kind}
+
+
+def _current_mode(mode_id: str) -> Json:
+    return {"currentModeId": mode_id, "sessionUpdate": "current_mode_update"}
+
+
+def _tool_call(
+    call_id: str, title: str, kind: str, *, content: list[Json] | None = None,
+    raw_input: Json | None = None,
+) -> Json:  # fmt: skip
+    """A tool_call update: a tool call starting, in progress."""
+    update: Json = {"toolCallId": call_id, "title": title, "kind": kind, "status": "in_progress"}
+    if content is not None:
+        update["content"] = content
+    if raw_input is not None:
+        update["rawInput"] = raw_input
+    update["sessionUpdate"] = "tool_call"
+    return update
+
+
+def _tool_call_done(call_id: str, status: str, content: list[Json] | None = None) -> Json:
+    """A tool_call_update: the call ended (completed or failed), maybe with content."""
+    update: Json = {"toolCallId": call_id, "status": status}
+    if content is not None:
+        update["content"] = content
+    update["sessionUpdate"] = "tool_call_update"
+    return update
+
+
+def _tool_text(text: str) -> Json:
+    return {"content": _text(text), "type": "content"}
+
+
+def _diff(path: str, old_text: str, new_text: str) -> Json:
+    return {"path": path, "oldText": old_text, "newText": new_text, "type": "diff"}
+
+
+def _env(variables: dict[str, str]) -> list[Json]:
+    return [{"name": name, "value": value} for name, value in variables.items()]
+
+
+PERMISSION_OPTIONS = [
+    {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
+    {"optionId": "allow_always", "name": "Always allow", "kind": "allow_always"},
+    {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
+    {"optionId": "reject_always", "name": "Always reject", "kind": "reject_always"},
+]
+COMMANDS = [
+    {"name": "review", "description": "Review the changes"},
+    {"name": "test", "description": "Run the tests"},
+]
+MODEL_CHOICES = [{"value": "fast", "name": "Fast model"}, {"value": "smart", "name": "Smart model"}]
+# The elicit keyword's form (the schema's "type": "object" is its default: left out).
+ELICITATION_SCHEMA: Json = {
+    "properties": {
+        "branch": {"title": "Branch", "type": "string"},
+        "count": {"title": "Count", "type": "integer"},
+        "colour": {
+            "title": "Colour",
+            "oneOf": [{"const": "r", "title": "red"}, {"const": "b", "title": "blue"}],
+            "type": "string",
+        },
+        "push": {"title": "Push", "type": "boolean"},
+    },
+    "required": ["branch"],
+}
+
+
+# -- the agent --------------------------------------------------------------------------
+
+
 class Session:
     """What the agent remembers about one session, for the life of this process."""
 
-    cwd: str
-    mcp_servers: list[str] = field(default_factory=list)
-    stdio: dict[str, Any] = field(default_factory=dict)  # name -> its McpServerStdio
-    mode: str = "default"
-    model: str = "fast"
-    turns: int = 0
-    tool_calls: int = 0
-    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    def __init__(self, cwd: str, mcp_servers: list[str]) -> None:
+        self.cwd = cwd
+        self.mcp_servers = mcp_servers  # the names of all it was given
+        self.stdio: dict[str, Json] = {}  # name -> its stdio MCP server
+        self.mode = "default"
+        self.model = "fast"
+        self.turns = 0
+        self.tool_calls = 0
+        self.cancelled = threading.Event()  # set by session/cancel
+        self._cancel_arrival = 0  # the arrival number of the last session/cancel
+        self._lock = threading.Lock()
+
+    def cancel(self, arrival: int) -> None:
+        with self._lock:
+            self._cancel_arrival = arrival
+            self.cancelled.set()
+
+    def begin_turn(self, arrival: int) -> None:
+        """Forgets a session/cancel that came before this prompt did: it was meant for an
+        earlier turn. The prompt's thread may start after a later cancel was handled, so
+        the order is the order of arrival, as acp's tasks (run in that order) keep it."""
+        with self._lock:
+            if self._cancel_arrival < arrival:
+                self.cancelled.clear()
+        self.turns += 1
 
     def next_tool_call_id(self) -> str:
         self.tool_calls += 1
         return f"call-{self.tool_calls}"
 
+    def take_servers(self, servers: list[Json]) -> None:
+        """The session's stdio MCP servers (those with a command), by name."""
+        self.stdio = {s["name"]: s for s in servers if s.get("command")}
 
-@dataclass
+
 class Turn:
     """One prompt being answered: the session, its words, and what it embedded."""
 
-    session_id: str
-    session: Session
-    text: str
-    words: list[str]
-    resources: list[str]
+    def __init__(self, session_id: str, session: Session, text: str, resources: list[str]):
+        self.session_id = session_id
+        self.session = session
+        self.text = text
+        self.words = text.split()
+        self.resources = resources
 
 
 class TurnCancelled(Exception):
     """Raised inside a turn when the client cancelled it."""
 
 
-Action = Callable[[Turn, str, str | None], Awaitable[None]]
+Action = Callable[[Turn, str, str | None], None]
 
 
-def _stdio_servers(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The session's stdio MCP servers (those with a command), by name."""
-    return {s.name: s for s in kwargs.get("mcp_servers") or [] if getattr(s, "command", None)}
+def _uuid4_hex() -> str:
+    """uuid.uuid4().hex (a session id), without importing uuid: random bits, version 4."""
+    octets = bytearray(os.urandom(16))
+    octets[6] = octets[6] & 0x0F | 0x40
+    octets[8] = octets[8] & 0x3F | 0x80
+    return octets.hex()
 
 
 def _int_or(word: str | None, default: int) -> int:
@@ -225,7 +487,7 @@ class FakeAgent:
         can_close: bool = True,
         slow: tuple[str, ...] = (),
         config_options: bool = True,
-        log: Path | None = None,
+        log: str | None = None,
         key_login: str | None = None,
     ) -> None:
         # Like codex-acp: lists an `api-key` login always, and opens sessions only once
@@ -238,12 +500,21 @@ class FakeAgent:
         self._can_close = can_close
         self._slow_methods = slow  # the methods answered only when cancelled
         self._log = log
-        # JSON-RPC id of a slow call being answered -> set when it is cancelled.
-        self._calls: dict[int | str, asyncio.Event] = {}
         self._embeds = embeds
         self._auth_required = auth_required
-        self._conn: Client | None = None
+        self.conn = Connection(self.handle_request, self.handle_notification)
         self._sessions: dict[str, Session] = {}
+        self._methods: dict[str, RequestHandler] = {
+            "initialize": self.initialize,
+            "authenticate": self.authenticate,
+            "session/new": self.new_session,
+            "session/load": self.load_session,
+            "session/resume": self.resume_session,
+            "session/close": self.close_session,
+            "session/set_mode": self.set_session_mode,
+            "session/set_config_option": self.set_config_option,
+            "session/prompt": self.prompt,
+        }
         self._actions: dict[str, Action] = {
             "think": self._think,
             "plan": self._plan,
@@ -276,183 +547,183 @@ class FakeAgent:
             "connect": self._connect,
         }
 
-    # -- connection and lifecycle ---------------------------------------------------------
+    # -- dispatch ------------------------------------------------------------------------
 
-    def on_connect(self, conn: Client) -> None:
-        self._conn = conn
+    def handle_request(self, incoming: Incoming) -> Json:
+        handler = self._methods.get(incoming.method)
+        if handler is None:
+            raise RequestError.method_not_found(incoming.method)
+        return handler(incoming)
 
-    @property
-    def conn(self) -> Client:
-        if self._conn is None:
-            raise RuntimeError("no client connection yet")
-        return self._conn
+    def handle_notification(self, method: str, params: Json, arrival: int) -> None:
+        """session/cancel stops the session's turn; $/cancel_request withdraws a request
+        (only a slow close or resume heeds it). Any other notification is ignored."""
+        if method == "session/cancel":
+            session = self._sessions.get(params.get("sessionId", ""))
+            if session is not None:
+                session.cancel(arrival)
+        elif method == "$/cancel_request":
+            request_id = params.get("requestId")
+            self._note(f"cancel_request {request_id}")
+            self.conn.cancel_incoming(request_id)
 
-    async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
-        auth_methods: list[EnvVarAuthMethod | TerminalAuthMethod | AuthMethodAgent] = []
+    def _update(self, session_id: str, update: Json) -> None:
+        """Sends a session/update notification."""
+        self.conn.notify("session/update", {"sessionId": session_id, "update": update})
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def initialize(self, incoming: Incoming) -> Json:
+        incoming.param("protocolVersion")  # answered with acp's, whatever the client's
+        auth_methods: list[Json] = []
         if self._key_login:
-            auth_methods.append(AuthMethodAgent(id="api-key", name="Use an API key"))
+            auth_methods.append({"id": "api-key", "name": "Use an API key"})
         if self._auth_required or self._key_login:
             auth_methods.append(
-                AuthMethodAgent(
-                    id="login", name="Log in", description="Run `fake-agent login` on the server"
-                )
-            )
-        return InitializeResponse(
-            protocol_version=acp.PROTOCOL_VERSION,
-            agent_capabilities=AgentCapabilities(
-                load_session=self._can_load,
-                prompt_capabilities=PromptCapabilities(embedded_context=self._embeds, image=False),
-                session_capabilities=SessionCapabilities(
-                    resume=SessionResumeCapabilities() if self._can_resume else None,
-                    close=SessionCloseCapabilities() if self._can_close else None,
-                ),
-            ),
-            auth_methods=auth_methods,
-            agent_info=Implementation(name=AGENT_NAME, version=AGENT_VERSION),
-        )
+                {"id": "login", "name": "Log in",
+                 "description": "Run `fake-agent login` on the server"}
+            )  # fmt: skip
+        session_capabilities: Json = {}
+        if self._can_resume:
+            session_capabilities["resume"] = {}
+        if self._can_close:
+            session_capabilities["close"] = {}
+        return {
+            "protocolVersion": PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": self._can_load,
+                "promptCapabilities": {"image": False, "embeddedContext": self._embeds},
+                "sessionCapabilities": session_capabilities,
+            },
+            "authMethods": auth_methods,
+            "agentInfo": {"name": AGENT_NAME, "version": AGENT_VERSION},
+        }
 
-    async def authenticate(self, method_id: str, **kwargs: Any) -> AuthenticateResponse | None:
+    def authenticate(self, incoming: Incoming) -> Json:
+        method_id = incoming.param("methodId")
         self._note(f"authenticate {method_id}")
         if method_id != "api-key" or not self._key_login or not os.environ.get(self._key_login):
             raise RequestError.auth_required()
         self._logged_in = True
-        return AuthenticateResponse()
+        return {}
 
-    async def new_session(self, cwd: str, **kwargs: Any) -> NewSessionResponse:
+    def new_session(self, incoming: Incoming) -> Json:
         if self._auth_required or (self._key_login and not self._logged_in):
             raise RequestError.auth_required()
-        session_id = uuid.uuid4().hex
-        servers = [s.name for s in kwargs.get("mcp_servers") or []]
-        self._sessions[session_id] = Session(cwd=cwd, mcp_servers=servers)
-        self._sessions[session_id].stdio = _stdio_servers(kwargs)
+        servers = incoming.param("mcpServers") or []
+        session_id = _uuid4_hex()
+        session = Session(cwd=incoming.param("cwd"), mcp_servers=[s["name"] for s in servers])
+        session.take_servers(servers)
+        self._sessions[session_id] = session
         self._note(f"new {session_id}")
-        await self.conn.session_update(
-            session_id=session_id,
-            update=update_available_commands(
-                [
-                    AvailableCommand(name="review", description="Review the changes"),
-                    AvailableCommand(name="test", description="Run the tests"),
-                ]
-            ),
-        )
-        await self.conn.session_update(session_id=session_id, update=update_current_mode("default"))
-        return NewSessionResponse(session_id=session_id, config_options=self._options(session_id))
+        commands = {"availableCommands": COMMANDS, "sessionUpdate": "available_commands_update"}
+        self._update(session_id, commands)
+        self._update(session_id, _current_mode("default"))
+        return {"sessionId": session_id, **self._options(session_id)}
 
-    def _options(self, session_id: str) -> list[Any] | None:
-        """The session's config options: its model, one of two."""
+    def _options(self, session_id: str) -> Json:
+        """The session's config options, its model (one of two), as a result's field;
+        none with --no-config-options."""
         if not self._config_options:
-            return None
-        choices = [
-            SessionConfigSelectOption(value="fast", name="Fast model"),
-            SessionConfigSelectOption(value="smart", name="Smart model"),
-        ]
+            return {}
         current = self._sessions[session_id].model
-        return [
-            SessionConfigOptionSelect(
-                id="model", name="Model", category="model", type="select",
-                current_value=current, options=choices,
-            )
-        ]  # fmt: skip
+        option = {
+            "currentValue": current, "options": MODEL_CHOICES, "id": "model", "name": "Model",
+            "category": "model", "type": "select",
+        }  # fmt: skip
+        return {"configOptions": [option]}
 
-    async def set_config_option(
-        self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
-    ) -> SetSessionConfigOptionResponse:
+    def set_config_option(self, incoming: Incoming) -> Json:
+        config_id, value = incoming.param("configId"), incoming.param("value")
         if not self._config_options or config_id != "model" or value not in ("fast", "smart"):
             raise RequestError.invalid_params({"configId": config_id, "value": value})
+        session_id = incoming.param("sessionId")
         self._sessions[session_id].model = str(value)
-        return SetSessionConfigOptionResponse(config_options=self._options(session_id) or [])
+        return self._options(session_id)
 
-    async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> LoadSessionResponse:
+    def load_session(self, incoming: Incoming) -> Json:
         if not self._can_load:
-            raise RequestError.method_not_found(acp.AGENT_METHODS["session_load"])
+            raise RequestError.method_not_found(incoming.method)
         if self._auth_required:
             raise RequestError.auth_required()
-        self._take_up(session_id, cwd, kwargs)
+        session_id, cwd = incoming.param("sessionId"), incoming.param("cwd")
+        self._take_up(session_id, cwd, incoming.param("mcpServers"))
         self._note(f"load {session_id}")
-        await self.conn.session_update(session_id=session_id, update=update_current_mode("default"))
-        return LoadSessionResponse(config_options=self._options(session_id))
+        self._update(session_id, _current_mode("default"))
+        return self._options(session_id)
 
-    def _take_up(self, session_id: str, cwd: str, kwargs: dict[str, Any]) -> None:
+    def _take_up(self, session_id: str, cwd: str, servers: list[Json] | None) -> None:
+        """A loaded or resumed session: a new one if this process never saw it."""
+        servers = servers or []
         session = self._sessions.get(session_id)
         if session is None:
-            servers = [s.name for s in kwargs.get("mcp_servers") or []]
-            self._sessions[session_id] = Session(cwd=cwd, mcp_servers=servers)
+            session = Session(cwd=cwd, mcp_servers=[s["name"] for s in servers])
+            self._sessions[session_id] = session
         else:
             session.cwd = cwd
-        self._sessions[session_id].stdio = _stdio_servers(kwargs)
+        session.take_servers(servers)
 
-    async def resume_session(
-        self, cwd: str, session_id: str, **kwargs: Any
-    ) -> ResumeSessionResponse:
+    def resume_session(self, incoming: Incoming) -> Json:
         if not self._can_resume:
-            raise RequestError.method_not_found(acp.AGENT_METHODS["session_resume"])
+            raise RequestError.method_not_found(incoming.method)
+        session_id, cwd = incoming.param("sessionId"), incoming.param("cwd")
         self._note(f"resume {session_id}")
-        await self._maybe_slow(acp.AGENT_METHODS["session_resume"], f"resume {session_id}")
-        self._take_up(session_id, cwd, kwargs)
-        return ResumeSessionResponse(config_options=self._options(session_id))
+        self._maybe_slow(incoming, f"resume {session_id}")
+        # (session/resume's mcpServers is optional; session/load's is not)
+        self._take_up(session_id, cwd, incoming.params.get("mcpServers"))
+        return self._options(session_id)
 
-    async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
+    def close_session(self, incoming: Incoming) -> Json:
         if not self._can_close:
-            raise RequestError.method_not_found(acp.AGENT_METHODS["session_close"])
+            raise RequestError.method_not_found(incoming.method)
+        session_id = incoming.param("sessionId")
         self._note(f"close {session_id}")
-        await self._maybe_slow(acp.AGENT_METHODS["session_close"], f"close {session_id}")
+        self._maybe_slow(incoming, f"close {session_id}")
         self._sessions.pop(session_id, None)
+        return {}
 
-    async def _maybe_slow(self, method: str, said: str) -> None:
-        """A slow method waits for $/cancel_request, then fails with Request Cancelled."""
-        if method not in self._slow_methods:
+    def _maybe_slow(self, incoming: Incoming, said: str) -> None:
+        """A slow method waits for $/cancel_request, then fails with Request cancelled."""
+        if incoming.method not in self._slow_methods:
             return
-        await self._calls[next(reversed(self._calls))].wait()
+        incoming.cancelled.wait()
         self._note(f"{said} cancelled")
-        raise RequestError(-32800, "Request cancelled")
-        return CloseSessionResponse()
+        raise RequestError.cancelled()
 
-    def observe(self, event: StreamEvent) -> None:
-        """Sees every message: acp routes no $/cancel_request, and does not tell a
-        handler the id of the request it answers."""
-        message = event.message
-        if event.direction is not StreamDirection.INCOMING:
-            return
-        if message.get("method") in self._slow_methods:
-            self._calls[message["id"]] = asyncio.Event()
-        elif message.get("method") == "$/cancel_request":
-            request_id = (message.get("params") or {}).get("requestId")
-            self._note(f"cancel_request {request_id}")
-            if (cancelled := self._calls.get(request_id)) is not None:
-                cancelled.set()
+    def set_session_mode(self, incoming: Incoming) -> Json:
+        session_id, mode_id = incoming.param("sessionId"), incoming.param("modeId")
+        self._sessions[session_id].mode = mode_id
+        self._update(session_id, _current_mode(mode_id))
+        return {}
 
     def _note(self, line: str) -> None:
         if self._log is None:
             return
-        if str(self._log) == "-":  # on stderr, which the server logs: out of any sandbox
+        if self._log == "-":  # on stderr, which the server logs: out of any sandbox
             print(f"lifecycle: {line}", file=sys.stderr, flush=True)
             return
-        with self._log.open("a") as log:
+        with open(self._log, "a") as log:
             log.write(line + "\n")
 
-    async def cancel(self, session_id: str, **kwargs: Any) -> None:
-        session = self._sessions.get(session_id)
-        if session is not None:
-            session.cancelled.set()
+    # -- prompts -------------------------------------------------------------------------
 
-    # -- prompts --------------------------------------------------------------------------
-
-    async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
+    def prompt(self, incoming: Incoming) -> Json:
+        session_id = incoming.param("sessionId")
         session = self._sessions.get(session_id)
         if session is None:
             raise RequestError.invalid_params(
                 {"sessionId": session_id, "details": "unknown session"}
             )
-        session.cancelled.clear()
-        session.turns += 1
-        texts = [block.text for block in prompt if isinstance(block, TextContentBlock)]
+        session.begin_turn(incoming.arrival)
+        blocks = incoming.param("prompt")
+        texts = [block["text"] for block in blocks if block.get("type") == "text"]
         resources = [
-            f"resource:{block.resource.uri}"
-            for block in prompt
-            if isinstance(block, EmbeddedResourceContentBlock)
+            f"resource:{block['resource']['uri']}"
+            for block in blocks
+            if block.get("type") == "resource"
         ]
         text = " ".join(texts)
-        turn = Turn(session_id, session, text, text.split(), resources)
+        turn = Turn(session_id, session, text, resources)
         try:
             for index, word in enumerate(turn.words):
                 name, _, arg = word.partition(":")
@@ -460,209 +731,178 @@ class FakeAgent:
                 if action is None:
                     continue
                 following = turn.words[index + 1] if index + 1 < len(turn.words) else None
-                await action(turn, arg, following)
+                action(turn, arg, following)
                 if session.cancelled.is_set():
                     raise TurnCancelled
         except TurnCancelled:
-            return PromptResponse(stop_reason="cancelled")
+            return {"stopReason": "cancelled"}
         closing = f"turn {session.turns} of session {session_id} in process {_PROCESS}"
         if resources:
             closing += " resources: " + ", ".join(resources)
-        await self._say(turn, closing)
-        return PromptResponse(stop_reason="end_turn")
+        self._say(turn, closing)
+        return {"stopReason": "end_turn"}
 
-    async def _say(self, turn: Turn, text: str) -> None:
-        await self.conn.session_update(
-            session_id=turn.session_id, update=update_agent_message_text(text)
-        )
+    def _say(self, turn: Turn, text: str) -> None:
+        self._update(turn.session_id, _chunk("agent_message_chunk", text))
 
     def _absolute(self, turn: Turn, path: str) -> str:
         return path if os.path.isabs(path) else os.path.join(turn.session.cwd, path)
 
-    # -- keyword actions ------------------------------------------------------------------
+    # -- keyword actions -----------------------------------------------------------------
 
-    async def _think(self, turn: Turn, arg: str, following: str | None) -> None:
-        await self.conn.session_update(
-            session_id=turn.session_id,
-            update=update_agent_thought_text(f"considering: {turn.text}"),
-        )
+    def _think(self, turn: Turn, arg: str, following: str | None) -> None:
+        self._update(turn.session_id, _chunk("agent_thought_chunk", f"considering: {turn.text}"))
 
-    async def _plan(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _plan(self, turn: Turn, arg: str, following: str | None) -> None:
         entries = [
-            plan_entry("look", status="completed", priority="medium"),
-            plan_entry("fix", status="in_progress", priority="medium"),
-            plan_entry("test", status="pending", priority="medium"),
-        ]
-        await self.conn.session_update(session_id=turn.session_id, update=update_plan(entries))
+            {"content": content, "priority": "medium", "status": status}
+            for content, status in (("look", "completed"), ("fix", "in_progress"),
+                                    ("test", "pending"))
+        ]  # fmt: skip
+        self._update(turn.session_id, {"entries": entries, "sessionUpdate": "plan"})
 
-    async def _tool(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _tool(self, turn: Turn, arg: str, following: str | None) -> None:
         call_id = turn.session.next_tool_call_id()
-        await self.conn.session_update(
-            session_id=turn.session_id,
-            update=start_tool_call(
-                call_id,
-                "Read calc.py",
-                kind="read",
-                status="in_progress",
-                raw_input={"path": "calc.py"},
-            ),
+        self._update(
+            turn.session_id,
+            _tool_call(call_id, "Read calc.py", "read", raw_input={"path": "calc.py"}),
         )
-        await self.conn.session_update(
-            session_id=turn.session_id,
-            update=update_tool_call(
-                call_id,
-                status="completed",
-                content=[tool_content(text_block("def add(a, b): return a - b"))],
-            ),
-        )
+        output = [_tool_text("def add(a, b): return a - b")]
+        self._update(turn.session_id, _tool_call_done(call_id, "completed", output))
 
-    async def _edit(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _edit(self, turn: Turn, arg: str, following: str | None) -> None:
         call_id = turn.session.next_tool_call_id()
-        diff = tool_diff_content(
-            os.path.join(turn.session.cwd, "calc.py"), new_text="b\n", old_text="a\n"
-        )
-        await self.conn.session_update(
-            session_id=turn.session_id,
-            update=start_tool_call(
-                call_id, "Write calc.py", kind="edit", status="in_progress", content=[diff]
-            ),
-        )
-        await self.conn.session_update(
-            session_id=turn.session_id, update=update_tool_call(call_id, status="completed")
-        )
+        diff = _diff(os.path.join(turn.session.cwd, "calc.py"), old_text="a\n", new_text="b\n")
+        self._update(turn.session_id, _tool_call(call_id, "Write calc.py", "edit", content=[diff]))
+        self._update(turn.session_id, _tool_call_done(call_id, "completed"))
 
-    async def _fail(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _fail(self, turn: Turn, arg: str, following: str | None) -> None:
         call_id = turn.session.next_tool_call_id()
-        await self.conn.session_update(
-            session_id=turn.session_id,
-            update=start_tool_call(call_id, "Run tests", kind="execute", status="in_progress"),
-        )
-        await self.conn.session_update(
-            session_id=turn.session_id,
-            update=update_tool_call(
-                call_id, status="failed", content=[tool_content(text_block("2 tests failed"))]
-            ),
-        )
+        self._update(turn.session_id, _tool_call(call_id, "Run tests", "execute"))
+        output = [_tool_text("2 tests failed")]
+        self._update(turn.session_id, _tool_call_done(call_id, "failed", output))
 
-    async def _ask(self, turn: Turn, arg: str, following: str | None) -> None:
-        await self._permission(turn, "rm -rf build", "rm -rf build")
+    def _ask(self, turn: Turn, arg: str, following: str | None) -> None:
+        self._permission(turn, "rm -rf build", "rm -rf build")
 
-    async def _permission(self, turn: Turn, title: str, command: str) -> None:
-        tool_call = ToolCallUpdate(
-            tool_call_id=turn.session.next_tool_call_id(),
-            title=title,
-            kind="execute",
-            raw_input={"command": command},
-        )
-        options = [
-            PermissionOption(option_id="allow_once", name="Allow once", kind="allow_once"),
-            PermissionOption(option_id="allow_always", name="Always allow", kind="allow_always"),
-            PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"),
-            PermissionOption(option_id="reject_always", name="Always reject", kind="reject_always"),
-        ]
+    def _permission(self, turn: Turn, title: str, command: str) -> None:
+        """session/request_permission for an execute tool call; says what was chosen."""
+        tool_call = {
+            "toolCallId": turn.session.next_tool_call_id(), "kind": "execute", "title": title,
+            "rawInput": {"command": command},
+        }  # fmt: skip
+        params: Json = {"sessionId": turn.session_id, "toolCall": tool_call}
+        params["options"] = PERMISSION_OPTIONS
         try:
-            response = await self.conn.request_permission(
-                session_id=turn.session_id, tool_call=tool_call, options=options
-            )
+            response = self.conn.request("session/request_permission", params)
         except RequestError as exc:
-            await self._say(turn, f"permission refused: {exc}\n")
+            self._say(turn, f"permission refused: {exc}\n")
             return
-        if isinstance(response.outcome, AllowedOutcome):
-            await self._say(turn, f"permission: {response.outcome.option_id}\n")
+        outcome = response["outcome"]
+        if outcome.get("outcome") == "selected":
+            self._say(turn, f"permission: {outcome['optionId']}\n")
         else:
-            await self._say(turn, "permission cancelled\n")
+            self._say(turn, "permission cancelled\n")
 
-    async def _shell(self, turn: Turn, arg: str, following: str | None) -> None:
-        await self._in_terminal(
+    def _shell(self, turn: Turn, arg: str, following: str | None) -> None:
+        self._in_terminal(
             turn, "shell", sys.executable, ["-c", "print('from the terminal')"],
-            [EnvVariable(name="FAKE_AGENT_VAR", value="1")],
+            {"FAKE_AGENT_VAR": "1"},
         )  # fmt: skip
 
-    async def _run(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _run(self, turn: Turn, arg: str, following: str | None) -> None:
         command = base64.b64decode(arg).decode()
-        await self._permission(turn, f"Run {command}", command)
+        self._permission(turn, f"Run {command}", command)
 
-    async def _terminal(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _terminal(self, turn: Turn, arg: str, following: str | None) -> None:
         chosen = json.loads(base64.b64decode(arg))
-        env = [EnvVariable(name=k, value=v) for k, v in chosen.get("env", {}).items()]
-        await self._in_terminal(turn, "terminal", chosen["command"], chosen.get("args", []), env)
+        self._in_terminal(
+            turn, "terminal", chosen["command"], chosen.get("args", []), chosen.get("env", {})
+        )
 
-    async def _in_terminal(
-        self, turn: Turn, label: str, command: str, args: list[str], env: list[EnvVariable]
+    def _in_terminal(
+        self, turn: Turn, label: str, command: str, args: list[str], env: dict[str, str]
     ) -> None:
         """terminal/create, wait for its exit, say its output (as "<label> said …"), release."""
         try:
-            created = await self.conn.create_terminal(
-                session_id=turn.session_id, command=command, args=args,
-                cwd=turn.session.cwd, env=env,
+            created = self.conn.request(
+                "terminal/create",
+                {"sessionId": turn.session_id, "command": command, "args": args,
+                 "env": _env(env), "cwd": turn.session.cwd},
             )  # fmt: skip
         except RequestError as exc:
-            await self._say(turn, f"terminal refused: {exc}\n")
+            self._say(turn, f"terminal refused: {exc}\n")
             return
-        terminal_id = created.terminal_id
+        terminal = {"sessionId": turn.session_id, "terminalId": created["terminalId"]}
         try:
-            await self.conn.wait_for_terminal_exit(
-                session_id=turn.session_id, terminal_id=terminal_id
-            )
-            output = await self.conn.terminal_output(
-                session_id=turn.session_id, terminal_id=terminal_id
-            )
-            await self._say(turn, f"{label} said {output.output.strip()}\n")
+            self.conn.request("terminal/wait_for_exit", terminal)
+            output = self.conn.request("terminal/output", terminal)
+            self._say(turn, f"{label} said {output['output'].strip()}\n")
         except RequestError as exc:
-            await self._say(turn, f"terminal failed: {exc}\n")
+            self._say(turn, f"terminal failed: {exc}\n")
         finally:
-            await self.conn.release_terminal(session_id=turn.session_id, terminal_id=terminal_id)
+            self.conn.request("terminal/release", terminal)
 
-    async def _read(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _read_file(
+        self, turn: Turn, path: str, line: int | None = None, limit: int | None = None
+    ) -> str:
+        """fs/read_text_file: the client's text of the file (line and limit if given)."""
+        params: Json = {"sessionId": turn.session_id, "path": path}
+        if line is not None:
+            params["line"] = line
+        if limit is not None:
+            params["limit"] = limit
+        response = self.conn.request("fs/read_text_file", params)
+        return str(response["content"])
+
+    def _read(self, turn: Turn, arg: str, following: str | None) -> None:
         path, *numbers = arg.split(":")
         if not path:
             return
         line, limit = ([int(n) for n in numbers] + [None, None])[:2]
         try:
-            response = await self.conn.read_text_file(
-                session_id=turn.session_id, path=self._absolute(turn, path), line=line, limit=limit
-            )
+            content = self._read_file(turn, self._absolute(turn, path), line, limit)
         except RequestError as exc:
-            await self._say(turn, f"read refused: {exc} {exc.data}\n")
+            self._say(turn, f"read refused: {exc} {exc.data}\n")
             return
-        await self._say(turn, f"read: {response.content}\n")
+        self._say(turn, f"read: {content}\n")
 
-    async def _write(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _write(self, turn: Turn, arg: str, following: str | None) -> None:
         path, _, size = arg.partition(":")
         if not path:
             return
+        content = "x" * int(size) if size else "written by fake\n"
+        params = {"sessionId": turn.session_id, "path": self._absolute(turn, path),
+                  "content": content}  # fmt: skip
         try:
-            await self.conn.write_text_file(
-                session_id=turn.session_id,
-                path=self._absolute(turn, path),
-                content="x" * int(size) if size else "written by fake\n",
-            )
+            self.conn.request("fs/write_text_file", params)
         except RequestError as exc:
-            await self._say(turn, f"write refused: {exc} {exc.data}\n")
+            self._say(turn, f"write refused: {exc} {exc.data}\n")
             return
-        await self._say(turn, f"wrote {path}\n")
+        self._say(turn, f"wrote {path}\n")
 
-    async def _fifo(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _fifo(self, turn: Turn, arg: str, following: str | None) -> None:
         os.mkfifo(self._absolute(turn, arg))
-        await self._say(turn, f"made fifo {arg}\n")
+        self._say(turn, f"made fifo {arg}\n")
 
-    async def _sparse(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _sparse(self, turn: Turn, arg: str, following: str | None) -> None:
         path, size = arg.rsplit(":", 1)
         fd = os.open(self._absolute(turn, path), os.O_WRONLY | os.O_CREAT)
         os.ftruncate(fd, int(size))
         os.close(fd)
-        await self._say(turn, f"made sparse {path}\n")
+        self._say(turn, f"made sparse {path}\n")
 
-    async def _hardlink(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _hardlink(self, turn: Turn, arg: str, following: str | None) -> None:
         link, target = arg.split(":", 1)
         os.link(target, self._absolute(turn, link))
-        await self._say(turn, f"linked {link}\n")
+        self._say(turn, f"linked {link}\n")
 
-    async def _race(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _race(self, turn: Turn, arg: str, following: str | None) -> None:
         name, outside = arg.split(":", 1)
         directory = self._absolute(turn, name)
         os.makedirs(directory, exist_ok=True)
-        await asyncio.to_thread(Path(directory, "f").write_text, "inside\n")
+        with open(os.path.join(directory, "f"), "w") as inside:
+            inside.write("inside\n")
         link = directory + ".link"
         os.symlink(outside, link)
         stop = threading.Event()
@@ -672,174 +912,155 @@ class FakeAgent:
         try:
             for _ in range(_int_or(following, 100)):
                 try:
-                    response = await self.conn.read_text_file(
-                        session_id=turn.session_id, path=os.path.join(directory, "f")
-                    )
+                    content = self._read_file(turn, os.path.join(directory, "f"))
                 except RequestError as exc:
                     counts["refused" if "outside" in str(exc.data) else "missing"] += 1
                     continue
-                counts["inside" if response.content == "inside\n" else "outside"] += 1
+                counts["inside" if content == "inside\n" else "outside"] += 1
         finally:
             stop.set()
             swapper.join()
-        await self._say(turn, "race: " + " ".join(f"{k}={v}" for k, v in counts.items()) + "\n")
+        self._say(turn, "race: " + " ".join(f"{k}={v}" for k, v in counts.items()) + "\n")
 
-    async def _peek(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _peek(self, turn: Turn, arg: str, following: str | None) -> None:
         said = f"peek {arg} parent={os.getppid()}"
         try:
-            data = await asyncio.to_thread(Path(arg).read_bytes)
+            with open(arg, "rb") as peeked:
+                data = peeked.read()
         except OSError as exc:
-            await self._say(turn, f"{said} error={exc.strerror}\n")
+            self._say(turn, f"{said} error={exc.strerror}\n")
             return
         seen = "yes" if following and following.encode() in data else "no"
-        await self._say(turn, f"{said} bytes={len(data)} marker={seen}\n")
+        self._say(turn, f"{said} bytes={len(data)} marker={seen}\n")
 
-    async def _slow(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _slow(self, turn: Turn, arg: str, following: str | None) -> None:
         ticks = _int_or(following, DEFAULT_SLOW_TICKS)
         for i in range(1, ticks + 1):
-            try:
-                await asyncio.wait_for(turn.session.cancelled.wait(), timeout=1.0)
-            except TimeoutError:
-                await self._say(turn, f"tick {i}/{ticks}\n")
-            else:
+            if turn.session.cancelled.wait(timeout=1.0):
                 raise TurnCancelled
+            self._say(turn, f"tick {i}/{ticks}\n")
 
-    async def _hang(self, turn: Turn, arg: str, following: str | None) -> None:
-        await asyncio.sleep(3600)
+    def _hang(self, turn: Turn, arg: str, following: str | None) -> None:
+        time.sleep(3600)
 
-    async def _crash(self, turn: Turn, arg: str, following: str | None) -> None:
-        await self._say(turn, "about to crash\n")
+    def _crash(self, turn: Turn, arg: str, following: str | None) -> None:
+        self._say(turn, "about to crash\n")
         sys.stderr.write("fatal: fake agent crashed on purpose\n")
         sys.stderr.flush()
         os._exit(3)
 
-    async def set_session_mode(
-        self, session_id: str, mode_id: str, **kwargs: Any
-    ) -> SetSessionModeResponse:
-        self._sessions[session_id].mode = mode_id
-        await self.conn.session_update(session_id=session_id, update=update_current_mode(mode_id))
-        return SetSessionModeResponse()
-
-    async def _setup(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _setup(self, turn: Turn, arg: str, following: str | None) -> None:
         servers = ",".join(turn.session.mcp_servers) or "none"
-        await self._say(turn, f"mode: {turn.session.mode}; mcp: {servers}\n")
+        self._say(turn, f"mode: {turn.session.mode}; mcp: {servers}\n")
 
-    async def _mcp(self, turn: Turn, arg: str, following: str | None) -> None:
-        from mcp import Client  # only this word needs it: the other tests start faster
-        from mcp.client.stdio import StdioServerParameters
-
+    def _mcp(self, turn: Turn, arg: str, following: str | None) -> None:
         tool, _, encoded = arg.partition(":")
         args = json.loads(base64.b64decode(encoded)) if encoded else {}
         spec = turn.session.stdio.get("tailagent")
         if spec is None:
-            await self._say(turn, f"mcp {tool} error: no MCP server named tailagent\n")
+            self._say(turn, f"mcp {tool} error: no MCP server named tailagent\n")
             return
+        import asyncio  # only this word needs it (and the `mcp` package): the others start faster
 
-        async def progress(done: float, total: float | None, message: str | None) -> None:
-            await self._say(turn, f"mcp progress: {message}\n")
-
-        env = {e.name: e.value for e in spec.env or []}
-        server = StdioServerParameters(command=spec.command, args=list(spec.args), env=env)
-        async with Client(server) as client:
-            result = await client.call_tool(tool, args, progress_callback=progress)
+        result = asyncio.run(self._call_mcp_tool(turn, spec, tool, args))
         text = " ".join(getattr(c, "text", "") for c in result.content)
         said = "error" if result.is_error else "said"
-        await self._say(turn, f"mcp {tool} {said}: {text}\n")
+        self._say(turn, f"mcp {tool} {said}: {text}\n")
 
-    async def _connect(self, turn: Turn, arg: str, following: str | None) -> None:
+    async def _call_mcp_tool(self, turn: Turn, spec: Json, tool: str, args: Json) -> Any:
+        """Starts the stdio MCP server `spec` as a real agent does, with the `mcp` package's
+        client, and calls `tool`; says each progress notification it sends meanwhile."""
+        from mcp import Client
+        from mcp.client.stdio import StdioServerParameters
+
+        async def said_progress(progress: float, total: float | None, message: str | None) -> None:
+            self._say(turn, f"mcp progress: {message}\n")
+
+        env = {e["name"]: e["value"] for e in spec.get("env") or []}
+        server = StdioServerParameters(
+            command=spec["command"], args=list(spec.get("args") or []), env=env
+        )
+        async with Client(server) as client:
+            return await client.call_tool(tool, args, progress_callback=said_progress)
+
+    def _connect(self, turn: Turn, arg: str, following: str | None) -> None:
+        import socket  # only this word needs it
+
         try:
-            _, writer = await asyncio.open_unix_connection(arg)
-            writer.close()
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+                client.connect(arg)
             outcome = "ok"
         except OSError as exc:
             outcome = f"{type(exc).__name__}: {exc.strerror}"
-        await self._say(turn, f"connect {arg}: {outcome}\n")
+        self._say(turn, f"connect {arg}: {outcome}\n")
 
-    async def _env(self, turn: Turn, arg: str, following: str | None) -> None:
-        await self._say(turn, "env: " + ",".join(sorted(os.environ)) + "\n")
+    def _env(self, turn: Turn, arg: str, following: str | None) -> None:
+        self._say(turn, "env: " + ",".join(sorted(os.environ)) + "\n")
 
-    async def _noise(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _noise(self, turn: Turn, arg: str, following: str | None) -> None:
         for i in range(1, _int_or(following, DEFAULT_NOISE_LINES) + 1):
             sys.stderr.write(f"noise line {i}\n")
             sys.stderr.flush()
 
-    async def _chunks(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _chunks(self, turn: Turn, arg: str, following: str | None) -> None:
         for i in range(1, _int_or(following, DEFAULT_CHUNKS) + 1):
-            await self._say(turn, f"chunk {i} ")
+            self._say(turn, f"chunk {i} ")
 
-    async def _elicit(self, turn: Turn, arg: str, following: str | None) -> None:
-        colours = [EnumOption(const="r", title="red"), EnumOption(const="b", title="blue")]
-        schema = ElicitationSchema(
-            properties={
-                "branch": ElicitationStringPropertySchema(type="string", title="Branch"),
-                "count": ElicitationIntegerPropertySchema(type="integer", title="Count"),
-                "colour": ElicitationStringPropertySchema(
-                    type="string", title="Colour", one_of=colours
-                ),
-                "push": ElicitationBooleanPropertySchema(type="boolean", title="Push"),
-            },
-            required=["branch"],
-        )
-        mode = ElicitationFormSessionMode(session_id=turn.session_id, requested_schema=schema)
+    def _elicit(self, turn: Turn, arg: str, following: str | None) -> None:
+        params = {
+            "sessionId": turn.session_id, "message": "Where should the build go?",
+            "mode": "form", "requestedSchema": ELICITATION_SCHEMA,
+        }  # fmt: skip
         try:
-            response = await self.conn.create_elicitation(
-                message="Where should the build go?", mode=mode
-            )
+            response = self.conn.request("elicitation/create", params)
         except RequestError as exc:
-            await self._say(turn, f"elicitation refused: {exc}\n")
+            self._say(turn, f"elicitation refused: {exc}\n")
             return
-        self._note(f"elicitation answered {response.action}")
-        content = json.dumps(getattr(response, "content", None), sort_keys=True)
-        await self._say(turn, f"elicited: {response.action} {content}\n")
+        action = response["action"]
+        self._note(f"elicitation answered {action}")
+        # acp's decline and cancel answers carry no content; accept's (and an unknown
+        # action's) may.
+        content = None if action in ("decline", "cancel") else response.get("content")
+        self._say(turn, f"elicited: {action} {json.dumps(content, sort_keys=True)}\n")
 
-    async def _model(self, turn: Turn, arg: str, following: str | None) -> None:
-        await self._say(turn, f"model: {turn.session.model}\n")
+    def _model(self, turn: Turn, arg: str, following: str | None) -> None:
+        self._say(turn, f"model: {turn.session.model}\n")
 
-    async def _usage(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _usage(self, turn: Turn, arg: str, following: str | None) -> None:
         amount, _, currency = arg.partition(":")
-        cost = Cost(amount=float(amount), currency=currency or "USD") if amount else None
-        update = UsageUpdate(
-            session_update="usage_update", used=1000 * turn.session.turns, size=200000, cost=cost
-        )
-        await self.conn.session_update(session_id=turn.session_id, update=update)
+        update: Json = {"used": 1000 * turn.session.turns, "size": 200000}
+        if amount:
+            update["cost"] = {"amount": float(amount), "currency": currency or "USD"}
+        update["sessionUpdate"] = "usage_update"
+        self._update(turn.session_id, update)
 
-    async def _hostile(self, turn: Turn, arg: str, following: str | None) -> None:
+    def _hostile(self, turn: Turn, arg: str, following: str | None) -> None:
         session_id = turn.session_id
-        thought = update_agent_thought_text(f"thought {HOSTILE}")
-        await self.conn.session_update(session_id=session_id, update=thought)
-        await self._say(turn, f"said {HOSTILE}\n")
+        self._update(session_id, _chunk("agent_thought_chunk", f"thought {HOSTILE}"))
+        self._say(turn, f"said {HOSTILE}\n")
         read_id = turn.session.next_tool_call_id()
-        await self.conn.session_update(
-            session_id=session_id,
-            update=start_tool_call(
-                read_id, f"Read {HOSTILE}", kind="read", status="in_progress",
-                raw_input={"path": HOSTILE},
-            ),
-        )  # fmt: skip
-        output = [tool_content(text_block(f"output {HOSTILE}"))]
-        await self.conn.session_update(
-            session_id=session_id,
-            update=update_tool_call(read_id, status="completed", content=output),
+        self._update(
+            session_id,
+            _tool_call(read_id, f"Read {HOSTILE}", "read", raw_input={"path": HOSTILE}),
         )
+        output = [_tool_text(f"output {HOSTILE}")]
+        self._update(session_id, _tool_call_done(read_id, "completed", output))
         path, content = os.path.join(turn.session.cwd, "hostile.txt"), f"file {HOSTILE}\n"
-        await self.conn.write_text_file(session_id=session_id, path=path, content=content)
+        self.conn.request(
+            "fs/write_text_file", {"sessionId": session_id, "path": path, "content": content}
+        )
         edit_id = turn.session.next_tool_call_id()
-        diff = tool_diff_content(path, new_text=content, old_text="")
-        await self.conn.session_update(
-            session_id=session_id,
-            update=start_tool_call(
-                edit_id, f"Write {HOSTILE}", kind="edit", status="in_progress", content=[diff]
-            ),
-        )
-        await self.conn.session_update(
-            session_id=session_id, update=update_tool_call(edit_id, status="completed")
-        )
-        await self._permission(turn, f"Run {HOSTILE}", HOSTILE)
+        diff = _diff(path, old_text="", new_text=content)
+        self._update(session_id, _tool_call(edit_id, f"Write {HOSTILE}", "edit", content=[diff]))
+        self._update(session_id, _tool_call_done(edit_id, "completed"))
+        self._permission(turn, f"Run {HOSTILE}", HOSTILE)
 
 
 def _swap_until(directory: str, link: str, stop: threading.Event) -> None:
     """Exchanges the names of a directory and a symlink (renameat2 RENAME_EXCHANGE), so
     the name is always one or the other, until `stop` is set."""
+    import ctypes  # only the race word needs it
+
     libc = ctypes.CDLL(None, use_errno=True)
     at_cwd, exchange = -100, 2
     while not stop.is_set():
@@ -870,7 +1091,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--no-config-options", action="store_true", help="offer no session config options"
     )
-    parser.add_argument("--log", type=Path, help="append the lifecycle calls it gets here")
+    parser.add_argument("--log", help="append the lifecycle calls it gets here")
     parser.add_argument(
         "--key-login", metavar="VAR", help="list login methods; open sessions once logged in "
         "with `api-key`, which takes VAR from the environment"
@@ -878,6 +1099,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.slow_start > 0:
         time.sleep(args.slow_start)
+    slow = (("session/close", args.slow_close), ("session/resume", args.slow_resume))
     agent = FakeAgent(
         can_load=not args.no_load,
         auth_required=args.auth_required,
@@ -885,22 +1107,12 @@ def main(argv: list[str] | None = None) -> None:
         embeds=not args.no_embedded_context,
         can_resume=not args.no_resume,
         can_close=not args.no_close,
-        slow=tuple(
-            acp.AGENT_METHODS[name]
-            for name, chosen in (
-                ("session_close", args.slow_close),
-                ("session_resume", args.slow_resume),
-            )
-            if chosen
-        ),
+        slow=tuple(method for method, chosen in slow if chosen),
         config_options=not args.no_config_options,
         log=args.log,
     )
-    # The agent implements only what it needs; acp answers the rest "method not found".
-    # acp 0.12.1 still routes session/resume and session/close only as "unstable".
-    asyncio.run(
-        acp.run_agent(cast(Agent, agent), use_unstable_protocol=True, observers=[agent.observe])
-    )
+    agent.conn.serve()
+    # What still runs (a hung turn, a slow close) is left unanswered: daemon threads.
 
 
 if __name__ == "__main__":
