@@ -38,10 +38,10 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--cwd", metavar="DIR", help="the workspace (default: current directory)")
     p.add_argument(
         "--isolation",
-        choices=("worktree", "shared"),
-        help="worktree: each conversation in a repository and branch of its own, borrowing "
-        "the workspace's objects (the default, in a git repository); shared: all in the "
-        "workspace",
+        choices=("repository", "shared", "worktree"),
+        help="repository: each conversation in a repository and branch of its own, "
+        "borrowing the workspace's objects (the default, in a git repository; worktree is "
+        "its old name); shared: all in the workspace",
     )
     p.add_argument(
         "--listen",
@@ -346,7 +346,9 @@ def _unit_serve_options(a: argparse.ArgumentParser) -> None:
     a.add_argument("--agent", choices=AGENTS, help="the agent it serves (default: claude)")
     a.add_argument("--agent-command", metavar="CMD", help="any ACP agent, as a command line")
     a.add_argument(
-        "--isolation", choices=("worktree", "shared"), help="a worktree per conversation, or one"
+        "--isolation",
+        choices=("repository", "shared", "worktree"),
+        help="a repository per conversation (worktree: its old name), or one shared",
     )
     a.add_argument("--hostname", metavar="NAME", help="--tsnet: the node's name (tailagent)")
     a.add_argument("--public-url", metavar="URL", help="the URL the agent card advertises")

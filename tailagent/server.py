@@ -289,7 +289,7 @@ async def _start_agent(
     shared = not isinstance(conversations, Isolated)
     if sandbox.on and sandbox.users.enabled and shared and settings.cwd.stat().st_uid == 0:
         log.warning("sandbox: agents work in %s itself (isolation shared), which root "
-                        "owns: they run as root there; with --isolation worktree each "
+                        "owns: they run as root there; with --isolation repository each "
                         "conversation's agent is a uid of its own", settings.cwd)  # fmt: skip
     if isinstance(conversations, Isolated):
         conversations.start()

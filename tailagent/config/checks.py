@@ -4,6 +4,7 @@ in its settled type, or raises ValueError saying what is wrong with it."""
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Callable
@@ -11,7 +12,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tailagent.config.settings import DELEGATED_ROLES, ROLES, SETTING_SOURCES, Listen, parse_listen
+from tailagent.config.settings import (
+    DELEGATED_ROLES,
+    ISOLATION_MODES,
+    ISOLATION_OLD_NAME,
+    ROLES,
+    SETTING_SOURCES,
+    Listen,
+    parse_listen,
+)
+
+log = logging.getLogger(__name__)
 
 
 def one_of(options: tuple[str, ...]) -> Callable[[Any], str]:
@@ -21,6 +32,18 @@ def one_of(options: tuple[str, ...]) -> Callable[[Any], str]:
         return str(value)
 
     return check
+
+
+def isolation(value: Any) -> str:
+    """`workspace.isolation`: `repository` or `shared`; the old `worktree` is read as
+    `repository`, with a line saying so, so a config or unit written before still works."""
+    if value == ISOLATION_OLD_NAME:
+        log.warning(
+            'workspace.isolation "worktree" is now called "repository" (each conversation '
+            "has a git repository of its own); the old name still works"
+        )
+        return "repository"
+    return one_of(ISOLATION_MODES)(value)
 
 
 def nonempty_text(value: Any) -> str:

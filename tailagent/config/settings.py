@@ -236,15 +236,18 @@ class TsnetSettings:
     https: str = "auto"
 
 
-ISOLATION_MODES = ("worktree", "shared")
+ISOLATION_MODES = ("repository", "shared")
+# The value `repository` had until each conversation had a repository of its own (issue
+# 41): still read, as `repository`, saying so once (config/checks.py, isolation).
+ISOLATION_OLD_NAME = "worktree"
 
 
 @dataclass(frozen=True, slots=True)
 class WorkspaceSettings:
-    """How conversations share the workspace: each in a git worktree and branch of its
-    own (`worktree`, when the workspace is a git repository), or all in it (`shared`)."""
+    """How conversations share the workspace: each in a git repository and branch of its
+    own (`repository`, when the workspace is a git repository), or all in it (`shared`)."""
 
-    isolation: str = "worktree"
+    isolation: str = "repository"
     base: str | None = None  # the branch conversations start from; None: the current one
     # Let tailagent's git run the repository's hooks and filter/merge drivers (Git LFS):
     # off, none of them runs on the files an agent wrote (workspace/git.py says why).

@@ -1,6 +1,6 @@
 """Where a conversation works, and what its turns leave behind.
 
-With isolation (`workspace.isolation = "worktree"` in a git repository) every A2A
+With isolation (`workspace.isolation = "repository"` in a git repository) every A2A
 context gets a git worktree and branch of its own: its agent works there, each turn
 that changed files ends with a commit whose trailers say who asked and who allowed
 each step, and nothing reaches the base branch until a person merges it. Shared,
@@ -127,7 +127,7 @@ class Isolated:
     like the agents' warm spares, one is kept made ahead for the next new conversation;
     an agent started ahead can be started inside it (`spare_directory`)."""
 
-    mode = "worktree"
+    mode = "repository"
 
     def __init__(self, worktrees: ConversationRepos, ahead: int = 1) -> None:
         self.worktrees = worktrees
