@@ -127,3 +127,20 @@ def test_help_names_the_real_default_agent() -> None:
         capture_output=True, text=True, timeout=20, env={"COLUMNS": "200"},
     )  # fmt: skip
     assert "(default: claude)" in result.stdout
+
+
+def test_the_old_name_of_repository_isolation_still_works_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`worktree` was `repository`'s name until each conversation had a repository of
+    its own: a config or a unit written then keeps working, told the new name once."""
+    config = tmp_path / "c.toml"
+    config.write_text('[workspace]\nisolation = "worktree"\n')
+    assert load_settings({}, config, {}).workspace.isolation == "repository"
+    assert 'is now called "repository"' in caplog.text
+    caplog.clear()
+    flags = load_settings({"workspace.isolation": "worktree"}, None, {})
+    assert flags.workspace.isolation == "repository" and "repository" in caplog.text
+    assert load_settings({}, None, {}).workspace.isolation == "repository"
+    with pytest.raises(ConfigError, match="must be one of repository, shared"):
+        load_settings({}, None, {"TAILAGENT_WORKSPACE_ISOLATION": "worktrees"})
