@@ -106,7 +106,7 @@ WITHOUT_LOGIN = {
     "qwen": ("Qwen Code", "npx -y @qwen-code/qwen-code"),
 }  # fmt: skip
 START_LINE = re.compile(
-    r"WARNING tailagent\.agent: (.+) has no login for (\S+): (no login found in .+)\. "
+    r"WARNING tailagent\.agents: (.+) has no login for (\S+): (no login found in .+)\. "
     r"To log it in, (.+)\. Until then every task fails\.$"
 )
 
