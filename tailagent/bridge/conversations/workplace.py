@@ -72,8 +72,6 @@ class TurnRecord:
 
 
 class Conversations(Protocol):
-    mode: str  # "worktree" | "shared", as `serve` says at start
-
     async def directory(self, context_id: str) -> Path | None:
         """The directory the context's agent works in (None: the workspace)."""
         ...
@@ -98,8 +96,6 @@ class Conversations(Protocol):
 
 class Shared:
     """Every conversation in the workspace itself."""
-
-    mode = "shared"
 
     def __init__(self, why: str) -> None:
         self.why = why
@@ -126,8 +122,6 @@ class Isolated:
     Making a worktree costs a checkout (~0.2 s on 10,000 files, more on a busy disk), so,
     like the agents' warm spares, one is kept made ahead for the next new conversation;
     an agent started ahead can be started inside it (`spare_directory`)."""
-
-    mode = "repository"
 
     def __init__(self, worktrees: ConversationRepos, ahead: int = 1) -> None:
         self.worktrees = worktrees
