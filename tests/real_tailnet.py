@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import tempfile
@@ -148,7 +149,12 @@ class Tailnet:
         path = self.directory / name
         return path.read_text()[-3000:] if path.exists() else ""
 
-    def add_node(self, name: str, *, proxy: bool = False, tags: tuple[str, ...] = ()) -> Node:
+    def add_node(
+        self, name: str, *, proxy: bool = False, tags: tuple[str, ...] = (), user: str = ""
+    ) -> Node:
+        """A node joined to the tailnet; its tailscaled runs as `user` when one is named
+        (as a box whose tailscaled is the service user's own runs it), else as this
+        process's user."""
         directory = self.directory / name
         directory.mkdir()
         read_end, write_end = os.pipe()  # tailscaled exits when the write end closes
@@ -168,13 +174,18 @@ class Tailnet:
         args = [str(BIN / "tailscaled"), "--tun=userspace-networking", f"--statedir={directory}",
                 f"--socket={directory}/ts.sock", "--port=0", "--no-logs-no-support",
                 "--encrypt-state=false"]  # fmt: skip
+        as_user: dict[str, Any] = {}
+        if user:
+            env["HOME"] = str(directory)  # this process's HOME may be closed to the user
+            account = self._give(directory, user)
+            as_user = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
         port = None
         if proxy:
             port = free_port()
             args.append(f"--outbound-http-proxy-listen=127.0.0.1:{port}")
         log = (directory / "tailscaled.log").open("w")
         process = subprocess.Popen(
-            args, env=env, pass_fds=(read_end,), stdout=log, stderr=subprocess.STDOUT
+            args, env=env, pass_fds=(read_end,), stdout=log, stderr=subprocess.STDOUT, **as_user
         )
         os.close(read_end)
         node = Node(name, directory, process, write_end, port)
@@ -193,6 +204,14 @@ class Tailnet:
             up.append("--advertise-tags=" + ",".join(tags))
         node.tailscale(*up)
         return node
+
+    def _give(self, directory: Path, user: str) -> pwd.struct_passwd:
+        """The node's directory becomes the user's, and the tailnet's (mkdtemp's, 0700)
+        one it may pass through to reach it."""
+        account = pwd.getpwnam(user)
+        self.directory.chmod(0o711)
+        os.chown(directory, account.pw_uid, account.pw_gid)
+        return account
 
     def grant(self, caps: dict[str, Any]) -> None:
         """Tailnet grants (app capabilities) every peer's whois carries from now on.
