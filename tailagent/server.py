@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from a2a.types.a2a_pb2 import Task
 from hypercorn.asyncio import serve
 
+from tailagent.access.forwarding import shared_forwarder
 from tailagent.access.logline import AccessLog
 from tailagent.agents.events import AgentBackend, AgentStartError
 from tailagent.agents.registry import (
@@ -549,6 +550,10 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
     )
     for line in await next_steps(settings, presence, where):
         log.info("%s", line)
+    # tailscaled as the service user: any process of it could forge X-Forwarded-For.
+    shared = shared_forwarder(presence.localapi.socket_path)
+    if shared is not None and presence.trusts_forwarding:
+        log.warning("%s", shared.line())
     background = _background(settings, notifier, service, where)
     try:
         # The guard is ASGI over plain dicts; Hypercorn's types name their own scopes.

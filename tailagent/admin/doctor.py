@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tailagent.access.forwarding import shared_forwarder
 from tailagent.agents.acp.presets import PRESETS, shown_command
 from tailagent.card.keys import KeyStore
 from tailagent.config import AGENTS, Settings
@@ -101,35 +102,16 @@ async def _tailscale(settings: Settings) -> list[Check]:
                 else f"sudo tailscale serve --bg {target}  (or tailagent serve --tailnet)",
             )
         )
-        return [*checks, *_forwarder(api.socket_path, settings)]
+        return [*checks, *_forwarder(api.socket_path)]
     finally:
         await api.aclose()
 
 
-def _forwarder(socket_path: Path | None, settings: Settings) -> list[Check]:
-    """What trusting `X-Forwarded-For` means here: tailagent takes it from a TCP
-    connection of root's or of tailscaled's user. When that user is this server's own,
-    any process of it could name any caller; fenced agents cannot reach the listener
-    (their network is their own), the service user's other processes can."""
-    if socket_path is None or settings.listen.path is not None:
-        return []  # a unix-socket listener: tailscaled alone reaches it
-    try:
-        owner = socket_path.stat().st_uid
-    except OSError:
-        return []
-    if owner != os.getuid() or owner == 0:
-        return []
-    return [
-        Check(
-            "forwarded-for",
-            True,
-            "tailscaled runs as this server's own user: a process of that user connecting "
-            "to the TCP listener is trusted as tailscale serve (fenced agents cannot reach "
-            "it: their network is their own)",
-            "listen on a unix socket (--listen unix:PATH, then tailscale serve "
-            "unix:PATH), which tailscaled alone reaches",
-        )
-    ]
+def _forwarder(socket_path: Path | None) -> list[Check]:
+    """What trusting `X-Forwarded-For` means here (access/forwarding.py), in the words
+    the server's start log uses too."""
+    said = shared_forwarder(socket_path)
+    return [] if said is None else [Check("forwarded-for", True, said.detail, said.fix)]
 
 
 def _agent(settings: Settings) -> Check:
