@@ -46,7 +46,8 @@ def page(owner: BrowserContext, repo_server: tuple[RunningServer, Path]) -> Iter
 
 def finished(page: Page, text: str) -> str:
     task_id = local_task(page, text)
-    expect(page.locator(".task-head .state")).to_have_text("completed")
+    # A conversation's first turn makes its repository: seconds on a loaded box.
+    expect(page.locator(".task-head .state")).to_have_text("completed", timeout=30_000)
     return task_id
 
 
