@@ -245,7 +245,9 @@ async def test_bad_requests_get_one_line_and_change_nothing(
     server, repo = repo_server
     a2a = A2A(server.url, server.token)
     context_id = f"wip-{uuid.uuid4().hex[:12]}"
-    slow = user_message("edit:wip.txt slow 3", context_id=context_id)
+    # Long enough for the refusal of a merge of it while it runs, asked first, to meet it
+    # running on a loaded box (a CLI run there takes seconds).
+    slow = user_message("edit:wip.txt slow 6", context_id=context_id)
     long_turn = asyncio.create_task(a2a.turn(slow))
     record = server.state_dir / "worktrees" / f"{context_id}.json"
     for _ in range(100):  # until the conversation's worktree exists
@@ -255,8 +257,8 @@ async def test_bad_requests_get_one_line_and_change_nothing(
     assert record.exists(), sorted((server.state_dir / "worktrees").iterdir())
     before = snapshot(repo)
     for args, words in (
-        (("merge", "no-such-conversation"), "Conversation no-such-conversation not found"),
         (("merge", context_id), "is running task"),
+        (("merge", "no-such-conversation"), "Conversation no-such-conversation not found"),
         (("diff", "no-such-conversation"), "Conversation no-such-conversation not found"),
     ):
         done = await asyncio.to_thread(cli, server, *args)
@@ -273,7 +275,7 @@ async def test_bad_requests_get_one_line_and_change_nothing(
     assert snapshot(repo) == before
     assert (await long_turn).final_state == "completed"
     diff = await asyncio.to_thread(cli, server, "diff", context_id)
-    assert "+edit:wip.txt slow 3" in diff.stdout
+    assert "+edit:wip.txt slow 6" in diff.stdout
 
 
 def test_a_workspace_that_is_not_a_repository_runs_shared(tmp_path: Path) -> None:
