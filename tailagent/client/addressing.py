@@ -41,8 +41,7 @@ from a2a.utils.errors import A2AError
 
 from tailagent.client.errors import UsageError, complain
 from tailagent.client.render import Outcome, Prompt
-from tailagent.client.short_ids import PAGE, SEARCHED, is_whole, whole_task_id
-from tailagent.client.tasks import short_context
+from tailagent.client.short_ids import PAGE, SEARCHED, is_whole, short_context, whole_task_id
 from tailagent.output.titles import first_prompt
 from tailagent.output.visible import visible
 

@@ -13,7 +13,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from a2a.client import A2AClientError, Client
@@ -32,7 +32,6 @@ from rich.console import Console
 from rich.prompt import Prompt as AskPrompt
 from rich.text import Text
 
-from tailagent.card.keys import KeyStore
 from tailagent.card.verify import KnownAgents, fetch_card, verify_card
 from tailagent.client.addressing import address
 from tailagent.client.connect import (
@@ -60,6 +59,9 @@ from tailagent.client.render import (
 )
 from tailagent.cost.figures import dollars, shown_usd, token_figure
 from tailagent.output.visible import visible
+
+if TYPE_CHECKING:
+    from tailagent.card.keys import KeyStore
 
 CONFIRM_SECONDS = 3.0
 
@@ -102,6 +104,16 @@ def build_message(
     return message
 
 
+def _own_keys(state_dir: Path | None) -> KeyStore | None:
+    """This box's server's signing keys, when its state dir is readable here and has them."""
+    # Here, not at the top: the key store brings cryptography's serialization, ~20 ms of
+    # CPU, and is read only when a pinned key no longer verifies.
+    from tailagent.card.keys import KeyStore
+
+    keys = KeyStore(state_dir) if state_dir is not None else None
+    return keys if keys is not None and keys.exists() else None
+
+
 async def check_card(
     url: str, http: httpx.AsyncClient, require_signed: bool, own_state: Path | None = None
 ) -> None:
@@ -115,8 +127,7 @@ async def check_card(
         return
     card = await fetch_card(url, http)
     verdict = await verify_card(card, url, http, pinned)
-    keys = KeyStore(own_state) if own_state is not None else None
-    if not verdict.valid and pinned is not None and keys is not None and keys.exists():
+    if not verdict.valid and pinned is not None and (keys := _own_keys(own_state)) is not None:
         own = await verify_card(card, url, http, {"jwk": keys.current().jwk})
         if own.valid and own.jwk is not None:
             known.pin(url, own.jwk)

@@ -19,7 +19,6 @@ from a2a.client import A2ACardResolver, Client, ClientConfig, create_client
 from tailagent.access.tokens import read_local_token
 from tailagent.config import DEFAULT_URL, cli_state_dir, default_state_dir, is_loopback_url
 from tailagent.statedir.lock import running_server
-from tailagent.tailnet.tsnet.client import proxy_for
 
 UNIX_BASE = "http://localhost"  # the Host a server on a unix socket answers to
 
@@ -139,8 +138,18 @@ def open_http(target: Target, token: str | None) -> httpx.AsyncClient:
     if target.socket is not None:
         transport = httpx.AsyncHTTPTransport(uds=str(target.socket))
         return httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport)
-    proxy = proxy_for(target.url, target.state_dir)
-    return httpx.AsyncClient(headers=headers, timeout=timeout, proxy=proxy)
+    return httpx.AsyncClient(headers=headers, timeout=timeout, proxy=_proxy(target))
+
+
+def _proxy(target: Target) -> str | None:
+    """The embedded node's proxy for a URL beyond this box; none for one on it."""
+    if target.local:
+        return None
+    # Here, not at the top: its LocalAPI client brings prometheus_client, ~20 ms of CPU
+    # that every local `call`, `tasks`, `watch` would pay for nothing.
+    from tailagent.tailnet.tsnet.client import proxy_for
+
+    return proxy_for(target.url, target.state_dir)
 
 
 @asynccontextmanager

@@ -5,6 +5,7 @@ back its start, as they do a conversation's. The server takes whole ids only (A2
 names a task by its id), so `watch` and `cancel` find the task the start fits among
 the caller's own latest tasks (a server lists each caller only its own), and ask for
 more of the id, or the whole one, when that does not name exactly one.
+A conversation goes by a short id of its own: its branch's (`short_context`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import uuid
 
 from a2a.client import Client
-from a2a.types.a2a_pb2 import ListTasksRequest
+from a2a.types.a2a_pb2 import ListTasksRequest, Task
+from google.protobuf.json_format import MessageToDict
 
 from tailagent.client.errors import UsageError
 
@@ -57,3 +59,11 @@ async def whole_task_id(client: Client, name: str) -> str:
             f"none of your latest {seen} tasks starts with {name}: give the task's whole id"
         )
     return found[0] if found else name
+
+
+def short_context(task: Task) -> str:
+    """The task's conversation as diff, merge and discard take it: the short id its
+    branch shows (`tailagent/<short id>`), else the first 8 characters of its id."""
+    meta = MessageToDict(task.metadata) if task.HasField("metadata") else {}
+    branch = str((meta.get("worktree") or {}).get("branch") or "")
+    return branch.removeprefix("tailagent/") or task.context_id[:8]

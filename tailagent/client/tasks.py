@@ -38,7 +38,7 @@ from tailagent.client.render import (
     state_name,
     status_event,
 )
-from tailagent.client.short_ids import whole_task_id
+from tailagent.client.short_ids import short_context, whole_task_id
 from tailagent.cost.figures import dollars, shown_usd
 from tailagent.output.titles import first_prompt
 from tailagent.output.visible import visible
@@ -58,14 +58,6 @@ def _when(task: Task) -> str:
     if moment.date() == now.date():
         return moment.strftime("%H:%M")
     return moment.strftime("%m-%d %H:%M" if moment.year == now.year else "%Y-%m-%d")
-
-
-def short_context(task: Task) -> str:
-    """The task's conversation as diff, merge and discard take it: the short id its
-    branch shows (`tailagent/<short id>`), else the first 8 characters of its id."""
-    meta = MessageToDict(task.metadata) if task.HasField("metadata") else {}
-    branch = str((meta.get("worktree") or {}).get("branch") or "")
-    return branch.removeprefix("tailagent/") or task.context_id[:8]
 
 
 def _changes(task: Task) -> str:
