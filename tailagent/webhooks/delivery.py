@@ -183,12 +183,10 @@ class PushDispatcher:
         self._targets = targets
         self._signer = signer
         self._policy = policy
-        self._http = httpx.AsyncClient(timeout=policy.timeout, follow_redirects=False)
-        self._tailnet_http = self._http
-        if tailnet_proxy is not None:
-            self._tailnet_http = httpx.AsyncClient(
-                timeout=policy.timeout, follow_redirects=False, proxy=tailnet_proxy
-            )
+        self._tailnet_proxy = tailnet_proxy
+        # Made at the first delivery: a client loads the CA bundle (~30 ms of CPU each),
+        # which a server whose tasks have no push config never needs.
+        self._clients: tuple[httpx.AsyncClient, httpx.AsyncClient] | None = None
         self._queues: dict[str, deque[Task]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         # Unfinished tasks with push configs (or that may have some: see watch()).
@@ -287,9 +285,9 @@ class PushDispatcher:
             headers["Authorization"] = f"Bearer {token}"
         url = httpx.URL(config.url)
         extensions = {}
-        http = self._http
+        http, tailnet_http = self._http_clients()
         if target.address is not None:
-            http = self._tailnet_http
+            http = tailnet_http
             # Connect to the address that was checked; the Host header and TLS name
             # stay the URL's own.
             headers["Host"] = url.netloc.decode()
@@ -316,6 +314,21 @@ class PushDispatcher:
             for worker in late:
                 with contextlib.suppress(BaseException):
                     await worker
-        await self._http.aclose()
-        if self._tailnet_http is not self._http:
-            await self._tailnet_http.aclose()
+        if self._clients is not None:
+            for client in set(self._clients):
+                await client.aclose()
+
+    def _http_clients(self) -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
+        """The client for addresses the host's network reaches, and the one for tailnet
+        addresses (the same one, unless an embedded node's proxy is the way there)."""
+        if self._clients is None:
+            http = httpx.AsyncClient(timeout=self._policy.timeout, follow_redirects=False)
+            tailnet_http = http
+            if self._tailnet_proxy is not None:
+                tailnet_http = httpx.AsyncClient(
+                    timeout=self._policy.timeout,
+                    follow_redirects=False,
+                    proxy=self._tailnet_proxy,
+                )
+            self._clients = (http, tailnet_http)
+        return self._clients
