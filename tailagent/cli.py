@@ -14,8 +14,6 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import argcomplete
-
 from tailagent import about
 from tailagent.config import (
     AGENTS,
@@ -539,7 +537,10 @@ def _parser() -> tuple[
     _clean_parser(sub)
     completion = sub.add_parser("completion", help="shell completion: eval or source its output")
     completion.add_argument("shell", choices=("bash", "zsh", "fish"))
-    argcomplete.autocomplete(parser)
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions; else ~5 ms of CPU to import
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
     return parser, sub
 
 
@@ -547,6 +548,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     """Runs the command asked for: each command's module is imported only when it runs,
     so a quick command does not pay for the server's imports."""
     if args.command == "completion":
+        import argcomplete
+
         print(argcomplete.shellcode(["tailagent"], shell=args.shell))
         return 0
     if args.command == "serve":
