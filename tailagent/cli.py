@@ -23,8 +23,6 @@ from tailagent.config import (
     ConfigError,
     Settings,
 )
-from tailagent.config.sources import load_settings
-from tailagent.process import secret_env
 
 STATE_DIR_NODE_HELP = "without tailscaled: the state dir of this box's `serve --tsnet` server"
 
@@ -424,6 +422,11 @@ def _dollars(text: str) -> float:
 
 def _settings(flags: dict[str, object], config: Path | None) -> Settings | None:
     """The settings, or None after printing the one line that says what is wrong."""
+    # Here, not at the top: the file's reader (tomllib) costs ~8 ms of CPU, and `call`,
+    # `tasks`, `watch` read no settings.
+    from tailagent.config.sources import load_settings
+    from tailagent.process import secret_env
+
     if config is None and os.environ.get("TAILAGENT_CONFIG"):
         config = Path(os.environ["TAILAGENT_CONFIG"])
     try:
@@ -661,6 +664,8 @@ def _spending(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     # The server's secrets out of /proc/<pid>/environ, where its agents could read them:
     # may exec this process again, without them in its environment (process/secret_env.py).
+    from tailagent.process import secret_env
+
     secret_env.hide()
     flags = {
         "agent": args.agent,
