@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tailagent import about
 from tailagent.config import (
     AGENTS,
     DEFAULT_URL,
@@ -446,6 +445,8 @@ class VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from tailagent import about  # only asked here: it brings platform, ~3 ms of CPU a run
+
         print(about.version_text())
         parser.exit()
 
