@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from a2a.types.a2a_pb2 import AgentCard
-from a2a.utils._jcs import canonicalize
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from tailagent.agents.events import AgentBackend
 from tailagent.card.builder import build_card, card_json
 from tailagent.card.keyfile import key_version
-from tailagent.process.origin import path_flags
+from tailagent.process.origin import python_child
 
 JWKS_PATH = "/.well-known/jwks.json"
 # The one-file binary has no `-m`: its entry point takes this argument instead.
@@ -49,44 +48,21 @@ class CardVariant(NamedTuple):
 
 
 def signer_command() -> list[str]:
-    """The signer child: child_entry.py of this very package, run by its path, not
-    with `-m` (which runs the package's `__init__` first: the child's largest cost);
-    with the flags that keep the current directory off its sys.path, where a
-    `tailagent/` folder (a clone, seen from its parent) could be imported in place of
-    this package (process/origin.py's path_flags)."""
+    """The signer child: `-m` alone would put the current directory first on its
+    sys.path, and a `tailagent/` folder there (a clone, seen from its parent) would be
+    imported in place of this package (process/origin.py's python_child says how it
+    is not)."""
     if getattr(sys, "frozen", False):
         return [sys.executable, SIGNER_ARGUMENT]
-    return [sys.executable, *path_flags(), str(Path(__file__).with_name("child_entry.py"))]
-
-
-def _without_empty(value: Any) -> Any:
-    """`value` without its empty strings, lists and objects, at every depth (None when
-    nothing is left), as a2a-sdk's signing drops them (its `_clean_empty`)."""
-    if isinstance(value, dict):
-        kept = {k: c for k, v in value.items() if (c := _without_empty(v)) is not None}
-        return kept or None
-    if isinstance(value, list):
-        return [c for v in value if (c := _without_empty(v)) is not None] or None
-    if isinstance(value, str) and not value:
-        return None
-    return value
-
-
-def signed_form(card: dict[str, Any]) -> str:
-    """What a card's signature covers, as a2a-sdk's signer and verifiers make it: the
-    card (as protobuf JSON) without `signatures` and without empty values, in RFC 8785
-    form. Made here, where a2a-sdk is loaded anyway, and not in the signer child, which
-    thus needs neither protobuf nor a2a-sdk (signer.py)."""
-    return canonicalize(_without_empty({k: v for k, v in card.items() if k != "signatures"}))
+    return python_child("tailagent.card.signer")
 
 
 async def sign_cards(
     state_dir: Path, cards: list[dict[str, Any]], jku: str
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The cards (as protobuf JSON) signed with the state dir's key (made now if there
-    is none), as served, and the JWKS that verifies them."""
-    payloads = [signed_form(card) for card in cards]
-    request = json.dumps({"state_dir": str(state_dir), "jku": jku, "payloads": payloads})
+    """The cards signed with the state dir's key (made now if there is none), as
+    served, and the JWKS that verifies them."""
+    request = json.dumps({"state_dir": str(state_dir), "jku": jku, "cards": cards})
     child = await asyncio.create_subprocess_exec(
         *signer_command(),
         stdin=asyncio.subprocess.PIPE,
@@ -104,11 +80,7 @@ async def sign_cards(
         lines = err.decode(errors="replace").strip().splitlines() or [f"exit {child.returncode}"]
         raise CardSigningFailed(f"cannot sign the agent card: {lines[-1]}")
     reply = json.loads(out)
-    signed = [
-        {**card, "signatures": [*card.get("signatures", []), signature]}
-        for card, signature in zip(cards, reply["signatures"], strict=True)
-    ]
-    return [card_json(ParseDict(card, AgentCard())) for card in signed], reply["jwks"]
+    return [card_json(ParseDict(card, AgentCard())) for card in reply["cards"]], reply["jwks"]
 
 
 class CardPublisher:

@@ -8,15 +8,13 @@ libraries nor the private key (push deliveries, which sign each notification, lo
 them in the server when the first one is sent; so does the first hand-off to a peer,
 which signs a hop of the actor chain for every request: delegation/outbound.py).
 
-The child reads one JSON request on stdin, `{"state_dir", "jku", "payloads": [what
-each card's signature covers, as text]}`, makes the first key if there is none, and
-writes `{"signatures": [{"protected", "signature"} for each payload], "jwks": {...}}`
-on stdout; on failure, one line on stderr. The payload is the card's canonical form
-(publish.py's signed_form), made by the server, which has the card's protobuf type and
-a2a-sdk loaded anyway: the child imports only PyJWT's JWS and the key file, not the
-card's message type, a2a-sdk's signing and what they pull in (protobuf, starlette,
-asyncio), nor, run by child_entry.py, the package's own `__init__`: the child's CPU went
-from ~0.30 s to ~0.19 s at every server start (medians of 21, alternating).
+The child reads one JSON request on stdin, `{"state_dir", "jku", "cards": [card as
+protobuf JSON]}`, makes the first key if there is none, and writes `{"cards": [the
+signed cards, as protobuf JSON], "jwks": {...}}` on stdout; on failure, one line on
+stderr. It imports only the card's message type, the signing and the key file: the
+served form (with A2A 0.3's fields beside 1.0's) is the server's to make, as the
+a2a-sdk server modules that make it cost a child started at every server start
+~0.4 s of CPU (docs/measured.md).
 """
 
 from __future__ import annotations
@@ -26,22 +24,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jwt import api_jws
+from a2a.types.a2a_pb2 import AgentCard
+from a2a.utils.signing import create_agent_card_signer
+from google.protobuf.json_format import MessageToDict, ParseDict
 
 from tailagent.card.keys import KeyStore, SigningKey
 
 
-def sign(payload: str, key: SigningKey, jku: str) -> dict[str, str]:
-    """A JWS over `payload` as a2a-sdk's card signer makes it (A2A 1.0, section 8.4):
-    its protected header and signature, without the payload, which is the card itself."""
-    token = api_jws.encode(
-        payload.encode(),
+def sign(card: AgentCard, key: SigningKey, jku: str) -> AgentCard:
+    signer = create_agent_card_signer(
         key.key,  # type: ignore[arg-type]  # PyJWT takes cryptography keys as well
-        algorithm=key.alg,
-        headers={"alg": key.alg, "kid": key.kid, "typ": "JOSE", "jku": jku},
+        {"alg": key.alg, "kid": key.kid, "typ": "JOSE", "jku": jku},
     )
-    protected, _, signature = token.split(".")
-    return {"protected": protected, "signature": signature}
+    return signer(card)
 
 
 def answer(request: dict[str, Any]) -> dict[str, Any]:
@@ -54,8 +49,9 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
             "it, or remove it to have a new key made (clients that pinned the old one "
             "must pin again)"
         ) from None
+    cards = [ParseDict(card, AgentCard()) for card in request["cards"]]
     return {
-        "signatures": [sign(payload, key, request["jku"]) for payload in request["payloads"]],
+        "cards": [MessageToDict(sign(card, key, request["jku"])) for card in cards],
         "jwks": keys.jwks(),
     }
 
