@@ -14,6 +14,12 @@ from tailagent.version import __version__ as __version__
 # ~70 modules and ~3 MiB in every process, used by none. Blocking that one module
 # leaves httpx its fallback, which only says to install its CLI extra.
 sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+# sse_starlette (a2a-sdk's streams) imports uvicorn, when it can, to patch its exit
+# handler, and uvicorn (installed for mcp, which imports it only to serve over HTTP,
+# never done here) its config, logging setup and click: ~30 ms of CPU at every start
+# of a server that Hypercorn serves. Unimportable, it leaves sse_starlette its fallback
+# (a server's shutdown is ours: stop_turns).
+sys.modules.setdefault("uvicorn", None)  # type: ignore[arg-type]
 
 defer_sql_modules()
 use_asyncio_queues()

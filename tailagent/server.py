@@ -4,7 +4,6 @@ everything in order. Each room lives in its own module: the app (app.py), the
 store (store/opening.py), the listener (listening/listener.py), Hypercorn
 (listening/serving.py)."""
 
-# ruff: noqa: E402  (uvicorn is made unimportable before the imports that would load it)
 from __future__ import annotations
 
 import asyncio
@@ -13,17 +12,10 @@ import logging
 import os
 import signal
 import socket
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
-
-# sse_starlette (a2a-sdk's streams) imports uvicorn, when it can, to patch its exit
-# handler, and uvicorn (installed for mcp) its config, logging setup and click: ~30 ms
-# of CPU at every start of a server that Hypercorn serves and that never uses uvicorn.
-# Unimportable here, it leaves sse_starlette its fallback (shutdown is ours: stop_turns).
-sys.modules.setdefault("uvicorn", None)  # type: ignore[arg-type]
 
 from a2a.types.a2a_pb2 import Task
 from hypercorn.asyncio import serve
