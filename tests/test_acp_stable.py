@@ -6,6 +6,8 @@ no error."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from a2a.types.a2a_pb2 import Message
 
 from tailagent.agents.acp.backend import AcpBackend
 from tailagent.agents.acp.presets import CUSTOM
+from tailagent.agents.acp.process import AgentProcess
 from tailagent.agents.events import AgentEvent, PromptText, TurnDone, UsageUpdated
 from tailagent.config import AgentSettings
 from tests.a2a_helpers import A2A, kind_of, state_name, texts, user_message
@@ -289,3 +292,27 @@ async def test_an_answer_that_is_none_of_a_fields_choices_is_asked_again(
     answered = await agent.turn(answering("BLUE"))
     assert answered.final_state == "completed"
     assert 'elicited: accept {"branch": "main", "colour": "b"}' in answer_text(answered)
+
+
+async def test_a_start_cancelled_mid_handshake_leaves_nothing_running(tmp_path: Path) -> None:
+    """A server stopping while a spare agent is still starting cancels that start (the
+    spares' aclose). The agent, which never answers `initialize` here, and the
+    connection's tasks go with it: once they were left behind, and the loop closed on
+    acp's sender task pending ("Task was destroyed but it is pending!")."""
+    silent = [sys.executable, "-c", "import time; time.sleep(60)"]
+    agent = AgentProcess(silent, dict(os.environ), tmp_path, host=lambda _: object())
+    start = asyncio.create_task(agent.start(handshake_timeout=30))
+    for _ in range(100):  # until the handshake is under way
+        if agent.connection is not None:
+            break
+        await asyncio.sleep(0.05)
+    start.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await start
+    assert not agent.alive
+    left = [
+        task
+        for task in asyncio.all_tasks()
+        if task is not asyncio.current_task() and not task.done() and "acp" in repr(task)
+    ]
+    assert left == []

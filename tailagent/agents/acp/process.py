@@ -178,9 +178,21 @@ class AgentProcess:
                 client_info=Implementation(name="tailagent", version=__version__),
             )
         )
-        done, _ = await asyncio.wait(
-            {handshake, self.exited}, timeout=handshake_timeout, return_when=asyncio.FIRST_COMPLETED
-        )
+        try:
+            done, _ = await asyncio.wait(
+                {handshake, self.exited},
+                timeout=handshake_timeout,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        except asyncio.CancelledError:
+            # Cancelled mid-handshake (a server stopping while a spare starts): the
+            # handshake, the connection's tasks and the process go with it, or the loop
+            # would close on them pending.
+            handshake.cancel()
+            with contextlib.suppress(BaseException):
+                await handshake
+            await self.stop(grace=1.0)
+            raise
         if handshake in done and handshake.exception() is None:
             self.info = handshake.result()
             return
