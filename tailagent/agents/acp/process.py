@@ -178,21 +178,7 @@ class AgentProcess:
                 client_info=Implementation(name="tailagent", version=__version__),
             )
         )
-        try:
-            done, _ = await asyncio.wait(
-                {handshake, self.exited},
-                timeout=handshake_timeout,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        except asyncio.CancelledError:
-            # Cancelled mid-handshake (a server stopping while a spare starts): the
-            # handshake, the connection's tasks and the process go with it, or the loop
-            # would close on them pending.
-            handshake.cancel()
-            with contextlib.suppress(BaseException):
-                await handshake
-            await self.stop(grace=1.0)
-            raise
+        done = await self._first_of(handshake, handshake_timeout)
         if handshake in done and handshake.exception() is None:
             self.info = handshake.result()
             return
@@ -210,6 +196,24 @@ class AgentProcess:
             reason = f"no ACP handshake within {handshake_timeout:.0f} s"
         await self.stop(grace=1.0)
         raise AgentStartError(f"the agent {' '.join(self.argv)!r} did not start: {reason}")
+
+    async def _first_of(self, handshake: asyncio.Future[Any], within: float) -> set[Any]:
+        """The handshake's end or the process's, whichever comes first, waiting at most `within` s.
+        Cancelled meanwhile (a server stopping while a spare starts), it takes the
+        handshake, the connection's tasks and the process with it, or the loop would
+        close on them pending."""
+        assert self.exited is not None
+        try:
+            done, _ = await asyncio.wait(
+                {handshake, self.exited}, timeout=within, return_when=asyncio.FIRST_COMPLETED
+            )
+        except asyncio.CancelledError:
+            handshake.cancel()
+            with contextlib.suppress(BaseException):
+                await handshake
+            await self.stop(grace=1.0)
+            raise
+        return done
 
     def _observe(self, event: StreamEvent) -> None:
         """Notes the id of each request sent: acp's calls do not return it, and a
