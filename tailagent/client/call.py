@@ -110,8 +110,10 @@ def _own_keys(state_dir: Path | None) -> KeyStore | None:
     # CPU, and is read only when a pinned key no longer verifies.
     from tailagent.card.keys import KeyStore
 
-    keys = KeyStore(state_dir) if state_dir is not None else None
-    return keys if keys is not None and keys.exists() else None
+    if state_dir is None:
+        return None
+    keys = KeyStore(state_dir)
+    return keys if keys.exists() else None
 
 
 async def check_card(
