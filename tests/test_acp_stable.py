@@ -316,3 +316,38 @@ async def test_a_start_cancelled_mid_handshake_leaves_nothing_running(tmp_path: 
         if task is not asyncio.current_task() and not task.done() and "acp" in repr(task)
     ]
     assert left == []
+
+
+async def test_a_spare_cancelled_while_it_freezes_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spare's handshake done, it is frozen until a conversation takes it; a server
+    stopping in that moment (a cgroup freeze takes a few ms) cancelled the start after
+    the process had started and before anyone held it: the agent ran on, and acp's sender
+    task was dropped pending ("Task was destroyed but it is pending!", seen in a run of
+    test_cost_bounds). The freeze is held open here so the cancel lands in it."""
+    freezing: list[AgentProcess] = []
+
+    async def slow_freeze(process: AgentProcess) -> None:
+        freezing.append(process)
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(AgentProcess, "freeze", slow_freeze)
+    backend = AcpBackend(CUSTOM, tmp_path, AgentSettings(), agent_command())
+    start = asyncio.create_task(backend.start())
+    for _ in range(200):
+        if freezing:
+            break
+        await asyncio.sleep(0.05)
+    assert freezing, "the first agent never reached its freeze"
+    assert freezing[0].alive
+    start.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await start
+    assert not freezing[0].alive
+    left = [
+        task
+        for task in asyncio.all_tasks()
+        if task is not asyncio.current_task() and not task.done() and "acp" in repr(task)
+    ]
+    assert left == []

@@ -145,7 +145,13 @@ class AcpBackend:
         """A process started ahead: frozen once its handshake is done, until a
         conversation takes it (`_open` thaws it)."""
         process = await self._spawn(directory)
-        await process.freeze()
+        try:
+            await process.freeze()
+        except BaseException:
+            # Cancelled in the freeze (a server stopping): no one holds this process
+            # yet, which would run on, its connection's tasks dropped pending.
+            await process.stop(grace=1.0)
+            raise
         return process
 
     async def start(self) -> None:
