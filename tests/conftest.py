@@ -22,6 +22,7 @@ from playwright.sync_api import Browser, sync_playwright
 
 from tests.a2a_helpers import A2A
 from tests.browser import CHROMIUM, FLAGS
+from tests.warm_start import WarmProcess, may_fork, start_serve
 
 SERVING = re.compile(r"serving on (\S+)")
 # A start is waited for until the server says where it serves or exits; this bound only
@@ -37,7 +38,7 @@ UNCLOSED = re.compile(
 @dataclass
 class RunningServer:
     url: str
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[str] | WarmProcess
     state_dir: Path
     log_path: Path
     unclosed_reported: bool = False
@@ -94,7 +95,13 @@ def start_server(
         args += ["--agent", "echo"]  # the offline agent, unless a test picks another
     args += ["--state-dir", str(state_dir), "--cwd", str(workspace), *extra]
     env = {k: v for k, v in (env or os.environ).items() if not k.startswith("TAILAGENT_")}
-    process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, text=True, env=env)
+    process: subprocess.Popen[str] | WarmProcess
+    if may_fork(args, env):
+        process = start_serve(args, env, log_path)
+    else:
+        process = subprocess.Popen(
+            args, stdout=log_file, stderr=subprocess.STDOUT, text=True, env=env
+        )
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         match = SERVING.search(log_path.read_text())

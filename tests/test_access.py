@@ -11,7 +11,6 @@ import contextlib
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from tests.tailnet import (
     send_message,
     whois,
 )
+from tests.warm_start import cli_run
 
 CAPABILITY = "example.com/cap/tailagent"
 CONFIG = f"""
@@ -263,7 +263,7 @@ def test_no_credentials_while_tailscaled_is_down_is_a_401_that_says_what_works(
     assert "bearer token" in error["message"] and "for tailnet callers" in error["message"]
     assert "start tailscaled at " in error["message"]
     assert rest.status_code == 401 and rest.json()["error"]["status"] == "UNAUTHENTICATED"
-    result = subprocess.run(
+    result = cli_run(
         [sys.executable, "-m", "tailagent", "call", "hi", "--url", f"http://127.0.0.1:{port}",
          "--state-dir", "/nonexistent"], capture_output=True, text=True, timeout=30,
     )  # fmt: skip

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from tests.a2a_helpers import A2A, data_parts, kind_of, state_name, texts, user_
 from tests.conftest import RunningServer, start_server
 from tests.processes import ancestors, children, token_alive, token_pid
 from tests.test_tokens_and_owners import add_token
+from tests.warm_start import cli_run
 
 FAKE = Path(__file__).with_name("fake_acp_agent.py")
 TURN = re.compile(r"turn (\d+) of session (\w+) in process (\d+\.\d+)")
@@ -368,7 +368,7 @@ async def test_an_agent_that_logs_in_with_its_key_is_logged_in_and_serves(tmp_pa
 
 
 def test_a_command_that_cannot_start_stops_the_server_with_one_line(tmp_path: Path) -> None:
-    result = subprocess.run(
+    result = cli_run(
         [
             sys.executable,
             "-m",
@@ -397,7 +397,7 @@ def test_a_command_that_cannot_start_stops_the_server_with_one_line(tmp_path: Pa
 def test_a_missing_npx_is_one_clear_line(tmp_path: Path, sandbox: str, program: str) -> None:
     """Unfenced, npx runs the preset; fenced, tailagent installs it with npm."""
     env = {**os.environ, "PATH": str(tmp_path), "TAILAGENT_SANDBOX_MODE": sandbox}
-    result = subprocess.run(
+    result = cli_run(
         [
             sys.executable,
             "-m",

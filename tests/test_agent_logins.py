@@ -16,6 +16,7 @@ import pytest
 
 from tailagent.agents.acp.presets import PRESETS
 from tests.conftest import RunningServer, start_server
+from tests.warm_start import cli_run
 
 FAKE = Path(__file__).with_name("fake_acp_agent.py")
 
@@ -34,7 +35,7 @@ def serve_preset(tmp: Path, preset: str, *flags: str) -> RunningServer:
 
 def call(server: RunningServer) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
-    done = subprocess.run(
+    done = cli_run(
         [sys.executable, "-m", "tailagent", "call", "--url", server.url, "--token", server.token,
          "hello"],
         capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "80"},

@@ -5,13 +5,13 @@ run by this venv's interpreter, both named by the last part of their paths)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 
 from tests.conftest import start_server
+from tests.warm_start import cli_run
 
 FAKE = Path(__file__).with_name("fake_acp_agent.py")
 COMMAND = f"{sys.executable} {FAKE} --log -"
@@ -24,7 +24,7 @@ def test_a_custom_command_is_named_in_the_start_line_doctor_and_the_card(tmp_pat
         log = server.log()
         assert f"serving on {server.url} (agent `{SHOWN}`, workspace " in log, log
         assert "(agent claude" not in log
-        done = subprocess.run(
+        done = cli_run(
             [sys.executable, "-m", "tailagent", "doctor", "--json", "--state-dir",
              str(server.state_dir)], capture_output=True, text=True, timeout=60,
         )  # fmt: skip

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from tailagent.delegation.directory import PeerDirectory
 from tailagent.tailnet.localapi import LocalAPI
 from tests.conftest import RunningServer, start_server
 from tests.tailnet import OWNER, FakeTailscaled, status, whois
+from tests.warm_start import cli_run
 
 CATALOG = "/.well-known/ai-catalog.json"
 CONFIG = """
@@ -162,12 +162,12 @@ def test_peers_reads_the_catalog(
     where = ("--scheme", "http", "--port", port, "--tailscale-socket", str(fake.socket))
     env = {**os.environ, "TAILAGENT_KNOWN_AGENTS": str(tmp_path / "k.json")}
     run = [sys.executable, "-m", "tailagent", "peers"]
-    done = subprocess.run([*run, "--json", *where], capture_output=True, text=True, env=env)
+    done = cli_run([*run, "--json", *where], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     (row,) = [json.loads(line) for line in done.stdout.splitlines()]
     assert row["agents"] == ["box-b"] and row["delegation"] is False
     assert row["signature"].startswith("valid")
-    table = subprocess.run([*run, *where], capture_output=True, text=True, env=env)
+    table = cli_run([*run, *where], capture_output=True, text=True, env=env)
     assert "delegation" in table.stdout and "box-b" in table.stdout
 
 

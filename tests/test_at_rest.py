@@ -7,7 +7,6 @@ do Web Push's (http-ece, py-vapid) before a page asks for the push key or a push
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import httpx
 
 from bench.bench_core import rpc
 from tests.conftest import RunningServer, start_server
+from tests.warm_start import cli_run
 
 # Each package by a compiled module of its own, mapped as soon as it is imported
 # (Quart and Jinja are pure Python: markupsafe's speedups come with them).
@@ -34,7 +34,7 @@ def call(method: str, params: dict[str, object]) -> dict[str, object]:
 
 
 def signin_link(server: RunningServer) -> str:
-    done = subprocess.run(
+    done = cli_run(
         [sys.executable, "-m", "tailagent", "web", "--state-dir", str(server.state_dir)],
         capture_output=True,
         text=True,

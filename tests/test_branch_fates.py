@@ -25,6 +25,7 @@ from tests.conftest import RunningServer, start_server
 from tests.test_desk_access import signin_link
 from tests.test_isolation import git
 from tests.test_worktree_newcomer import completed, send_turn
+from tests.warm_start import cli_run
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
 COLUMNS = 80
@@ -50,7 +51,7 @@ def tailagent(server: RunningServer, *args: str) -> subprocess.CompletedProcess[
     """A command of the person's, piped, in an 80-column terminal's environment."""
     env = {**os.environ, "COLUMNS": str(COLUMNS), "LINES": "50",
            "TAILAGENT_STATE_DIR": str(server.state_dir)}  # fmt: skip
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env,
     )  # fmt: skip

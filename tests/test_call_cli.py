@@ -20,12 +20,13 @@ from tailagent.client.render import request_start
 from tests.a2a_helpers import A2A
 from tests.conftest import RunningServer, start_server
 from tests.tailnet import NODE_DNS, FakeTailscaled
+from tests.warm_start import cli_run
 
 
 def call(
     server: RunningServer, *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", "call", *args, "--url", server.url],
         env=user_env(server),
         capture_output=True,
@@ -55,7 +56,7 @@ def user_env(server: RunningServer) -> dict[str, str]:
 
 def run_reply(server: RunningServer, line: str) -> subprocess.CompletedProcess[str]:
     argv = shlex.split(line)
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *argv[1:]],
         capture_output=True,
         text=True,
@@ -144,7 +145,7 @@ def test_interactive_answers_in_place(server: RunningServer) -> None:
 def test_usage_and_connection_errors_exit_2(server: RunningServer) -> None:
     nothing = call(server)
     assert nothing.returncode == 2 and "nothing to send" in nothing.stderr
-    unreachable = subprocess.run(
+    unreachable = cli_run(
         [sys.executable, "-m", "tailagent", "call", "hi", "--url", "http://127.0.0.1:9"],
         capture_output=True,
         text=True,
@@ -176,14 +177,14 @@ def test_a_unix_socket_server_is_called_by_its_socket_or_found_by_its_state_dir(
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILAGENT_")}
     try:
         for where in (["--url", f"unix:{socket_path}"], []):
-            result = subprocess.run(
+            result = cli_run(
                 [sys.executable, "-m", "tailagent", "call", "hello socket", "--state-dir",
                  str(server.state_dir), *where],
                 env=env, capture_output=True, text=True, timeout=30,
             )  # fmt: skip
             assert result.returncode == 0, result.stderr
             assert "hello socket" in result.stdout
-        bad = subprocess.run(
+        bad = cli_run(
             [sys.executable, "-m", "tailagent", "call", "x", "--url", "unix:relative.sock"],
             env=env, capture_output=True, text=True, timeout=30,
         )  # fmt: skip
@@ -200,7 +201,7 @@ def test_a_call_on_this_box_stays_on_the_loopback_listener(tmp_path: Path) -> No
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILAGENT_")}
     try:
         for where in (["--url", server.url], []):
-            result = subprocess.run(
+            result = cli_run(
                 [sys.executable, "-m", "tailagent", "call", "ask:cleanup", "--state-dir",
                  str(server.state_dir), *where],
                 env=env, capture_output=True, text=True, timeout=30,
@@ -241,7 +242,7 @@ def test_a_stream_the_server_ends_shows_why(tmp_path: Path, how: int) -> None:
 
 
 def cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args, "--url", server.url],
         env=user_env(server), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -351,7 +352,7 @@ def test_shell_completion(tmp_path: Path) -> None:
         **os.environ, "COMP_LINE": line, "COMP_POINT": str(len(line)), "_ARGCOMPLETE": "1",
         "_ARGCOMPLETE_IFS": " ", "_ARGCOMPLETE_STDOUT_FILENAME": str(tmp_path / "out"),
     }  # fmt: skip
-    subprocess.run([sys.executable, "-m", "tailagent"], env=env, timeout=30, check=False)
+    cli_run([sys.executable, "-m", "tailagent"], env=env, timeout=30, check=False)
     assert (tmp_path / "out").read_text().split() == ["--cancel-on-interrupt"]
     # Each shell's own way of registering a completer for the tailagent command.
     registers = {
@@ -360,7 +361,7 @@ def test_shell_completion(tmp_path: Path) -> None:
         "fish": "complete --command tailagent",
     }
     for shell, registration in registers.items():
-        script = subprocess.run(
+        script = cli_run(
             [sys.executable, "-m", "tailagent", "completion", shell],
             capture_output=True, text=True, timeout=30,
         )  # fmt: skip

@@ -26,6 +26,7 @@ from google.protobuf.json_format import MessageToDict
 from tests.a2a_helpers import A2A
 from tests.conftest import RunningServer, start_server
 from tests.test_isolation import git, make_project, worktree_path
+from tests.warm_start import cli_run
 
 RUN_AS = "python -m tailagent"  # how the follow-up commands name the CLI these tests run
 
@@ -38,7 +39,7 @@ def user_env(server: RunningServer) -> dict[str, str]:
 def tailagent(
     server: RunningServer, *args: str | bytes, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args],
         env=user_env(server), input=stdin, capture_output=True, timeout=60,
     )  # fmt: skip

@@ -18,12 +18,13 @@ from a2a.types.a2a_pb2 import TaskState
 
 from tests.a2a_helpers import A2A, user_message
 from tests.conftest import RunningServer, start_server
+from tests.warm_start import cli_run
 
 
 def tailagent(
     *args: str, env: dict[str, str] | None = None, stdout: int = subprocess.PIPE
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args],
         stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=60,
         env=env or os.environ.copy(),

@@ -11,10 +11,11 @@ import pytest
 
 from tailagent.config import ConfigError, parse_listen
 from tailagent.config.sources import load_settings
+from tests.warm_start import cli_run
 
 
 def serve(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", "serve", *args],
         capture_output=True,
         text=True,
@@ -122,7 +123,7 @@ def test_the_agent_and_its_table_in_one_file(tmp_path: Path) -> None:
 
 
 def test_help_names_the_real_default_agent() -> None:
-    result = subprocess.run(
+    result = cli_run(
         [sys.executable, "-m", "tailagent", "serve", "--help"],
         capture_output=True, text=True, timeout=20, env={"COLUMNS": "200"},
     )  # fmt: skip

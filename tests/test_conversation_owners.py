@@ -32,6 +32,7 @@ from tests.conftest import RunningServer, start_server
 from tests.serve_proxy import ServeProxy
 from tests.tailnet import FakeTailscaled, whois
 from tests.test_isolation import git, make_project
+from tests.warm_start import cli_run
 
 CAP = "example.com/cap/tailagent"
 CONFIG = f"""
@@ -251,7 +252,7 @@ def test_owners_outlive_a_restart(team: Team) -> None:
 
 
 def cli(team: Team, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args, "--state-dir", str(team.server.state_dir)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

@@ -32,6 +32,7 @@ from tests.tailnet import FakeTailscaled, whois
 from tests.test_acp import start_acp
 from tests.test_claude import FakeLog
 from tests.test_tokens_and_owners import tailagent
+from tests.warm_start import cli_run
 
 PEOPLE = {
     "bob": whois("bob@example.com", name="bob-laptop", ip="100.64.0.3"),
@@ -75,7 +76,7 @@ class Box:
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "COLUMNS": "80"}
-        return subprocess.run(
+        return cli_run(
             [sys.executable, "-m", "tailagent", *args, "--state-dir", str(self.server.state_dir)],
             capture_output=True, text=True, timeout=60, env=env,
         )  # fmt: skip
@@ -208,7 +209,7 @@ def test_the_call_and_the_task_list_say_what_it_cost(tmp_path: Path) -> None:
         env = {**os.environ, "COLUMNS": "80"}
         base = [sys.executable, "-m", "tailagent"]
         where = ["--url", server.url, "--state-dir", str(server.state_dir)]
-        call = subprocess.run([*base, "call", *where, "hello cost:0.25"],
+        call = cli_run([*base, "call", *where, "hello cost:0.25"],
                               capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
         assert call.returncode == 0, call.stderr
         assert (
@@ -216,16 +217,16 @@ def test_the_call_and_the_task_list_say_what_it_cost(tmp_path: Path) -> None:
             == "cost $0.25 (2 tokens in, 3 out); this conversation $0.25"
         )
         context = call.stdout.split("context ")[1].split()[0]
-        more = subprocess.run([*base, "call", *where, "--context", context, "more cost:1"],
+        more = cli_run([*base, "call", *where, "--context", context, "more cost:1"],
                               capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
         assert (
             more.stdout.splitlines()[-1]
             == "cost $1.00 (2 tokens in, 3 out); this conversation $1.25"
         )
-        free = subprocess.run([*base, "call", *where, "nothing to pay"],
+        free = cli_run([*base, "call", *where, "nothing to pay"],
                               capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
         assert free.stdout.splitlines()[-1] == "[completed]"  # a free turn says nothing of cost
-        listed = subprocess.run([*base, "tasks", *where],
+        listed = cli_run([*base, "tasks", *where],
                                 capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
     finally:
         server.stop()

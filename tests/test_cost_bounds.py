@@ -30,6 +30,7 @@ from tests.test_cost import (
     usage_rows,
     usage_today,
 )
+from tests.warm_start import cli_run
 
 BUDGET_TEXT = "spent today (running turns included) reached the daily budget of $1.00"
 
@@ -255,7 +256,7 @@ def _running_rows(db: Path) -> list[float]:
 
 
 def _budget(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", "budget", *args, "--state-dir", str(state_dir)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

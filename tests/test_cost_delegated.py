@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
@@ -40,6 +39,7 @@ from tests.test_delegation_inbound import (  # noqa: F401 (its fixtures, used he
     serve_b,
 )
 from tests.test_tokens_and_owners import tailagent
+from tests.warm_start import cli_run
 
 BOB = "user:bob@example.com"
 
@@ -67,7 +67,7 @@ def sqlite_url(box: Box) -> str:
 def wide_usage(state_dir: Path) -> str:
     """`tailagent usage` as a table on a terminal wide enough for "… via devbox-1"."""
     env = {**os.environ, "COLUMNS": "120"}
-    done = subprocess.run(
+    done = cli_run(
         [sys.executable, "-m", "tailagent", "usage", "--state-dir", str(state_dir)],
         capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -36,6 +35,7 @@ from tailagent.bridge.answers.requester import VIA_KEY, requester_of
 from tests.a2a_helpers import A2A, Turn, data_parts, kind_of, state_name, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.tailnet import FakeTailscaled, whois
+from tests.warm_start import cli_run
 
 SETTLE_TIMEOUT = 10.0
 
@@ -51,7 +51,7 @@ def resumed_of(turn: Turn) -> Any:
 def audit_rows(server: RunningServer, task_id: str) -> list[dict[str, Any]]:
     """The task's audit rows, as `tailagent audit --json` prints them."""
     command = ["audit", "--json", "--state-dir", str(server.state_dir)]
-    result = subprocess.run(
+    result = cli_run(
         [sys.executable, "-m", "tailagent", *command],
         capture_output=True,
         text=True,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from tailagent.delegation.chain import extend
 from tests.conftest import RunningServer, start_server
 from tests.tailnet import NODE_DNS, FakeTailscaled, request, send_message, whois
 from tests.test_isolation import git, make_project, worktree_path
+from tests.warm_start import cli_run
 
 ALICE, MALLORY = "alice@example.com", "mallory@example.com"
 BOX_A = "devbox-1.tail1234.ts.net"  # as whois names the calling box (tests/tailnet.py)
@@ -153,7 +153,7 @@ def test_a_delegated_task_is_the_persons_and_names_the_box_too(
     branch = "tailagent/" + task["contextId"][:8]
     trailers = git(worktree_path(server.state_dir, branch), "log", "-1", "--format=%(trailers)")
     assert f"Requested-by: {ALICE} (laptop) via devbox-1" in trailers, trailers
-    audit = subprocess.run(
+    audit = cli_run(
         [sys.executable, "-m", "tailagent", "audit", "--state-dir", str(server.state_dir)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

@@ -10,7 +10,6 @@ import asyncio
 import base64
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -38,6 +37,7 @@ from tailagent.delegation.tool_socket import ToolSockets
 from tailagent.sandbox.fences import TOOLS_INSIDE, Sandbox
 from tests.test_acp import agent_command, start_acp
 from tests.test_claude import FAKE_CLI
+from tests.warm_start import cli_run
 
 PEERS = [{"name": "devbox-2", "url": "https://devbox-2.tail.example.ts.net", "agent": "echo"}]
 
@@ -207,7 +207,7 @@ def test_a_servers_acp_agent_has_the_tools_and_a_tokens_turn_is_told_no_person_a
     server = start_acp(tmp_path, env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)})
     try:
         hand_off = word("delegate", {"peer": "devbox-2", "message": "run the tests"})
-        called = subprocess.run(
+        called = cli_run(
             [sys.executable, "-m", "tailagent", "call", "--url", server.url,
              "--token", server.token, hand_off],
             capture_output=True, text=True, timeout=120,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import http.server
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -29,6 +28,7 @@ from tests.browser import PHONE
 from tests.conftest import RunningServer, start_server
 from tests.serve_proxy import ServeProxy
 from tests.tailnet import NODE_DNS, OWNER, FakeTailscaled, whois
+from tests.warm_start import cli_run
 
 CAP = "example.com/cap/tailagent"
 CONFIG = f"""
@@ -173,7 +173,7 @@ def test_approving_from_the_page_completes_the_task_and_says_who(
     expect(decision).to_contain_text("You allowed rm -rf build")
     expect(page.locator("section.ask")).to_have_count(0)
     tailnet.wait_state(task_id, "TASK_STATE_COMPLETED")
-    audit = subprocess.run(
+    audit = cli_run(
         [sys.executable, "-m", "tailagent", "audit", "--json",
          "--state-dir", str(tailnet.server.state_dir)],
         capture_output=True, text=True, check=True,

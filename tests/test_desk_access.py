@@ -20,6 +20,7 @@ import pytest
 from playwright.sync_api import Browser, expect
 
 from tests.conftest import RunningServer, start_server
+from tests.warm_start import cli_run
 
 RPC_SEND = {
     "jsonrpc": "2.0",
@@ -38,7 +39,7 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 
 def web(server: RunningServer, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", "web", "--state-dir", str(server.state_dir), *extra],
         capture_output=True,
         text=True,
@@ -177,7 +178,7 @@ def test_revoking_the_local_token_ends_the_sessions(tmp_path: Path) -> None:
     try:
         with signed_in(server) as client:
             assert client.get("/desk/").status_code == 200
-            subprocess.run(
+            cli_run(
                 [sys.executable, "-m", "tailagent", "token", "revoke", "local",
                  "--state-dir", str(server.state_dir)],
                 check=True, capture_output=True,
@@ -195,7 +196,7 @@ def test_tailagent_web_explains_where_it_cannot_help(tmp_path: Path) -> None:
         server.stop()
     assert done.returncode == 2
     assert "a browser cannot open" in done.stderr
-    remote = subprocess.run(
+    remote = cli_run(
         [sys.executable, "-m", "tailagent", "web", "--url", "https://agentbox.example.ts.net"],
         capture_output=True,
         text=True,

@@ -26,6 +26,7 @@ from playwright.sync_api import Browser, expect
 from tests.conftest import RunningServer, start_server
 from tests.test_access import needs_runuser
 from tests.test_desk_access import owner_link, signed_in, signin_link
+from tests.warm_start import cli_run
 
 NOBODY_UID = 65534
 
@@ -154,7 +155,7 @@ def web_open(server: RunningServer, tmp: Path) -> tuple[str, str]:
     seen, browser = tmp / "argv", tmp / "browser"
     browser.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {seen}\n')
     browser.chmod(0o755)
-    done = subprocess.run(
+    done = cli_run(
         [sys.executable, "-m", "tailagent", "web", "--open", "--state-dir", str(server.state_dir)],
         capture_output=True,
         text=True,

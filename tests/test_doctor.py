@@ -14,10 +14,11 @@ import tailagent
 from tailagent.statedir.lock import StateLock
 from tests.conftest import RunningServer, start_server
 from tests.tailnet import FakeTailscaled, whois
+from tests.warm_start import cli_run
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", "doctor", "--agent", "echo", *args],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -78,7 +79,7 @@ def test_doctor_checks_the_running_servers_agent_and_survives_a_closed_pipe(
 ) -> None:
     """On the session's shared server (the echo agent; doctor's own default is claude):
     doctor only reads what runs there."""
-    result = subprocess.run(
+    result = cli_run(
         [sys.executable, "-m", "tailagent", "doctor", "--json", "--state-dir",
          str(server.state_dir)], capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -135,7 +136,7 @@ def fake_node(bin_dir: Path, latest: str | None) -> dict[str, str]:
 
 
 def agent_line(tmp_path: Path, env: dict[str, str], *args: str) -> str:
-    result = subprocess.run(
+    result = cli_run(
         [sys.executable, "-m", "tailagent", "doctor", "--state-dir", str(tmp_path / "state"),
          "--tailscale-socket", str(tmp_path / "none.sock"), *args],
         capture_output=True, text=True, timeout=60, env=env,
@@ -155,7 +156,7 @@ def test_doctor_names_the_package_and_version_a_preset_runs(tmp_path: Path) -> N
         "(agent.package_version), an old one: npm's latest is 2.6.0 — fix: set "
         "agent.package_version to 2.6.0, or remove it to run the latest"
     )
-    result = subprocess.run(
+    result = cli_run(
         [sys.executable, "-m", "tailagent", "doctor", "--json", "--agent", "qwen", "--config",
          str(config), "--state-dir", str(tmp_path / "state")],
         capture_output=True, text=True, timeout=60, env=env,
@@ -196,7 +197,7 @@ def test_doctor_checks_the_login_and_the_node_version_a_preset_asks_for(tmp_path
     (folder / ".installed").write_text("@qwen-code/qwen-code@2.1.0\n")
     config = tmp_path / "pinned.toml"
     config.write_text('[agent]\npackage_version = "2.1.0"\n')
-    result = subprocess.run(
+    result = cli_run(
         [sys.executable, "-m", "tailagent", "doctor", "--agent", "qwen", "--config", str(config),
          "--state-dir", str(tmp_path / "state"), "--tailscale-socket", str(tmp_path / "no.sock")],
         capture_output=True, text=True, timeout=60, env=env,
@@ -212,7 +213,7 @@ def test_doctor_checks_the_login_and_the_node_version_a_preset_asks_for(tmp_path
 
     (tmp_path / "bin" / "node").write_text("#!/bin/sh\necho v22.3.0\n")
     keyed = {**env, "DASHSCOPE_API_KEY": "k"}
-    again = subprocess.run(
+    again = cli_run(
         [sys.executable, "-m", "tailagent", "doctor", "--agent", "qwen", "--config", str(config),
          "--state-dir", str(tmp_path / "state"), "--tailscale-socket", str(tmp_path / "no.sock")],
         capture_output=True, text=True, timeout=60, env=keyed,

@@ -23,6 +23,7 @@ from google.protobuf.json_format import MessageToDict
 
 from tests.a2a_helpers import A2A, user_message
 from tests.conftest import RunningServer, start_server
+from tests.warm_start import cli_run
 
 
 def git(repo: Path, *args: str) -> str:
@@ -83,7 +84,7 @@ def repo_server(
 
 
 def cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args, "--state-dir", str(server.state_dir)],
         capture_output=True,
         text=True,

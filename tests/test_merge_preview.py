@@ -27,6 +27,7 @@ from tests.terminal import in_pty, plain
 from tests.test_desk_access import signin_link
 from tests.test_isolation import git
 from tests.test_worktree_newcomer import completed, send_turn
+from tests.warm_start import cli_run
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
 FIXED = CALC.replace("a - b", "a + b")
@@ -49,7 +50,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningS
 
 def tailagent(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
     """A command of the person's, piped (no terminal)."""
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args, "--state-dir", str(server.state_dir)],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )  # fmt: skip

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tests.conftest import RunningServer, start_server
 from tests.test_isolation import make_project
+from tests.warm_start import cli_run
 
 LONG = "fix the login page so that people who forgot their password can reset it by mail"
 
@@ -24,7 +25,7 @@ def tailagent(
     """A command of the person's on the server's box (which finds its local token)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILAGENT_")}
     env |= {"COLUMNS": str(columns), "LINES": "50", "TAILAGENT_STATE_DIR": str(server.state_dir)}
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env,
     )  # fmt: skip
@@ -121,7 +122,7 @@ def test_clean_dry_run_lists_beside_a_running_server(tmp_path: Path) -> None:
 def test_a_misspelt_section_gets_a_did_you_mean(tmp_path: Path) -> None:
     config = tmp_path / "tailagent.toml"
     config.write_text('[acess]\nallowed_logins = ["alice@example.com"]\n')
-    started = subprocess.run(
+    started = cli_run(
         [sys.executable, "-m", "tailagent", "serve", "--agent", "echo", "--config", str(config),
          "--state-dir", str(tmp_path / "state"), "--listen", "127.0.0.1:0"],
         capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "80"},

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from tests.a2a_helpers import user_message
 from tests.conftest import RunningServer, start_server
 from tests.real_tailnet import Node, Tailnet, module_tailnet
 from tests.tailnet import curl_as_nobody, refusal
+from tests.warm_start import cli_run
 
 CAPABILITY = "example.com/cap/tailagent"
 CALLER_LOGIN = "user-2@fake-control.example.net"  # testcontrol names users in join order
@@ -161,7 +161,7 @@ def peers_seen_from(
     this interpreter's tailagent, or `command` (the one-file binary)."""
     env = {**(base_env or os.environ), "HTTP_PROXY": caller.proxy,
            "TAILAGENT_KNOWN_AGENTS": str(known)}  # fmt: skip
-    peers = subprocess.run(
+    peers = cli_run(
         [*(command or [sys.executable, "-m", "tailagent"]), "peers", "--json",
          "--scheme", "http", "--port", "80", "--tailscale-socket", str(caller.socket)],
         capture_output=True, text=True, timeout=60, env=env,
@@ -171,7 +171,7 @@ def peers_seen_from(
 
 
 def audit_rows(server: RunningServer) -> list[dict[str, str]]:
-    audit = subprocess.run(
+    audit = cli_run(
         [sys.executable, "-m", "tailagent", "audit", "--json",
          "--state-dir", str(server.state_dir)],
         capture_output=True, text=True, timeout=30,
@@ -231,7 +231,7 @@ def test_peers_from_the_callers_box_and_doctor_on_the_agents(
     rows = peers_seen_from(caller, tmp_path / "known.json")
     assert [r["peer"] for r in rows] == [box.dns_name]  # cibox runs no tailagent: absent
     assert rows[0]["signature"] == "valid (key from jku, not pinned)"
-    doctor = subprocess.run(
+    doctor = cli_run(
         [sys.executable, "-m", "tailagent", "doctor", "--agent", "echo",
          "--listen", agent.url.removeprefix("http://"), "--state-dir", str(agent.state_dir),
          "--tailscale-socket", str(box.socket)],

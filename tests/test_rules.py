@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from tailagent.config.tool_rules import parse_rules
 from tests.a2a_helpers import A2A, kind_of, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.test_tokens_and_owners import add_token
+from tests.warm_start import cli_run
 
 RULES = """
 [[rules]]
@@ -51,7 +51,7 @@ def ruled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 
 def audit(server: RunningServer, task_id: str) -> list[dict[str, str]]:
-    result = subprocess.run(
+    result = cli_run(
         [sys.executable, "-m", "tailagent", "audit", "--json",
          "--state-dir", str(server.state_dir)],
         capture_output=True, text=True, timeout=30,
@@ -96,7 +96,7 @@ def test_bad_rules_are_refused_with_the_rule_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="rule 2: `decision` must be allow, deny or ask"):
         parse_rules([{"tool": "Bash", "decision": "allow"}, {"tool": "Edit", "decision": "maybe"}])
     (tmp_path / "c.toml").write_text('[[rules]]\ntool = "Bash"\ndecision = "allow"\ncolour = 1\n')
-    result = subprocess.run(
+    result = cli_run(
         [sys.executable, "-m", "tailagent", "serve", "--config", str(tmp_path / "c.toml")],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip

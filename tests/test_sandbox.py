@@ -34,6 +34,7 @@ from tailagent.sandbox.cgroups import Cgroups
 from tests.a2a_helpers import A2A, Turn, data_parts, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.test_isolation import make_project
+from tests.warm_start import cli_run
 
 HOSTILE = Path(__file__).parent / "hostile_acp_agent.py"
 DB_PASSWORD = "hunter2-from-the-operator"
@@ -195,7 +196,7 @@ def own_work_done(got: dict[str, str]) -> None:
 
 def audit(state: Path) -> list[dict[str, Any]]:
     """`tailagent audit --json`: the decisions, as the operator reads them."""
-    done = subprocess.run(
+    done = cli_run(
         [sys.executable, "-m", "tailagent", "audit", "--json", "--state-dir", str(state)],
         capture_output=True, text=True, timeout=30, check=True,
     )  # fmt: skip
@@ -425,7 +426,7 @@ def refused_start(tmp_path: Path, config: str) -> str:
     line on stderr (and no traceback)."""
     path = tmp_path / "tailagent.toml"
     path.write_text(config)
-    done = subprocess.run(
+    done = cli_run(
         [sys.executable, "-m", "tailagent", "serve", "--listen", "127.0.0.1:0",
          "--state-dir", str(tmp_path / "state"), "--config", str(path),
          "--agent-command", f"{sys.executable} {HOSTILE}"],
@@ -445,7 +446,7 @@ def test_doctor_says_whether_a_sandbox_can_be_made_here(tmp_path: Path) -> None:
     def doctor(config: str) -> str:
         path = tmp_path / "tailagent.toml"
         path.write_text(config)
-        done = subprocess.run(
+        done = cli_run(
             [sys.executable, "-m", "tailagent", "doctor", "--agent-command", "hostile",
              "--config", str(path), "--state-dir", str(tmp_path / "state"), "--json"],
             capture_output=True, text=True, timeout=60,

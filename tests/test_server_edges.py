@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import RunningServer, start_server
 from tests.test_service import uninstall
+from tests.warm_start import cli_run
 
 ICON = Path(__file__).parent.parent / "tailagent" / "web" / "static" / "icon-192.png"
 
@@ -118,7 +119,7 @@ def test_favicon_is_the_desks_icon_for_anyone_and_nothing_else_is(
 
 
 def doctor_agent_line(server: RunningServer, *flags: str) -> str:
-    done = subprocess.run(
+    done = cli_run(
         [sys.executable, "-m", "tailagent", "doctor", "--state-dir", str(server.state_dir),
          "--tailscale-socket", str(server.state_dir / "no-tailscaled.sock"), *flags],
         capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "80"},
@@ -146,7 +147,7 @@ def test_doctor_checks_the_agent_asked_for_and_says_what_the_server_runs(
 
 
 def install_unit(dest: Path, workspace: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", "service", "install", "--user",
          "--dest", str(dest), "--workspace", str(workspace)],
         capture_output=True, text=True, timeout=30,

@@ -17,6 +17,7 @@ import pytest
 
 from tailagent.service import SHIPPED
 from tests.conftest import start_server
+from tests.warm_start import cli_run
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMD = ROOT / "systemd"
@@ -54,7 +55,7 @@ def install(
 ) -> subprocess.CompletedProcess[str]:
     """`service install --dest TMP` of a unit working in `workspace` (default: TMP)."""
     workspace = workspace or tmp
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", "service", "install", *flags, "--dest", str(tmp),
          "--workspace", str(workspace)], capture_output=True, text=True, timeout=30, env=env,
     )  # fmt: skip
@@ -145,7 +146,7 @@ def test_the_serve_options_given_to_install_are_the_units_serve(
     server = start_server(tmp_path, *options, command=words[:serve])
     try:
         assert '"level"' in server.log_path.read_text()  # --log-format json
-        called = subprocess.run(
+        called = cli_run(
             [sys.executable, "-m", "tailagent", "call", "--url", server.url,
              "--state-dir", str(server.state_dir), "hello"],
             capture_output=True, text=True, timeout=60,
@@ -201,7 +202,7 @@ def uninstall(
 ) -> tuple[Any, list[str]]:
     """`service uninstall` with the fake systemctl first on PATH: (its result, the
     systemctl commands it ran)."""
-    result = subprocess.run(
+    result = cli_run(
         [sys.executable, "-m", "tailagent", "service", "uninstall", *flags],
         capture_output=True, text=True, timeout=30,
         env=fake_systemd(tmp, unit_file, FAKE_DISABLE_FAILS=fails, **env),
@@ -227,7 +228,7 @@ def test_uninstall_stops_and_disables_the_unit_then_removes_it(
 
 
 def test_install_checks_the_workspace_and_warns_about_root(tmp_path: Path, outside: Path) -> None:
-    missing = subprocess.run(
+    missing = cli_run(
         [sys.executable, "-m", "tailagent", "service", "install", "--dest", str(tmp_path),
          "--workspace", str(tmp_path / "nope")], capture_output=True, text=True, timeout=30,
     )  # fmt: skip
@@ -261,7 +262,7 @@ def test_install_without_systemd_says_so_before_anything(tmp_path: Path) -> None
     file (for another box), which it writes with a note."""
     xdg = tmp_path / "config"
     env = fake_systemd(tmp_path, FAKE_NO_SYSTEMD="1", XDG_CONFIG_HOME=str(xdg))
-    refused = subprocess.run(
+    refused = cli_run(
         [sys.executable, "-m", "tailagent", "service", "install", "--user", "--workspace",
          str(tmp_path)], capture_output=True, text=True, timeout=30, env=env,
     )  # fmt: skip
@@ -270,7 +271,7 @@ def test_install_without_systemd_says_so_before_anything(tmp_path: Path) -> None
     assert "Failed to connect to bus: Host is down" in refused.stderr
     assert "enable-linger" in refused.stderr and "--dest" in refused.stderr
     assert not xdg.exists()
-    system = subprocess.run(
+    system = cli_run(
         [sys.executable, "-m", "tailagent", "service", "install", "--workspace", str(tmp_path)],
         capture_output=True, text=True, timeout=30, env=env,
     )  # fmt: skip
@@ -324,7 +325,7 @@ def test_uninstall_leaves_no_enable_link_behind(tmp_path: Path) -> None:
     unit = units / "tailagent.service"
     env = fake_systemd(tmp_path, str(unit), XDG_CONFIG_HOME=str(xdg))
     for systemd_runs in (True, False):
-        installed = subprocess.run(
+        installed = cli_run(
             [sys.executable, "-m", "tailagent", "service", "install", "--user",
              "--workspace", str(tmp_path)], capture_output=True, text=True, timeout=30, env=env,
         )  # fmt: skip

@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from tests.test_cost import issue_token
 from tests.test_push import receiving
 from tests.test_resume_stream import events, message, number, rpc, state, text
 from tests.test_tokens_and_owners import tailagent
+from tests.warm_start import cli_run
 
 MISSING = postgres_missing()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
@@ -177,7 +177,7 @@ async def test_decisions_on_both_servers_land_in_one_audit_log(pair: Pair) -> No
 
 def test_a_store_that_cannot_be_reached_stops_the_start_with_one_line(tmp_path: Path) -> None:
     url = "postgresql://tailagent:secret@127.0.0.1:1/nowhere"
-    done = subprocess.run(
+    done = cli_run(
         [sys.executable, "-m", "tailagent", "serve", "--agent", "echo", "--listen",
          "127.0.0.1:0", "--state-dir", str(tmp_path), "--store", url],
         capture_output=True, text=True, timeout=60,
@@ -196,7 +196,7 @@ def test_a_store_url_in_the_environment_is_not_warned_of(tmp_path: Path) -> None
     (process/secret_env.py), so a password there is not on show: no warning, and the
     same one-line stop."""
     env = {**os.environ, "TAILAGENT_STORE": "postgresql://tailagent:secret@127.0.0.1:1/nowhere"}
-    done = subprocess.run(
+    done = cli_run(
         [sys.executable, "-m", "tailagent", "serve", "--agent", "echo", "--listen",
          "127.0.0.1:0", "--state-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=60, env=env,

@@ -27,6 +27,7 @@ from tests.a2a_helpers import A2A, Turn, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
 from tests.test_isolation import make_project
+from tests.warm_start import cli_run
 
 NARROW = {"COLUMNS": "80", "LINES": "50"}
 
@@ -49,7 +50,7 @@ def run(server: RunningServer, *args: str, token: str = "") -> subprocess.Comple
     """A command of the person's, in an 80-column terminal's environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILAGENT_")}
     extra = ["--token", token] if token else []
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args, "--state-dir", str(server.state_dir), *extra],
         capture_output=True, text=True, timeout=60, env={**env, **NARROW},
     )  # fmt: skip

@@ -31,6 +31,7 @@ from jwt import PyJWK
 from tailagent.card.keys import KEYS_FILE, KeyStore, public_jwk, thumbprint
 from tests.conftest import RunningServer, start_server
 from tests.tailnet import FakeTailscaled, status
+from tests.warm_start import cli_run
 
 CARD = "/.well-known/agent-card.json"
 JWKS = "/.well-known/jwks.json"
@@ -38,7 +39,7 @@ NAME = "tailägent — 日本の箱 ✓"
 
 
 def tailagent(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args],
         capture_output=True, text=True, timeout=30, env=env,
     )  # fmt: skip
@@ -256,7 +257,7 @@ def test_a_damaged_key_file_stops_the_start_saying_what_to_do(tmp_path: Path) ->
     state = tmp_path / "state"
     state.mkdir()
     (state / KEYS_FILE).write_text("not json")
-    done = subprocess.run(
+    done = cli_run(
         [sys.executable, "-m", "tailagent", "serve", "--state-dir", str(state),
          "--listen", "127.0.0.1:0", "--agent", "echo", "--cwd", str(tmp_path)],
         capture_output=True, text=True, timeout=60,

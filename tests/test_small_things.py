@@ -22,10 +22,11 @@ import pytest
 from tailagent.card.keys import KEYS_FILE
 from tests.a2a_helpers import A2A, state_name
 from tests.conftest import SERVING, START_TIMEOUT, RunningServer, start_server
+from tests.warm_start import cli_run
 
 
 def tailagent(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args],
         capture_output=True, text=True, timeout=60,
         env={**(env or os.environ), "COLUMNS": "80"},

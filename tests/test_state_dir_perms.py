@@ -18,6 +18,7 @@ import pytest
 
 from tests.a2a_helpers import A2A
 from tests.conftest import RunningServer, start_server
+from tests.warm_start import cli_run
 
 
 def modes(state_dir: Path) -> dict[str, str]:
@@ -96,7 +97,7 @@ def test_a_state_dir_that_cannot_be_closed_stops_the_start(tmp_path: Path) -> No
     if subprocess.run(["chattr", "+i", str(state_dir)], capture_output=True).returncode != 0:
         pytest.skip("chattr +i needs root on a filesystem that has the immutable flag")
     try:
-        result = subprocess.run(
+        result = cli_run(
             [sys.executable, "-m", "tailagent", "serve", "--agent", "echo", "--listen",
              "127.0.0.1:0", "--state-dir", str(state_dir), "--cwd", str(tmp_path)],
             capture_output=True, text=True, timeout=60,

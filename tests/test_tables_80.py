@@ -22,6 +22,7 @@ from tests.a2a_helpers import A2A, user_message
 from tests.conftest import RunningServer, start_server
 from tests.test_isolation import make_project
 from tests.test_short_ids import person, project_server
+from tests.warm_start import cli_run
 
 COLUMNS = 80
 DEEP = "src/a-really-quite-long-directory-name/with/nested/parts/and-a-long-file-name.py"
@@ -46,7 +47,7 @@ def tailagent(
         "TAILAGENT_STATE_DIR": str(server.state_dir),
     }
     extra = ["--token", token] if token else []
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args, *extra],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env,
     )  # fmt: skip

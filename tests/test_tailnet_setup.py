@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import httpx
 
 from tests.conftest import start_server
 from tests.tailnet import NODE_DNS, FakeTailscaled
+from tests.warm_start import cli_run
 
 OTHER = {
     "TCP": {"8443": {"HTTPS": True}},
@@ -39,7 +39,7 @@ def test_tailnet_adds_its_entry_and_removes_exactly_it_at_stop(tmp_path: Path) -
 def test_without_operator_rights_it_says_the_one_command(tmp_path: Path) -> None:
     fake = FakeTailscaled(tmp_path / "ts", operator=False).start()
     try:
-        result = subprocess.run(
+        result = cli_run(
             [sys.executable, "-m", "tailagent", "serve", "--agent", "echo", "--tailnet",
              "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "state"),
              "--tailscale-socket", str(fake.socket)],

@@ -31,6 +31,7 @@ from tests.terminal import in_pty, plain
 from tests.test_acp import agent_command
 from tests.test_decisions import peer
 from tests.test_isolation import make_project
+from tests.warm_start import cli_run
 
 # HOSTILE (tests/fake_acp_agent.py) as it must be shown: each control as its escape.
 SHOWN = (
@@ -82,7 +83,7 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
 
 def tailagent(team: Team, *args: str) -> subprocess.CompletedProcess[str]:
     """A command of the owner's, piped (as a script or `| less` sees it)."""
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args, "--state-dir", str(team.server.state_dir)],
         capture_output=True, text=True, timeout=60,
         env={**os.environ, **WIDE, "TAILAGENT_KNOWN_AGENTS": str(team.tmp / "known.json")},

@@ -16,10 +16,11 @@ from a2a.utils.errors import A2AError
 from tailagent.access.tokens import TokenInfo, TokenStore
 from tests.a2a_helpers import A2A, state_name, user_message
 from tests.conftest import RunningServer
+from tests.warm_start import cli_run
 
 
 def tailagent(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args], capture_output=True, text=True, timeout=30
     )
 

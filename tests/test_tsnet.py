@@ -42,6 +42,7 @@ from tests.conftest import RunningServer, start_server
 from tests.real_tailnet import Node, Tailnet, module_tailnet
 from tests.tailnet import free_port, refusal
 from tests.test_real_tailnet import audit_rows, peers_seen_from, send
+from tests.warm_start import cli_run
 from tests.webhook import loopback_config, request_body
 
 CAPABILITY = "example.com/cap/tailagent"
@@ -339,14 +340,14 @@ def test_the_cli_on_the_agents_box_reaches_the_tailnet_through_the_node(
     env = {**os.environ, "TAILAGENT_KNOWN_AGENTS": str(tmp_path / "known.json")}
     env.pop("HTTP_PROXY", None)
     try:
-        card = subprocess.run(
+        card = cli_run(
             [sys.executable, "-m", "tailagent", "card", f"http://callerbox.tail.test:{port}",
              "--state-dir", str(agent.state_dir)],
             capture_output=True, text=True, timeout=60, env=env,
         )  # fmt: skip
         assert card.returncode == 0, card.stdout + card.stderr
         assert "signature: valid" in card.stdout
-        peers = subprocess.run(
+        peers = cli_run(
             [sys.executable, "-m", "tailagent", "peers", "--json", "--scheme", "http",
              "--port", str(port), "--state-dir", str(agent.state_dir)],
             capture_output=True, text=True, timeout=60, env=env,
@@ -358,7 +359,7 @@ def test_the_cli_on_the_agents_box_reaches_the_tailnet_through_the_node(
 
 
 def test_doctor_reports_the_running_node(agent: RunningServer) -> None:
-    doctor = subprocess.run(
+    doctor = cli_run(
         [sys.executable, "-m", "tailagent", "doctor", "--tsnet", "--agent", "echo",
          "--listen", agent.url.removeprefix("http://"), "--state-dir", str(agent.state_dir)],
         capture_output=True, text=True, timeout=60,
@@ -410,7 +411,7 @@ def failed_start(tmp: Path, config: str, *extra: str, **env: str) -> tuple[int, 
     path.write_text(config)
     state = [] if "--state-dir" in extra else ["--state-dir", str(tmp / f"state-{path.stem}")]
     started = time.monotonic()
-    result = subprocess.run(
+    result = cli_run(
         [sys.executable, "-m", "tailagent", "serve", "--tsnet", "--agent", "echo",
          "--listen", "127.0.0.1:0", "--config", str(path), "--cwd", str(tmp), *state, *extra],
         capture_output=True, text=True, timeout=60,

@@ -24,6 +24,7 @@ from tailagent.bridge.conversations.workplace import first_start
 from tests.conftest import RunningServer, start_server
 from tests.terminal import in_pty, plain
 from tests.test_isolation import git, make_project
+from tests.warm_start import cli_run
 
 NARROW = {"COLUMNS": "80", "LINES": "50"}
 TIME = r"(\d\d-\d\d )?\d\d:\d\d"
@@ -33,7 +34,7 @@ FIRST_START = "is a git repository: each conversation that changes files gets a 
 def run(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
     """A command of the person's, piped, in an 80-column terminal's environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILAGENT_")}
-    return subprocess.run(
+    return cli_run(
         [sys.executable, "-m", "tailagent", *args, "--state-dir", str(server.state_dir)],
         capture_output=True, text=True, timeout=60, env={**env, **NARROW},
     )  # fmt: skip
