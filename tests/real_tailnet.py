@@ -53,9 +53,10 @@ def build() -> Path:
 
 
 def _build(go: str) -> Path:
-    """Under the build lock: another worker may have built them while this one waited."""
+    """Under the build lock: another worker may have built them while this one waited.
+    The control server is built again whenever a file of its source is newer."""
     wanted = [BIN / "tailscaled", BIN / "tailscale", BIN / "tailnet-control"]
-    if all(p.exists() for p in wanted):
+    if all(p.exists() for p in wanted) and _control_current():
         return BIN
     BIN.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "GOBIN": str(BIN), "GOFLAGS": "-mod=mod"}
@@ -72,6 +73,11 @@ def _build(go: str) -> Path:
             last = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise Unavailable(f"building Tailscale {RELEASE} failed: {last}")
     return BIN
+
+
+def _control_current() -> bool:
+    built = (BIN / "tailnet-control").stat().st_mtime
+    return all(source.stat().st_mtime <= built for source in CONTROL_SOURCE.iterdir())
 
 
 @dataclass

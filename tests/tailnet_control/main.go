@@ -24,6 +24,9 @@
 //	PUT  /testctl/appcaps  body = tailcfg.PeerCapMap JSON; same as -appcaps
 //	GET  /testctl/appcaps  current global app caps
 //	GET  /testctl/health   "ok"
+//	POST /testctl/services body = {"name":"svc:x","vip":"100.127.0.1","hosts":[nodekey…],"route":nodekey}:
+//	                       approves a Tailscale Service on its hosts and routes its VIP to one
+//	                       (see services.go); POST again to move the route (failover)
 package main
 
 import (
@@ -292,6 +295,7 @@ func main() {
 			http.Error(w, "GET or PUT", http.StatusMethodNotAllowed)
 		}
 	})
+	mux.Handle("/testctl/services", &services{ctl: ctl, domain: *flagMagicDNS})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		log.Printf("STRAY request to control server: %s %s host=%q", r.Method, r.RequestURI, r.Host)
 		http.Error(w, "tailnet-control: unexpected request", http.StatusForbidden)
