@@ -59,6 +59,11 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     )
     p.add_argument("--tailnet-port", type=int, metavar="PORT", help="the HTTPS port (default 443)")
     p.add_argument(
+        "--service",
+        metavar="svc:NAME",
+        help="serve under this Tailscale Service's name through tailscaled (implies --tailnet)",
+    )
+    p.add_argument(
         "--tsnet",
         action="store_true",
         default=None,
@@ -681,6 +686,7 @@ def _serve(args: argparse.Namespace) -> int:
         "log_format": args.log_format,
         "tailnet": args.tailnet,
         "tailnet_port": args.tailnet_port,
+        "tailnet_service": args.service,
         "tailscale.socket": args.tailscale_socket,
         "tsnet.enabled": args.tsnet,
         "tsnet.hostname": args.hostname,

@@ -128,7 +128,7 @@ def make_presence(settings: Settings) -> Presence:
         from tailagent.tailnet.tsnet.node import EmbeddedNode  # Go's runtime, only when asked for
 
         return EmbeddedNode(settings)
-    if settings.tailnet:
+    if settings.tailnet or settings.tailnet_service:
         return ServeEntryPresence(settings)
     return BoxTailscaled(settings)
 

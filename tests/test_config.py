@@ -38,6 +38,8 @@ def serve(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
         ('[tsnet]\nhttps = "maybe"\n', "tsnet.https: must be one of auto, on, off"),
         ('[tsnet]\nadvertise_tags = ["agent"]\n', "tags start with 'tag:'"),
         ('listen = "unix:/tmp/t.sock"\n[tsnet]\nenabled = true\n', "use --listen 127.0.0.1:PORT"),
+        ('tailnet_service = "agents"\n', "tailnet_service: must be svc: and a DNS label"),
+        ('tailnet_service = "svc:a"\n[tsnet]\nenabled = true\n', "drop --tsnet, or the service"),
         (
             '[desk]\npush_services = ["http://100.64.0.9:8080"]\n',
             "is not a push service: give a host (https is implied)",

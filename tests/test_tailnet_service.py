@@ -15,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -141,3 +142,62 @@ def test_the_route_moved_sends_callers_to_the_other_box(
     line = servers["box2"].last_access_line()
     assert f"user:{LAPTOP_LOGIN} (tailscale serve) POST / SendMessage -> 200" in line, line
     route_service(tailnet, boxes, boxes[0])  # as the module found it
+
+
+def serve_config(node: Node) -> dict[str, Any]:
+    return dict(json.loads(node.tailscale("serve", "status", "--json")))
+
+
+def advertised(node: Node) -> list[str]:
+    return list(json.loads(node.tailscale("debug", "prefs")).get("AdvertiseServices") or [])
+
+
+def test_tailagent_serves_the_service_itself_and_leaves_it_as_it_found_it(
+    tailnet: Tailnet, servers: dict[str, RunningServer], tmp_path: Path
+) -> None:
+    """`serve --service svc:agents`: tailagent writes its own entry under the service
+    (beside the one made by hand on port 80), advertises the service, names the
+    service's URL on its card, and at stop takes out its entry only; the service stays
+    advertised while that other entry serves it."""
+    box = tailnet.nodes["box1"]
+    server = start_server(tmp_path, "--service", SERVICE, "--tailnet-port", "8443",
+                          "--tailscale-socket", str(box.socket))  # fmt: skip
+    try:
+        site = serve_config(box)["Services"][SERVICE]["Web"][f"agents.{DOMAIN}:8443"]
+        assert site["Handlers"]["/"]["Proxy"] == server.url
+        assert SERVICE in advertised(box)
+        card = httpx.get(server.url + "/.well-known/agent-card.json", timeout=10).json()
+        assert card["supportedInterfaces"][0]["url"].startswith(f"https://agents.{DOMAIN}:8443")
+        assert "not approved" not in server.log()
+    finally:
+        assert server.stop() == 0
+    web = serve_config(box)["Services"][SERVICE]["Web"]
+    assert f"agents.{DOMAIN}:8443" not in web and f"agents.{DOMAIN}:80" in web
+    assert SERVICE in advertised(box)
+
+
+def test_a_service_not_approved_for_the_box_is_said_at_start(
+    tailnet: Tailnet, tmp_path: Path
+) -> None:
+    box = tailnet.nodes["box2"]
+    server = start_server(tmp_path, "--service", "svc:other", "--tailnet-port", "8443",
+                          "--tailscale-socket", str(box.socket))  # fmt: skip
+    try:
+        assert "svc:other is advertised but not approved for this node yet" in server.log()
+        assert "svc:other" in advertised(box)
+    finally:
+        assert server.stop() == 0
+    assert "svc:other" not in advertised(box)
+    assert "svc:other" not in (serve_config(box).get("Services") or {})
+
+
+def test_an_untagged_box_cannot_host_a_service_and_is_told_how(
+    tailnet: Tailnet, tmp_path: Path
+) -> None:
+    laptop = tailnet.nodes["laptop"]
+    with pytest.raises(RuntimeError) as refused:
+        start_server(tmp_path, "--service", SERVICE,
+                     "--tailscale-socket", str(laptop.socket))  # fmt: skip
+    assert "hosted only by a tagged node" in str(refused.value)
+    assert "--advertise-tags" in str(refused.value)
+    assert SERVICE not in advertised(laptop)

@@ -213,6 +213,14 @@ def setting_source_list(value: Any) -> tuple[str, ...]:
     return sources
 
 
+def service_name(value: Any) -> str:
+    """A Tailscale Service's name: `svc:` and a DNS label (svc:agents)."""
+    text = nonempty_text(value).lower()
+    if not re.fullmatch(r"svc:[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", text):
+        raise ValueError(f"must be svc: and a DNS label, like svc:agents, not {value!r}")
+    return text
+
+
 def listen_address(value: Any) -> Listen:
     return parse_listen(nonempty_text(value))
 

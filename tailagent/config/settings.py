@@ -361,6 +361,9 @@ class Settings:
     card_lists_0_3: bool = True
     tailnet: bool = False
     tailnet_port: int = 443
+    # A Tailscale Service (svc:agents) the box's tailscaled serves this server under,
+    # beside or instead of its own name (tailnet/serve_entry.py); implies `tailnet`.
+    tailnet_service: str = ""
     rules: tuple[Rule, ...] = ()
     mcp_servers: tuple[McpServer, ...] = ()
     access: AccessSettings = field(default_factory=AccessSettings)

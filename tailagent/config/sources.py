@@ -66,6 +66,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "card_lists_0_3": checks.boolean,
     "tailnet": checks.boolean,
     "tailnet_port": checks.positive_int,
+    "tailnet_service": checks.service_name,
     "rules": parse_rules,
     "mcp_servers": parse_mcp_servers,
     "access.allowed_logins": checks.string_list,
@@ -310,6 +311,12 @@ def _check_together(settings: Settings, origins: Mapping[str, str]) -> None:
             origins.get("tsnet.enabled", "settings"), "tsnet.enabled",
             "--tsnet (its own tailnet node) and --tailnet (the box's tailscaled serves it) "
             "are two ways onto the tailnet: pick one",
+        )  # fmt: skip
+    if settings.tsnet.enabled and settings.tailnet_service:
+        raise ConfigError(
+            origins.get("tailnet_service", "settings"), "tailnet_service",
+            "a Tailscale Service is served through the box's tailscaled for now, not "
+            "--tsnet's node: drop --tsnet, or the service",
         )  # fmt: skip
     if settings.tsnet.enabled and settings.listen.is_unix:
         raise ConfigError(

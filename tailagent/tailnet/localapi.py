@@ -297,6 +297,28 @@ class LocalAPI:
                 f"{response.text[:200]}"
             )
 
+    async def advertised_services(self) -> list[str]:
+        """The Tailscale Services this node offers to host (its prefs)."""
+        response = await self._get("/localapi/v0/prefs")
+        if response.status_code != 200:
+            raise LocalAPIUnavailable(f"tailscaled answered prefs with {response.status_code}")
+        return list(response.json().get("AdvertiseServices") or [])
+
+    async def advertise_services(self, names: list[str]) -> None:
+        """Sets the services this node offers to host, as `tailscale serve --service`
+        and `serve drain` do."""
+        edit = {"AdvertiseServicesSet": True, "AdvertiseServices": names}
+        try:
+            response = await self._client.patch("/localapi/v0/prefs", json=edit)
+        except httpx.HTTPError as exc:
+            raise LocalAPIUnavailable(f"tailscaled is not reachable: {exc}") from None
+        if response.status_code == 403:
+            raise NotOperator(response.text.strip())
+        if response.status_code >= 300:
+            raise LocalAPIUnavailable(
+                f"tailscaled refused the prefs ({response.status_code}): {response.text[:200]}"
+            )
+
     async def status(self) -> dict[str, Any]:
         response = await self._get("/localapi/v0/status")
         if response.status_code != 200:

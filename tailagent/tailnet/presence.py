@@ -69,16 +69,18 @@ class BoxTailscaled:
 
 
 class ServeEntryPresence(BoxTailscaled):
-    """`--tailnet`: the box's tailscaled serves this server on its MagicDNS name."""
+    """`--tailnet`: the box's tailscaled serves this server on its MagicDNS name, or
+    (`--service`) on a Tailscale Service's."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self._port = settings.tailnet_port
+        self._service = settings.tailnet_service
         self._entry: ServeEntry | None = None
 
     async def start(self, listener: str) -> str | None:
         try:
-            self._entry = await expose(self.localapi, self._port, listener)
+            self._entry = await expose(self.localapi, self._port, listener, self._service)
         except LocalAPIUnavailable as exc:
             raise PresenceError(
                 f"--tailnet needs tailscaled: {exc}: {START_TAILSCALED}, or name its socket "
