@@ -367,6 +367,7 @@ def _doctor_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     p.add_argument("--agent-command", metavar="CMD", help="an ACP agent's command line to check")
     p.add_argument("--listen", metavar="ADDR", help="the listener to probe (as serve --listen)")
     p.add_argument("--tailscale-socket", metavar="PATH", help="tailscaled's LocalAPI socket")
+    p.add_argument("--service", metavar="svc:NAME", help="check this box as the service's host")
     p.add_argument("--tsnet", action="store_true", default=None, help="check the embedded node")
     _state_options(p)
     _store_option(p)
@@ -609,6 +610,7 @@ def _doctor(args: argparse.Namespace) -> int:
         "state_dir": args.state_dir,
         "store": args.store,
         "tailscale.socket": args.tailscale_socket,
+        "tailnet_service": args.service,
         "tsnet.enabled": args.tsnet,
     }
     settings = _settings(flags, args.config)

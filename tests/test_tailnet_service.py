@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import RunningServer, start_server
 from tests.real_tailnet import DOMAIN, Node, Tailnet, module_tailnet
+from tests.warm_start import PROGRAM, cli_run
 
 SERVICE = "svc:agents"
 VIP = "100.127.0.1"  # inside 100.64.0.0/10: a peer's address, no --accept-routes needed
@@ -169,6 +170,9 @@ def test_tailagent_serves_the_service_itself_and_leaves_it_as_it_found_it(
         card = httpx.get(server.url + "/.well-known/agent-card.json", timeout=10).json()
         assert card["supportedInterfaces"][0]["url"].startswith(f"https://agents.{DOMAIN}:8443")
         assert "not approved" not in server.log()
+        listen = server.url.removeprefix("http://")
+        assert doctor_service(box, "--listen", listen, "--state-dir", str(server.state_dir)) == {
+            "ok": True, "detail": f"{SERVICE}: tagged, approved, advertised, served"}  # fmt: skip
     finally:
         assert server.stop() == 0
     web = serve_config(box)["Services"][SERVICE]["Web"]
@@ -201,3 +205,21 @@ def test_an_untagged_box_cannot_host_a_service_and_is_told_how(
     assert "hosted only by a tagged node" in str(refused.value)
     assert "--advertise-tags" in str(refused.value)
     assert SERVICE not in advertised(laptop)
+
+
+def doctor_service(node: Node, *args: str) -> dict[str, Any]:
+    """`doctor`'s service line for `node` as the host of SERVICE."""
+    argv = [*PROGRAM, "doctor", "--json", "--service", SERVICE,
+            "--tailscale-socket", str(node.socket), *args]  # fmt: skip
+    done = cli_run(argv, capture_output=True, text=True, timeout=60)
+    (line,) = [c for c in json.loads(done.stdout) if c["name"] == "service"]
+    return {k: line[k] for k in ("ok", "detail")} | ({"fix": line["fix"]} if not line["ok"] else {})
+
+
+def test_doctor_says_what_an_untagged_box_lacks_to_host_the_service(
+    tailnet: Tailnet, tmp_path: Path
+) -> None:
+    said = doctor_service(tailnet.nodes["laptop"], "--state-dir", str(tmp_path))
+    assert said["ok"] is False
+    assert said["detail"].startswith(f"{SERVICE}: not tagged, not approved, not advertised, ")
+    assert "--advertise-tags" in said["fix"] and "admin console" in said["fix"]

@@ -26,6 +26,7 @@ from tailagent.statedir.lock import running_server
 from tailagent.store.database import StoreUnavailable, open_database, redacted, sqlite_path
 from tailagent.store.keeping import measure
 from tailagent.tailnet.localapi import LocalAPI, LocalAPIUnavailable, self_dns_name
+from tailagent.tailnet.serve_entry import approved
 from tailagent.workspace.conversation_repos.ending.holdings import KINDS, held
 
 
@@ -102,9 +103,31 @@ async def _tailscale(settings: Settings) -> list[Check]:
                 else f"sudo tailscale serve --bg {target}  (or tailagent serve --tailnet)",
             )
         )
+        if settings.tailnet_service:
+            checks.append(await _service(api, status, config, settings.tailnet_service, target))
         return [*checks, *_forwarder(api.socket_path)]
     finally:
         await api.aclose()
+
+
+async def _service(
+    api: LocalAPI, status: dict[str, Any], config: dict[str, Any], name: str, target: str
+) -> Check:
+    """Whether this box hosts the Tailscale Service: tagged, the service approved for it
+    by control, advertised, and served to this server; what is missing, with its fix."""
+    missing: list[tuple[str, str]] = []
+    if not (status.get("Self") or {}).get("Tags"):
+        missing.append(("not tagged", "sudo tailscale up --advertise-tags=tag:NAME"))
+    if not approved(status, name):
+        missing.append(("not approved", "approve it for this node: admin console, Services"))
+    if name not in await api.advertised_services():
+        missing.append(("not advertised", f"tailagent serve --service {name}"))
+    if target not in serve_targets((config.get("Services") or {}).get(name) or {}):
+        missing.append((f"not served to {target}", f"tailagent serve --service {name}"))
+    if not missing:
+        return Check("service", True, f"{name}: tagged, approved, advertised, served")
+    fixes = list(dict.fromkeys(fix for _, fix in missing))
+    return Check("service", False, f"{name}: {', '.join(m for m, _ in missing)}", "; ".join(fixes))
 
 
 def _forwarder(socket_path: Path | None) -> list[Check]:
