@@ -239,3 +239,23 @@ def test_a_blocking_send_s_turn_is_numbered_not_kept_and_its_next_turn_numbers_o
         assert snapshot["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     finally:
         server.stop()
+
+
+def test_each_numbered_event_and_the_task_carry_the_number_as_generation_too(
+    tmp_path: Any,
+) -> None:
+    """A2A's next version calls the number `generation`; on the 1.0 wire it rides in
+    metadata beside `sequence`, the same number, on every event and the task."""
+    server = start_server(tmp_path)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            said, numbers = streamed(http, server, "think plan tool edit")
+            task_id = said[0]["task"]["id"]
+            got = http.post("/", json=rpc("GetTask", {"id": task_id}), headers=headers(server))
+        updates = [e.get("statusUpdate") or e.get("artifactUpdate") for e in said]
+        pairs = [(u["metadata"]["sequence"], u["metadata"]["generation"]) for u in updates if u]
+        assert pairs and all(s == g for s, g in pairs), pairs
+        task = got.json()["result"]
+        assert task["metadata"]["generation"] == task["metadata"]["sequence"] == numbers[-1]
+    finally:
+        server.stop()

@@ -33,6 +33,10 @@ from tailagent.store.database import Database
 log = logging.getLogger(__name__)
 
 SEQUENCE_KEY = "sequence"
+# A2A's next version names this number `generation` (dev-1.1, PR #1810: a task's
+# count of changes, each event carrying the count after it, a gap meaning events
+# missed). The 1.0 wire has no such field, so it goes beside `sequence` in metadata.
+GENERATION_KEY = "generation"
 # How long written events wait, so a burst of chunks is one statement.
 WRITE_DELAY = 0.05
 RETRY_DELAY = 1.0
@@ -118,6 +122,7 @@ class TaskEvents:
         seq = self._last.get(task_id, 0) + 1
         self._last[task_id] = seq
         event.metadata.fields[SEQUENCE_KEY].number_value = seq
+        event.metadata.fields[GENERATION_KEY].number_value = seq
         if not keep:
             return
         self._unwritten.append((task_id, seq, event))
