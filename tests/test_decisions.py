@@ -100,7 +100,9 @@ async def test_the_resumed_status_says_who_allowed(a2a: A2A, server: RunningServ
     assert state_name(resumed.status.state) == "working"
     assert texts(resumed.status.message) == "allowed by token local"
     numbered = MessageToDict(resumed.metadata)
-    assert numbered.pop("sequence") > 1  # the event's number (docs/protocol.md), not a reply's
+    sequence = numbered.pop("sequence")
+    assert sequence > 1  # the event's number (docs/protocol.md), not a reply's
+    assert numbered.pop("generation") == sequence  # the same, by A2A dev-1.1's name
     for metadata in (numbered, dict(resumed.status.message.metadata)):
         answered_at = datetime.fromisoformat(metadata.pop("answeredAt"))
         assert before <= answered_at <= datetime.now(UTC)
