@@ -354,6 +354,7 @@ def _unit_serve_options(a: argparse.ArgumentParser) -> None:
     a.add_argument("--public-url", metavar="URL", help="the URL the agent card advertises")
     a.add_argument("--tailnet", action="store_true", help="it configures `tailscale serve`")
     a.add_argument("--tailnet-port", type=int, metavar="PORT", help="the HTTPS port (443)")
+    a.add_argument("--service", metavar="svc:NAME", help="it serves under this Tailscale Service")
     a.add_argument("--log-level", choices=LOG_LEVELS)
     a.add_argument("--log-format", choices=("text", "json"))
 

@@ -313,7 +313,13 @@ def test_install_refuses_what_the_unit_would_not_see_or_serve_would_refuse(
     assert missing.returncode == 2 and "cannot read: No such file" in missing.stderr
     bad = install(tmp_path / "x", "--user", "--tailnet-port", "0", workspace=outside)
     assert bad.returncode == 2 and "tailnet_port" in bad.stderr
+    unnamed = install(tmp_path / "x", "--user", "--service", "agents", workspace=outside)
+    assert unnamed.returncode == 2 and "tailnet_service: must be svc:" in unnamed.stderr
     assert not (tmp_path / "x").exists()
+    # A Tailscale Service the unit's server serves under goes into its command line.
+    served = install(tmp_path / "y", "--user", "--service", "svc:agents", workspace=outside)
+    assert served.returncode == 0, served.stderr
+    assert " --service svc:agents" in (tmp_path / "y" / "tailagent.service").read_text()
 
 
 def test_uninstall_leaves_no_enable_link_behind(tmp_path: Path) -> None:

@@ -17,6 +17,9 @@ a2a's tracing turned on (left out at import), or an environment whose Python or 
 settings differ from the preloaded process's (its streams' encoding and buffering were
 set at its start). `COLD_STARTS=1` in the environment starts everything the plain way.
 
+The preloaded process keeps the modules as they were when it started: a source
+edited while the suite runs is seen by plain starts only, so run again after an edit.
+
 A fork is the preloaded process's child, not the test's: that process reaps it and
 reports its exit status, which `WarmProcess` reads as `subprocess.Popen` would.
 """

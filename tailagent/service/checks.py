@@ -21,6 +21,7 @@ SERVE_OPTIONS = {
     "--public-url": "public_url",
     "--tailnet": "tailnet",
     "--tailnet-port": "tailnet_port",
+    "--service": "tailnet_service",
     "--log-level": "log_level",
     "--log-format": "log_format",
 }
