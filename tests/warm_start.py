@@ -212,7 +212,8 @@ def start_serve(argv: list[str], env: dict[str, str], log: Path) -> WarmProcess:
 def cli_run(args: list[str], **options: Any) -> subprocess.CompletedProcess[Any]:
     """`subprocess.run(args, **options)`, forked when `args` is `python -m tailagent …`
     (`may_fork`) and the options are the ones used here; else that very call."""
-    env = dict(options.get("env") or os.environ)
+    given = options.get("env")
+    env = dict(os.environ if given is None else given)  # env={} is an empty environment
     if not may_fork(args, env) or not set(options) <= RUN_OPTIONS:
         return subprocess.run(args, **options)
     capture = options.get("capture_output", False)
