@@ -124,21 +124,22 @@ class WarmStarts:
             while True:
                 for message in self._read(timeout=60.0):
                     if "started" in message:
-                        return WarmProcess(self, message["started"], argv)
+                        return WarmProcess(self, message["started"], message["fork"], argv)
                     if "failed" in message:
                         raise RuntimeError(f"the preloaded process: {message['failed']}")
 
-    def exit_status(self, pid: int, timeout: float) -> int | None:
-        """`pid`'s exit status, waiting up to `timeout` seconds for it; None if it runs.
-        The lock is let go between short reads, so other threads may start forks."""
+    def exit_status(self, fork: int, timeout: float) -> int | None:
+        """The exit status of the `fork`th fork (numbered, as a pid is used again),
+        waiting up to `timeout` seconds for it; None if it runs. The lock is let go
+        between short reads, so other threads may start forks."""
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
-                if pid in self._exits:
-                    return self._exits[pid]
+                if fork in self._exits:
+                    return self._exits[fork]
                 left = deadline - time.monotonic()
                 if not self._read(timeout=min(max(left, 0.0), 0.1)) and left <= 0:
-                    return self._exits.get(pid)
+                    return self._exits.get(fork)
 
     def _read(self, timeout: float) -> list[dict[str, Any]]:
         """The messages that arrived within `timeout`; exits are also kept."""
@@ -159,21 +160,22 @@ class WarmProcess:
     """A fork, seen as `subprocess.Popen` shows a child: its pid, signals, poll and
     wait, and `returncode` (negative for the signal that ended it)."""
 
-    def __init__(self, starts: WarmStarts, pid: int, args: list[str]) -> None:
+    def __init__(self, starts: WarmStarts, pid: int, fork: int, args: list[str]) -> None:
         self._starts = starts
+        self._fork = fork
         self.pid = pid
         self.args = args
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self._starts.exit_status(self.pid, timeout=0)
+            self.returncode = self._starts.exit_status(self._fork, timeout=0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
             bound = 1e9 if timeout is None else timeout
-            self.returncode = self._starts.exit_status(self.pid, bound)
+            self.returncode = self._starts.exit_status(self._fork, bound)
         if self.returncode is None:
             raise subprocess.TimeoutExpired(self.args, timeout or 0)
         return self.returncode
@@ -329,19 +331,18 @@ def _preload() -> None:
         importlib.import_module(name)
 
 
-def _reap(children: set[int], channel: socket.socket) -> None:
-    """Reports every child that has ended."""
+def _reap(children: dict[int, int], channel: socket.socket) -> None:
+    """Reports every child that has ended, by its fork's number."""
     while children:
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:
             return
-        children.discard(pid)
-        report = {"exited": pid, "status": os.waitstatus_to_exitcode(status)}
+        report = {"exited": children.pop(pid, 0), "status": os.waitstatus_to_exitcode(status)}
         with contextlib.suppress(OSError):  # the worker gone: the next read says so
             channel.send(json.dumps(report).encode())
 
 
-def _end(children: set[int]) -> None:
+def _end(children: dict[int, int]) -> None:
     """Stops the forks a worker left running, as a signal from systemd would: each has
     10 s to end, then is killed. Each is reaped, so its CPU counts in ours."""
     for pid in children:
@@ -350,7 +351,7 @@ def _end(children: set[int]) -> None:
     while children and time.monotonic() < deadline:
         pid, _ = os.waitpid(-1, os.WNOHANG)
         if pid:
-            children.discard(pid)
+            children.pop(pid, None)
         else:
             time.sleep(0.05)
     for pid in children:
@@ -387,7 +388,8 @@ def _serve_forks() -> None:
     """Forks for each request on the socket until the worker closes it. Returns only
     in a fork, made ready to run its command."""
     channel = socket.socket(fileno=int(os.environ.pop(CHANNEL)))
-    children: set[int] = set()
+    children: dict[int, int] = {}  # pid -> the fork's number (a pid is used again)
+    forks = 0
     wakeup = os.pipe()
     for fd in wakeup:
         os.set_blocking(fd, False)
@@ -414,8 +416,9 @@ def _serve_forks() -> None:
             return
         for fd in streams:
             os.close(fd)
-        children.add(pid)
-        channel.send(json.dumps({"started": pid}).encode())
+        forks += 1
+        children[pid] = forks
+        channel.send(json.dumps({"started": pid, "fork": forks}).encode())
 
 
 if __name__ == "__main__":
