@@ -10,7 +10,7 @@ import pytest
 
 from tailagent.agents.echo import EchoBackend, EchoSession
 from tailagent.agents.events import AgentEvent, Notice, Text, Thought, with_ready
-from tailagent.bridge.conversations.sessions import ContextBusy, SessionPool
+from tailagent.bridge.conversations.sessions import ContextBusy, SessionPool, ShareFull
 from tailagent.store.database import open_database
 from tailagent.store.session_map import SessionMap
 
@@ -34,6 +34,30 @@ async def test_a_context_is_lent_to_one_task_at_a_time(session_map: SessionMap) 
     await pool.release("ctx", "task-1")
     again, _ = await pool.acquire("ctx", "task-2")
     assert again is session
+
+
+async def test_a_turn_holds_its_context_from_its_start_not_its_session(
+    session_map: SessionMap,
+) -> None:
+    """Reserved at the turn's start, before its worktree is made: a merge asked then
+    sees it running (operations ask `holder`), and its share is still counted."""
+    backend = EchoBackend()
+    backend.max_sessions = 4
+    pool = SessionPool(backend, session_map, per_caller=1)
+    pool.reserve("ctx", "task-1")
+    assert pool.holder("ctx") == "task-1"
+    with pytest.raises(ContextBusy):
+        pool.reserve("ctx", "task-2")
+    with pytest.raises(ContextBusy):
+        await pool.acquire("ctx", "task-2")
+    await pool.acquire("ctx", "task-1", caller="alice")
+    pool.reserve("ctx-b", "task-3")
+    with pytest.raises(ShareFull):  # the reservation did not skip alice's share
+        await pool.acquire("ctx-b", "task-3", caller="alice")
+    await pool.release("ctx-b", "task-3")  # as a refused start does
+    assert pool.holder("ctx-b") is None
+    await pool.release("ctx", "task-1")
+    assert pool.holder("ctx") is None
 
 
 async def test_sessions_are_capped_and_resume_from_the_map(

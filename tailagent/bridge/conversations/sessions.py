@@ -121,6 +121,16 @@ class SessionPool:
         """The task that holds this context's session, if any."""
         return self._holders.get(context_id)
 
+    def reserve(self, context_id: str, task_id: str) -> None:
+        """Marks the context as the task's from the moment its turn starts, before its
+        worktree is made and its session opened: a merge or discard asked in between
+        must see the turn as running, not find the worktree idle. `acquire` lends the
+        session to the same task; `release` gives the reservation back."""
+        holder = self._holders.get(context_id)
+        if holder is not None and holder != task_id:
+            raise ContextBusy(context_id, holder)
+        self._holders[context_id] = task_id
+
     def _check_share(self, caller: str | None) -> None:
         """Refuses a caller whose tasks already hold its whole share of the processes."""
         if caller is None or self._share is None or self._max is None:
@@ -156,7 +166,7 @@ class SessionPool:
             holder = self._holders.get(context_id)
             if holder is not None and holder != task_id:
                 raise ContextBusy(context_id, holder)
-            if holder is None:
+            if context_id not in self._holding_callers:  # not lent yet (maybe reserved)
                 self._check_share(caller)
             self._idle.pop(context_id, None)
             session = self._sessions.get(context_id)

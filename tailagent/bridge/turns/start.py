@@ -25,7 +25,7 @@ from tailagent.agents.events import (
     TurnOptions,
 )
 from tailagent.bridge.answers.requester import Requester
-from tailagent.bridge.conversations.sessions import PoolFull, SessionPool
+from tailagent.bridge.conversations.sessions import ContextBusy, PoolFull, SessionPool
 from tailagent.bridge.conversations.workplace import (
     Conversations,
     TurnRecord,
@@ -120,8 +120,14 @@ class TurnStarter:
         why) when its worktree, agent session or attachments cannot be had."""
         task_id, context_id = publisher.task_id, publisher.context_id
         try:
+            self._pool.reserve(context_id, task_id)  # running from now, for a merge's check
+        except ContextBusy:  # another turn got in since admission (its id is not named)
+            await publisher.fail(updater, str(ContextBusy(context_id, None)))
+            return None
+        try:
             directory = await self._conversations.directory(context_id)
         except GitError as exc:
+            await self._pool.release(context_id, task_id)
             await publisher.fail(updater, f"The conversation's worktree is not usable: {exc}")
             return None
         options = turn_options(message)
@@ -130,6 +136,7 @@ class TurnStarter:
         new_conversation = context_id in self._pool.minted_contexts
         had = await self._session(publisher, options, directory, requester, updater)
         if had is None:
+            await self._pool.release(context_id, task_id)
             return None
         session = self._with_tools(had[0], publisher, requester)
         resumed = had[1]
