@@ -281,21 +281,11 @@ class LocalAPI:
         return response.json() or {}, response.headers.get("etag", "")
 
     async def set_serve_config(self, config: dict[str, Any], etag: str) -> None:
-        try:
-            response = await self._client.post(
-                "/localapi/v0/serve-config", json=config, headers={"If-Match": etag}
-            )
-        except httpx.HTTPError as exc:
-            raise LocalAPIUnavailable(f"tailscaled is not reachable: {exc}") from None
-        if response.status_code == 403:
-            raise NotOperator(response.text.strip())
+        response = await self._write(
+            "POST", "/localapi/v0/serve-config", "the serve config", config, {"If-Match": etag}
+        )
         if response.status_code == 412:
             raise ConfigChanged("the serve config changed while tailagent was editing it")
-        if response.status_code >= 300:
-            raise LocalAPIUnavailable(
-                f"tailscaled refused the serve config ({response.status_code}): "
-                f"{response.text[:200]}"
-            )
 
     async def advertised_services(self) -> list[str]:
         """The Tailscale Services this node offers to host (its prefs)."""
@@ -308,16 +298,29 @@ class LocalAPI:
         """Sets the services this node offers to host, as `tailscale serve --service`
         and `serve drain` do."""
         edit = {"AdvertiseServicesSet": True, "AdvertiseServices": names}
+        await self._write("PATCH", "/localapi/v0/prefs", "the prefs", edit)
+
+    async def _write(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        body: dict[str, Any],
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
+        """A change sent to tailscaled: a 403 is NotOperator, another refusal (but a
+        412, the caller's to read) LocalAPIUnavailable naming `what` was refused."""
         try:
-            response = await self._client.patch("/localapi/v0/prefs", json=edit)
+            response = await self._client.request(method, path, json=body, headers=headers)
         except httpx.HTTPError as exc:
             raise LocalAPIUnavailable(f"tailscaled is not reachable: {exc}") from None
         if response.status_code == 403:
             raise NotOperator(response.text.strip())
-        if response.status_code >= 300:
+        if response.status_code >= 300 and response.status_code != 412:
             raise LocalAPIUnavailable(
-                f"tailscaled refused the prefs ({response.status_code}): {response.text[:200]}"
+                f"tailscaled refused {what} ({response.status_code}): {response.text[:200]}"
             )
+        return response
 
     async def status(self) -> dict[str, Any]:
         response = await self._get("/localapi/v0/status")
