@@ -27,9 +27,11 @@ from tailagent.access.tokens import TokenStore
 from tailagent.bridge.conversations.workplace import Conversations
 from tailagent.bridge.requests.call_context import CallerContextBuilder
 from tailagent.bridge.requests.handler import GuardedRequestHandler
-from tailagent.card.publish import CardPublisher
+from tailagent.card.publish import JWKS_PATH, CardPublisher
+from tailagent.cluster.carry import Carrier, CarryToHome
 from tailagent.config import Settings
 from tailagent.delegation.inbound import ChainCheck
+from tailagent.delegation.outbound import HopSigner
 from tailagent.listening.listener import served_hosts
 from tailagent.mends import required_fields, sse_ids  # noqa: F401  (each applies its mend)
 from tailagent.mends.jsonrpc import jsonrpc_routes
@@ -93,10 +95,14 @@ def build_app(
     # Whom a notification reaches is the guard's own policy's word at each sending.
     webpush.connect(PolicyNow(policy, resolver, tokens), spent)
 
+    carrier = _carrier(settings, presence)
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: object) -> AsyncIterator[None]:
         yield
         await page.aclose()
+        if carrier is not None:
+            await carrier.aclose()
 
     plain = plain_routes(
         publisher, fence, settings.delegation.allowed_nodes, partial(show_size, database)
@@ -122,6 +128,7 @@ def build_app(
         partial(A2ABodies, limits=limits),
         partial(StreamCaps, counts=streams),
         A2AJsonType,
+        partial(CarryToHome, carrier=carrier),
     )
     browser = BrowserRules(guard, resolver, sessions, settings.advertised_url, limits, streams)
     served = mount(page, api, browser)
@@ -129,6 +136,15 @@ def build_app(
         served, NoFunnel, partial(ServedHost, hosts=served_hosts(settings), resolver=resolver)
     )
     return AccessLog(hygiene, is_page=is_page_request)
+
+
+def _carrier(settings: Settings, presence: Presence) -> Carrier | None:
+    """How requests for a sibling's work get there: only for boxes that share a store
+    and name their siblings (delegation.siblings), who take what this one carries."""
+    if settings.store is None or not settings.delegation.siblings:
+        return None
+    signer = HopSigner(settings.state_dir, settings.own_url + JWKS_PATH, presence.localapi)
+    return Carrier(signer, settings.delegation.proxy or presence.tailnet_proxy)
 
 
 def _body_limits(settings: Settings) -> BodyLimits:

@@ -47,7 +47,8 @@ def plain_routes(
     async def agent_card(request: Request) -> Response:
         await publisher.refresh()
         wants_strict = request.headers.get("A2A-Version", "").strip().startswith("1.")
-        variant = publisher.strict if wants_strict else publisher.legacy
+        strict, legacy = publisher.variants(request.url.hostname)
+        variant = strict if wants_strict else legacy
         headers = {
             "Cache-Control": f"public, max-age={CARD_MAX_AGE}",
             "Last-Modified": publisher.last_modified,

@@ -156,7 +156,7 @@ async def build_service(settings: Settings, presence: Presence) -> Service:
     sdk = SdkStores(database)
     publisher = CardPublisher(
         backend, settings.advertised_url, settings.name, settings.state_dir,
-        settings.card_lists_0_3,
+        settings.card_lists_0_3, settings.own_url,
     )  # fmt: skip
     # Signed in a child process, on the other core while the rest is set up.
     signing = asyncio.create_task(publisher.refresh(), name="card-signing")

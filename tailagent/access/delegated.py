@@ -78,7 +78,11 @@ async def delegated_caller(
         acting=verified.acting,
         device=verified.device,
         chain=tuple(verified.tokens),
-        established_by=f"actor chain from {short}, {seen.established_by}",
+        established_by=(
+            f"carried by {short}, {seen.established_by}"
+            if policy.is_sibling(peer) and len(verified.tokens) == 1
+            else f"actor chain from {short}, {seen.established_by}"
+        ),
     )
 
 

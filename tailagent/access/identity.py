@@ -50,6 +50,10 @@ class Caller:
     delegated_by: str = ""
     chain: tuple[str, ...] = ()
     device: str = ""
+    # Carried here by a sibling box (cluster/carry.py) for work that runs here: that
+    # box's short name. The person is as if they called directly (`node` is their
+    # device), and the request is never carried on.
+    carried_by: str = ""
 
     @property
     def owner(self) -> str:

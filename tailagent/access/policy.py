@@ -49,6 +49,12 @@ def grant_roles(capabilities: dict[str, list[Any]], capability: str | None) -> s
     return roles
 
 
+def _names(peer: WhoIs) -> set[str]:
+    """What a node is known by in a list of nodes: its MagicDNS name, short name, tags."""
+    name = peer.node.name.lower().removesuffix(".")
+    return {name, name.split(".")[0], *(tag.lower() for tag in peer.node.tags)}
+
+
 def grants_delegation(capabilities: dict[str, list[Any]], capability: str | None) -> bool:
     """A tailnet grant that lets a node hand work here: `{"delegate": true}`."""
     values = capabilities.get(capability, []) if capability else []
@@ -93,13 +99,19 @@ class Policy:
 
     def may_delegate(self, peer: WhoIs) -> bool:
         """Whether a node may hand work here for a person: one of its tags or its name
-        (short or MagicDNS) in delegation.allowed_nodes, or a grant saying so."""
-        allowed = set(self.delegation.allowed_nodes)
-        name = peer.node.name.lower().removesuffix(".")
-        named = {name, name.split(".")[0], *(tag.lower() for tag in peer.node.tags)}
-        return bool(named & allowed) or grants_delegation(
-            peer.capabilities, self.settings.capability
+        (short or MagicDNS) in delegation.allowed_nodes, or a grant saying so; a
+        sibling may too."""
+        return (
+            bool(_names(peer) & set(self.delegation.allowed_nodes))
+            or grants_delegation(peer.capabilities, self.settings.capability)
+            or self.is_sibling(peer)
         )
+
+    def is_sibling(self, peer: WhoIs) -> bool:
+        """Whether the node is another box of this one's team (delegation.siblings): it
+        carries a person's request for work that runs here (cluster/carry.py), so the
+        person gets here what they would get calling this box directly."""
+        return bool(_names(peer) & set(self.delegation.siblings))
 
     def login_roles(self, login: str) -> set[str]:
         """The roles a login gets here as itself, from this box's own settings (the
@@ -119,26 +131,38 @@ class Policy:
         established_by: str,
     ) -> Caller | Refusal:
         """The person a verified actor chain names, as a caller here: with the roles this
-        box gives them directly and delegation.roles both allow; refused (403) when the
-        person (or who acts for them) would not be let in directly."""
+        box gives them directly and delegation.roles both allow (a sibling's carry: as
+        directly, from the device they called from); refused (403) when the person (or
+        who acts for them) would not be let in directly."""
         if self.settings.require_token:
             return Refusal(
                 403,
                 "this server requires a bearer token (access.require_token): it takes no "
                 "work handed by another box",
             )
+        sibling = self.is_sibling(peer) and len(chain) == 1
+        cap = ALL_ROLES if sibling else set(self.delegation.roles)
         for login in dict.fromkeys((person, acting)):
-            if not self.login_roles(login) & set(self.delegation.roles):
+            if not self.login_roles(login) & cap:
                 owner = f" (only {self.owner_login} by default)" if self.owner_login else ""
                 return Refusal(
                     403,
                     f"login {login} is not let in here directly: add it to "
                     f"access.allowed_logins{owner}",
                 )
+        if sibling:
+            return Caller(
+                kind="user",
+                login=acting,
+                roles=frozenset(self.login_roles(acting)),
+                node=device,
+                established_by=established_by,
+                carried_by=peer.node.name.split(".")[0],
+            )
         return Caller(
             kind="user",
             login=acting,
-            roles=frozenset(self.login_roles(acting) & set(self.delegation.roles)),
+            roles=frozenset(self.login_roles(acting) & cap),
             node=peer.node.name,
             established_by=established_by,
             delegated_by=peer.node.name.split(".")[0],

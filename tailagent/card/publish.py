@@ -17,6 +17,7 @@ import sys
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 from a2a.types.a2a_pb2 import AgentCard
 from google.protobuf.json_format import MessageToDict, ParseDict
@@ -85,16 +86,29 @@ async def sign_cards(
 
 class CardPublisher:
     def __init__(
-        self, backend: AgentBackend, url: str, name: str, state_dir: Path, lists_0_3: bool
+        self,
+        backend: AgentBackend,
+        url: str,
+        name: str,
+        state_dir: Path,
+        lists_0_3: bool,
+        own_url: str = "",
     ) -> None:
+        """`own_url`: this box's own URL, when `url` is a name it shares with its
+        siblings (a Tailscale Service): the card fetched by that host names it, so a
+        sibling checking this box's hop (delegation/node_keys.py) finds the box's card
+        at the box's own name, naming that name."""
         self._backend = backend
         self._url = url
+        self._urls = list(dict.fromkeys([url, own_url or url]))
         self._name = name
         self._state_dir = state_dir
         self._lists_0_3 = lists_0_3
         self._signed_at = -1
         self._signing = asyncio.Lock()
         self.strict = self.legacy = CardVariant("", "")
+        # Host -> (strict, legacy), for each URL after the first.
+        self._by_host: dict[str, tuple[CardVariant, CardVariant]] = {}
         self.jwks = ""
         self.last_modified = ""
 
@@ -102,6 +116,11 @@ class CardPublisher:
     def url(self) -> str:
         """The URL the card advertises (the server's public one)."""
         return self._url
+
+    def variants(self, host: str | None) -> tuple[CardVariant, CardVariant]:
+        """(strict, legacy) as fetched by `host`: the box's own card by its own name,
+        the public one otherwise."""
+        return self._by_host.get((host or "").lower(), (self.strict, self.legacy))
 
     async def refresh(self) -> None:
         """Re-signs when the key file changed since the last signing (a stat a call)."""
@@ -112,13 +131,20 @@ class CardPublisher:
             if version == self._signed_at:
                 return
             variants = [False, True] if self._lists_0_3 else [False]
-            cards = [
-                MessageToDict(build_card(self._backend, self._url, self._name, legacy=legacy))
-                for legacy in variants
-            ]
-            signed, jwks = await sign_cards(self._state_dir, cards, self._url + JWKS_PATH)
-            self.strict = CardVariant.of(signed[0])
-            self.legacy = CardVariant.of(signed[-1])
+            by_url = {}
+            for url in self._urls:
+                cards = [
+                    MessageToDict(build_card(self._backend, url, self._name, legacy=legacy))
+                    for legacy in variants
+                ]
+                signed, jwks = await sign_cards(self._state_dir, cards, url + JWKS_PATH)
+                by_url[url] = (CardVariant.of(signed[0]), CardVariant.of(signed[-1]))
+            self.strict, self.legacy = by_url[self._url]
+            self._by_host = {
+                (urlsplit(url).hostname or ""): pair
+                for url, pair in by_url.items()
+                if url != self._url
+            }
             self.jwks = json.dumps(jwks)
             self.last_modified = formatdate(usegmt=True)
             # A key made by the signer counts from its own file: read after it is there.

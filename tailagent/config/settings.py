@@ -321,6 +321,10 @@ class DelegationSettings:
     roles: tuple[str, ...] = DELEGATED_ROLES
     # How old the calling hop's signature may be: a replayed one is refused within it.
     window_seconds: float = 60.0
+    # The team's other boxes, sharing this one's store (and service name): a request for
+    # work that runs on one of them is carried there for the person (cluster/carry.py),
+    # and a person's request one of them carries here gets what it would directly.
+    siblings: tuple[str, ...] = ()
     allow_peers: tuple[str, ...] = ()
     scheme: str = "https"
     port: int = 443
@@ -334,6 +338,9 @@ class Settings:
     cwd: Path = field(default_factory=Path.cwd)
     listen: Listen = field(default_factory=Listen)
     public_url: str | None = None
+    # This box's own URL, when public_url is a name several boxes share (a Tailscale
+    # Service): where siblings carry requests for the work that runs here.
+    box_url: str | None = None
     state_dir: Path = field(default_factory=default_state_dir)
     store: str | None = None
     name: str = "tailagent"
@@ -388,3 +395,8 @@ class Settings:
     @property
     def advertised_url(self) -> str:
         return (self.public_url or self.listen.url()).rstrip("/")
+
+    @property
+    def own_url(self) -> str:
+        """This box's URL, not a name it shares with its siblings."""
+        return (self.box_url or self.advertised_url).rstrip("/")

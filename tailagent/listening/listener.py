@@ -50,7 +50,7 @@ def served_hosts(settings: Settings) -> set[str]:
     hosts = {"localhost", "127.0.0.1", "::1"}
     if not settings.listen.is_unix:
         hosts.add(settings.listen.host)
-    public_host = urlsplit(settings.advertised_url).hostname
-    if public_host:
-        hosts.add(public_host)
+    for url in (settings.advertised_url, settings.own_url):
+        if public_host := urlsplit(url).hostname:
+            hosts.add(public_host)
     return hosts

@@ -135,7 +135,7 @@ async def open_storage(
     of every task state change (push notifications), `on_save` of every save with its
     owner (the desk)."""
     shared = settings.store is not None
-    server = (server_id(settings.state_dir), settings.advertised_url)
+    server = (server_id(settings.state_dir), settings.own_url)
     table = TaskTable(database, sdk)
     await table.create()
     if shared:

@@ -141,6 +141,20 @@ class TaskTable:
         )
         return (rows[0][0], rows[0][1]) if rows else None
 
+    async def last_runner(
+        self, context_id: str, server_key: str, url_key: str
+    ) -> tuple[str, str] | None:
+        """(server id, URL) of the server that ran the context's latest task: where its
+        worktree is, in a store several servers share."""
+        runner = self._db.json_text("metadata", server_key)
+        rows = await self._db.fetch(
+            f"SELECT {runner}, {self._db.json_text('metadata', url_key)} FROM {TABLE}"
+            f" WHERE context_id = :context AND {runner} IS NOT NULL"
+            " ORDER BY last_updated DESC, id DESC LIMIT 1",
+            {"context": context_id},
+        )
+        return (rows[0][0], rows[0][1] or "") if rows else None
+
     async def context_ids(self) -> set[str]:
         return {row[0] for row in await self._db.fetch(f"SELECT DISTINCT context_id FROM {TABLE}")}
 

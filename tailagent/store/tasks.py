@@ -295,6 +295,16 @@ class CoalescingTaskStore(TaskStore):
         )
         return (found[0], found[1] or "another server") if found is not None else None
 
+    async def home_elsewhere(self, context_id: str) -> str | None:
+        """In a shared store: the URL of the other server that ran the context's latest
+        task, which holds its worktree; None when that is this server, or nobody."""
+        if not self._shared or context_id in self.minted:
+            return None
+        found = await self._table.last_runner(context_id, SERVER_ID_KEY, SERVER_URL_KEY)
+        if found is None or found[0] == self._server_id:
+            return None
+        return found[1] or None
+
     def _changed(self, task: Task) -> None:
         # Stored snapshots are never changed in place, so the listener may keep this one.
         if self._on_change is not None:

@@ -22,6 +22,7 @@ from tailagent.bridge.conversations.ownership import busy, mine, refuse_unless_o
 from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Isolated, Refused, Shared, listing, operate
 from tailagent.bridge.parts import data_part, text_part
+from tailagent.cluster.carry import carry_to
 from tailagent.store.owners import ConversationOwners
 from tailagent.store.tasks import CoalescingTaskStore, OwnerScope
 
@@ -72,6 +73,10 @@ class ConversationOperations:
         context_id = await resolve(params.message.context_id, self._owners,
                                    self._conversations, person.scope)  # fmt: skip
         refuse_unless_own(await self._owners.owner(context_id), context_id, person.scope)
+        home = await self._store.home_elsewhere(context_id)
+        if home is not None and carry_to(context.state, home):
+            # Its worktree is there (cluster/carry.py): that box runs the operation.
+            raise UnsupportedOperationError(message=f"Conversation {context_id} lives on {home}.")
         who = person.owner if person.caller else "this caller"
         if kind != "diff" and not person.may("approver"):
             raise InvalidRequestError(

@@ -31,6 +31,7 @@ from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Isolated, Shared
 from tailagent.bridge.requests.peer_tasks import runs_elsewhere
 from tailagent.bridge.turns import attachments, reservations
+from tailagent.cluster.carry import carry_to
 from tailagent.config import AttachmentSettings
 from tailagent.cost.budgets import OverBudget, Spending
 from tailagent.store.audit import AuditEntry, AuditLog
@@ -83,7 +84,7 @@ class Admission:
             stored = await self._store.get(message.task_id, context)
             if stored is None:
                 return None  # the SDK answers TaskNotFound in its own words
-            self._check_follow_up(message, stored, person)
+            self._check_follow_up(message, stored, person, context)
         if not message.task_id:  # before a new conversation is named for it
             await self._check_budget(message, context, person)
         await self._enter_conversation(message, person)
@@ -108,7 +109,9 @@ class Admission:
             if refusal is not None:
                 raise InvalidParamsError(message=refusal)
 
-    def _check_follow_up(self, message: Message, stored: Task, person: Requester) -> None:
+    def _check_follow_up(
+        self, message: Message, stored: Task, person: Requester, context: ServerCallContext
+    ) -> None:
         """Refuses a follow-up its task cannot take; binds it to the task's conversation
         and prompt, and renames a messageId the task already holds (the SDK's
         de-duplication would drop a second turn's words from the history)."""
@@ -118,6 +121,7 @@ class Admission:
                 message.task_id,
                 elsewhere,
                 "send follow-ups for it there. Any of the servers can read or cancel it.",
+                context,
             )
         if message.context_id and message.context_id != stored.context_id:
             raise InvalidParamsError(
@@ -158,9 +162,16 @@ class Admission:
         if holder is None and not message.task_id:
             running = await self._store.context_busy_elsewhere(message.context_id)
             if running is not None:
+                carry_to(context.state, running[1])  # its box says so, as the same words
                 refusal = await busy(self._store, message.context_id, running[0], context)
                 raise UnsupportedOperationError(
                     message=f"{refusal} (It runs on another tailagent server: {running[1]}.)"
+                )
+            home = await self._store.home_elsewhere(message.context_id)
+            if home is not None and carry_to(context.state, home):
+                # Its worktree is there: the turn goes on there (cluster/carry.py).
+                raise UnsupportedOperationError(
+                    message=f"Conversation {message.context_id} lives on {home}."
                 )
 
     async def _enter_conversation(self, message: Message, person: Requester) -> None:

@@ -13,6 +13,7 @@ from a2a.server.routes.common import DefaultServerCallContextBuilder
 from starlette.requests import Request
 
 from tailagent.access.identity import RPC_KEY, SCOPE_KEY, Caller
+from tailagent.cluster.carry import CARRY_STATE, SCOPE_CARRY
 from tailagent.store.sdk_stores import OwnerUser
 
 
@@ -29,4 +30,6 @@ class CallerContextBuilder(DefaultServerCallContextBuilder):
         context = super().build(request)
         context.state["caller"] = request.scope[SCOPE_KEY]
         context.state["rpc"] = request.scope.get(RPC_KEY)
+        if (carry := request.scope.get(SCOPE_CARRY)) is not None:  # cluster/carry.py
+            context.state[CARRY_STATE] = carry
         return context

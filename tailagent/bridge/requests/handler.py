@@ -275,7 +275,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
             return
         if elsewhere is not None:  # its events flow on that server only
             raise runs_elsewhere(
-                params.id, elsewhere, "subscribe there, or read it here with GetTask."
+                params.id, elsewhere, "subscribe there, or read it here with GetTask.", context
             )
         async for event in super().on_subscribe_to_task(params, context):
             yield event

@@ -1,7 +1,8 @@
 """Tasks another tailagent server runs, in a store several servers share.
 
 Such a task's turn and events live on that server only: a follow-up or a subscription
-naming it is refused with its URL; a cancel is signalled to it and waited for (it
+naming it is carried there for a person (cluster/carry.py), refused with its URL for
+anyone else; a cancel is signalled to it and waited for (it
 answers through the store); a push config added here is signalled so that server
 delivers. This changes with how servers sharing a store talk (store/signals.py),
 not with the rules for one server's own tasks.
@@ -15,12 +16,17 @@ from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import Task, TaskState
 from a2a.utils.errors import InternalError, TaskNotCancelableError, UnsupportedOperationError
 
+from tailagent.cluster.carry import carry_to
 from tailagent.store.signals import CANCEL, CONFIRM_TIMEOUT, POLL_INTERVAL, PUSH, TaskSignals
 from tailagent.store.tasks import CoalescingTaskStore
 
 
-def runs_elsewhere(task_id: str, url: str, advice: str) -> UnsupportedOperationError:
-    """The refusal of a request only the server that runs the task can serve."""
+def runs_elsewhere(
+    task_id: str, url: str, advice: str, context: ServerCallContext
+) -> UnsupportedOperationError:
+    """The refusal of a request only the server that runs the task can serve; the
+    request is carried there instead when it can be (cluster/carry.py)."""
+    carry_to(context.state, url)
     return UnsupportedOperationError(
         message=(
             f"Task {task_id} runs on another tailagent server that shares this store "

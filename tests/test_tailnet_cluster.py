@@ -1,0 +1,240 @@
+"""One name, many boxes (issue 58), on the real test tailnet: two tailagent boxes on
+one PostgreSQL store, behind one Tailscale Service, and a person's laptop calling the
+service's name. Whichever box the name reaches, the person's follow-up, stream,
+subscription, diff and merge land on the box that runs the conversation: the box
+that got the request carries it there (tailagent/cluster/carry.py), the home box
+knowing the person from the carrying box's signed hop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import RunningServer, start_server
+from tests.postgres import postgres_missing, running_postgres
+from tests.real_tailnet import DOMAIN, Node, Tailnet, module_tailnet
+from tests.test_isolation import make_project
+from tests.test_resume_stream import events, number, state, text
+
+MISSING = postgres_missing()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+
+SERVICE = "svc:agents"
+VIP = "100.127.0.2"
+URL = f"http://agents.{DOMAIN}/"
+LAPTOP_LOGIN = "user-3@fake-control.example.net"  # testcontrol names users in join order
+BOXES = ("box1", "box2")
+
+
+@pytest.fixture(scope="module")
+def tailnet() -> Iterator[Tailnet]:
+    box = {"tags": ("tag:agents",), "proxy": True}
+    nodes = {"box1": box, "box2": box, "laptop": {"proxy": True}}
+    yield from module_tailnet(nodes, tags=("tag:ci", "tag:agents"))
+
+
+def node_key(node: Node) -> str:
+    return str(json.loads(node.tailscale("status", "--json"))["Self"]["PublicKey"])
+
+
+def route_to(tailnet: Tailnet, name: str) -> None:
+    """The service on both boxes, its address routed to box `name` (control's pick)."""
+    hosts = [tailnet.nodes[box] for box in BOXES]
+    body = {"name": SERVICE, "vip": VIP, "hosts": [node_key(h) for h in hosts],
+            "route": node_key(tailnet.nodes[name])}  # fmt: skip
+    request = urllib.request.Request(
+        tailnet.url + "/testctl/services", data=json.dumps(body).encode(), method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.read() == b"ok\n"
+
+
+@pytest.fixture(scope="module")
+def boxes(
+    tailnet: Tailnet, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, RunningServer]]:
+    """tailagent on each box: one store, the service's name public, the box's own name
+    served too (where its siblings carry requests), the other box a sibling."""
+    route_to(tailnet, "box1")
+    running: dict[str, RunningServer] = {}
+    with running_postgres() as postgres:
+        try:
+            for name in BOXES:
+                node = tailnet.nodes[name]
+                tmp = tmp_path_factory.mktemp(name)
+                make_project(tmp / "workspace", {"notes.txt": "from main\n"})
+                config = tmp / "tailagent.toml"
+                config.write_text(
+                    f'box_url = "http://{node.dns_name}"\n'
+                    f'[access]\nallowed_logins = ["{LAPTOP_LOGIN}"]\n'
+                    f'[delegation]\nsiblings = ["tag:agents"]\nproxy = "{node.proxy}"\n'
+                    'scheme = "http"\nport = 80\n'
+                )
+                server = start_server(
+                    tmp, "--config", str(config), "--store", postgres.url,
+                    "--tailscale-socket", str(node.socket), "--public-url", URL.rstrip("/"),
+                )  # fmt: skip
+                running[name] = server
+                node.tailscale("serve", "--bg", "--http=80", server.url)
+                node.tailscale("serve", f"--service={SERVICE}", "--http=80", server.url)
+            yield running
+        finally:
+            for name, server in running.items():
+                tailnet.nodes[name].tailscale("serve", "reset", check=False)
+                server.stop()
+
+
+def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+def said(words: str, context_id: str = "", **params: Any) -> dict[str, Any]:
+    message: dict[str, Any] = {"messageId": f"m-{time.monotonic_ns()}", "role": "ROLE_USER",
+                               "parts": [{"text": words}]}  # fmt: skip
+    if context_id:
+        message["contextId"] = context_id
+    return {"message": message, **params}
+
+
+class Laptop:
+    """The person's laptop, calling the service's name through its tailscaled."""
+
+    def __init__(self, node: Node) -> None:
+        # A connection each call: one kept from before a route moved leads nowhere.
+        self.http = httpx.Client(
+            proxy=node.proxy, timeout=60, headers={"A2A-Version": "1.0"},
+            limits=httpx.Limits(max_keepalive_connections=0),
+        )  # fmt: skip
+
+    def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        deadline = time.monotonic() + 30
+        while True:  # a call waits while the laptop learns the service's route (502)
+            try:
+                response = self.http.post(URL, json=rpc(method, params))
+                if response.status_code != 502:
+                    break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+            assert time.monotonic() < deadline, response.text
+            time.sleep(0.1)
+        response.raise_for_status()
+        answer: dict[str, Any] = response.json()
+        assert "error" not in answer, answer
+        return dict(answer["result"])
+
+    def send(self, words: str, context_id: str = "") -> dict[str, Any]:
+        return dict(self.call("SendMessage", said(words, context_id))["task"])
+
+    def operation(self, kind: str, context_id: str, **more: Any) -> dict[str, Any]:
+        message = said(kind, context_id)
+        message["message"]["parts"] = [{"data": {"kind": kind, **more}}]
+        reply = self.call("SendMessage", message)["message"]
+        return {"text": reply["parts"][0]["text"], **reply["parts"][1]["data"]}
+
+    def stream(self, method: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        with self.http.stream("POST", URL, json=rpc(method, params)) as response:
+            return list(events(response))
+
+
+@pytest.fixture(scope="module")
+def laptop(tailnet: Tailnet) -> Iterator[Laptop]:
+    device = Laptop(tailnet.nodes["laptop"])
+    yield device
+    device.http.close()
+
+
+def access_lines(server: RunningServer) -> list[str]:
+    return [line for line in server.log().splitlines() if "tailagent.access:" in line]
+
+
+def reach(tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop, name: str) -> None:
+    """Routes the service to box `name` and waits until the laptop's calls get there."""
+    route_to(tailnet, name)
+    deadline = time.monotonic() + 30
+    while True:
+        before = len(access_lines(boxes[name]))
+        laptop.call("ListTasks", {})
+        time.sleep(0.05)
+        if any("ListTasks" in line for line in access_lines(boxes[name])[before:]):
+            return
+        assert time.monotonic() < deadline, f"the laptop does not reach {name} after 30 s"
+
+
+def runner(laptop: Laptop, task: dict[str, Any]) -> str:
+    """The box that ran a task, as the store stamps it."""
+    stored = laptop.call("GetTask", {"id": task["id"]})
+    return str(stored["metadata"]["tailagentServerUrl"])
+
+
+def test_a_conversation_goes_on_on_its_box_whichever_box_the_name_reaches(
+    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+) -> None:
+    reach(tailnet, boxes, laptop, "box1")
+    first = laptop.send("edit:notes.txt from the laptop")
+    context_id = first["contextId"]
+    assert first["status"]["state"] == "TASK_STATE_COMPLETED", first
+    assert runner(laptop, first) == f"http://box1.{DOMAIN}"
+    reach(tailnet, boxes, laptop, "box2")
+    follow = laptop.send("edit:notes.txt again", context_id)
+    carried = access_lines(boxes["box2"])[-1]
+    home = access_lines(boxes["box1"])[-1]
+    assert follow["status"]["state"] == "TASK_STATE_COMPLETED", follow
+    assert f"user:{LAPTOP_LOGIN}" in carried and f"carried to box1.{DOMAIN}" in carried, carried
+    assert f"user:{LAPTOP_LOGIN} (carried by box2" in home and "-> 200" in home, home
+    assert follow["contextId"] == context_id and runner(laptop, follow) == f"http://box1.{DOMAIN}"
+    # The diff and the merge, asked through box2, are of box1's worktree.
+    diff = laptop.operation("diff", context_id)
+    assert "again" in json.dumps(diff), diff
+    merged = laptop.operation("merge", context_id)
+    notes = {name: (box.state_dir.parent / "workspace" / "notes.txt").read_text()
+             for name, box in boxes.items()}  # fmt: skip
+    assert "again" in notes["box1"] and "again" not in notes["box2"], (merged, notes)
+
+
+def test_a_stream_and_a_subscription_come_from_the_box_that_runs_the_turn(
+    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+) -> None:
+    reach(tailnet, boxes, laptop, "box1")
+    first = laptop.send("hello")
+    running = laptop.call("SendMessage", said("slow 6", configuration={"returnImmediately": True}))
+    reach(tailnet, boxes, laptop, "box2")
+    # A turn of box1's conversation, streamed through box2, event by event.
+    streamed = laptop.stream("SendStreamingMessage", said("slow 2", first["contextId"]))
+    numbers = [int(n) for n in map(number, streamed) if n is not None]
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), streamed
+    assert state(streamed[-1]) == "TASK_STATE_COMPLETED", streamed
+    words = "".join(text(e) for e in streamed)
+    assert [words.count(f"tick {t}/2") for t in (1, 2)] == [1, 1], words
+    assert f"carried to box1.{DOMAIN}" in access_lines(boxes["box2"])[-1]
+    # A plain subscription, through box2, to the turn box1 still runs.
+    task_id = running["task"]["id"]
+    followed = laptop.stream("SubscribeToTask", {"id": task_id})
+    assert state(followed[-1]) == "TASK_STATE_COMPLETED", followed
+    assert "tick 6/6" in "".join(text(e) for e in followed)
+    line = access_lines(boxes["box2"])[-1]
+    assert "SubscribeToTask" in line and f"carried to box1.{DOMAIN}" in line, line
+
+
+def test_a_question_asked_on_one_box_is_answered_through_the_other(
+    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+) -> None:
+    reach(tailnet, boxes, laptop, "box1")
+    asked = laptop.send("ask edit")
+    assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", asked
+    reach(tailnet, boxes, laptop, "box2")
+    answer = said("yes")
+    answer["message"]["taskId"] = asked["id"]
+    done = laptop.call("SendMessage", answer)["task"]
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED", done
+    resumed = [m for m in done["history"] if (m.get("metadata") or {}).get("kind") == "resumed"]
+    assert resumed and resumed[-1]["metadata"]["answeredBy"] == LAPTOP_LOGIN, done["history"]
+    # From the laptop (the hop names the device whois named on box2), over A2A.
+    assert resumed[-1]["metadata"]["answeredFrom"] == "laptop", resumed[-1]["metadata"]
