@@ -580,6 +580,8 @@ async def _join_and_build(
         public_url = await presence.start(where)
         if public_url is not None:
             settings = replace(settings, public_url=public_url)
+        if settings.box_url is None and presence.own_url is not None:
+            settings = replace(settings, box_url=presence.own_url)
         elif settings.public_url is None and not settings.listen.is_unix:
             # Port 0 picks a free port: advertise the one we actually got.
             settings = replace(settings, public_url=where)

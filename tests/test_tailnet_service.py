@@ -166,9 +166,16 @@ def test_tailagent_serves_the_service_itself_and_leaves_it_as_it_found_it(
     try:
         site = serve_config(box)["Services"][SERVICE]["Web"][f"agents.{DOMAIN}:8443"]
         assert site["Handlers"]["/"]["Proxy"] == server.url
+        # The box's own name too: where its siblings carry requests for its work.
+        own = serve_config(box)["Web"][f"box1.{DOMAIN}:8443"]
+        assert own["Handlers"]["/"]["Proxy"] == server.url
         assert SERVICE in advertised(box)
         card = httpx.get(server.url + "/.well-known/agent-card.json", timeout=10).json()
         assert card["supportedInterfaces"][0]["url"].startswith(f"https://agents.{DOMAIN}:8443")
+        # Fetched by the box's own name, the card names that name.
+        own_card = httpx.get(server.url + "/.well-known/agent-card.json", timeout=10,
+                             headers={"Host": f"box1.{DOMAIN}"}).json()  # fmt: skip
+        assert own_card["supportedInterfaces"][0]["url"] == f"https://box1.{DOMAIN}:8443"
         assert "not approved" not in server.log()
         listen = server.url.removeprefix("http://")
         assert doctor_service(box, "--listen", listen, "--state-dir", str(server.state_dir)) == {
@@ -177,6 +184,7 @@ def test_tailagent_serves_the_service_itself_and_leaves_it_as_it_found_it(
         assert server.stop() == 0
     web = serve_config(box)["Services"][SERVICE]["Web"]
     assert f"agents.{DOMAIN}:8443" not in web and f"agents.{DOMAIN}:80" in web
+    assert f"box1.{DOMAIN}:8443" not in (serve_config(box).get("Web") or {})
     assert SERVICE in advertised(box)
 
 

@@ -39,6 +39,11 @@ class Presence(Protocol):
     def tailnet_proxy(self) -> str | None:
         """A socks5:// proxy onto the tailnet; None when the host's network reaches it."""
 
+    @property
+    def own_url(self) -> str | None:
+        """This box's own URL once started, when the advertised one is a name it shares
+        with other boxes (a Tailscale Service); None otherwise."""
+
     async def start(self, listener: str) -> str | None:
         """Gets onto the tailnet, forwarding to `listener` (http://IP:PORT or unix:/path);
         returns the URL to advertise, or None to keep the configured one."""
@@ -55,6 +60,10 @@ class BoxTailscaled:
     trusts_forwarding: bool = True
     tailnet_proxy: str | None = None
 
+    @property
+    def own_url(self) -> str | None:
+        return None
+
     def __init__(self, settings: Settings) -> None:
         self.localapi = LocalAPI.tailscaled(settings.tailscale.socket, patient=True)
 
@@ -69,18 +78,28 @@ class BoxTailscaled:
 
 
 class ServeEntryPresence(BoxTailscaled):
-    """`--tailnet`: the box's tailscaled serves this server on its MagicDNS name, or
-    (`--service`) on a Tailscale Service's."""
+    """`--tailnet`: the box's tailscaled serves this server on its MagicDNS name, and
+    (`--service`) on a Tailscale Service's too: callers use the service's name, the
+    box's siblings its own (cluster/carry.py)."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self._port = settings.tailnet_port
         self._service = settings.tailnet_service
         self._entry: ServeEntry | None = None
+        self._own: ServeEntry | None = None
+
+    @property
+    def own_url(self) -> str | None:
+        return self._own.public_url if self._own is not None and self._service else None
 
     async def start(self, listener: str) -> str | None:
         try:
-            self._entry = await expose(self.localapi, self._port, listener, self._service)
+            self._own = await expose(self.localapi, self._port, listener)
+            if self._service:
+                self._entry = await expose(self.localapi, self._port, listener, self._service)
+            else:
+                self._entry = self._own
         except LocalAPIUnavailable as exc:
             raise PresenceError(
                 f"--tailnet needs tailscaled: {exc}: {START_TAILSCALED}, or name its socket "
@@ -92,12 +111,13 @@ class ServeEntryPresence(BoxTailscaled):
 
     async def stop(self) -> None:
         try:
-            if self._entry is not None:
-                await withdraw(self.localapi, self._entry)
+            for entry in dict.fromkeys((self._entry, self._own)):
+                if entry is not None:
+                    await withdraw(self.localapi, entry)
         except (TailnetError, LocalAPIUnavailable) as exc:
             raise PresenceError(f"could not remove the tailscale serve entry: {exc}") from None
         finally:
-            self._entry = None
+            self._entry = self._own = None
             await super().stop()
 
     def callers_line(self) -> str | None:

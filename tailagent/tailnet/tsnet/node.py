@@ -59,6 +59,7 @@ class EmbeddedNode:
     """A `Presence` (see tailagent.tailnet.presence) that is its own tailnet node."""
 
     trusts_forwarding: bool = False
+    own_url: str | None = None  # a service name is not served by an embedded node yet
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings.tsnet
