@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from functools import partial
 
 from a2a.server.routes import create_rest_routes
-from starlette.routing import Mount, Router
+from starlette.routing import BaseRoute, Mount, Router
 
 from tailagent.access.api_rules import A2ABodies, A2AJsonType, JsonOnly, ProgramOrigins
 from tailagent.access.asgi import layered
@@ -65,17 +65,7 @@ def build_app(
 ) -> AccessLog:
     """`fence` is how agents are sandboxed (Sandbox.report), for /healthz and the desk;
     `database` is the store's, where notification answers already used are kept."""
-    context_builder = CallerContextBuilder()
-    routes = [
-        *jsonrpc_routes(handler, "/", context_builder, ANSWER_KEY, RPC_KEY),
-        # Tenants are not used here: leave out the SDK's catch-all `/{tenant}` mount,
-        # which would otherwise swallow every other path.
-        *(
-            r
-            for r in create_rest_routes(handler, context_builder, enable_v0_3_compat=True)
-            if not isinstance(r, Mount)
-        ),
-    ]
+    routes = _a2a_routes(handler)
     tokens = TokenStore(settings.state_dir)
     tokens.ensure_local()
     secret = load_secret(settings.state_dir)
@@ -136,6 +126,21 @@ def build_app(
         served, NoFunnel, partial(ServedHost, hosts=served_hosts(settings), resolver=resolver)
     )
     return AccessLog(hygiene, is_page=is_page_request)
+
+
+def _a2a_routes(handler: GuardedRequestHandler) -> list[BaseRoute]:
+    """A2A's JSON-RPC and HTTP+JSON routes, with the verified caller in their context."""
+    context_builder = CallerContextBuilder()
+    return [
+        *jsonrpc_routes(handler, "/", context_builder, ANSWER_KEY, RPC_KEY),
+        # Tenants are not used here: leave out the SDK's catch-all `/{tenant}` mount,
+        # which would otherwise swallow every other path.
+        *(
+            r
+            for r in create_rest_routes(handler, context_builder, enable_v0_3_compat=True)
+            if not isinstance(r, Mount)
+        ),
+    ]
 
 
 def _carrier(settings: Settings, presence: Presence) -> Carrier | None:

@@ -68,8 +68,9 @@ FLOORS = [
         "access", "listening", "process", "tailnet", "service", "sandbox"}),
     ("the work, knowing nothing of A2A", {"agents", "workspace", "webpush"}),
     ("what is kept", {"store"}),
-    ("A2A's edges and the books: the card, the client, plain routes, webhooks, cost, delegation", {
-        "card", "client", "plain_routes", "webhooks", "cost", "delegation"}),
+    ("A2A's edges and the books: the card, the client, plain routes, webhooks, cost, delegation, "
+     "the cluster", {
+        "card", "client", "plain_routes", "webhooks", "cost", "delegation", "cluster"}),
     ("the bridge between A2A and the agent", {"bridge"}),
     ("what people use: the desk and the owner's commands", {"web", "admin"}),
     ("wiring and commands", {"app", "server", "cli", "__main__", "binary", "about"}),

@@ -8,6 +8,7 @@ knowing the person from the carrying box's signed hop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.request
@@ -30,13 +31,14 @@ SERVICE = "svc:agents"
 VIP = "100.127.0.2"
 URL = f"http://agents.{DOMAIN}/"
 LAPTOP_LOGIN = "user-3@fake-control.example.net"  # testcontrol names users in join order
+PHONE_LOGIN = "user-4@fake-control.example.net"  # another person's phone
 BOXES = ("box1", "box2")
 
 
 @pytest.fixture(scope="module")
 def tailnet() -> Iterator[Tailnet]:
     box = {"tags": ("tag:agents",), "proxy": True}
-    nodes = {"box1": box, "box2": box, "laptop": {"proxy": True}}
+    nodes = {"box1": box, "box2": box, "laptop": {"proxy": True}, "phone": {"proxy": True}}
     yield from module_tailnet(nodes, tags=("tag:ci", "tag:agents"))
 
 
@@ -73,7 +75,7 @@ def boxes(
                 config = tmp / "tailagent.toml"
                 config.write_text(
                     f'box_url = "http://{node.dns_name}"\n'
-                    f'[access]\nallowed_logins = ["{LAPTOP_LOGIN}"]\n'
+                    f'[access]\nallowed_logins = ["{LAPTOP_LOGIN}", "{PHONE_LOGIN}"]\n'
                     f'[delegation]\nsiblings = ["tag:agents"]\nproxy = "{node.proxy}"\n'
                     'scheme = "http"\nport = 80\n'
                 )
@@ -113,11 +115,17 @@ class Laptop:
             limits=httpx.Limits(max_keepalive_connections=0),
         )  # fmt: skip
 
-    def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    def __enter__(self) -> Laptop:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.http.close()
+
+    def call(self, method: str, params: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
         deadline = time.monotonic() + 30
         while True:  # a call waits while the laptop learns the service's route (502)
             try:
-                response = self.http.post(URL, json=rpc(method, params))
+                response = self.http.post(URL, json=rpc(method, params), timeout=timeout)
                 if response.status_code != 502:
                     break
             except httpx.HTTPError:
@@ -130,6 +138,14 @@ class Laptop:
         assert "error" not in answer, answer
         return dict(answer["result"])
 
+    def refused(self, method: str, params: dict[str, Any]) -> str:
+        """The error message of a call that must be refused."""
+        response = self.http.post(URL, json=rpc(method, params))
+        assert response.headers.get("content-type") == "application/json", response.text
+        answer = response.json()
+        assert "error" in answer, answer
+        return str(answer["error"]["message"])
+
     def send(self, words: str, context_id: str = "") -> dict[str, Any]:
         return dict(self.call("SendMessage", said(words, context_id))["task"])
 
@@ -139,9 +155,16 @@ class Laptop:
         reply = self.call("SendMessage", message)["message"]
         return {"text": reply["parts"][0]["text"], **reply["parts"][1]["data"]}
 
-    def stream(self, method: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    def stream(self, method: str, params: dict[str, Any], until: str = "") -> list[dict[str, Any]]:
+        """The stream's events, to its end or to the first that says `until`."""
+        seen = []
         with self.http.stream("POST", URL, json=rpc(method, params)) as response:
-            return list(events(response))
+            assert response.headers["content-type"].startswith("text/event-stream"), response.read()
+            for event in events(response):
+                seen.append(event)
+                if until and until in text(event):
+                    break
+        return seen
 
 
 @pytest.fixture(scope="module")
@@ -155,13 +178,26 @@ def access_lines(server: RunningServer) -> list[str]:
     return [line for line in server.log().splitlines() if "tailagent.access:" in line]
 
 
+def logged(server: RunningServer, *words: str) -> str:
+    """The latest access line with all of `words` (a line is written once its answer
+    has gone: waited for a moment)."""
+    deadline = time.monotonic() + 5
+    while True:
+        found = [line for line in access_lines(server) if all(w in line for w in words)]
+        if found or time.monotonic() > deadline:
+            assert found, (words, access_lines(server)[-5:])
+            return found[-1]
+        time.sleep(0.05)
+
+
 def reach(tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop, name: str) -> None:
     """Routes the service to box `name` and waits until the laptop's calls get there."""
     route_to(tailnet, name)
     deadline = time.monotonic() + 30
     while True:
         before = len(access_lines(boxes[name]))
-        laptop.call("ListTasks", {})
+        with contextlib.suppress(httpx.TimeoutException):  # a route moving may drop one
+            laptop.call("ListTasks", {}, timeout=5)
         time.sleep(0.05)
         if any("ListTasks" in line for line in access_lines(boxes[name])[before:]):
             return
@@ -184,10 +220,10 @@ def test_a_conversation_goes_on_on_its_box_whichever_box_the_name_reaches(
     assert runner(laptop, first) == f"http://box1.{DOMAIN}"
     reach(tailnet, boxes, laptop, "box2")
     follow = laptop.send("edit:notes.txt again", context_id)
-    carried = access_lines(boxes["box2"])[-1]
-    home = access_lines(boxes["box1"])[-1]
     assert follow["status"]["state"] == "TASK_STATE_COMPLETED", follow
+    carried = logged(boxes["box2"], "SendMessage", "carried to")
     assert f"user:{LAPTOP_LOGIN}" in carried and f"carried to box1.{DOMAIN}" in carried, carried
+    home = logged(boxes["box1"], "SendMessage", "carried by box2")
     assert f"user:{LAPTOP_LOGIN} (carried by box2" in home and "-> 200" in home, home
     assert follow["contextId"] == context_id and runner(laptop, follow) == f"http://box1.{DOMAIN}"
     # The diff and the merge, asked through box2, are of box1's worktree.
@@ -204,7 +240,7 @@ def test_a_stream_and_a_subscription_come_from_the_box_that_runs_the_turn(
 ) -> None:
     reach(tailnet, boxes, laptop, "box1")
     first = laptop.send("hello")
-    running = laptop.call("SendMessage", said("slow 6", configuration={"returnImmediately": True}))
+    running = laptop.call("SendMessage", said("slow 30", configuration={"returnImmediately": True}))
     reach(tailnet, boxes, laptop, "box2")
     # A turn of box1's conversation, streamed through box2, event by event.
     streamed = laptop.stream("SendStreamingMessage", said("slow 2", first["contextId"]))
@@ -213,14 +249,15 @@ def test_a_stream_and_a_subscription_come_from_the_box_that_runs_the_turn(
     assert state(streamed[-1]) == "TASK_STATE_COMPLETED", streamed
     words = "".join(text(e) for e in streamed)
     assert [words.count(f"tick {t}/2") for t in (1, 2)] == [1, 1], words
-    assert f"carried to box1.{DOMAIN}" in access_lines(boxes["box2"])[-1]
+    logged(boxes["box2"], "SendStreamingMessage", f"carried to box1.{DOMAIN}")
     # A plain subscription, through box2, to the turn box1 still runs.
     task_id = running["task"]["id"]
-    followed = laptop.stream("SubscribeToTask", {"id": task_id})
-    assert state(followed[-1]) == "TASK_STATE_COMPLETED", followed
-    assert "tick 6/6" in "".join(text(e) for e in followed)
-    line = access_lines(boxes["box2"])[-1]
-    assert "SubscribeToTask" in line and f"carried to box1.{DOMAIN}" in line, line
+    followed = laptop.stream("SubscribeToTask", {"id": task_id}, until="/30")
+    assert "/30" in text(followed[-1]), followed
+    # And a cancel through box2 ends it on box1 (through the store's signals).
+    canceled = laptop.call("CancelTask", {"id": task_id})
+    assert canceled["status"]["state"] == "TASK_STATE_CANCELED", canceled
+    logged(boxes["box2"], "SubscribeToTask", f"task={task_id}", f"carried to box1.{DOMAIN}")
 
 
 def test_a_question_asked_on_one_box_is_answered_through_the_other(
@@ -238,3 +275,43 @@ def test_a_question_asked_on_one_box_is_answered_through_the_other(
     assert resumed and resumed[-1]["metadata"]["answeredBy"] == LAPTOP_LOGIN, done["history"]
     # From the laptop (the hop names the device whois named on box2), over A2A.
     assert resumed[-1]["metadata"]["answeredFrom"] == "laptop", resumed[-1]["metadata"]
+
+
+def test_another_person_naming_the_task_finds_nothing_and_nothing_is_carried(
+    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+) -> None:
+    """Another person (the phone's) naming the laptop's waiting task through box2 is
+    told it is not found there, and box1 hears nothing of it; the laptop's own answer
+    is carried as before."""
+    reach(tailnet, boxes, laptop, "box1")
+    asked = laptop.send("ask edit")
+    reach(tailnet, boxes, laptop, "box2")
+    answer = said("yes")
+    answer["message"]["taskId"] = asked["id"]
+    with Laptop(tailnet.nodes["phone"]) as phone:
+        assert f"Task {asked['id']} not found" in phone.refused("SendMessage", answer)
+    assert not any(PHONE_LOGIN in line for line in access_lines(boxes["box1"]))
+    assert any(PHONE_LOGIN in line for line in access_lines(boxes["box2"]))
+    assert laptop.call("SendMessage", answer)["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+def test_a_home_box_that_cannot_be_reached_leaves_the_refusal_naming_it(
+    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+) -> None:
+    reach(tailnet, boxes, laptop, "box1")
+    asked = laptop.send("ask edit")
+    reach(tailnet, boxes, laptop, "box2")
+    box1 = tailnet.nodes["box1"]
+    box1.tailscale("serve", "--http=80", "off")  # box1's own name leads nowhere now
+    try:
+        answer = said("yes")
+        answer["message"]["taskId"] = asked["id"]
+        refusal = laptop.refused("SendMessage", answer)
+        assert (
+            f"runs on another tailagent server that shares this store (http://box1.{DOMAIN})"
+            in (refusal)
+        )
+        assert f"could not carry POST / to http://box1.{DOMAIN}" in boxes["box2"].log()
+    finally:
+        box1.tailscale("serve", "--bg", "--http=80", boxes["box1"].url)
+    assert laptop.call("SendMessage", answer)["task"]["status"]["state"] == "TASK_STATE_COMPLETED"

@@ -56,6 +56,11 @@ KEPT_HEADERS = (
 # Hop-by-hop, or the home box's own framing: not passed back to the caller.
 DROPPED_ANSWER_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 CONNECT_TIMEOUT = 5.0
+# What a proxy on the way answers for a box it cannot reach (tailscaled's outbound proxy,
+# the home box's `tailscale serve`: 502, 504, or a plain-text 404 for a name it serves
+# nothing on); tailagent itself answers A2A with JSON or an event stream, and never those.
+UNREACHED = (502, 504)
+A2A_ANSWER_TYPES = ("application/json", "text/event-stream")
 
 
 @dataclass
@@ -125,6 +130,11 @@ class Carrier:
             log.warning("could not carry %s %s to %s: %s", scope["method"],
                         scope["path"], home, exc)  # fmt: skip
             return False
+        if not _from_tailagent(answer):
+            await answer.aclose()
+            log.warning("could not carry %s %s to %s: the tailnet answered %d (is it down?)",
+                        scope["method"], scope["path"], home, answer.status_code)  # fmt: skip
+            return False
         outcome = outcome_of(scope)
         outcome.what = f"{outcome.what} carried to {urlsplit(home).hostname}".strip()
         try:
@@ -132,6 +142,12 @@ class Carrier:
         finally:
             await answer.aclose()
         return True
+
+
+def _from_tailagent(answer: httpx.Response) -> bool:
+    """Whether the answer is the home box's own, not a proxy's on the way."""
+    media = answer.headers.get("content-type", "").split(";")[0].strip().lower()
+    return answer.status_code not in UNREACHED and media in A2A_ANSWER_TYPES
 
 
 async def _pass_back(answer: httpx.Response, receive: Any, send: Any) -> None:

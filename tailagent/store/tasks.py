@@ -127,6 +127,41 @@ class MintedIds(IDGenerator):
         self._ids.pop(some_id, None)
 
 
+class ContextRunners:
+    """In a store several servers share: which other server runs, or last ran, a
+    conversation's turns. A context this server's pool knows is the pool's to answer
+    for; alone on its store, a server hears None."""
+
+    def __init__(self, table: TaskTable, server_id: str, shared: bool, minted: MintedIds) -> None:
+        self._table = table
+        self._server_id = server_id
+        self._shared = shared
+        self._minted = minted  # ids this server just minted: no other can have run them
+
+    def _asks(self, context_id: str) -> bool:
+        return self._shared and context_id not in self._minted
+
+    async def busy_elsewhere(self, context_id: str) -> tuple[str, str] | None:
+        """(task id, server URL) of an unfinished task that another server runs in
+        the context."""
+        if not self._asks(context_id):
+            return None
+        found = await self._table.running_elsewhere(
+            context_id, SERVER_ID_KEY, SERVER_URL_KEY, self._server_id
+        )
+        return (found[0], found[1] or "another server") if found is not None else None
+
+    async def home_elsewhere(self, context_id: str) -> str | None:
+        """The URL of the other server that ran the context's latest task, which holds
+        its worktree; None when that is this server, or nobody."""
+        if not self._asks(context_id):
+            return None
+        found = await self._table.last_runner(context_id, SERVER_ID_KEY, SERVER_URL_KEY)
+        if found is None or found[0] == self._server_id:
+            return None
+        return found[1] or None
+
+
 class CoalescingTaskStore(TaskStore):
     def __init__(
         self,
@@ -155,6 +190,7 @@ class CoalescingTaskStore(TaskStore):
         self._released = asyncio.Event()  # set whenever a task is let go (see settled())
         # Ids this process just minted for new tasks: nothing can be stored under them yet.
         self.minted = MintedIds()
+        self.contexts = ContextRunners(table, self._server_id, shared, self.minted)
         self._dirty: set[str] = set()
         self._writer: asyncio.Task[None] | None = None
         self._write_lock = asyncio.Lock()
@@ -284,26 +320,6 @@ class CoalescingTaskStore(TaskStore):
             return None
         url = task.metadata.fields.get(SERVER_URL_KEY)
         return url.string_value if url is not None else "another server"
-
-    async def context_busy_elsewhere(self, context_id: str) -> tuple[str, str] | None:
-        """In a shared store: (task id, server URL) of an unfinished task that another
-        server runs in this context. Local contexts are the session pool's to know."""
-        if not self._shared or context_id in self.minted:
-            return None
-        found = await self._table.running_elsewhere(
-            context_id, SERVER_ID_KEY, SERVER_URL_KEY, self._server_id
-        )
-        return (found[0], found[1] or "another server") if found is not None else None
-
-    async def home_elsewhere(self, context_id: str) -> str | None:
-        """In a shared store: the URL of the other server that ran the context's latest
-        task, which holds its worktree; None when that is this server, or nobody."""
-        if not self._shared or context_id in self.minted:
-            return None
-        found = await self._table.last_runner(context_id, SERVER_ID_KEY, SERVER_URL_KEY)
-        if found is None or found[0] == self._server_id:
-            return None
-        return found[1] or None
 
     def _changed(self, task: Task) -> None:
         # Stored snapshots are never changed in place, so the listener may keep this one.

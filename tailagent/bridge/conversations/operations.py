@@ -73,7 +73,7 @@ class ConversationOperations:
         context_id = await resolve(params.message.context_id, self._owners,
                                    self._conversations, person.scope)  # fmt: skip
         refuse_unless_own(await self._owners.owner(context_id), context_id, person.scope)
-        home = await self._store.home_elsewhere(context_id)
+        home = await self._store.contexts.home_elsewhere(context_id)
         if home is not None and carry_to(context.state, home):
             # Its worktree is there (cluster/carry.py): that box runs the operation.
             raise UnsupportedOperationError(message=f"Conversation {context_id} lives on {home}.")

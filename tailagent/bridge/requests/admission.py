@@ -160,14 +160,14 @@ class Admission:
                 message=str(await busy(self._store, message.context_id, holder, context))
             )
         if holder is None and not message.task_id:
-            running = await self._store.context_busy_elsewhere(message.context_id)
+            running = await self._store.contexts.busy_elsewhere(message.context_id)
             if running is not None:
                 carry_to(context.state, running[1])  # its box says so, as the same words
                 refusal = await busy(self._store, message.context_id, running[0], context)
                 raise UnsupportedOperationError(
                     message=f"{refusal} (It runs on another tailagent server: {running[1]}.)"
                 )
-            home = await self._store.home_elsewhere(message.context_id)
+            home = await self._store.contexts.home_elsewhere(message.context_id)
             if home is not None and carry_to(context.state, home):
                 # Its worktree is there: the turn goes on there (cluster/carry.py).
                 raise UnsupportedOperationError(
