@@ -71,8 +71,9 @@ def build_app(
     secret = load_secret(settings.state_dir)
     sessions = BrowserSessions(secret, tokens)
     workspace = str(settings.cwd)
+    carrier = _carrier(settings, presence)
     parts = DeskParts(
-        store, handler, desk, sessions, secret, workspace, webpush, conversations, fence
+        store, handler, desk, sessions, secret, workspace, webpush, conversations, fence, carrier
     )
     page = LazyDesk(parts)
     policy = Policy(settings.access, settings.delegation)
@@ -84,8 +85,6 @@ def build_app(
     spent = SpentAnswers(database)
     # Whom a notification reaches is the guard's own policy's word at each sending.
     webpush.connect(PolicyNow(policy, resolver, tokens), spent)
-
-    carrier = _carrier(settings, presence)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: object) -> AsyncIterator[None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -315,3 +316,35 @@ def test_a_home_box_that_cannot_be_reached_leaves_the_refusal_naming_it(
     finally:
         box1.tailscale("serve", "--bg", "--http=80", boxes["box1"].url)
     assert laptop.call("SendMessage", answer)["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+def test_a_question_asked_on_one_box_is_answered_from_the_desk_of_the_other(
+    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+) -> None:
+    """The person opens the desk by the service's name, which reaches box2, and answers
+    there a question box1's turn asks: the answer is carried to box1."""
+    reach(tailnet, boxes, laptop, "box1")
+    asked = laptop.send("ask edit")
+    reach(tailnet, boxes, laptop, "box2")
+    page = laptop.http.get(f"{URL}desk/tasks/{asked['id']}").text
+    form = re.search(
+        r'action="[^"]+/answer".*?name="token" value="([^"]+)".*?name="requestId" value="([^"]+)"'
+        r'.*?name="choice" value="([^"]+)" class="allow"',
+        page,
+        re.S,
+    )
+    assert form is not None, page
+    token, request_id, choice = form.groups()
+    sent = laptop.http.post(
+        f"{URL}desk/tasks/{asked['id']}/answer",
+        data={"token": token, "requestId": request_id, "choice": choice},
+        headers={"Origin": URL.rstrip("/")},
+    )
+    assert sent.status_code == 303, sent.text
+    logged(boxes["box1"], "carried by box2", "SendMessage", f"task={asked['id']}")
+    deadline = time.monotonic() + 15
+    while (done := laptop.call("GetTask", {"id": asked["id"]}))["status"]["state"] != (
+        "TASK_STATE_COMPLETED"
+    ):
+        assert time.monotonic() < deadline, done["status"]
+        time.sleep(0.1)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import MutableMapping
 from dataclasses import dataclass
@@ -116,6 +117,27 @@ class Carrier:
         return self._http.build_request(
             scope["method"], url + (f"?{query}" if query else ""), headers=headers, content=body
         )
+
+    async def call(
+        self, home: str, caller: Caller, method: str, params: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """One JSON-RPC call made on `home` for `caller` (a person's answer from this
+        box's desk): its answer, or None when the home box could not be asked."""
+        scope = {"type": "http", "method": "POST", "path": "/", "query_string": b"",
+                 "headers": [(b"content-type", b"application/json"),
+                             (b"a2a-version", b"1.0")]}  # fmt: skip
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        try:
+            answer = await self._http.send(await self._request(scope, body.encode(), home, caller))
+        except (httpx.HTTPError, DelegationFailed) as exc:
+            log.warning("could not carry %s to %s: %s", method, home, exc)
+            return None
+        if not _from_tailagent(answer):
+            log.warning("could not carry %s to %s: the tailnet answered %d (is it down?)",
+                        method, home, answer.status_code)  # fmt: skip
+            return None
+        found: dict[str, Any] = answer.json()
+        return found
 
     async def relay(
         self, scope: dict[str, Any], body: bytes, home: str, receive: Any, send: Any

@@ -13,6 +13,7 @@ from quart import request
 
 from tailagent.access.identity import SCOPE_KEY, Caller
 from tailagent.bridge.answers.requester import VIA_KEY
+from tailagent.cluster.carry import CARRY_STATE, Carry, carriable
 from tailagent.store.sdk_stores import OwnerUser
 
 
@@ -23,5 +24,16 @@ def current_caller() -> Caller:
     return caller
 
 
-def call_context(caller: Caller, via: str = "web") -> ServerCallContext:
-    return ServerCallContext(user=OwnerUser(caller.owner), state={"caller": caller, VIA_KEY: via})
+def call_context(caller: Caller, via: str = "web", carry: bool = False) -> ServerCallContext:
+    """`carry`: a request for work another box runs is marked for carrying there
+    (cluster/carry.py) rather than only refused, for a person it can be carried for."""
+    state = {"caller": caller, VIA_KEY: via}
+    if carry and carriable(caller):
+        state[CARRY_STATE] = Carry()
+    return ServerCallContext(user=OwnerUser(caller.owner), state=state)
+
+
+def carried_home(context: ServerCallContext) -> str:
+    """The home box a refused request was marked for, or ""."""
+    carry = context.state.get(CARRY_STATE)
+    return carry.home if isinstance(carry, Carry) else ""

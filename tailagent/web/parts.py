@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from tailagent.bridge.conversations.workplace import Conversations
 from tailagent.bridge.requests.handler import GuardedRequestHandler
+from tailagent.cluster.carry import Carrier
 from tailagent.sandbox.fences import FenceReport
 from tailagent.store.tasks import CoalescingTaskStore
 from tailagent.web.sessions import BrowserSessions
@@ -25,3 +26,5 @@ class DeskParts:
     conversations: Conversations  # where each conversation works (its worktree)
     # How agents are fenced (Sandbox.report): the header says so when they are not.
     fence: FenceReport | None = None
+    # How a person's answer to another box's task gets there (None: alone on the store).
+    carrier: Carrier | None = None

@@ -30,7 +30,7 @@ from quart import request
 
 from tailagent.access.identity import Caller
 from tailagent.web import forms
-from tailagent.web.caller import call_context
+from tailagent.web.caller import call_context, carried_home
 from tailagent.web.parts import DeskParts
 from tailagent.web.standing import busy_with, fate_of, standing, worktree_of
 from tailagent.web.views import render
@@ -128,16 +128,37 @@ class DeskKit:
         return {key: posted.getlist(key) for key in posted}
 
     async def send(self, caller: Caller, message: Message) -> Task:
+        """The message sent as `caller`; to the box that runs its task when that is
+        another (an answer to a question asked there: cluster/carry.py)."""
         request_ = SendMessageRequest(
             message=message, configuration=SendMessageConfiguration(return_immediately=True)
         )
+        context = call_context(caller, carry=self.parts.carrier is not None)
         try:
-            result = await self.parts.handler.on_message_send(request_, call_context(caller))
+            result = await self.parts.handler.on_message_send(request_, context)
         except A2AError as exc:
-            raise Refused(status_of(exc), exc.message or type(exc).__name__) from None
+            home = carried_home(context)
+            if not home or self.parts.carrier is None:
+                raise Refused(status_of(exc), exc.message or type(exc).__name__) from None
+            result = await self._carried(caller, home, request_, exc)
         if not isinstance(result, Task):
             raise Refused(500, "the agent answered with a message, not a task")
         return result
+
+    async def _carried(
+        self, caller: Caller, home: str, request_: SendMessageRequest, refusal: A2AError
+    ) -> Task:
+        """The send, made on the home box for the person; this box's refusal (naming
+        that box) when it cannot be reached, and the home box's own when it refuses."""
+        assert self.parts.carrier is not None
+        params = MessageToDict(request_)
+        answer = await self.parts.carrier.call(home, caller, "SendMessage", params)
+        if answer is None:
+            raise Refused(status_of(refusal), refusal.message or type(refusal).__name__)
+        if "error" in answer:
+            raise Refused(409, str(answer["error"].get("message", answer["error"])))
+        task = answer.get("result", {}).get("task", {})
+        return ParseDict(task, Task(), ignore_unknown_fields=True)
 
 
 def older_arg() -> str:

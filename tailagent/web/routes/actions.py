@@ -8,6 +8,7 @@ with the answer rules (DESIGN.md, "Answers"), not with the pages.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from a2a.types.a2a_pb2 import CancelTaskRequest, Message, Part
@@ -51,8 +52,14 @@ def register_forms(desk_bp: Blueprint, kit: DeskKit) -> None:
         task = await kit.visible_task(caller, task_id)
         message = _answer_message(posted)
         message.task_id, message.context_id = task.id, task.context_id
+        # A task another box runs changes there: this desk's live view is not told.
+        elsewhere = kit.parts.store.runs_elsewhere(task) is not None
         try:
-            async with kit.parts.desk.answering(task_id, ANSWER_SHOWN_WITHIN):
+            async with (
+                contextlib.nullcontext()
+                if elsewhere
+                else kit.parts.desk.answering(task_id, ANSWER_SHOWN_WITHIN)
+            ):
                 await kit.send(caller, message)
         except Refused:
             request_id = (posted.get("requestId") or [""])[0]
