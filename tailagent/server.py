@@ -39,6 +39,7 @@ from tailagent.bridge.requests.handler import GuardedRequestHandler
 from tailagent.bridge.turns.executor import BridgeExecutor
 from tailagent.card.builder import build_card
 from tailagent.card.publish import CardPublisher, CardSigningFailed
+from tailagent.cluster.placement import Placement
 from tailagent.config import Settings, default_state_dir
 from tailagent.cost.budgets import Spending
 from tailagent.cost.ledger import Usage
@@ -59,6 +60,7 @@ from tailagent.sandbox.bwrap import SandboxUnavailable
 from tailagent.sandbox.fences import FenceReport, Sandbox
 from tailagent.statedir.files import NotPrivate, close_dir
 from tailagent.statedir.lock import StateDirBusy, StateLock
+from tailagent.store.boxes import BoxTable
 from tailagent.store.database import StoreUnavailable, open_database, redacted
 from tailagent.store.opening import STOP_MESSAGE, Storage, open_storage, server_id
 from tailagent.store.sdk_stores import SdkStores
@@ -93,6 +95,23 @@ class Service:
     sandbox: Sandbox
     tool_sockets: ToolSockets | None  # an ACP agent's doors to tailagent's own tools
 
+    async def drain(self, seconds: float) -> None:
+        """A box with siblings, stopping: new conversations go to them from now, and the
+        working turns get `seconds` to end and be written (those waiting for an answer
+        wait on, as at any stop)."""
+        placement = self.handler.placement
+        if placement is None:
+            return
+        await placement.drain()
+        log.info("draining: no new conversations here; working turns may end within %g s",
+                 seconds)  # fmt: skip
+        deadline = asyncio.get_running_loop().time() + seconds
+        await self.executor.drained(seconds)
+        while len(self.storage.tasks.held()) > self.executor.waiting:
+            if asyncio.get_running_loop().time() >= deadline:
+                return
+            await asyncio.sleep(0.05)
+
     async def stop_turns(self) -> int:
         """Ends every running turn and every unfinished task the next start could not
         take back, saying the server stopped; returns how many tasks it ended (a turn
@@ -105,6 +124,8 @@ class Service:
         return len({*streamed, *await self.storage.close_unfinished(STOP_MESSAGE)})
 
     async def aclose(self) -> None:
+        if self.handler.placement is not None:
+            await self.handler.placement.leave()
         if self.signal_watch is not None:
             self.signal_watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -387,6 +408,17 @@ def _make_handler(
         max_worktrees_per_caller=settings.workspace.max_worktrees_per_caller,
         spending=spending, audit=storage.audit,
         events=storage.events if settings.events_kept else None,
+        placement=_placement(settings, storage, pool),
+    )  # fmt: skip
+
+
+def _placement(settings: Settings, storage: Storage, pool: SessionPool) -> Placement | None:
+    """Where new conversations start, for a box with siblings on a shared store."""
+    if settings.store is None or not settings.delegation.siblings:
+        return None
+    return Placement(
+        BoxTable(storage.database), server_id(settings.state_dir), settings.own_url,
+        settings.agent_process.max_processes, lambda: pool.held,
     )  # fmt: skip
 
 
@@ -538,7 +570,7 @@ async def _run_locked(settings: Settings, notifier: Notifier, lock: StateLock) -
     settings, service = await _join_and_build(settings, presence, sock, where)
     config = hypercorn_config(sock)
     stop = asyncio.Event()
-    _stop_on_signals(service, notifier, stop)
+    _stop_on_signals(service, notifier, stop, settings.drain_seconds)
     say_refused(log)  # those decided while the agent's side was built (ACP's)
     log.info(
         "serving on %s (agent %s, workspace %s, state %s, store %s)",
@@ -598,11 +630,16 @@ async def _join_and_build(
         raise StartError(str(exc)) from None
 
 
-def _stop_on_signals(service: Service, notifier: Notifier, stop: asyncio.Event) -> None:
-    """SIGTERM and SIGINT end the turns and then the serving; a second one exits at once."""
+def _stop_on_signals(
+    service: Service, notifier: Notifier, stop: asyncio.Event, drain_seconds: float
+) -> None:
+    """SIGTERM and SIGINT end the turns and then the serving; a second one exits at once.
+    A box with siblings drains first: it takes no new conversation, and its working
+    turns get `drain_seconds` to end."""
     stopping: list[asyncio.Task[None]] = []
 
     async def shutdown() -> None:
+        await service.drain(drain_seconds)
         notifier.stopping(f"stopping: ending {service.executor.running} running turn(s)")
         # Before Hypercorn's graceful wait: an open desk page's stream ends its response
         # now, instead of holding the stop for GRACEFUL_TIMEOUT and being cut.
@@ -636,6 +673,8 @@ def _background(
             trim_when_quiet(lambda: (service.app.requests, service.app.in_flight))
         ),
     ]
+    if service.handler.placement is not None:
+        background.append(asyncio.ensure_future(service.handler.placement.keep_fresh()))
     if notifier.enabled:
         what = f"serving on {where} (agent {agent_named(settings)})"
         background.append(asyncio.ensure_future(_announce_ready(notifier, where, what)))

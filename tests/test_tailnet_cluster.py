@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import signal
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tailagent.store.boxes import BEAT
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
 from tests.real_tailnet import DOMAIN, Node, Tailnet, module_tailnet
@@ -75,7 +77,8 @@ def boxes(
                 make_project(tmp / "workspace", {"notes.txt": "from main\n"})
                 config = tmp / "tailagent.toml"
                 config.write_text(
-                    f'box_url = "http://{node.dns_name}"\n'
+                    f'box_url = "http://{node.dns_name}"\ndrain_seconds = 10\n'
+                    "[agent]\nmax_processes = 2\n"
                     f'[access]\nallowed_logins = ["{LAPTOP_LOGIN}", "{PHONE_LOGIN}"]\n'
                     f'[delegation]\nsiblings = ["tag:agents"]\nproxy = "{node.proxy}"\n'
                     'scheme = "http"\nport = 80\n'
@@ -211,121 +214,132 @@ def runner(laptop: Laptop, task: dict[str, Any]) -> str:
     return str(stored["metadata"]["tailagentServerUrl"])
 
 
+def homes(laptop: Laptop, task: dict[str, Any]) -> tuple[str, str]:
+    """(the box that runs the task, the other one): new conversations are placed by
+    load (cluster/placement.py), so a test finds out rather than assumes."""
+    home = runner(laptop, task).removeprefix("http://").split(".")[0]
+    assert home in BOXES, home
+    return home, next(box for box in BOXES if box != home)
+
+
 def test_a_conversation_goes_on_on_its_box_whichever_box_the_name_reaches(
     tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
 ) -> None:
-    reach(tailnet, boxes, laptop, "box1")
     first = laptop.send("edit:notes.txt from the laptop")
     context_id = first["contextId"]
     assert first["status"]["state"] == "TASK_STATE_COMPLETED", first
-    assert runner(laptop, first) == f"http://box1.{DOMAIN}"
-    reach(tailnet, boxes, laptop, "box2")
+    home, other = homes(laptop, first)
+    reach(tailnet, boxes, laptop, other)
     follow = laptop.send("edit:notes.txt again", context_id)
     assert follow["status"]["state"] == "TASK_STATE_COMPLETED", follow
-    carried = logged(boxes["box2"], "SendMessage", "carried to")
-    assert f"user:{LAPTOP_LOGIN}" in carried and f"carried to box1.{DOMAIN}" in carried, carried
-    home = logged(boxes["box1"], "SendMessage", "carried by box2")
-    assert f"user:{LAPTOP_LOGIN} (carried by box2" in home and "-> 200" in home, home
-    assert follow["contextId"] == context_id and runner(laptop, follow) == f"http://box1.{DOMAIN}"
-    # The diff and the merge, asked through box2, are of box1's worktree.
+    carried = logged(boxes[other], "SendMessage", "carried to")
+    assert f"user:{LAPTOP_LOGIN}" in carried and f"carried to {home}.{DOMAIN}" in carried, carried
+    mark = f"user:{LAPTOP_LOGIN} (carried by {other}"
+    assert "-> 200" in logged(boxes[home], "SendMessage", mark)
+    assert follow["contextId"] == context_id and homes(laptop, follow)[0] == home
+    # The diff and the merge, asked through the other box, are of the home box's worktree.
     diff = laptop.operation("diff", context_id)
     assert "again" in json.dumps(diff), diff
     merged = laptop.operation("merge", context_id)
     notes = {name: (box.state_dir.parent / "workspace" / "notes.txt").read_text()
              for name, box in boxes.items()}  # fmt: skip
-    assert "again" in notes["box1"] and "again" not in notes["box2"], (merged, notes)
+    assert "again" in notes[home] and "again" not in notes[other], (merged, notes)
 
 
 def test_a_stream_and_a_subscription_come_from_the_box_that_runs_the_turn(
     tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
 ) -> None:
-    reach(tailnet, boxes, laptop, "box1")
     first = laptop.send("hello")
-    running = laptop.call("SendMessage", said("slow 30", configuration={"returnImmediately": True}))
-    reach(tailnet, boxes, laptop, "box2")
-    # A turn of box1's conversation, streamed through box2, event by event.
+    home, other = homes(laptop, first)
+    ticking = said("slow 30", first["contextId"], configuration={"returnImmediately": True})
+    running = laptop.call("SendMessage", ticking)["task"]
+    reach(tailnet, boxes, laptop, other)
+    # A plain subscription, through the other box, to the turn the home box runs.
+    followed = laptop.stream("SubscribeToTask", {"id": running["id"]}, until="/30")
+    assert "/30" in text(followed[-1]), followed
+    logged(boxes[other], "SubscribeToTask", f"task={running['id']}", f"carried to {home}.")
+    # And a cancel through the other box ends it there (through the store's signals).
+    canceled = laptop.call("CancelTask", {"id": running["id"]})
+    assert canceled["status"]["state"] == "TASK_STATE_CANCELED", canceled
+    # A turn of the home box's conversation, streamed through the other, event by event.
     streamed = laptop.stream("SendStreamingMessage", said("slow 2", first["contextId"]))
     numbers = [int(n) for n in map(number, streamed) if n is not None]
     assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), streamed
     assert state(streamed[-1]) == "TASK_STATE_COMPLETED", streamed
     words = "".join(text(e) for e in streamed)
     assert [words.count(f"tick {t}/2") for t in (1, 2)] == [1, 1], words
-    logged(boxes["box2"], "SendStreamingMessage", f"carried to box1.{DOMAIN}")
-    # A plain subscription, through box2, to the turn box1 still runs.
-    task_id = running["task"]["id"]
-    followed = laptop.stream("SubscribeToTask", {"id": task_id}, until="/30")
-    assert "/30" in text(followed[-1]), followed
-    # And a cancel through box2 ends it on box1 (through the store's signals).
-    canceled = laptop.call("CancelTask", {"id": task_id})
-    assert canceled["status"]["state"] == "TASK_STATE_CANCELED", canceled
-    logged(boxes["box2"], "SubscribeToTask", f"task={task_id}", f"carried to box1.{DOMAIN}")
+    logged(boxes[other], "SendStreamingMessage", f"carried to {home}.")
+
+
+def question(
+    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+) -> tuple[dict[str, Any], str, str]:
+    """A question the agent asks the laptop: the task, its home box and the other box,
+    which the laptop's calls reach now."""
+    asked = laptop.send("ask edit")
+    assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", asked
+    home, other = homes(laptop, asked)
+    reach(tailnet, boxes, laptop, other)
+    return asked, home, other
+
+
+def answered(asked: dict[str, Any]) -> dict[str, Any]:
+    answer = said("yes")
+    answer["message"]["taskId"] = asked["id"]
+    return answer
 
 
 def test_a_question_asked_on_one_box_is_answered_through_the_other(
     tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
 ) -> None:
-    reach(tailnet, boxes, laptop, "box1")
-    asked = laptop.send("ask edit")
-    assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", asked
-    reach(tailnet, boxes, laptop, "box2")
-    answer = said("yes")
-    answer["message"]["taskId"] = asked["id"]
-    done = laptop.call("SendMessage", answer)["task"]
+    asked, _, _ = question(tailnet, boxes, laptop)
+    done = laptop.call("SendMessage", answered(asked))["task"]
     assert done["status"]["state"] == "TASK_STATE_COMPLETED", done
     resumed = [m for m in done["history"] if (m.get("metadata") or {}).get("kind") == "resumed"]
     assert resumed and resumed[-1]["metadata"]["answeredBy"] == LAPTOP_LOGIN, done["history"]
-    # From the laptop (the hop names the device whois named on box2), over A2A.
+    # From the laptop (the hop names the device whois named), over A2A.
     assert resumed[-1]["metadata"]["answeredFrom"] == "laptop", resumed[-1]["metadata"]
 
 
 def test_another_person_naming_the_task_finds_nothing_and_nothing_is_carried(
     tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
 ) -> None:
-    """Another person (the phone's) naming the laptop's waiting task through box2 is
-    told it is not found there, and box1 hears nothing of it; the laptop's own answer
-    is carried as before."""
-    reach(tailnet, boxes, laptop, "box1")
-    asked = laptop.send("ask edit")
-    reach(tailnet, boxes, laptop, "box2")
-    answer = said("yes")
-    answer["message"]["taskId"] = asked["id"]
+    """Another person (the phone's) naming the laptop's waiting task through the other
+    box is told it is not found there, and the home box hears nothing of it; the
+    laptop's own answer is carried as before."""
+    asked, home, other = question(tailnet, boxes, laptop)
     with Laptop(tailnet.nodes["phone"]) as phone:
-        assert f"Task {asked['id']} not found" in phone.refused("SendMessage", answer)
-    assert not any(PHONE_LOGIN in line for line in access_lines(boxes["box1"]))
-    assert any(PHONE_LOGIN in line for line in access_lines(boxes["box2"]))
-    assert laptop.call("SendMessage", answer)["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        refusal = phone.refused("SendMessage", answered(asked))
+    assert f"Task {asked['id']} not found" in refusal, refusal
+    assert not any(PHONE_LOGIN in line for line in access_lines(boxes[home]))
+    assert any(PHONE_LOGIN in line for line in access_lines(boxes[other]))
+    done = laptop.call("SendMessage", answered(asked))["task"]
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
 def test_a_home_box_that_cannot_be_reached_leaves_the_refusal_naming_it(
     tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
 ) -> None:
-    reach(tailnet, boxes, laptop, "box1")
-    asked = laptop.send("ask edit")
-    reach(tailnet, boxes, laptop, "box2")
-    box1 = tailnet.nodes["box1"]
-    box1.tailscale("serve", "--http=80", "off")  # box1's own name leads nowhere now
+    asked, home, other = question(tailnet, boxes, laptop)
+    node = tailnet.nodes[home]
+    node.tailscale("serve", "--http=80", "off")  # the home box's own name leads nowhere now
     try:
-        answer = said("yes")
-        answer["message"]["taskId"] = asked["id"]
-        refusal = laptop.refused("SendMessage", answer)
-        assert (
-            f"runs on another tailagent server that shares this store (http://box1.{DOMAIN})"
-            in (refusal)
-        )
-        assert f"could not carry POST / to http://box1.{DOMAIN}" in boxes["box2"].log()
+        refusal = laptop.refused("SendMessage", answered(asked))
+        named = f"runs on another tailagent server that shares this store (http://{home}."
+        assert named in refusal, refusal
+        assert f"could not carry POST / to http://{home}.{DOMAIN}" in boxes[other].log()
     finally:
-        box1.tailscale("serve", "--bg", "--http=80", boxes["box1"].url)
-    assert laptop.call("SendMessage", answer)["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        node.tailscale("serve", "--bg", "--http=80", boxes[home].url)
+    done = laptop.call("SendMessage", answered(asked))["task"]
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
 def test_a_question_asked_on_one_box_is_answered_from_the_desk_of_the_other(
     tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
 ) -> None:
-    """The person opens the desk by the service's name, which reaches box2, and answers
-    there a question box1's turn asks: the answer is carried to box1."""
-    reach(tailnet, boxes, laptop, "box1")
-    asked = laptop.send("ask edit")
-    reach(tailnet, boxes, laptop, "box2")
+    """The person opens the desk by the service's name, which reaches the other box,
+    and answers there a question the home box's turn asks: the answer is carried."""
+    asked, home, other = question(tailnet, boxes, laptop)
     page = laptop.http.get(f"{URL}desk/tasks/{asked['id']}").text
     form = re.search(
         r'action="[^"]+/answer".*?name="token" value="([^"]+)".*?name="requestId" value="([^"]+)"'
@@ -341,10 +355,53 @@ def test_a_question_asked_on_one_box_is_answered_from_the_desk_of_the_other(
         headers={"Origin": URL.rstrip("/")},
     )
     assert sent.status_code == 303, sent.text
-    logged(boxes["box1"], "carried by box2", "SendMessage", f"task={asked['id']}")
+    logged(boxes[home], f"carried by {other}", "SendMessage", f"task={asked['id']}")
     deadline = time.monotonic() + 15
     while (done := laptop.call("GetTask", {"id": asked["id"]}))["status"]["state"] != (
         "TASK_STATE_COMPLETED"
     ):
         assert time.monotonic() < deadline, done["status"]
         time.sleep(0.1)
+
+
+def test_a_new_conversation_starts_on_the_box_with_room(
+    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+) -> None:
+    """Each box may run 2 turns (agent.max_processes): with one turn on a box, the
+    next new conversation starts on the other, whichever the name reaches."""
+    time.sleep(2 * BEAT)  # the loads the boxes wrote settle on the earlier tests' end
+    busy = laptop.call("SendMessage", said("slow 20", configuration={"returnImmediately": True}))
+    first, other = homes(laptop, busy["task"])
+    time.sleep(2 * BEAT)
+    for name in (first, other):  # wherever the name leads, the start goes to the idle box
+        reach(tailnet, boxes, laptop, name)
+        placed = laptop.send("hello")
+        assert homes(laptop, placed)[0] == other, (name, placed["id"])
+    logged(boxes[first], "SendMessage", f"carried to {other}.")
+    assert laptop.call("CancelTask", {"id": busy["task"]["id"]})["status"]["state"] == (
+        "TASK_STATE_CANCELED"
+    )
+
+
+def test_a_box_that_stops_drains_its_turns_and_sends_new_work_to_the_other(
+    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+) -> None:
+    """SIGTERM: the box takes no new conversation (it carries them to its sibling) and
+    its working turn ends as it would have, within drain_seconds; then it stops."""
+    time.sleep(2 * BEAT)
+    working = laptop.call("SendMessage", said("slow 4", configuration={"returnImmediately": True}))
+    leaving, staying = homes(laptop, working["task"])
+    reach(tailnet, boxes, laptop, leaving)
+    stopping = boxes[leaving]
+    stopping.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while "draining: no new conversations here" not in stopping.log():
+        assert time.monotonic() < deadline, stopping.log()[-2000:]
+        time.sleep(0.05)
+    placed = laptop.send("hello while it drains")
+    assert homes(laptop, placed)[0] == staying
+    assert stopping.process.wait(timeout=30) == 0
+    reach(tailnet, boxes, laptop, staying)
+    ended = laptop.call("GetTask", {"id": working["task"]["id"]})
+    assert ended["status"]["state"] == "TASK_STATE_COMPLETED", ended["status"]
+    assert "tick 4/4" in json.dumps(ended)

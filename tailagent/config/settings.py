@@ -341,6 +341,9 @@ class Settings:
     # This box's own URL, when public_url is a name several boxes share (a Tailscale
     # Service): where siblings carry requests for the work that runs here.
     box_url: str | None = None
+    # A box with siblings that stops drains first: new conversations go to the
+    # siblings, and its working turns get this long to end (cluster/placement.py).
+    drain_seconds: float = 30.0
     state_dir: Path = field(default_factory=default_state_dir)
     store: str | None = None
     name: str = "tailagent"

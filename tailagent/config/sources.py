@@ -47,6 +47,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "listen": checks.listen_address,
     "public_url": checks.http_url,
     "box_url": checks.http_url,
+    "drain_seconds": checks.positive_number,
     "state_dir": checks.file_path,
     "store": checks.store_url,
     "name": checks.nonempty_text,

@@ -32,6 +32,7 @@ from tailagent.bridge.conversations.workplace import Isolated, Shared
 from tailagent.bridge.requests.peer_tasks import runs_elsewhere
 from tailagent.bridge.turns import attachments, reservations
 from tailagent.cluster.carry import carry_to
+from tailagent.cluster.placement import Placement
 from tailagent.config import AttachmentSettings
 from tailagent.cost.budgets import OverBudget, Spending
 from tailagent.store.audit import AuditEntry, AuditLog
@@ -61,7 +62,10 @@ class Admission:
         max_worktrees_per_caller: int,
         spending: Spending | None,
         audit: AuditLog | None,
+        placement: Placement | None = None,
     ) -> None:
+        """`placement` places new conversations among the boxes of a shared store
+        (None: every one starts here)."""
         self._store = store
         self._pool = pool
         self._answers = answers
@@ -71,6 +75,7 @@ class Admission:
         self._max_worktrees = max_worktrees_per_caller
         self._spending = spending
         self._audit = audit
+        self._placement = placement
 
     async def admit(
         self, params: SendMessageRequest, context: ServerCallContext, person: Requester
@@ -87,6 +92,8 @@ class Admission:
             self._check_follow_up(message, stored, person, context)
         if not message.task_id:  # before a new conversation is named for it
             await self._check_budget(message, context, person)
+            if not message.context_id:
+                await self._place(context)
         await self._enter_conversation(message, person)
         await self._check_free(message, context)
         if message.task_id:
@@ -150,6 +157,17 @@ class Admission:
         if any(m.message_id == message.message_id for m in stored.history):
             message.metadata.update({"originalMessageId": message.message_id})
             message.message_id = f"{message.message_id}~{uuid.uuid4().hex[:8]}"
+
+    async def _place(self, context: ServerCallContext) -> None:
+        """Hands a new conversation to the sibling with room for it, when that is
+        not this box (cluster/placement.py); it is carried there for the person."""
+        if self._placement is None:
+            return
+        home = await self._placement.elsewhere()
+        if home is not None and carry_to(context.state, home):
+            raise UnsupportedOperationError(
+                message=f"This box is busier than {home}: the new conversation starts there."
+            )
 
     async def _check_free(self, message: Message, context: ServerCallContext) -> None:
         """Refuses a conversation a turn of another task runs in, here or on another

@@ -80,6 +80,7 @@ from tailagent.bridge.requests.task_starts import TaskStarts
 from tailagent.bridge.turns import reservations
 from tailagent.bridge.turns.executor import BridgeExecutor
 from tailagent.card.builder import for_caller
+from tailagent.cluster.placement import Placement
 from tailagent.config import AgentSettings, AttachmentSettings, WorkspaceSettings
 from tailagent.config.tool_rules import Rule
 from tailagent.cost.budgets import Spending
@@ -119,6 +120,7 @@ class GuardedRequestHandler(DefaultRequestHandler):
         spending: Spending | None = None,
         audit: AuditLog | None = None,
         events: TaskEvents | None = None,
+        placement: Placement | None = None,
     ) -> None:
         conversations = conversations or Shared("not configured")
         self._gate = TurnGate(max_concurrent_turns)
@@ -142,10 +144,12 @@ class GuardedRequestHandler(DefaultRequestHandler):
         self._executor = executor
         self._quick = QuickTurns(executor, store)
         self._rules = rules
+        self.placement = placement  # the server keeps its row fresh and drains it
         self._admission = Admission(
             store, pool, executor.judge, owners, conversations,
             attachment_limits=attachment_limits or AttachmentSettings(),
             max_worktrees_per_caller=max_worktrees_per_caller, spending=spending, audit=audit,
+            placement=placement,
         )  # fmt: skip
         self._operations = ConversationOperations(conversations, owners, pool, store)
         self._peers = PeerTasks(store, signals)

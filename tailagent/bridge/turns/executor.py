@@ -224,6 +224,16 @@ class BridgeExecutor(AgentExecutor):
     def running(self) -> int:
         return len(self._runtimes)
 
+    async def drained(self, seconds: float) -> bool:
+        """Waits, at most `seconds`, until no turn is working (those waiting for a
+        person's answer wait on, as at any stop); whether none is."""
+        deadline = asyncio.get_running_loop().time() + seconds
+        while len(self._runtimes) > self._runtimes.parked():
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
+        return True
+
     @property
     def waiting(self) -> int:
         """Tasks waiting for an answer: they outlast a stop (see answers/waiting.py)."""
