@@ -418,7 +418,7 @@ def _placement(settings: Settings, storage: Storage, pool: SessionPool) -> Place
         return None
     return Placement(
         BoxTable(storage.database), server_id(settings.state_dir), settings.own_url,
-        settings.agent_process.max_processes, lambda: pool.held,
+        settings.agent_process.max_processes, lambda: pool.held, storage.fail_working_of,
     )  # fmt: skip
 
 

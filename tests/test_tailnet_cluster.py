@@ -15,12 +15,13 @@ import signal
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tailagent.store.boxes import BEAT
+from tailagent.store.boxes import BEAT, STALE
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
 from tests.real_tailnet import DOMAIN, Node, Tailnet, module_tailnet
@@ -61,35 +62,47 @@ def route_to(tailnet: Tailnet, name: str) -> None:
         assert response.read() == b"ok\n"
 
 
+class Boxes(dict[str, RunningServer]):
+    """The running server of each box, which a test may stop and start again."""
+
+    def __init__(self, tailnet: Tailnet, base: Path, store: str) -> None:
+        super().__init__()
+        self.tailnet, self.base, self.store = tailnet, base, store
+
+    def start(self, name: str) -> RunningServer:
+        """tailagent on box `name`: the store shared, the service's name public, the
+        box's own name served too (where its siblings carry requests)."""
+        node, tmp = self.tailnet.nodes[name], self.base / name
+        config = tmp / "tailagent.toml"
+        if not config.exists():
+            make_project(tmp / "workspace", {"notes.txt": "from main\n"})
+            config.write_text(
+                f'box_url = "http://{node.dns_name}"\ndrain_seconds = 10\n'
+                "[agent]\nmax_processes = 2\n"
+                f'[access]\nallowed_logins = ["{LAPTOP_LOGIN}", "{PHONE_LOGIN}"]\n'
+                f'[delegation]\nsiblings = ["tag:agents"]\nproxy = "{node.proxy}"\n'
+                'scheme = "http"\nport = 80\n'
+            )
+        server = start_server(
+            tmp, "--config", str(config), "--store", self.store,
+            "--tailscale-socket", str(node.socket), "--public-url", URL.rstrip("/"),
+            state_dir=tmp / "state",
+        )  # fmt: skip
+        self[name] = server
+        node.tailscale("serve", "--bg", "--http=80", server.url)
+        node.tailscale("serve", f"--service={SERVICE}", "--http=80", server.url)
+        return server
+
+
 @pytest.fixture(scope="module")
-def boxes(
-    tailnet: Tailnet, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, RunningServer]]:
-    """tailagent on each box: one store, the service's name public, the box's own name
-    served too (where its siblings carry requests), the other box a sibling."""
+def boxes(tailnet: Tailnet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Boxes]:
+    """tailagent on each box, the other box a sibling."""
     route_to(tailnet, "box1")
-    running: dict[str, RunningServer] = {}
     with running_postgres() as postgres:
+        running = Boxes(tailnet, tmp_path_factory.mktemp("boxes"), postgres.url)
         try:
             for name in BOXES:
-                node = tailnet.nodes[name]
-                tmp = tmp_path_factory.mktemp(name)
-                make_project(tmp / "workspace", {"notes.txt": "from main\n"})
-                config = tmp / "tailagent.toml"
-                config.write_text(
-                    f'box_url = "http://{node.dns_name}"\ndrain_seconds = 10\n'
-                    "[agent]\nmax_processes = 2\n"
-                    f'[access]\nallowed_logins = ["{LAPTOP_LOGIN}", "{PHONE_LOGIN}"]\n'
-                    f'[delegation]\nsiblings = ["tag:agents"]\nproxy = "{node.proxy}"\n'
-                    'scheme = "http"\nport = 80\n'
-                )
-                server = start_server(
-                    tmp, "--config", str(config), "--store", postgres.url,
-                    "--tailscale-socket", str(node.socket), "--public-url", URL.rstrip("/"),
-                )  # fmt: skip
-                running[name] = server
-                node.tailscale("serve", "--bg", "--http=80", server.url)
-                node.tailscale("serve", f"--service={SERVICE}", "--http=80", server.url)
+                running.start(name)
             yield running
         finally:
             for name, server in running.items():
@@ -194,7 +207,7 @@ def logged(server: RunningServer, *words: str) -> str:
         time.sleep(0.05)
 
 
-def reach(tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop, name: str) -> None:
+def reach(tailnet: Tailnet, boxes: Boxes, laptop: Laptop, name: str) -> None:
     """Routes the service to box `name` and waits until the laptop's calls get there."""
     route_to(tailnet, name)
     deadline = time.monotonic() + 30
@@ -223,7 +236,7 @@ def homes(laptop: Laptop, task: dict[str, Any]) -> tuple[str, str]:
 
 
 def test_a_conversation_goes_on_on_its_box_whichever_box_the_name_reaches(
-    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+    tailnet: Tailnet, boxes: Boxes, laptop: Laptop
 ) -> None:
     first = laptop.send("edit:notes.txt from the laptop")
     context_id = first["contextId"]
@@ -247,7 +260,7 @@ def test_a_conversation_goes_on_on_its_box_whichever_box_the_name_reaches(
 
 
 def test_a_stream_and_a_subscription_come_from_the_box_that_runs_the_turn(
-    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+    tailnet: Tailnet, boxes: Boxes, laptop: Laptop
 ) -> None:
     first = laptop.send("hello")
     home, other = homes(laptop, first)
@@ -271,9 +284,7 @@ def test_a_stream_and_a_subscription_come_from_the_box_that_runs_the_turn(
     logged(boxes[other], "SendStreamingMessage", f"carried to {home}.")
 
 
-def question(
-    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
-) -> tuple[dict[str, Any], str, str]:
+def question(tailnet: Tailnet, boxes: Boxes, laptop: Laptop) -> tuple[dict[str, Any], str, str]:
     """A question the agent asks the laptop: the task, its home box and the other box,
     which the laptop's calls reach now."""
     asked = laptop.send("ask edit")
@@ -290,7 +301,7 @@ def answered(asked: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_question_asked_on_one_box_is_answered_through_the_other(
-    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+    tailnet: Tailnet, boxes: Boxes, laptop: Laptop
 ) -> None:
     asked, _, _ = question(tailnet, boxes, laptop)
     done = laptop.call("SendMessage", answered(asked))["task"]
@@ -302,7 +313,7 @@ def test_a_question_asked_on_one_box_is_answered_through_the_other(
 
 
 def test_another_person_naming_the_task_finds_nothing_and_nothing_is_carried(
-    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+    tailnet: Tailnet, boxes: Boxes, laptop: Laptop
 ) -> None:
     """Another person (the phone's) naming the laptop's waiting task through the other
     box is told it is not found there, and the home box hears nothing of it; the
@@ -318,7 +329,7 @@ def test_another_person_naming_the_task_finds_nothing_and_nothing_is_carried(
 
 
 def test_a_home_box_that_cannot_be_reached_leaves_the_refusal_naming_it(
-    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+    tailnet: Tailnet, boxes: Boxes, laptop: Laptop
 ) -> None:
     asked, home, other = question(tailnet, boxes, laptop)
     node = tailnet.nodes[home]
@@ -335,7 +346,7 @@ def test_a_home_box_that_cannot_be_reached_leaves_the_refusal_naming_it(
 
 
 def test_a_question_asked_on_one_box_is_answered_from_the_desk_of_the_other(
-    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+    tailnet: Tailnet, boxes: Boxes, laptop: Laptop
 ) -> None:
     """The person opens the desk by the service's name, which reaches the other box,
     and answers there a question the home box's turn asks: the answer is carried."""
@@ -365,7 +376,7 @@ def test_a_question_asked_on_one_box_is_answered_from_the_desk_of_the_other(
 
 
 def test_a_new_conversation_starts_on_the_box_with_room(
-    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+    tailnet: Tailnet, boxes: Boxes, laptop: Laptop
 ) -> None:
     """Each box may run 2 turns (agent.max_processes): with one turn on a box, the
     next new conversation starts on the other, whichever the name reaches."""
@@ -384,7 +395,7 @@ def test_a_new_conversation_starts_on_the_box_with_room(
 
 
 def test_a_box_that_stops_drains_its_turns_and_sends_new_work_to_the_other(
-    tailnet: Tailnet, boxes: dict[str, RunningServer], laptop: Laptop
+    tailnet: Tailnet, boxes: Boxes, laptop: Laptop
 ) -> None:
     """SIGTERM: the box takes no new conversation (it carries them to its sibling) and
     its working turn ends as it would have, within drain_seconds; then it stops."""
@@ -405,3 +416,33 @@ def test_a_box_that_stops_drains_its_turns_and_sends_new_work_to_the_other(
     ended = laptop.call("GetTask", {"id": working["task"]["id"]})
     assert ended["status"]["state"] == "TASK_STATE_COMPLETED", ended["status"]
     assert "tick 4/4" in json.dumps(ended)
+    boxes.start(leaving)  # back, for the tests after this one
+
+
+def test_a_box_killed_mid_turn_has_its_turn_failed_once_and_gets_no_new_work(
+    tailnet: Tailnet, boxes: Boxes, laptop: Laptop, tmp_path: Path
+) -> None:
+    """SIGKILL: the box leaves its row behind, unwritten. After STALE seconds its
+    sibling claims it, fails the turn it was running (once, saying why), and places
+    every new conversation on itself."""
+    time.sleep(2 * BEAT)
+    working = laptop.call("SendMessage", said("slow 60", configuration={"returnImmediately": True}))
+    dead, living = homes(laptop, working["task"])
+    reach(tailnet, boxes, laptop, living)
+    boxes[dead].stop(signal.SIGKILL)
+    killed = time.monotonic()
+    while (task := laptop.call("GetTask", {"id": working["task"]["id"]}))["status"]["state"] != (
+        "TASK_STATE_FAILED"
+    ):
+        assert time.monotonic() - killed < STALE + 10, task["status"]
+        time.sleep(0.1)
+    took = time.monotonic() - killed
+    (tmp_path / "failed-after.txt").write_text(f"{took:.2f}\n")
+    print(f"\nthe dead box's turn was failed {took:.2f} s after the kill")
+    assert f"The box running this task (http://{dead}.{DOMAIN}) stopped answering" in (
+        json.dumps(task["status"])
+    )
+    assert boxes[living].log().count(f"the box at http://{dead}.{DOMAIN} stopped answering") == 1
+    placed = laptop.send("hello after the kill")
+    assert homes(laptop, placed)[0] == living
+    boxes.start(dead)

@@ -13,6 +13,11 @@ has room it stays here, to be refused or queued as on one box.
 The turns counted are the agent sessions lent to tasks: a turn running, or one whose
 agent waits for a person's answer (its process is held all the while). That is what
 fills a box; idle sessions give way to new ones.
+
+A box that stops writing its row without leaving it (killed, cut off) is gone after
+STALE seconds: no conversation is placed there, and the first sibling to notice fails
+the turns it was running, once (store/boxes.py's claim), so none reads "working" for
+ever.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from tailagent.store.boxes import BEAT, Box, BoxTable
 
@@ -48,12 +53,16 @@ class Placement:
         url: str,
         capacity: int,
         running: Callable[[], int],
+        fail_working_of: Callable[[str, str], Awaitable[list[str]]],
     ) -> None:
+        """`fail_working_of(server id, URL)` fails the turns a box that died was
+        running (store/opening.py's Storage does)."""
         self._table = table
         self._server_id = server_id
         self._url = url
         self._capacity = capacity
         self._running = running  # the agent sessions lent to tasks now
+        self._fail_working_of = fail_working_of
         self.draining = False
 
     def here(self) -> Box:
@@ -75,11 +84,13 @@ class Placement:
         await self._write()
 
     async def keep_fresh(self) -> None:
-        """Runs for the server's life: writes this box's row every BEAT seconds."""
+        """Runs for the server's life: writes this box's row every BEAT seconds, and
+        fails the turns of a sibling that stopped writing without leaving."""
         failing = False
         while True:
             try:
                 await self._write()
+                await self._bury()
                 failing = False
             except Exception as exc:
                 if not failing:  # one line per outage
@@ -91,6 +102,14 @@ class Placement:
         """At stop: the row goes, so no sibling sends this box a new conversation."""
         with contextlib.suppress(Exception):
             await self._table.remove(self._server_id)
+
+    async def _bury(self) -> None:
+        """Each box gone since the last look (claimed by this box alone): its working
+        turns are failed, once, saying so."""
+        for server, url in await self._table.claim_gone():
+            failed = await self._fail_working_of(server, url)
+            log.warning("the box at %s stopped answering; %d of its running turn(s) failed",
+                        url, len(failed))  # fmt: skip
 
     async def _write(self) -> None:
         await self._table.write(self.here())

@@ -4,7 +4,8 @@ Each server with siblings (cluster/placement.py) keeps one row of its own: the U
 siblings reach it at, the agent turns it holds (running or waiting for an answer), its
 capacity (agent.max_processes), whether it is draining, and when it last wrote. It
 writes every BEAT seconds, so a row older than STALE is a box that is gone (killed,
-cut off); a server that stops deletes its row. The table is made on first use.
+cut off): the first sibling to notice claims it and fails the turns it was running. A
+server that stops deletes its own row. The table is made on first use.
 """
 
 from __future__ import annotations
@@ -61,6 +62,17 @@ class BoxTable:
     async def remove(self, server_id: str) -> None:
         db = await self._table.ready()
         await db.execute("DELETE FROM boxes WHERE server_id = :id", {"id": server_id})
+
+    async def claim_gone(self) -> list[tuple[str, str]]:
+        """(server id, URL) of the boxes that stopped writing without leaving (killed,
+        cut off), each row deleted by the one statement that reads it: of all the
+        boxes that notice, one claims each, once."""
+        db = await self._table.ready()
+        since = int((time.time() - STALE) * 1000)
+        rows = await db.fetch(
+            "DELETE FROM boxes WHERE seen_ms < :since RETURNING server_id, url", {"since": since}
+        )
+        return [(str(row[0]), str(row[1])) for row in rows]
 
     async def live(self) -> list[Box]:
         """The boxes that wrote within STALE seconds."""

@@ -26,7 +26,7 @@ from tailagent.store.audit import AuditLog
 from tailagent.store.database import Database
 from tailagent.store.delegations import DelegationLinks
 from tailagent.store.events import TaskEvents
-from tailagent.store.finality import mark_failed
+from tailagent.store.finality import BUSY_STATES, mark_failed
 from tailagent.store.keeping import Limits, TaskKeeping
 from tailagent.store.owners import ConversationOwners
 from tailagent.store.sdk_stores import SdkStores
@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 SERVER_ID_FILE = "server-id"
 STOP_MESSAGE = "The server stopped while this task was running; its turn was ended."
 RESTART_MESSAGE = "The server restarted while this task was running; its turn was lost."
+GONE_MESSAGE = (
+    "The box running this task ({url}) stopped answering while its turn ran; the turn "
+    "was lost with it. Send your message again to go on."
+)
 
 
 @dataclass
@@ -77,6 +81,22 @@ class Storage:
         unfinished but those the next start takes back (`keep`), so that start finds
         none of them to close; returns the ids of those ended."""
         return await self.tasks.close_held(message, keep=self.keep)
+
+    async def fail_working_of(self, server: str, url: str) -> list[str]:
+        """The turns a box was running when it died (cluster/placement.py notices): each
+        is failed, saying so; its questions waiting for a person stay, for the box to
+        take back if it starts again. Returns the ids failed."""
+        failed = []
+        for task, owner in await self._table.unfinished(SERVER_ID_KEY, server):
+            runner = task.metadata.fields.get(SERVER_ID_KEY)
+            if runner is None or runner.string_value != server:
+                continue  # a task of no server's, from before servers were named
+            if task.status.state not in BUSY_STATES:
+                continue
+            mark_failed(task, GONE_MESSAGE.format(url=url), "box_gone")
+            await self._table.save(task, owner)
+            failed.append(task.id)
+        return failed
 
     async def flush(self) -> None:
         """Writes what is still held in memory: the last task states, the session map."""
