@@ -65,9 +65,10 @@ def route_to(tailnet: Tailnet, name: str) -> None:
 class Boxes(dict[str, RunningServer]):
     """The running server of each box, which a test may stop and start again."""
 
-    def __init__(self, tailnet: Tailnet, base: Path, store: str) -> None:
+    def __init__(self, tailnet: Tailnet, base: Path, store: str, *extra: str) -> None:
+        """`extra`: more of `serve`'s arguments for every box."""
         super().__init__()
-        self.tailnet, self.base, self.store = tailnet, base, store
+        self.tailnet, self.base, self.store, self.extra = tailnet, base, store, extra
 
     def start(self, name: str) -> RunningServer:
         """tailagent on box `name`: the store shared, the service's name public, the
@@ -86,7 +87,7 @@ class Boxes(dict[str, RunningServer]):
         server = start_server(
             tmp, "--config", str(config), "--store", self.store,
             "--tailscale-socket", str(node.socket), "--public-url", URL.rstrip("/"),
-            state_dir=tmp / "state",
+            *self.extra, state_dir=tmp / "state",
         )  # fmt: skip
         self[name] = server
         node.tailscale("serve", "--bg", "--http=80", server.url)

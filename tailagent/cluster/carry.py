@@ -81,6 +81,11 @@ def carry_to(state: MutableMapping[str, Any], home: str) -> bool:
     return True
 
 
+def may_carry(state: MutableMapping[str, Any]) -> bool:
+    """Whether the request could be carried, if it named another box's work."""
+    return isinstance(state.get(CARRY_STATE), Carry)
+
+
 def carriable(caller: object) -> bool:
     """A person whois named, calling this box directly."""
     return (

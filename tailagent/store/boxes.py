@@ -69,7 +69,7 @@ class BoxTable:
         boxes that notice, one claims each, once."""
         db = await self._table.ready()
         since = int((time.time() - STALE) * 1000)
-        rows = await db.fetch(
+        rows = await db.change(
             "DELETE FROM boxes WHERE seen_ms < :since RETURNING server_id, url", {"since": since}
         )
         return [(str(row[0]), str(row[1])) for row in rows]

@@ -83,6 +83,10 @@ class Database(ABC):
         """The statement's rows."""
 
     @abstractmethod
+    async def change(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
+        """A statement that writes and returns rows (`... RETURNING`), committed."""
+
+    @abstractmethod
     def json_text(self, column: str, key: str) -> str:
         """SQL for the text at `key` of a JSON column (None where it is missing)."""
 
@@ -177,6 +181,11 @@ class SqliteDatabase(Database):
     async def fetch(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
         return await self._retry(lambda: self._db.execute(sql, params or {}).fetchall())
 
+    async def change(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
+        rows = await self.fetch(sql, params)  # a statement commits on its own here
+        self._written = True
+        return rows
+
     def json_text(self, column: str, key: str) -> str:
         return f"json_extract({column}, '$.{key}')"
 
@@ -236,6 +245,11 @@ class EngineDatabase(Database):
 
     async def fetch(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
         async with self.engine.connect() as conn:
+            result = await conn.execute(self._text(sql), dict(params or {}))
+            return [tuple(row) for row in result]
+
+    async def change(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
+        async with self.engine.begin() as conn:
             result = await conn.execute(self._text(sql), dict(params or {}))
             return [tuple(row) for row in result]
 

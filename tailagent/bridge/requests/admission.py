@@ -31,7 +31,7 @@ from tailagent.bridge.conversations.sessions import SessionPool
 from tailagent.bridge.conversations.workplace import Isolated, Shared
 from tailagent.bridge.requests.peer_tasks import runs_elsewhere
 from tailagent.bridge.turns import attachments, reservations
-from tailagent.cluster.carry import carry_to
+from tailagent.cluster.carry import carry_to, may_carry
 from tailagent.cluster.placement import Placement
 from tailagent.config import AttachmentSettings
 from tailagent.cost.budgets import OverBudget, Spending
@@ -90,10 +90,13 @@ class Admission:
             if stored is None:
                 return None  # the SDK answers TaskNotFound in its own words
             self._check_follow_up(message, stored, person, context)
-        if not message.task_id:  # before a new conversation is named for it
-            await self._check_budget(message, context, person)
-            if not message.context_id:
+        if not message.task_id:
+            # Work for another box goes there first: its own rules, budget included, apply.
+            if message.context_id:
+                await self._carry_to_home(message, context, person)
+            else:
                 await self._place(context)
+            await self._check_budget(message, context, person)  # before a new one is named
         await self._enter_conversation(message, person)
         await self._check_free(message, context)
         if message.task_id:
@@ -169,6 +172,26 @@ class Admission:
                 message=f"This box is busier than {home}: the new conversation starts there."
             )
 
+    async def _carry_to_home(
+        self, message: Message, context: ServerCallContext, person: Requester
+    ) -> None:
+        """A new message in a conversation another box ran (its worktree is there):
+        carried there for the person (cluster/carry.py), once the conversation is known
+        to be theirs; a request that cannot be carried goes on here as before."""
+        if not may_carry(context.state):
+            return
+        context_id = await resolve(
+            message.context_id, self._owners, self._conversations, person.scope
+        )
+        home = await self._store.contexts.home_elsewhere(context_id)
+        if home is None:
+            return
+        refuse_unless_own(await self._owners.owner(context_id), context_id, person.scope,
+                          START_ANOTHER)  # fmt: skip
+        message.context_id = context_id
+        carry_to(context.state, home)
+        raise UnsupportedOperationError(message=f"Conversation {context_id} lives on {home}.")
+
     async def _check_free(self, message: Message, context: ServerCallContext) -> None:
         """Refuses a conversation a turn of another task runs in, here or on another
         server sharing the store."""
@@ -184,12 +207,6 @@ class Admission:
                 refusal = await busy(self._store, message.context_id, running[0], context)
                 raise UnsupportedOperationError(
                     message=f"{refusal} (It runs on another tailagent server: {running[1]}.)"
-                )
-            home = await self._store.contexts.home_elsewhere(message.context_id)
-            if home is not None and carry_to(context.state, home):
-                # Its worktree is there: the turn goes on there (cluster/carry.py).
-                raise UnsupportedOperationError(
-                    message=f"Conversation {message.context_id} lives on {home}."
                 )
 
     async def _enter_conversation(self, message: Message, person: Requester) -> None:
