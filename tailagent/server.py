@@ -69,6 +69,7 @@ from tailagent.tailnet.localapi import LocalAPIUnavailable, self_dns_name
 from tailagent.tailnet.presence import BoxTailscaled, Presence, PresenceError, ServeEntryPresence
 from tailagent.web.sessions import load_secret
 from tailagent.web.views.live import Desk
+from tailagent.web.views.siblings import follow_siblings
 from tailagent.webhooks.delivery import PushDispatcher, PushSigner
 from tailagent.webhooks.targets import PushTargets
 from tailagent.webpush.service import WebPush
@@ -675,6 +676,9 @@ def _background(
     ]
     if service.handler.placement is not None:
         background.append(asyncio.ensure_future(service.handler.placement.keep_fresh()))
+    if service.storage.tasks.shared:  # the desk follows the other boxes' tasks too
+        background.append(asyncio.ensure_future(follow_siblings(service.storage.tasks,
+                                                                service.desk)))  # fmt: skip
     if notifier.enabled:
         what = f"serving on {where} (agent {agent_named(settings)})"
         background.append(asyncio.ensure_future(_announce_ready(notifier, where, what)))

@@ -20,8 +20,10 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import Browser, expect
 
 from tailagent.store.boxes import BEAT, STALE
+from tests.browser import PHONE
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
 from tests.real_tailnet import DOMAIN, Node, Tailnet, module_tailnet
@@ -373,6 +375,33 @@ def test_a_question_asked_on_one_box_is_answered_from_the_desk_of_the_other(
         "TASK_STATE_COMPLETED"
     ):
         assert time.monotonic() < deadline, done["status"]
+        time.sleep(0.1)
+
+
+def test_the_desk_on_either_box_lists_which_box_runs_each_task_and_answers_it(
+    tailnet: Tailnet, boxes: Boxes, laptop: Laptop, browser: Browser, tmp_path: Path
+) -> None:
+    """On a phone-sized page reached by the service's name (the other box's desk), the
+    waiting task says which box runs it, and its Allow is carried there."""
+    asked, home, other = question(tailnet, boxes, laptop)
+    context = browser.new_context(proxy={"server": tailnet.nodes["laptop"].proxy},
+                                  viewport=PHONE)  # fmt: skip
+    try:
+        page = context.new_page()
+        page.goto(f"{URL}desk/")
+        row = page.locator(f'li.row[data-task="{asked["id"]}"]')
+        expect(row.locator(".box")).to_have_text(f"on {home}")
+        page.screenshot(path=str(tmp_path / "desk-boxes.png"))
+        row.locator("button.allow").click()
+        expect(page.locator(f'li.row[data-task="{asked["id"]}"] .asks')).to_have_count(0)
+    finally:
+        context.close()
+    logged(boxes[home], f"carried by {other}", "SendMessage", f"task={asked['id']}")
+    deadline = time.monotonic() + 15
+    while laptop.call("GetTask", {"id": asked["id"]})["status"]["state"] != (
+        "TASK_STATE_COMPLETED"
+    ):
+        assert time.monotonic() < deadline
         time.sleep(0.1)
 
 

@@ -116,6 +116,20 @@ class TaskTable:
         )
         return [(_task(row), row[2] or "") for row in rows]
 
+    async def updated_since(
+        self, moment: datetime, server_key: str, server: str
+    ) -> list[tuple[Task, str]]:
+        """The tasks a server other than `server` saved at or after `moment` (naive
+        UTC, as stored), oldest first, with their owners."""
+        runner = self._db.json_text("metadata", server_key)
+        at = moment if self._db.postgres else sqlite_datetime(moment)
+        rows = await self._db.fetch(
+            f"SELECT {_READ} FROM {TABLE} WHERE last_updated >= :at"
+            f" AND {runner} IS NOT NULL AND {runner} != :server ORDER BY last_updated",
+            {"at": at, "server": server},
+        )
+        return [(_task(row), row[2] or "") for row in rows]
+
     async def unfinished(self, server_key: str, server: str) -> list[tuple[Task, str]]:
         """Tasks left unfinished by `server` (named in the metadata under `server_key`),
         or by no server, with their owners."""

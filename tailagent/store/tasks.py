@@ -129,7 +129,7 @@ class MintedIds(IDGenerator):
 
 class ContextRunners:
     """In a store several servers share: which other server runs, or last ran, a
-    conversation's turns. A context this server's pool knows is the pool's to answer
+    conversation's turns, and what the others saved lately. A context this server's pool knows is the pool's to answer
     for; alone on its store, a server hears None."""
 
     def __init__(self, table: TaskTable, server_id: str, shared: bool, minted: MintedIds) -> None:
@@ -150,6 +150,11 @@ class ContextRunners:
             context_id, SERVER_ID_KEY, SERVER_URL_KEY, self._server_id
         )
         return (found[0], found[1] or "another server") if found is not None else None
+
+    async def saved_elsewhere(self, moment: datetime) -> list[tuple[Task, str]]:
+        """The tasks other servers saved at or after `moment` (naive UTC), with their
+        owners, oldest first (the desk follows them: web/views/siblings.py)."""
+        return await self._table.updated_since(moment, SERVER_ID_KEY, self._server_id)
 
     async def home_elsewhere(self, context_id: str) -> str | None:
         """The URL of the other server that ran the context's latest task, which holds

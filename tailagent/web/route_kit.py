@@ -61,7 +61,8 @@ class DeskKit:
         def token(action: str, task_id: str) -> str:
             return forms.make(secret, caller.owner, action, task_id)
 
-        return render.Viewer(caller, token, self.parts.workspace, fence=self.parts.fence)
+        return render.Viewer(caller, token, self.parts.workspace, fence=self.parts.fence,
+                             boxes=self.parts.store.shared)  # fmt: skip
 
     async def task_viewer(self, caller: Caller, head: dict[str, Any]) -> render.Viewer:
         """The viewer of one task's page: with the directory its commands run in (the

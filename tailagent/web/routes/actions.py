@@ -8,14 +8,17 @@ with the answer rules (DESIGN.md, "Answers"), not with the pages.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
-from a2a.types.a2a_pb2 import CancelTaskRequest, Message, Part
+from a2a.types.a2a_pb2 import CancelTaskRequest, Message, Part, Task, TaskState
 from a2a.utils.errors import A2AError
 from quart import Blueprint, Response, redirect
 from quart.typing import ResponseReturnValue
 
+from tailagent.access.identity import Caller
 from tailagent.web.caller import call_context, current_caller
 from tailagent.web.route_kit import DeskKit, Refused, data_part, user_message
 from tailagent.web.views import render
@@ -52,11 +55,12 @@ def register_forms(desk_bp: Blueprint, kit: DeskKit) -> None:
         task = await kit.visible_task(caller, task_id)
         message = _answer_message(posted)
         message.task_id, message.context_id = task.id, task.context_id
-        # A task another box runs changes there: this desk's live view is not told.
+        # A task another box runs changes there: this desk's live view is not told, so
+        # the redirect waits for the store to show the answer taken instead.
         elsewhere = kit.parts.store.runs_elsewhere(task) is not None
         try:
             async with (
-                contextlib.nullcontext()
+                _taken_elsewhere(kit, caller, task)
                 if elsewhere
                 else kit.parts.desk.answering(task_id, ANSWER_SHOWN_WITHIN)
             ):
@@ -83,6 +87,20 @@ def register_forms(desk_bp: Blueprint, kit: DeskKit) -> None:
         except A2AError as exc:
             raise Refused(409, exc.message or type(exc).__name__) from None
         return redirect(f"/desk/tasks/{task_id}", 303)
+
+
+@contextlib.asynccontextmanager
+async def _taken_elsewhere(kit: DeskKit, caller: Caller, task: Task) -> AsyncIterator[None]:
+    """Around an answer carried to the box that runs the task: on a normal exit, waits
+    (at most ANSWER_SHOWN_WITHIN) until the store no longer shows the task waiting (a
+    question asked at once after is then shown after that wait)."""
+    yield
+    deadline = asyncio.get_running_loop().time() + ANSWER_SHOWN_WITHIN
+    while asyncio.get_running_loop().time() < deadline:
+        now = await kit.parts.store.get(task.id, call_context(caller))
+        if now is None or now.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
+            return
+        await asyncio.sleep(0.05)
 
 
 async def _decision_of(kit: DeskKit, task_id: str, request_id: str) -> Entry | None:

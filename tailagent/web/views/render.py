@@ -125,6 +125,7 @@ class Viewer:
     standing: dict[str, Any] | None = None
     busy: str = ""  # another unfinished task of the conversation: no follow-up now
     back: str = ""  # the page its forms return to ("conversation"); "" for the task's
+    boxes: bool = False  # several boxes share the store: each task says which ran it
 
     @property
     def unfenced(self) -> bool:

@@ -19,13 +19,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from a2a.types.a2a_pb2 import Message, Role, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from tailagent.cost.figures import dollars, shown_usd
 from tailagent.output.titles import first_prompt, shorten
-from tailagent.store.tasks import STARTED_AT_KEY
+from tailagent.store.tasks import SERVER_URL_KEY, STARTED_AT_KEY
 from tailagent.web.views.turn_changes import shown
 
 # Sections of the task page, in the order they appear.
@@ -335,6 +336,7 @@ class Row:
     ask: dict[str, Any] | None = None
     cost: str = ""
     change: str = ""  # what its turn left on its branch; "merged", "discarded" since
+    box: str = ""  # the box that ran it, as its short name (several boxes on one store)
 
 
 def change_of(task: Task) -> str:
@@ -351,6 +353,14 @@ def change_of(task: Task) -> str:
     return f"{commits} · {named}" if named else commits
 
 
+def box_of(task: Task) -> str:
+    """The short name of the box that ran the task (its stamp in a store several boxes
+    share): `box1` for http://box1.tail.example.ts.net."""
+    url = _meta_of(task).get(SERVER_URL_KEY)
+    host = urlsplit(url).hostname if isinstance(url, str) else None
+    return host.split(".")[0] if host else ""
+
+
 def row(task: Task, owner: str) -> Row:
     who = requester(task, owner)
     question = _question(task)
@@ -365,4 +375,5 @@ def row(task: Task, owner: str) -> Row:
         question,
         cost_of(task),
         change_of(task),
+        box_of(task),
     )
