@@ -39,6 +39,7 @@ from tailagent.bridge.requests.handler import GuardedRequestHandler
 from tailagent.bridge.turns.executor import BridgeExecutor
 from tailagent.card.builder import build_card
 from tailagent.card.publish import CardPublisher, CardSigningFailed
+from tailagent.cluster.boxes import BoxTable
 from tailagent.cluster.placement import Placement
 from tailagent.config import Settings, default_state_dir
 from tailagent.cost.budgets import Spending
@@ -60,7 +61,6 @@ from tailagent.sandbox.bwrap import SandboxUnavailable
 from tailagent.sandbox.fences import FenceReport, Sandbox
 from tailagent.statedir.files import NotPrivate, close_dir
 from tailagent.statedir.lock import StateDirBusy, StateLock
-from tailagent.store.boxes import BoxTable
 from tailagent.store.database import StoreUnavailable, open_database, redacted
 from tailagent.store.opening import STOP_MESSAGE, Storage, open_storage, server_id
 from tailagent.store.sdk_stores import SdkStores

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
-from tailagent.store.boxes import BEAT, STALE
+from tailagent.cluster.boxes import BEAT, STALE
 from tests.browser import PHONE
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres

@@ -6,7 +6,7 @@ services.go does as the real control plane does), so the box the name reaches wo
 take every new conversation while its siblings idle. So the box that gets a new
 conversation places it: on the box with the least load, its running agent turns
 against its capacity (agent.max_processes), from the rows each box keeps in the store
-(store/boxes.py). A tie stays here (no hop for nothing); a box that is full or
+(boxes.py). A tie stays here (no hop for nothing); a box that is full or
 draining hands every new conversation to the least loaded box with room; when no box
 has room it stays here, to be refused or queued as on one box.
 
@@ -16,7 +16,7 @@ fills a box; idle sessions give way to new ones.
 
 A box that stops writing its row without leaving it (killed, cut off) is gone after
 STALE seconds: no conversation is placed there, and the first sibling to notice fails
-the turns it was running, once (store/boxes.py's claim), so none reads "working" for
+the turns it was running, once (boxes.py's claim), so none reads "working" for
 ever.
 """
 
@@ -27,7 +27,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from tailagent.store.boxes import BEAT, Box, BoxTable
+from tailagent.cluster.boxes import BEAT, Box, BoxTable
 
 log = logging.getLogger("tailagent.cluster")
 

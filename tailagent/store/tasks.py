@@ -129,8 +129,8 @@ class MintedIds(IDGenerator):
 
 class ContextRunners:
     """In a store several servers share: which other server runs, or last ran, a
-    conversation's turns, and what the others saved lately. A context this server's pool knows is the pool's to answer
-    for; alone on its store, a server hears None."""
+    conversation's turns, and what the others saved lately. A context this server's
+    pool knows is the pool's to answer for; alone on its store, a server hears None."""
 
     def __init__(self, table: TaskTable, server_id: str, shared: bool, minted: MintedIds) -> None:
         self._table = table
