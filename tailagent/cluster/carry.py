@@ -123,6 +123,25 @@ class Carrier:
             scope["method"], url + (f"?{query}" if query else ""), headers=headers, content=body
         )
 
+    async def _open(
+        self, scope: dict[str, Any], body: bytes, home: str, caller: Caller
+    ) -> httpx.Response | None:
+        """The home box's answer, its body still to read; None (and why, logged) when
+        the home box could not be asked or a proxy on the way answered for it."""
+        what = f"{scope['method']} {scope['path']}"
+        try:
+            request = await self._request(scope, body, home, caller)
+            answer = await self._http.send(request, stream=True)
+        except (httpx.HTTPError, DelegationFailed) as exc:
+            log.warning("could not carry %s to %s: %s", what, home, exc)
+            return None
+        if not _from_tailagent(answer):
+            await answer.aclose()
+            log.warning("could not carry %s to %s: the tailnet answered %d (is it down?)",
+                        what, home, answer.status_code)  # fmt: skip
+            return None
+        return answer
+
     async def call(
         self, home: str, caller: Caller, method: str, params: dict[str, Any]
     ) -> dict[str, Any] | None:
@@ -132,16 +151,13 @@ class Carrier:
                  "headers": [(b"content-type", b"application/json"),
                              (b"a2a-version", b"1.0")]}  # fmt: skip
         body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        answer = await self._open(scope, body.encode(), home, caller)
+        if answer is None:
+            return None
         try:
-            answer = await self._http.send(await self._request(scope, body.encode(), home, caller))
-        except (httpx.HTTPError, DelegationFailed) as exc:
-            log.warning("could not carry %s to %s: %s", method, home, exc)
-            return None
-        if not _from_tailagent(answer):
-            log.warning("could not carry %s to %s: the tailnet answered %d (is it down?)",
-                        method, home, answer.status_code)  # fmt: skip
-            return None
-        found: dict[str, Any] = answer.json()
+            found: dict[str, Any] = json.loads(await answer.aread())
+        finally:
+            await answer.aclose()
         return found
 
     async def relay(
@@ -149,18 +165,8 @@ class Carrier:
     ) -> bool:
         """Sends the request to `home` and its answer to `send`; False (nothing sent)
         when the home box could not be asked."""
-        caller = scope[SCOPE_KEY]
-        try:
-            request = await self._request(scope, body, home, caller)
-            answer = await self._http.send(request, stream=True)
-        except (httpx.HTTPError, DelegationFailed) as exc:
-            log.warning("could not carry %s %s to %s: %s", scope["method"],
-                        scope["path"], home, exc)  # fmt: skip
-            return False
-        if not _from_tailagent(answer):
-            await answer.aclose()
-            log.warning("could not carry %s %s to %s: the tailnet answered %d (is it down?)",
-                        scope["method"], scope["path"], home, answer.status_code)  # fmt: skip
+        answer = await self._open(scope, body, home, scope[SCOPE_KEY])
+        if answer is None:
             return False
         outcome = outcome_of(scope)
         outcome.what = f"{outcome.what} carried to {urlsplit(home).hostname}".strip()
