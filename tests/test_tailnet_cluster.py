@@ -69,10 +69,14 @@ def route_to(tailnet: Tailnet, name: str) -> None:
 class Boxes(dict[str, RunningServer]):
     """The running server of each box, which a test may stop and start again."""
 
-    def __init__(self, tailnet: Tailnet, base: Path, store: str, *extra: str) -> None:
-        """`extra`: more of `serve`'s arguments for every box."""
+    def __init__(
+        self, tailnet: Tailnet, base: Path, store: str, *extra: str, tables: str = ""
+    ) -> None:
+        """`extra`: more of `serve`'s arguments for every box; `tables`, more of its
+        configuration (TOML tables)."""
         super().__init__()
         self.tailnet, self.base, self.store, self.extra = tailnet, base, store, extra
+        self.tables = tables
 
     def wait_for_turns(self, count: int) -> None:
         """Until the boxes' rows in the store (cluster/boxes.py) hold `count` turns."""
@@ -95,10 +99,11 @@ class Boxes(dict[str, RunningServer]):
             make_project(tmp / "workspace", {"notes.txt": "from main\n"})
             config.write_text(
                 f'box_url = "http://{node.dns_name}"\ndrain_seconds = 10\n'
-                "[agent]\nmax_processes = 2\n"
+                # One person may fill a box (their share is half of it by default).
+                "[agent]\nmax_processes = 2\nmax_processes_per_caller = 2\n"
                 f'[access]\nallowed_logins = ["{LAPTOP_LOGIN}", "{PHONE_LOGIN}"]\n'
                 f'[delegation]\nsiblings = ["tag:agents"]\nproxy = "{node.proxy}"\n'
-                'scheme = "http"\nport = 80\n'
+                f'scheme = "http"\nport = 80\n{self.tables}'
             )
         server = start_server(
             tmp, "--config", str(config), "--store", self.store,

@@ -31,6 +31,9 @@ from tailagent.cluster.boxes import BEAT, Box, BoxTable
 
 log = logging.getLogger("tailagent.cluster")
 
+# How often a box looks at its own load: a change is written at once, not at the beat.
+LOOK = 0.1
+
 
 def choose(here: Box, boxes: list[Box]) -> Box | None:
     """The other box a new conversation goes to, or None to start it here."""
@@ -84,19 +87,28 @@ class Placement:
         await self._write()
 
     async def keep_fresh(self) -> None:
-        """Runs for the server's life: writes this box's row every BEAT seconds, and
-        fails the turns of a sibling that stopped writing without leaving."""
+        """Runs for the server's life: writes this box's row every BEAT seconds, and at
+        once (within LOOK seconds) when its load changes, so siblings place on what is
+        true; fails the turns of a sibling that stopped writing without leaving."""
         failing = False
+        written: Box | None = None
+        beat = 0.0
         while True:
+            now = asyncio.get_running_loop().time()
+            here = self.here()
             try:
-                await self._write()
-                await self._bury()
+                if here != written or now - beat >= BEAT:
+                    await self._table.write(here)
+                    written = here
+                if now - beat >= BEAT:
+                    beat = now
+                    await self._bury()
                 failing = False
             except Exception as exc:
                 if not failing:  # one line per outage
                     log.warning("cannot write this box's load to the store: %s", exc)
                 failing = True
-            await asyncio.sleep(BEAT)
+            await asyncio.sleep(LOOK)
 
     async def leave(self) -> None:
         """At stop: the row goes, so no sibling sends this box a new conversation."""
