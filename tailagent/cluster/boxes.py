@@ -3,9 +3,10 @@
 Each server with siblings (cluster/placement.py) keeps one row of its own: the URL its
 siblings reach it at, the agent turns it holds (running or waiting for an answer), its
 capacity (agent.max_processes), whether it is draining, and when it last wrote. It
-writes every BEAT seconds, so a row older than STALE is a box that is gone (killed,
-cut off): the first sibling to notice claims it and fails the turns it was running. A
-server that stops deletes its own row. The table is made on first use.
+writes when its load changes and every BEAT seconds, so a row older than STALE is a
+box that is gone (killed, cut off): the first sibling to notice claims it and fails
+the turns it was running. A server that stops deletes its own row. The table is made
+on first use.
 """
 
 from __future__ import annotations
