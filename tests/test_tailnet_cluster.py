@@ -425,6 +425,29 @@ def test_the_desk_on_either_box_lists_which_box_runs_each_task_and_answers_it(
         time.sleep(0.1)
 
 
+def test_the_desk_of_another_box_merges_the_conversation_on_its_own_box(
+    tailnet: Tailnet, boxes: Boxes, laptop: Laptop
+) -> None:
+    """The task page, reached by the name on another box, shows what a merge would
+    bring (a dry run carried to the home box) and merges there from that tip."""
+    edited = laptop.send("edit:notes.txt from the desk")
+    home, other = homes(laptop, edited)
+    reach(tailnet, boxes, laptop, other)
+    page = laptop.http.get(f"{URL}desk/tasks/{edited['id']}").text
+    form = re.search(r'action="[^"]+/merge".*?name="token" value="([^"]+)".*?name="tip" '
+                     r'value="([0-9a-f]+)"', page, re.S)  # fmt: skip
+    assert form is not None, page
+    sent = laptop.http.post(
+        f"{URL}desk/tasks/{edited['id']}/merge",
+        data={"token": form.group(1), "tip": form.group(2)},
+        headers={"Origin": URL.rstrip("/")},
+    )
+    assert sent.status_code == 200 and "Merged" in sent.text, sent.text
+    logged(boxes[home], f"carried by {other}", "SendMessage")
+    merged = (boxes[home].state_dir.parent / "workspace" / "notes.txt").read_text()
+    assert "from the desk" in merged, merged
+
+
 def test_new_conversations_spread_over_the_boxes_with_room(
     tailnet: Tailnet, boxes: Boxes, laptop: Laptop
 ) -> None:

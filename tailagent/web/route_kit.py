@@ -23,7 +23,13 @@ from a2a.types.a2a_pb2 import (
     SendMessageRequest,
     Task,
 )
-from a2a.utils.errors import A2AError, InvalidRequestError, TaskNotFoundError
+from a2a.utils.errors import (
+    JSON_RPC_ERROR_CODE_MAP,
+    A2AError,
+    InvalidRequestError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 from quart import request
@@ -37,6 +43,8 @@ from tailagent.web.views import render
 from tailagent.web.views.task_lists import OLDER, TaskLists
 
 FORM_TYPE = "application/x-www-form-urlencoded"
+# A JSON-RPC error code -> a2a-sdk's error, to raise the home box's refusal here as it was.
+ERRORS = {code: kind for kind, code in JSON_RPC_ERROR_CODE_MAP.items()}
 
 
 class Refused(Exception):
@@ -80,10 +88,15 @@ class DeskKit:
         if not (head["final"] and head.get("changed")):
             return viewer
         tree = head["worktree"]
-        fate = await fate_of(self.parts, context_id, tree)
+        # A conversation another box runs has its worktree there: what became of it, and
+        # what a merge would bring, are that box's to say (the preview is carried there).
+        here = await self.parts.store.contexts.home_elsewhere(context_id) is None
+        fate = await fate_of(self.parts, context_id, tree) if here else ""
         if fate:
             return dataclasses.replace(viewer, branch_note=fate)
-        now = await standing(self.parts, context_id, str(tree.get("branch") or ""))
+        now = (
+            await standing(self.parts, context_id, str(tree.get("branch") or "")) if here else None
+        )
         preview, note = None, ""
         if caller.may("approver"):
             preview, note = await self._merge_preview(caller, context_id)
@@ -97,9 +110,7 @@ class DeskKit:
         why there is nothing to merge (then the page offers no merge)."""
         ask = user_message(data_part({"kind": "merge", "dryRun": True}), context_id=context_id)
         try:
-            reply = await self.parts.handler.on_message_send(
-                SendMessageRequest(message=ask), call_context(caller)
-            )
+            reply = await self.ask(caller, SendMessageRequest(message=ask))
         except A2AError as exc:
             return None, exc.message or type(exc).__name__
         for part in reply.parts if isinstance(reply, Message) else []:
@@ -128,38 +139,45 @@ class DeskKit:
             )  # fmt: skip
         return {key: posted.getlist(key) for key in posted}
 
-    async def send(self, caller: Caller, message: Message) -> Task:
-        """The message sent as `caller`; to the box that runs its task when that is
-        another (an answer to a question asked there: cluster/carry.py)."""
-        request_ = SendMessageRequest(
-            message=message, configuration=SendMessageConfiguration(return_immediately=True)
-        )
+    async def ask(self, caller: Caller, request_: SendMessageRequest) -> Message | Task:
+        """The A2A handler's answer to `request_` sent as `caller`; from the box that
+        runs the work when that is another (cluster/carry.py): an answer to a question
+        asked there, a diff or merge of a conversation that lives there. A2AError as the
+        handler raises it, or as the home box answered it."""
         context = call_context(caller, carry=self.parts.carrier is not None)
         try:
-            result = await self.parts.handler.on_message_send(request_, context)
+            return await self.parts.handler.on_message_send(request_, context)
         except A2AError as exc:
             home = carried_home(context)
             if not home or self.parts.carrier is None:
-                raise Refused(status_of(exc), exc.message or type(exc).__name__) from None
-            result = await self._carried(caller, home, request_, exc)
+                raise
+            refusal = exc
+        answer = await self.parts.carrier.call(home, caller, "SendMessage",
+                                               MessageToDict(request_))  # fmt: skip
+        if answer is None:  # the home box cannot be reached: this box's refusal names it
+            raise refusal
+        if "error" in answer:
+            error = answer["error"]
+            raise ERRORS.get(error.get("code"), UnsupportedOperationError)(
+                message=str(error.get("message", error))
+            )
+        result = answer.get("result", {})
+        if "message" in result:
+            return ParseDict(result["message"], Message(), ignore_unknown_fields=True)
+        return ParseDict(result.get("task", {}), Task(), ignore_unknown_fields=True)
+
+    async def send(self, caller: Caller, message: Message) -> Task:
+        """The message sent as `caller`, its turn started (see `ask`)."""
+        request_ = SendMessageRequest(
+            message=message, configuration=SendMessageConfiguration(return_immediately=True)
+        )
+        try:
+            result = await self.ask(caller, request_)
+        except A2AError as exc:
+            raise Refused(status_of(exc), exc.message or type(exc).__name__) from None
         if not isinstance(result, Task):
             raise Refused(500, "the agent answered with a message, not a task")
         return result
-
-    async def _carried(
-        self, caller: Caller, home: str, request_: SendMessageRequest, refusal: A2AError
-    ) -> Task:
-        """The send, made on the home box for the person; this box's refusal (naming
-        that box) when it cannot be reached, and the home box's own when it refuses."""
-        assert self.parts.carrier is not None
-        params = MessageToDict(request_)
-        answer = await self.parts.carrier.call(home, caller, "SendMessage", params)
-        if answer is None:
-            raise Refused(status_of(refusal), refusal.message or type(refusal).__name__)
-        if "error" in answer:
-            raise Refused(409, str(answer["error"].get("message", answer["error"])))
-        task = answer.get("result", {}).get("task", {})
-        return ParseDict(task, Task(), ignore_unknown_fields=True)
 
 
 def older_arg() -> str:

@@ -15,7 +15,7 @@ from quart import Blueprint, Response, request
 from quart.typing import ResponseReturnValue
 
 from tailagent.web import forms
-from tailagent.web.caller import call_context, current_caller
+from tailagent.web.caller import current_caller
 from tailagent.web.route_kit import DeskKit, Refused, data_part, status_of, user_message
 from tailagent.web.views import diffs, render
 from tailagent.web.views.transcript import first_prompt
@@ -42,9 +42,7 @@ def register_merge(desk_bp: Blueprint, kit: DeskKit) -> None:
         task = await kit.visible_task(caller, task_id)
         ask = user_message(data_part({"kind": "diff"}), context_id=task.context_id)
         try:
-            reply = await kit.parts.handler.on_message_send(
-                SendMessageRequest(message=ask), call_context(caller)
-            )
+            reply = await kit.ask(caller, SendMessageRequest(message=ask))
         except A2AError as exc:
             raise Refused(status_of(exc), exc.message or type(exc).__name__) from None
         said = "".join(p.text for p in reply.parts) if isinstance(reply, Message) else ""
@@ -75,9 +73,7 @@ def register_merge(desk_bp: Blueprint, kit: DeskKit) -> None:
         request_ = user_message(merge_part, context_id=task.context_id)
         back = f"/desk/tasks/{task_id}"
         try:
-            reply = await kit.parts.handler.on_message_send(
-                SendMessageRequest(message=request_), call_context(caller)
-            )
+            reply = await kit.ask(caller, SendMessageRequest(message=request_))
         except A2AError as exc:
             said = exc.message or type(exc).__name__
             suggested = SUGGESTED.search(said)
