@@ -29,9 +29,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.bench_cluster import team_tailnet
 from bench.bench_core import HEADERS
-from tests.postgres import running_postgres
-from tests.real_tailnet import Tailnet, Unavailable, build
+from tests.real_tailnet import Unavailable, build
 from tests.test_tailnet_cluster import BOXES, URL, Boxes, Laptop, reach, route_to, said
 
 FAKE_CLI = Path(__file__).resolve().parent.parent / "tests" / "fake_claude_cli.py"
@@ -70,29 +70,22 @@ def main() -> int:
         print(f"no real tailnet here: {exc}")
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="bench-throughput-"))
-    net = Tailnet(tags=("tag:ci", "tag:agents")).start()
     results = {}
-    try:
-        for name in BOXES:
-            net.add_node(name, proxy=True, tags=("tag:agents",))
-        laptop_node = net.add_node("laptop", proxy=True)  # user-4, as the tests' config names
-        with running_postgres() as postgres:
-            for count in (1, 2, 3):
-                boxes = Boxes(net, tmp / f"{count}", postgres.url, "--agent", "claude",
-                              tables=f'[claude]\ncli_path = "{FAKE_CLI}"\n')  # fmt: skip
-                try:
-                    for name in BOXES[:count]:
-                        boxes.start(name)
-                    route_to(net, "box1")
-                    with Laptop(laptop_node) as laptop:
-                        reach(net, boxes, laptop, "box1")
-                    time.sleep(2)  # every box's row written
-                    results[count] = asyncio.run(load(laptop_node.proxy, 2 * count, args.seconds))
-                finally:
-                    for server in boxes.values():
-                        server.stop()
-    finally:
-        net.stop()
+    with team_tailnet() as (net, laptop_node, store):
+        for count in (1, 2, 3):
+            boxes = Boxes(net, tmp / f"{count}", store, "--agent", "claude",
+                          tables=f'[claude]\ncli_path = "{FAKE_CLI}"\n')  # fmt: skip
+            try:
+                for name in BOXES[:count]:
+                    boxes.start(name)
+                route_to(net, "box1")
+                with Laptop(laptop_node) as laptop:
+                    reach(net, boxes, laptop, "box1")
+                time.sleep(2)  # every box's row written
+                results[count] = asyncio.run(load(laptop_node.proxy, 2 * count, args.seconds))
+            finally:
+                for server in boxes.values():
+                    server.stop()
     for count, ran in results.items():
         done = sum(n for box, n in ran.items() if box != "refused")
         where = ", ".join(f"{box} {n}" for box, n in sorted(ran.items()) if box != "refused")
