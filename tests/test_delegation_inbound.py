@@ -66,14 +66,17 @@ def pin(state: Path, key: SigningKey) -> None:
     (state / "known_nodes.json").write_text(json.dumps(pinned))
 
 
-def serve_b(tmp: Path, fake: FakeTailscaled, key: SigningKey, roles: str) -> RunningServer:
+def serve_b(
+    tmp: Path, fake: FakeTailscaled, key: SigningKey, roles: str, delegation: str = ""
+) -> RunningServer:
     """Box B, letting alice in directly and devbox-1 hand work in, with devbox-1's key
-    pinned, its workspace a git repository (so a turn ends in a commit)."""
+    pinned, its workspace a git repository (so a turn ends in a commit); `delegation`
+    adds lines to its [delegation] table."""
     make_project(tmp / "workspace", {"calc.py": "def add(a, b):\n    return a - b\n"})
     config = tmp / "tailagent.toml"
     config.write_text(
         f'[access]\nallowed_logins = ["{ALICE}"]\ncapability = "{CAPABILITY}"\n'
-        f'[delegation]\nallowed_nodes = ["devbox-1"]\nroles = {roles}\n'
+        f'[delegation]\nallowed_nodes = ["devbox-1"]\nroles = {roles}\n{delegation}'
     )
     pin(tmp / "state", key)
     return start_server(
@@ -254,5 +257,25 @@ def test_a_delegated_request_gets_only_the_roles_both_allow(
         status, answered = send(box, chain(box_a), answer(task, pending_id(task)))
         said = json.dumps(answered)
         assert "approver" in said and "TASK_STATE_COMPLETED" not in said, said
+    finally:
+        box.stop()
+
+
+def test_a_sibling_s_one_hop_is_the_person_as_if_they_called_here(
+    tmp_path: Path, fake: FakeTailscaled, box_a: SigningKey
+) -> None:
+    """devbox-1 named a sibling (a box of the same store, cluster/carry.py): its one hop
+    makes the request alice's with the roles she has here directly, though
+    delegation.roles is only `caller`, so she answers; the access line says who
+    carried it, and no "via"."""
+    box = serve_b(tmp_path, fake, box_a, '["caller"]', 'siblings = ["devbox-1"]\n')
+    try:
+        status, body = send(box, chain(box_a), send_message("ask"))
+        assert status == 200, body
+        task = body["result"]["task"]
+        status, answered = send(box, chain(box_a), answer(task, pending_id(task)))
+        assert status == 200 and "TASK_STATE_COMPLETED" in json.dumps(answered), answered
+        line = box.last_access_line()
+        assert f"user:{ALICE} (carried by devbox-1," in line and " via " not in line, line
     finally:
         box.stop()
