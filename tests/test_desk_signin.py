@@ -80,15 +80,20 @@ def waiting_task(server: RunningServer, client: httpx.Client) -> tuple[str, dict
         time.sleep(0.1)
     ask = client.get(f"/desk/tasks/{task_id}").text
     assert "rm -rf build" in ask
+    return task_id, allow_form(ask)
+
+
+def allow_form(page: str) -> dict[str, str]:
+    """A task page's answer form as posted with Allow chosen: its token, request, choice."""
     answer = re.search(
         r'action="[^"]+/answer".*?name="token" value="([^"]+)".*?name="requestId" value="([^"]+)"'
         r'.*?name="choice" value="([^"]+)" class="allow"',
-        ask,
+        page,
         re.S,
     )
-    assert answer is not None, ask
+    assert answer is not None, page
     token, request_id, choice = answer.groups()
-    return task_id, {"token": token, "requestId": request_id, "choice": choice}
+    return {"token": token, "requestId": request_id, "choice": choice}
 
 
 def posted(form: dict[str, str]) -> list[str]:

@@ -28,6 +28,7 @@ from tests.browser import PHONE
 from tests.conftest import RunningServer, start_server
 from tests.postgres import postgres_missing, running_postgres
 from tests.real_tailnet import DOMAIN, Node, Tailnet, module_tailnet
+from tests.test_desk_signin import allow_form
 from tests.test_isolation import make_project
 from tests.test_resume_stream import events, number, state, text
 
@@ -375,17 +376,9 @@ def test_a_question_asked_on_one_box_is_answered_from_the_desk_of_the_other(
     and answers there a question the home box's turn asks: the answer is carried."""
     asked, home, other = question(tailnet, boxes, laptop)
     page = laptop.http.get(f"{URL}desk/tasks/{asked['id']}").text
-    form = re.search(
-        r'action="[^"]+/answer".*?name="token" value="([^"]+)".*?name="requestId" value="([^"]+)"'
-        r'.*?name="choice" value="([^"]+)" class="allow"',
-        page,
-        re.S,
-    )
-    assert form is not None, page
-    token, request_id, choice = form.groups()
     sent = laptop.http.post(
         f"{URL}desk/tasks/{asked['id']}/answer",
-        data={"token": token, "requestId": request_id, "choice": choice},
+        data=allow_form(page),
         headers={"Origin": URL.rstrip("/")},
     )
     assert sent.status_code == 303, sent.text

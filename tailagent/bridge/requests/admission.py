@@ -180,7 +180,8 @@ class Admission:
         to be theirs; a request that cannot be carried goes on here as before."""
         if not may_carry(context.state):
             return
-        context_id = await resolve(
+        # Resolved once: the admission's own look-up then meets the whole id.
+        context_id = message.context_id = await resolve(
             message.context_id, self._owners, self._conversations, person.scope
         )
         home = await self._store.contexts.home_elsewhere(context_id)
@@ -188,7 +189,6 @@ class Admission:
             return
         refuse_unless_own(await self._owners.owner(context_id), context_id, person.scope,
                           START_ANOTHER)  # fmt: skip
-        message.context_id = context_id
         carry_to(context.state, home)
         raise UnsupportedOperationError(message=f"Conversation {context_id} lives on {home}.")
 
