@@ -241,6 +241,19 @@ async def test_the_agent_works_in_its_own_directory(box: Box) -> None:
     own_work_done(got)
 
 
+async def test_a_fenced_conversation_merges_into_the_persons_checkout(box: Box) -> None:
+    """As root each conversation's repository is its agent's uid's: the merge's fetch
+    from it (git upload-pack, run by the server) must not be refused as git's "dubious
+    ownership", which it was while the fetch left `safe.directory` out."""
+    got, turn = await attempt(box.alice, {"run": ["echo from the fence > fenced.txt"]})
+    assert got == {"run echo from the fence > fenced.txt": "ok: "}, got
+    [tree] = [t for t in box.worktrees() if (t / "fenced.txt").exists()]
+    assert tree.stat().st_uid != os.getuid()  # the agent's own uid, not the server's
+    merged = await box.alice.send(user_message(context_id=turn.context_id, data={"kind": "merge"}))
+    assert "merged (squash) into main" in texts(merged.message), merged
+    assert (box.workspace / "fenced.txt").read_text() == "from the fence\n"
+
+
 # --- Claude Code: the CLI, and whatever it runs (its tools, hooks, MCP servers) ------------
 
 

@@ -25,6 +25,10 @@ that config could make upload-pack run, and why it cannot:
   (and `GIT_NO_LAZY_FETCH`, for a git that knows it);
 - `core.alternateRefsCommand`: only the fetching side runs it, and that is tailagent's
   scratch repository.
+When the server is root the conversation's repository is its agent's uid's
+(sandbox/users.py), and upload-pack would refuse it as of "dubious ownership": `_UPLOAD_PACK`
+names `safe.directory` on its command line, as repository.py does for every other call in
+a conversation's repository (tailagent names it outright, and runs nothing it configures).
 Before the fetch, plumbing/guard.py has looked at the conversation's `.git` (its alternates name the
 base's objects only, no `commondir`, no symbolic link). The fetch checks every object it
 takes (`fetch.fsckObjects`).
@@ -52,9 +56,10 @@ _OUT = "refs/tailagent/merged"
 _FILE_ONLY = (("protocol.file.allow", "always"),)
 _UPLOAD_PACK = (
     "GIT_NO_LAZY_FETCH=1 git -c protocol.allow=never -c core.fsmonitor=false "
-    f"-c core.hooksPath={os.devnull} -c gc.auto=0 -c maintenance.auto=false upload-pack"
+    f"-c core.hooksPath={os.devnull} -c gc.auto=0 -c maintenance.auto=false "
+    "-c safe.directory='*' upload-pack"
 )
-_FETCH = ("fetch", "-q", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
+FETCH = ("fetch", "-q", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
           "--no-auto-maintenance", f"--upload-pack={_UPLOAD_PACK}")  # fmt: skip
 
 
@@ -72,7 +77,7 @@ class Scratch:
         commit it is at."""
         checked = self.repository.with_settings(*_FILE_ONLY, ("fetch.fsckObjects", "true"))
         source = str(own.git_dir)
-        await git(checked.slow(), *_FETCH, source, f"+refs/heads/{branch}:{_INTO}")
+        await git(checked.slow(), *FETCH, source, f"+refs/heads/{branch}:{_INTO}")
         found = await git(self.repository, "rev-parse", "--verify", f"{_INTO}^{{commit}}")
         return found.out.strip()
 
@@ -80,7 +85,7 @@ class Scratch:
         """Brings `commit` and what it needs that the base lacks into the base's objects
         (no ref of the base changes here)."""
         await git(self.repository, "update-ref", _OUT, commit)
-        await git(main.with_settings(*_FILE_ONLY).slow(), *_FETCH, str(self.path), _OUT)
+        await git(main.with_settings(*_FILE_ONLY).slow(), *FETCH, str(self.path), _OUT)
 
 
 @contextlib.asynccontextmanager
