@@ -158,13 +158,7 @@ def make_presence(settings: Settings) -> Presence:
 async def build_service(settings: Settings, presence: Presence) -> Service:
     """Wires the rooms together, in the order each needs the ones before it."""
     workspace = settings.workspace
-    conversations = await choose(
-        workspace.isolation,
-        settings.cwd,
-        settings.state_dir,
-        workspace.base,
-        workspace.git_programs,
-    )
+    conversations = await choose(workspace, settings.cwd, settings.state_dir)
     isolated = conversations if isinstance(conversations, Isolated) else None
     sandbox = make_sandbox(settings, isolated)
     if isolated is not None:

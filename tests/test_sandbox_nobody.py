@@ -37,6 +37,7 @@ from tests.a2a_helpers import A2A, texts, user_message
 from tests.conftest import RunningServer, start_server
 from tests.test_fence_kernel import ADD_KEY, FIND_KEY
 from tests.test_fence_network import abstract_connect
+from tests.test_handover import bare, shared_ref
 from tests.test_isolation import make_project
 from tests.test_sandbox import (
     DB_PASSWORD,
@@ -174,12 +175,17 @@ def box() -> Iterator[NobodyBox]:
         make_home(home)
         make_project(workspace, {"calc.py": "def add(a, b):\n    return a + b\n"})
         state.mkdir(mode=0o700)
-        for top in (home, state, workspace):
+        # The team's shared repository, the service user's as the state dir is.
+        shared = bare(base / "team.git")
+        config = base / "tailagent.toml"
+        config.write_text(f'[workspace]\nshared_repository = "{shared}"\n')
+        for top in (home, state, workspace, shared):
             give(top, nobody)
         env = {"PATH": PATH, "LANG": "C.UTF-8", "DB_PASSWORD": DB_PASSWORD}
         server = start_server(
             base, "--agent-command", f"{PYTHON} {HOSTILE}", "--isolation", "worktree",
-            state_dir=state, env=env, command=[*as_service(home), "-m", "tailagent"],
+            "--config", str(config), state_dir=state, env=env,
+            command=[*as_service(home), "-m", "tailagent"],
         )  # fmt: skip
         pid = server_pid(server.process.pid)
         try:
@@ -283,3 +289,26 @@ async def test_what_a_turn_leaves_behind_is_stopped_as_nobody_too(box: NobodyBox
     again, second = await attempt(box.bob, SLEEP, context_id=turn.context_id)
     assert second.final_state == "completed", again
     assert size(grow) > before and not grows(grow)
+
+
+async def test_the_agent_cannot_reach_the_shared_repository_its_uid_owns(box: NobodyBox) -> None:
+    """As nobody the shared repository is the agent's own uid's, as everything is: only
+    the fence keeps it from rewriting another conversation's branch there. It finds no
+    such repository; its own turn's commit is pushed there by the server."""
+    shared = box.workspace.parent / "team.git"
+    plan = {"run": [f"ls {shared}", f"git --git-dir={shared} update-ref refs/x HEAD",
+                    "echo handed over > handed.txt"]}  # fmt: skip
+    got, turn = await attempt(box.alice, plan)
+    assert got["run echo handed over > handed.txt"] == "ok: ", got
+    assert [k for k, v in got.items() if v.startswith("ok") and "handed" not in k] == [], got
+    commit = shared_ref(shared, turn.context_id)
+    assert commit and sh_show(shared, commit) == "handed over\n"
+    assert not (shared / "refs" / "x").exists()
+
+
+def sh_show(shared: Path, commit: str) -> str:
+    """handed.txt as the commit in the shared repository holds it."""
+    return subprocess.run(
+        ["git", "-C", str(shared), "show", f"{commit}:handed.txt"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip

@@ -81,6 +81,15 @@ class Placement:
         chosen = choose(self.here(), boxes)
         return chosen.url if chosen is not None else None
 
+    async def gone(self, url: str) -> bool:
+        """Whether the box at `url` keeps no row any more: it stopped, or died and was
+        claimed. False while the store cannot be read (nothing is taken over on a guess)."""
+        try:
+            return all(box.url != url for box in await self._table.live())
+        except Exception as exc:
+            log.warning("cannot read the boxes from the store: %s", exc)
+            return False
+
     async def drain(self) -> None:
         """Takes no new conversations from now: says so to the siblings at once."""
         self.draining = True

@@ -63,6 +63,38 @@ def file_path(value: Any) -> Path:
     return Path(nonempty_text(value)).expanduser().resolve()
 
 
+# How git reaches a repository named by a URL, by the URL's scheme: the one transport
+# tailagent's git is let use for it (workspace/git.py switches every other off).
+_GIT_SCHEMES = {"file": "file", "ssh": "ssh", "git+ssh": "ssh", "https": "https", "http": "http"}
+# `user@host:path`, git's short form of an ssh URL.
+_SCP_LIKE = re.compile(r"[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:.+")
+
+
+def remote_protocol(url: str) -> str:
+    """The transport git takes to reach the repository `url` names (`file` for a local
+    path); ValueError for one tailagent does not reach (a relative path, a helper's
+    `ext::` or any scheme git would hand to a program)."""
+    scheme, colon, _ = url.partition("://")
+    if colon:
+        if scheme in _GIT_SCHEMES:
+            return _GIT_SCHEMES[scheme]
+        raise ValueError(f"{url!r}: git is let reach a repository by file, ssh or http(s) only")
+    if url.startswith("/"):
+        return "file"
+    if _SCP_LIKE.fullmatch(url):
+        return "ssh"
+    raise ValueError(f"{url!r} is neither an absolute path nor a file, ssh or http(s) URL")
+
+
+def shared_repository(value: Any) -> str:
+    """`workspace.shared_repository`: where each turn's commit is pushed for the other
+    boxes of a team (workspace/conversation_repos/handover.py): a bare repository's
+    absolute path or its URL."""
+    url = nonempty_text(value).strip()
+    remote_protocol(url)
+    return url
+
+
 def positive_int(value: Any) -> int:
     return int(_positive(value, int, "integer"))
 

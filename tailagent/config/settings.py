@@ -255,6 +255,10 @@ class WorkspaceSettings:
     # Worktrees one person's conversations may hold at once: each costs a checkout, and
     # stays until it is merged or discarded.
     max_worktrees_per_caller: int = 20
+    # Where each turn's commit is pushed as it is made, for a team's boxes (a bare
+    # repository's path or URL): another box takes a conversation over from there when
+    # its box is gone. None: commits stay on the box that made them.
+    shared_repository: str | None = None
 
 
 SANDBOX_MODES = ("on", "off")

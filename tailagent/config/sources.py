@@ -124,6 +124,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "workspace.base": checks.nonempty_text,
     "workspace.git_programs": checks.boolean,
     "workspace.max_worktrees_per_caller": checks.positive_int,
+    "workspace.shared_repository": checks.shared_repository,
     "budgets.per_caller_daily_usd": checks.dollars,
     "budgets.per_task_usd": checks.dollars,
     "budgets.reserve_usd": checks.dollars,

@@ -97,6 +97,9 @@ class SessionPool:
         # Sessions opened new (an id never seen before) whose first turn has not
         # started: nothing they cost can be in the books yet (see first_turn).
         self._opened_new: set[str] = set()
+        # Contexts whose stored session is on another box (one that is gone): their next
+        # session is a new one, not a resume the agent here cannot find.
+        self._afresh: set[str] = set()
 
     @property
     def minted_contexts(self) -> MintedIds:
@@ -130,6 +133,11 @@ class SessionPool:
         if holder is not None and holder != task_id:
             raise ContextBusy(context_id, holder)
         self._holders[context_id] = task_id
+
+    def start_afresh(self, context_id: str) -> None:
+        """The context's next session is opened new: the one the store names was the
+        agent's on a box that is gone (its files are there)."""
+        self._afresh.add(context_id)
 
     def _check_share(self, caller: str | None) -> None:
         """Refuses a caller whose tasks already hold its whole share of the processes."""
@@ -184,8 +192,13 @@ class SessionPool:
             await self._make_room()
             self._lend(context_id, task_id, caller)
             try:
-                resume_id = await self._map.get(context_id, self._backend.name)
+                resume_id = (
+                    None
+                    if context_id in self._afresh
+                    else await self._map.get(context_id, self._backend.name)
+                )
                 session = await self._backend.open_session(resume_id, cwd)
+                self._afresh.discard(context_id)
             except BaseException:
                 self._let_go(context_id)
                 raise

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from a2a.types.a2a_pb2 import Message
 from google.protobuf.json_format import MessageToDict
 
+from tailagent.config import WorkspaceSettings
 from tailagent.workspace.conversation_repos import (
     BRANCH_PREFIX,
     ConversationRepos,
@@ -130,6 +131,8 @@ class Isolated:
         self._refill: asyncio.Task[None] | None = None
         self._spared: set[Path] = set()
         self._starts: dict[str, Start] = {}  # said once, by `started`
+        # Conversations whose box is gone, to go on here from their shared branch.
+        self._continuing: set[str] = set()
         # What a turn's directory needs before the turn (the fence handing what tailagent's
         # git wrote there to the agent's uid): blocking file work, run in a thread.
         self.before_turn: Callable[[Path], None] | None = None
@@ -160,12 +163,26 @@ class Isolated:
             self._spared.add(path)
             return path
 
+    def continue_here(self, context_id: str) -> None:
+        """The conversation ran on a box that is gone: its next turn here starts from the
+        last commit that box pushed to the shared repository (see `directory`)."""
+        self._continuing.add(context_id)
+
     async def directory(self, context_id: str) -> Path | None:
         started = time.monotonic()
         before = await self.worktrees.get(context_id)
+        taken = None
+        if context_id in self._continuing:
+            self._continuing.discard(context_id)
+            taken = await self.worktrees.take_over(context_id)
         worktree = await self.worktrees.ensure(context_id)
         path = worktree.path
-        if before is None or before.idle:  # made from the base's tip now
+        if taken is not None:
+            shown, checkout = str(worktree.shown), str(self.worktrees.repo)
+            self._starts[context_id] = Start(
+                worktree.base_branch, taken, shown, checkout, [], continued=True
+            )
+        elif before is None or before.idle:  # made from the base's tip now
             try:
                 self._starts[context_id] = await self.worktrees.start_of(worktree)
             except GitError as exc:  # the person's checkout could not be read: not said
@@ -209,6 +226,7 @@ class Isolated:
             # a finished turn, whatever the agent reported (bounded; see
             # workspace/conversation_repos/patches.py).
             change = await self.worktrees.committed(turn.context_id, commit) if commit else None
+            pushed = await self._hand_over(turn.context_id, status.ahead)
         except GitError as exc:
             # The turn's work stays in the worktree, uncommitted: the next turn's commit
             # (or a person) picks it up. The turn fails saying why (turns/pump.py).
@@ -222,22 +240,36 @@ class Isolated:
             "files": status.files,
             "commit": commit or "",
             **({"change": change.as_data()} if change is not None else {}),
+            **({"shared": pushed} if pushed else {}),
         }
 
+    async def _hand_over(self, context_id: str, ahead: int) -> str | None:
+        """Pushes a branch with commits to the team's shared repository, when there is
+        one; the commit pushed. A push that fails is said and the turn stands: its commit
+        is here, only not yet where another box could take it."""
+        if not ahead or not self.worktrees.hands_over:
+            return None
+        try:
+            return await self.worktrees.hand_over(context_id)
+        except (GitError, OSError) as exc:
+            log.warning("conversation %s: its branch was not pushed to the shared "
+                        "repository: %s", context_id, exc)  # fmt: skip
+            return None
 
-async def choose(
-    isolation: str, workspace: Path, state_dir: Path, base: str | None, git_programs: bool = False
-) -> Isolated | Shared:
-    """The isolation in force: a worktree per conversation when asked for and the
-    workspace is a git repository that can have them; else shared, saying why."""
-    if isolation == "shared":
+
+async def choose(workspace: WorkspaceSettings, cwd: Path, state_dir: Path) -> Isolated | Shared:
+    """The isolation in force for the project at `cwd`: a repository per conversation when
+    asked for and the project is a git repository that can have them; else shared,
+    saying why."""
+    if workspace.isolation == "shared":
         return Shared("workspace.isolation = shared")
-    reason = await probe(workspace)
+    reason = await probe(cwd)
     if reason is not None:
         return Shared(reason)
-    worktrees = ConversationRepos(workspace, state_dir / "worktrees", base, git_programs)
+    worktrees = ConversationRepos(cwd, state_dir / "worktrees", workspace.base,
+                                  workspace.git_programs, workspace.shared_repository)  # fmt: skip
     if not worktrees.explained():
-        log.info("%s", first_start(workspace, worktrees.root))
+        log.info("%s", first_start(cwd, worktrees.root))
     return Isolated(worktrees)
 
 

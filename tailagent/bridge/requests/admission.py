@@ -189,8 +189,20 @@ class Admission:
             return
         refuse_unless_own(await self._owners.owner(context_id), context_id, person.scope,
                           START_ANOTHER)  # fmt: skip
+        conversations = self._conversations
+        if isinstance(conversations, Isolated) and await self._home_gone(conversations, home):
+            conversations.continue_here(context_id)  # from its last shared commit
+            return
         carry_to(context.state, home)
         raise UnsupportedOperationError(message=f"Conversation {context_id} lives on {home}.")
+
+    async def _home_gone(self, conversations: Isolated, home: str) -> bool:
+        """Whether a conversation whose box is `home` goes on here: that box is gone
+        (cluster/placement.py) and its commits were pushed where this box can take them
+        (workspace.shared_repository). Without them it stays refused, naming the box."""
+        if self._placement is None or not conversations.worktrees.hands_over:
+            return False
+        return await self._placement.gone(home)
 
     async def _check_free(self, message: Message, context: ServerCallContext) -> None:
         """Refuses a conversation a turn of another task runs in, here or on another

@@ -130,6 +130,9 @@ class TurnStarter:
             await self._pool.release(context_id, task_id)
             await publisher.fail(updater, f"The conversation's worktree is not usable: {exc}")
             return None
+        begun = self._conversations.started(context_id)
+        if begun is not None and begun.continued:  # its session stayed on the box gone
+            self._pool.start_afresh(context_id)
         options = turn_options(message)
         # Asked before the session is opened: opening it stores the context's session,
         # and the id is this server's minted one no longer.
@@ -164,7 +167,6 @@ class TurnStarter:
         else:
             runtime.session_cost_before = await self._costs.session_cost(session.session_id)
         self._runtimes.add(runtime)
-        begun = self._conversations.started(context_id)
         await self._announce(runtime, message, requester, resumed, updater, self._fence, begun)
         return runtime
 

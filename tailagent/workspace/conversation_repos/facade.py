@@ -16,6 +16,7 @@ from tailagent.workspace.conversation_repos.ahead import MadeAhead
 from tailagent.workspace.conversation_repos.changes import Changes, WorktreeStatus
 from tailagent.workspace.conversation_repos.ending.cleanup import Cleanup, DiscardResult
 from tailagent.workspace.conversation_repos.fates import Fate, Fates
+from tailagent.workspace.conversation_repos.handover import Handover
 from tailagent.workspace.conversation_repos.idle import Idle
 from tailagent.workspace.conversation_repos.legacy import Legacy
 from tailagent.workspace.conversation_repos.lock import WorktreeLock
@@ -44,11 +45,17 @@ class ConversationRepos:
     in the middle of its merge), and what the conversations share by one lock that no
     git on an agent's files runs under (lock.py). `git_programs` lets tailagent's git run
     the hooks and filter and merge drivers the repository's config names (see git.py);
-    off, none runs.
+    off, none runs. `shared` names the repository each conversation's branch is pushed to
+    after its turns, for a team's other boxes (handover.py); None keeps them here only.
     """
 
     def __init__(
-        self, repo: Path, root: Path, base: str | None = None, git_programs: bool = False
+        self,
+        repo: Path,
+        root: Path,
+        base: str | None = None,
+        git_programs: bool = False,
+        shared: str | None = None,
     ) -> None:
         self.repo = repo
         self.root = root
@@ -68,6 +75,7 @@ class ConversationRepos:
         self._fates = fates = Fates(records)
         self._cleanup = Cleanup(git, records, lock, ahead, idle, removal, fates)
         self._merging = Merging(git, records, lock, removal, fates)
+        self._handover = Handover(git, records, lock, maker, shared) if shared else None
 
     def know_owners(self, owner_of: OwnerOf) -> None:
         """Whose each conversation is (the store's owners, opened after the worktrees):
@@ -178,6 +186,28 @@ class ConversationRepos:
         the commit's sha, or None when nothing changed."""
         return await self._turns.commit(context_id, subject, trailers)
 
+    # ---- the team's shared repository -------------------------------------------
+
+    @property
+    def hands_over(self) -> bool:
+        """Whether branches are pushed to a shared repository (see handover.py)."""
+        return self._handover is not None
+
+    async def hand_over(self, context_id: str) -> str | None:
+        """Pushes the conversation's branch tip to the shared repository; the commit, or
+        None when there is none (or no shared repository)."""
+        return await self._handover.push(context_id) if self._handover else None
+
+    async def take_over(self, context_id: str) -> str | None:
+        """Makes the conversation's repository here from the shared repository's commit of
+        it, when it has one and the conversation has no directory here; that commit."""
+        return await self._handover.take(context_id) if self._handover else None
+
+    async def _let_go(self, context_id: str) -> None:
+        """The shared repository forgets a conversation merged or discarded here."""
+        if self._handover is not None:
+            await self._handover.drop(context_id)
+
     # ---- status and diff ----------------------------------------------------------
 
     async def status(self, context_id: str) -> WorktreeStatus:
@@ -200,7 +230,9 @@ class ConversationRepos:
 
     async def discard(self, context_id: str) -> DiscardResult:
         """Removes the conversation's worktree, branch and record; returns what was lost."""
-        return await self._cleanup.discard(context_id)
+        lost = await self._cleanup.discard(context_id)
+        await self._let_go(context_id)
+        return lost
 
     async def prune(self, live: set[str]) -> list[str]:
         """Removes what tailagent keeps of conversations not in `live`; their ids."""
@@ -228,4 +260,7 @@ class ConversationRepos:
         """Merges the conversation's branch into its base (only from the tip `expect`
         names, when given), then, unless `keep`, removes its worktree and branch (see
         Merging.merge for what is refused)."""
-        return await self._merging.merge(context_id, strategy, keep, expect)
+        merged = await self._merging.merge(context_id, strategy, keep, expect)
+        if merged.removed:
+            await self._let_go(context_id)
+        return merged

@@ -28,17 +28,28 @@ SHOWN = 5  # the changes left out named in the line that says so; then how many 
 @dataclass(frozen=True)
 class Start:
     """A conversation's start: the branch and commit it starts from, where it works, and
-    the person's checkout with the changes (paths) left out of it."""
+    the person's checkout with the changes (paths) left out of it. `continued`: the
+    conversation ran on a box that is gone, and goes on here from `commit`, its branch's
+    last commit that box pushed to the team's shared repository (handover.py)."""
 
     base_branch: str
     commit: str
     folder: str
     checkout: str
     left_out: list[str]
+    continued: bool = False
 
     def text(self) -> str:
         """The line a person reads at the start: from which commit, in which folder, and
         what is not included and how to bring it."""
+        if self.continued:
+            return (
+                f"Continued here, in {self.folder}, from {self.commit[:12]}: the last commit "
+                "of this conversation's branch that the box it ran on shared before it "
+                "stopped answering. What was not committed there is not here, and the agent "
+                "starts a new session: it does not remember the earlier turns; their "
+                "commits, and the task history, say what they did."
+            )
         said = f"Started from {self.base_branch} at {self.commit[:12]} in {self.folder}"
         count = len(self.left_out)
         if not count:
@@ -59,6 +70,7 @@ class Start:
             "checkout": self.checkout,
             "uncommitted": len(self.left_out),
             "leftOut": self.left_out[:SHOWN],
+            **({"continued": True} if self.continued else {}),
         }
 
 
