@@ -81,15 +81,38 @@ class Boxes(dict[str, RunningServer]):
 
     def wait_for_turns(self, count: int) -> None:
         """Until the boxes' rows in the store (cluster/boxes.py) hold `count` turns."""
+        self.wait_for("SELECT sum(running) FROM boxes", str(count))
+
+    def wait_for(self, query: str, answer: str, seconds: float = 20) -> None:
+        """Until the store answers `query` with `answer`."""
         url = self.store.replace("+asyncpg", "")
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + seconds
         while True:
-            done = subprocess.run(["psql", url, "-Atc", "SELECT sum(running) FROM boxes"],
+            done = subprocess.run(["psql", url, "-Atc", query],
                                   capture_output=True, text=True, check=True)  # fmt: skip
-            if done.stdout.strip() == str(count):
+            if done.stdout.strip() == answer:
                 return
-            assert time.monotonic() < deadline, (count, done.stdout)
+            assert time.monotonic() < deadline, (query, answer, done.stdout)
             time.sleep(0.1)
+
+    @property
+    def shared(self) -> Path:
+        """The team's shared repository, where every box pushes its conversations'
+        branches (workspace/conversation_repos/handover.py)."""
+        return self.base / "team.git"
+
+    def workspace(self, name: str) -> Path:
+        """Box `name`'s clone of the team's project."""
+        return self.base / name / "workspace"
+
+    def clone(self, name: str) -> None:
+        """The team's project, as each box's clone of it, and the shared repository."""
+        upstream = self.base / "upstream"
+        if not upstream.exists():
+            make_project(upstream, {"notes.txt": "from main\n"})
+            subprocess.run(["git", "init", "-q", "--bare", str(self.shared)], check=True)
+        subprocess.run(["git", "clone", "-q", str(upstream), str(self.workspace(name))],
+                       check=True)  # fmt: skip
 
     def start(self, name: str) -> RunningServer:
         """tailagent on box `name`: the store shared, the service's name public, the
@@ -97,9 +120,10 @@ class Boxes(dict[str, RunningServer]):
         node, tmp = self.tailnet.nodes[name], self.base / name
         config = tmp / "tailagent.toml"
         if not config.exists():
-            make_project(tmp / "workspace", {"notes.txt": "from main\n"})
+            self.clone(name)
             config.write_text(
                 f'box_url = "http://{node.dns_name}"\ndrain_seconds = 10\n'
+                f'[workspace]\nshared_repository = "{self.shared}"\n'
                 # One person may fill a box (their share is half of it by default).
                 "[agent]\nmax_processes = 2\nmax_processes_per_caller = 2\n"
                 f'[access]\nallowed_logins = ["{LAPTOP_LOGIN}", "{PHONE_LOGIN}"]\n'
@@ -514,4 +538,40 @@ def test_a_box_killed_mid_turn_has_its_turn_failed_once_and_gets_no_new_work(
     assert sum(boxes[name].log().count(said_gone) for name in BOXES if name != dead) == 1
     placed = laptop.send("hello after the kill")
     assert homes(laptop, placed)[0] != dead
+    boxes.start(dead)
+
+
+def test_a_killed_boxs_conversation_goes_on_on_another_from_its_last_commit(
+    tailnet: Tailnet, boxes: Boxes, laptop: Laptop
+) -> None:
+    """SIGKILL after a turn that committed: its commit was pushed to the team's shared
+    repository as it was made, so once the box is known gone the next message in the
+    conversation, sent through the name, goes on on a living box from that commit. The
+    turn says so (the agent's session stayed behind). (Its merge there: each box's clone
+    has merged other tests' work by now, so it is tests/test_handover.py's.)"""
+    first = laptop.send("before the kill\nedit:before.txt")
+    context_id = first["contextId"]
+    assert first["status"]["state"] == "TASK_STATE_COMPLETED", first
+    dead, living = homes(laptop, first)
+    commit = first["metadata"]["worktree"]["commit"]
+    assert first["metadata"]["worktree"]["shared"] == commit
+    reach(tailnet, boxes, laptop, living)
+    boxes[dead].stop(signal.SIGKILL)
+    boxes.wait_for(f"SELECT count(*) FROM boxes WHERE url LIKE 'http://{dead}.%'", "0",
+                   seconds=STALE + 10)  # fmt: skip
+    went_on = laptop.send("after the kill\nedit:after.txt", context_id)
+    assert went_on["status"]["state"] == "TASK_STATE_COMPLETED", went_on
+    home = homes(laptop, went_on)[0]
+    assert home != dead and went_on["contextId"] == context_id
+    history = json.dumps(laptop.call("GetTask", {"id": went_on["id"]}))
+    assert "Continued here" in history and commit[:12] in history, history
+    assert "does not remember the earlier turns" in history
+    # Both turns' work, on the living box (its diff is of the worktree there), and
+    # the first turn's commit as it was made on the dead box, trailers and all.
+    diff = json.dumps(laptop.operation("diff", context_id))
+    assert "+before the kill" in diff and "+after the kill" in diff, diff
+    [tree] = [path.parent for path in (boxes[home].state_dir / "worktrees").glob("*/after.txt")]
+    log = subprocess.run(["git", "-C", str(tree), "log", "-2", "--format=%H%n%B"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert commit in log and log.count(f"Requested-by: {LAPTOP_LOGIN}") == 2, log
     boxes.start(dead)

@@ -178,6 +178,8 @@ class Isolated:
         worktree = await self.worktrees.ensure(context_id)
         path = worktree.path
         if taken is not None:
+            log.info("conversation %s: its box is gone; it goes on here from %s, its last "
+                     "commit in the shared repository", context_id, taken[:12])  # fmt: skip
             shown, checkout = str(worktree.shown), str(self.worktrees.repo)
             self._starts[context_id] = Start(
                 worktree.base_branch, taken, shown, checkout, [], continued=True
