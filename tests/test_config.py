@@ -39,7 +39,7 @@ def serve(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
         ('[tsnet]\nadvertise_tags = ["agent"]\n', "tags start with 'tag:'"),
         ('listen = "unix:/tmp/t.sock"\n[tsnet]\nenabled = true\n', "use --listen 127.0.0.1:PORT"),
         ('tailnet_service = "agents"\n', "tailnet_service: must be svc: and a DNS label"),
-        ('tailnet_service = "svc:a"\n[tsnet]\nenabled = true\n', "drop --tsnet, or the service"),
+        ('[workspace]\nshared_repository = "ext::sh -c id"\n', "neither an absolute path nor"),
         (
             '[desk]\npush_services = ["http://100.64.0.9:8080"]\n',
             "is not a push service: give a host (https is implied)",

@@ -358,14 +358,21 @@ def test_the_cli_on_the_agents_box_reaches_the_tailnet_through_the_node(
         other.stop()
 
 
-def test_doctor_reports_the_running_node(agent: RunningServer) -> None:
+def doctor_of(server: RunningServer, *extra: str) -> str:
+    """`tailagent doctor --tsnet` of the running server's state dir: what it prints."""
     doctor = cli_run(
         [sys.executable, "-m", "tailagent", "doctor", "--tsnet", "--agent", "echo",
-         "--listen", agent.url.removeprefix("http://"), "--state-dir", str(agent.state_dir)],
+         "--listen", server.url.removeprefix("http://"), "--state-dir", str(server.state_dir),
+         *extra],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert doctor.returncode == 0, doctor.stdout
-    node = next(line for line in doctor.stdout.splitlines() if "tsnet node" in line)
+    return doctor.stdout
+
+
+def test_doctor_reports_the_running_node(agent: RunningServer) -> None:
+    said = doctor_of(agent)
+    assert "✗" not in said, said
+    node = next(line for line in said.splitlines() if "tsnet node" in line)
     assert f"✓ tsnet node: Running as {dns_name('tsagent')}" in node
     assert "plain HTTP" in node  # the test control gives no certificates
     metrics = httpx.get(agent.url + "/metrics", headers={"Authorization": f"Bearer {agent.token}"})
@@ -402,6 +409,72 @@ def test_an_ephemeral_node_logs_out_at_stop(tailnet: Tailnet, tmp_path: Path) ->
         assert joined_ip(again) != ip
     finally:
         again.stop()
+
+
+SERVICE_VIP = "100.127.0.3"
+
+
+def peer_key(caller: Node, hostname: str) -> str:
+    """The node key of the peer `hostname`, as `caller` sees it."""
+    peers = json.loads(caller.tailscale("status", "--json"))["Peer"].values()
+    return str(next(p["PublicKey"] for p in peers if p["HostName"] == hostname))
+
+
+def test_the_node_hosts_a_tailscale_service_and_whois_names_its_callers(
+    tailnet: Tailnet, tmp_path: Path
+) -> None:
+    """`serve --tsnet --service svc:agents`: the node hosts the service itself (tsnet's
+    ListenService, no tailscaled). A caller reaching the service's name is named by
+    whois from the PROXY header the node's own serve writes, never from a header; the
+    card names the service's URL, and the node's own name still serves (its siblings'
+    way in). Until control approves the node for the service, the start says so."""
+    caller = tailnet.nodes["callerbox"]
+    login = login_of(caller)
+    config = f'tailnet_service = "svc:agents"\n[access]\nallowed_logins = ["{login}"]\n'
+    server = start_tsnet(tailnet, tmp_path, "svchost", config=config,
+                         tsnet='advertise_tags = ["tag:agent"]')  # fmt: skip
+    try:
+        assert "svc:agents is advertised but not approved for this node yet" in server.log()
+        assert "hosting svc:agents as http://agents.tail.test" in server.log()
+        assert "✗ service: svc:agents: not approved" in doctor_of(server, "--service", "svc:agents")
+        key = peer_key(caller, "svchost")
+        body = {"name": "svc:agents", "vip": SERVICE_VIP, "hosts": [key], "route": key}
+        approved = httpx.post(tailnet.url + "/testctl/services", json=body, timeout=10)
+        assert approved.text == "ok\n", approved.text
+        url = "http://agents.tail.test/"
+        said = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                sent = post(caller, url, rpc("SendMessage", {"message": said}))
+                break
+            assert time.monotonic() < deadline, "the service's name never reached the node"
+            time.sleep(0.2)
+        assert sent.status_code == 200, sent.text
+        assert sent.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        line = server.last_access_line()
+        assert f"user:{login}" in line and "SendMessage" in line, line
+        with httpx.Client(proxy=caller.proxy, timeout=30) as http:
+            card = http.get(url + ".well-known/agent-card.json").json()
+            own = http.get("http://svchost.tail.test/.well-known/agent-card.json").json()
+        assert card["supportedInterfaces"][0]["url"].startswith("http://agents.tail.test")
+        assert own["supportedInterfaces"][0]["url"].startswith("http://svchost.tail.test")
+        said = doctor_of(server, "--service", "svc:agents")
+        assert "✓ service: svc:agents: tagged, approved, advertised, served" in said, said
+    finally:
+        server.stop()
+
+
+def test_an_untagged_node_cannot_host_a_service_and_is_told_how(
+    tailnet: Tailnet, tmp_path: Path
+) -> None:
+    control = (
+        f'tailnet_service = "svc:agents"\n[tsnet]\ncontrol_url = "{tailnet.url}"\n'
+        'hostname = "untagged"\nhttps = "off"\n'
+    )
+    code, line, _ = failed_start(tmp_path, control, TS_AUTHKEY="tskey-test", **tailnet.node_env())
+    assert code == 1 and "hosted only by a tagged node" in line, line
+    assert "tsnet.advertise_tags" in line, line
 
 
 def failed_start(tmp: Path, config: str, *extra: str, **env: str) -> tuple[int, str, float]:

@@ -104,26 +104,34 @@ async def _tailscale(settings: Settings) -> list[Check]:
             )
         )
         if settings.tailnet_service:
-            checks.append(await _service(api, status, config, settings.tailnet_service, target))
+            name = settings.tailnet_service
+            service = (config.get("Services") or {}).get(name) or {}
+            serving = (target in serve_targets(service), f"not served to {target}")
+            checks.append(await _service(api, status, name, serving))
         return [*checks, *_forwarder(api.socket_path)]
     finally:
         await api.aclose()
 
 
 async def _service(
-    api: LocalAPI, status: dict[str, Any], config: dict[str, Any], name: str, target: str
+    api: LocalAPI,
+    status: dict[str, Any],
+    name: str,
+    served: tuple[bool, str],
+    tag_fix: str = "sudo tailscale up --advertise-tags=tag:NAME",
 ) -> Check:
-    """Whether this box hosts the Tailscale Service: tagged, the service approved for it
-    by control, advertised, and served to this server; what is missing, with its fix."""
+    """Whether this node hosts the Tailscale Service: tagged, the service approved for it
+    by control, advertised, and served (`served`: whether, and how it is said when
+    not); what is missing, with its fix."""
     missing: list[tuple[str, str]] = []
     if not (status.get("Self") or {}).get("Tags"):
-        missing.append(("not tagged", "sudo tailscale up --advertise-tags=tag:NAME"))
+        missing.append(("not tagged", tag_fix))
     if not approved(status, name):
         missing.append(("not approved", "approve it for this node: admin console, Services"))
     if name not in await api.advertised_services():
         missing.append(("not advertised", f"tailagent serve --service {name}"))
-    if target not in serve_targets((config.get("Services") or {}).get(name) or {}):
-        missing.append((f"not served to {target}", f"tailagent serve --service {name}"))
+    if not served[0]:
+        missing.append((served[1], f"tailagent serve --service {name}"))
     if not missing:
         return Check("service", True, f"{name}: tagged, approved, advertised, served")
     fixes = list(dict.fromkeys(fix for _, fix in missing))
@@ -421,6 +429,13 @@ async def _embedded_node(settings: Settings) -> list[Check]:
     api = node.localapi()
     try:
         status = await api.status()
+        if settings.tailnet_service:  # hosted by the node's own serve: TCP, to the node
+            name = settings.tailnet_service
+            config, _ = await api.serve_config()
+            served = (bool(((config.get("Services") or {}).get(name) or {}).get("TCP")),
+                      "not served by the node")  # fmt: skip
+            tag = "set tsnet.advertise_tags and restart"
+            checks.append(await _service(api, status, name, served, tag_fix=tag))
     except LocalAPIUnavailable as exc:
         return [*checks, Check("tsnet node", False, str(exc), "restart the server")]
     finally:

@@ -316,12 +316,6 @@ def _check_together(settings: Settings, origins: Mapping[str, str]) -> None:
             "--tsnet (its own tailnet node) and --tailnet (the box's tailscaled serves it) "
             "are two ways onto the tailnet: pick one",
         )  # fmt: skip
-    if settings.tsnet.enabled and settings.tailnet_service:
-        raise ConfigError(
-            origins.get("tailnet_service", "settings"), "tailnet_service",
-            "a Tailscale Service is served through the box's tailscaled for now, not "
-            "--tsnet's node: drop --tsnet, or the service",
-        )  # fmt: skip
     if settings.tsnet.enabled and settings.listen.is_unix:
         raise ConfigError(
             origins.get("listen", "settings"), "listen",

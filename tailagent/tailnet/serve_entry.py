@@ -117,12 +117,8 @@ async def expose(api: LocalAPI, port: int, target: str, service: str = "") -> Se
             f"`sudo tailscale set --operator={getpass.getuser()}` once"
         ) from None
     log.info("tailscale serve: %s -> %s", entry.public_url, target)
-    if service and not approved(status, service):
-        log.warning(
-            "%s is advertised but not approved for this node yet: approve it in the admin "
-            "console (Services); until then no caller reaches it by %s",
-            service, entry.public_url,
-        )  # fmt: skip
+    if service:
+        say_unapproved(status, service, entry.public_url)
     return entry
 
 
@@ -150,6 +146,16 @@ def approved(status: dict[str, Any], service: str) -> bool:
     the service's addresses in the node's own `service-host` attribute)."""
     mappings = ((status.get("Self") or {}).get("CapMap") or {}).get(SERVICE_HOST) or []
     return any(isinstance(m, dict) and m.get(service) for m in mappings)
+
+
+def say_unapproved(status: dict[str, Any], service: str, url: str) -> None:
+    """One line when control has not approved this node as a host of `service` yet: it
+    advertises it, but nobody is sent here."""
+    if not approved(status, service):
+        log.warning(
+            "%s is advertised but not approved for this node yet: approve it in the admin "
+            "console (Services); until then no caller reaches it by %s", service, url,
+        )  # fmt: skip
 
 
 async def _advertise(api: LocalAPI, service: str, on: bool) -> None:

@@ -2,7 +2,10 @@ module tailagent-tsnet
 
 go 1.26.6
 
-require tailscale.com v1.102.5
+require (
+	github.com/pires/go-proxyproto v0.8.1
+	tailscale.com v1.102.5
+)
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
@@ -25,7 +28,6 @@ require (
 	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42 // indirect
 	github.com/mdlayher/socket v0.5.0 // indirect
 	github.com/mitchellh/go-ps v1.0.0 // indirect
-	github.com/pires/go-proxyproto v0.8.1 // indirect
 	github.com/safchain/ethtool v0.3.0 // indirect
 	github.com/tailscale/certstore v0.1.1-0.20260409135935-3638fb84b77d // indirect
 	github.com/tailscale/go-winio v0.0.0-20231025203758-c4f33415bf55 // indirect

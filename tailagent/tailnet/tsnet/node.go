@@ -19,6 +19,7 @@ package main
 import "C"
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -36,6 +37,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/pires/go-proxyproto"
 	"tailscale.com/ipn"
 	"tailscale.com/tsnet"
 )
@@ -52,6 +54,7 @@ type config struct {
 	Target       string   `json:"target"` // tailagent's loopback listener, ip:port
 	LogFile      string   `json:"log_file"`
 	Verbose      bool     `json:"verbose"`
+	Service      string   `json:"service"` // svc:NAME to host too, or ""
 }
 
 // status is what tailagent_node_status answers.
@@ -67,6 +70,7 @@ type status struct {
 	KeyExpiry    string   `json:"key_expiry,omitempty"`
 	HTTPS        bool     `json:"https"`
 	URL          string   `json:"url,omitempty"`
+	ServiceURL   string   `json:"service_url,omitempty"`
 	LocalAPI     string   `json:"localapi,omitempty"`
 	LocalAPICred string   `json:"localapi_cred,omitempty"`
 	ProxyCred    string   `json:"proxy_cred,omitempty"`
@@ -85,9 +89,11 @@ type node struct {
 	err      string
 	https    bool
 	url      string
+	svcURL   string
 	loopback [3]string // addr, proxy credential, LocalAPI credential
 	conns    int64
 	ln       net.Listener
+	svc      net.Listener
 	served   sync.WaitGroup
 }
 
@@ -263,31 +269,116 @@ func (n *node) join() {
 	if https {
 		scheme = "https"
 	}
+	var svc *tsnet.ServiceListener
+	if n.cfg.Service != "" {
+		if svc, err = n.hostService(https); err != nil {
+			ln.Close()
+			n.set("failed", err.Error())
+			return
+		}
+	}
 	n.mu.Lock()
 	n.ln, n.https, n.url = ln, https, scheme+"://"+host
+	if svc != nil {
+		n.svc, n.svcURL = svc, scheme+"://"+svc.FQDN
+	}
 	if n.phase != "closed" {
 		n.phase = "running"
 	}
 	n.mu.Unlock()
+	if svc != nil {
+		go n.accept(svc, true)
+	}
+	n.accept(ln, false)
+}
+
+// hostService makes the node a host of the Tailscale Service cfg.Service, on
+// the port the node's own name is served on. The service's connections reach
+// the node's serve machinery first, which hands them to a local socket with a
+// PROXY protocol header naming the caller's tailnet address: whois needs that
+// address, and no header the caller could write takes its place.
+func (n *node) hostService(https bool) (*tsnet.ServiceListener, error) {
+	mode := tsnet.ServiceModeTCP{Port: 80, TerminateTLS: https, PROXYProtocolVersion: 2}
+	if https {
+		mode.Port = 443
+	}
+	svc, err := n.srv.ListenService(n.cfg.Service, mode)
+	if errors.Is(err, tsnet.ErrUntaggedServiceHost) {
+		return nil, fmt.Errorf("%s: a Tailscale Service is hosted only by a tagged node, and this one is not: set tsnet.advertise_tags (a tag your policy lets it have)", n.cfg.Service)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot host %s: %v", n.cfg.Service, err)
+	}
+	return svc, nil
+}
+
+// accept hands each connection of ln to tailagent; proxied ones (a service's)
+// start with a PROXY protocol header that names the caller.
+func (n *node) accept(ln net.Listener, proxied bool) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
 		n.served.Add(1)
-		go n.forward(c)
+		if proxied {
+			go n.forwardProxied(c)
+		} else {
+			go n.forwardDirect(c)
+		}
 	}
 }
 
-// forward hands one tailnet connection to tailagent's loopback listener.
-func (n *node) forward(in net.Conn) {
+// forwardDirect forwards a connection made to the node's own name: the peer is
+// the connection's remote address on the tailnet.
+func (n *node) forwardDirect(in net.Conn) {
 	defer n.served.Done()
 	defer in.Close()
 	peer, err := netip.ParseAddrPort(in.RemoteAddr().String())
 	if err != nil {
 		return
 	}
-	if tc, ok := in.(*tls.Conn); ok {
+	n.forward(in, in, peer.Addr())
+}
+
+// forwardProxied forwards a service's connection: the peer is the source of its
+// PROXY protocol header, written by the node's own serve machinery on a socket
+// only this process listens on.
+func (n *node) forwardProxied(in net.Conn) {
+	defer n.served.Done()
+	defer in.Close()
+	in.SetReadDeadline(time.Now().Add(10 * time.Second))
+	reader := bufio.NewReader(in)
+	header, err := proxyproto.Read(reader)
+	if err != nil {
+		log.Printf("tailagent node: a service connection without a PROXY header: %v", err)
+		return
+	}
+	in.SetReadDeadline(time.Time{})
+	source, ok := header.SourceAddr.(*net.TCPAddr)
+	if !ok {
+		return
+	}
+	peer, ok := netip.AddrFromSlice(source.IP)
+	if !ok {
+		return
+	}
+	n.forward(readConn{in, reader}, in, peer.Unmap())
+}
+
+// readConn is a connection whose reads come from a reader that already holds
+// what followed the PROXY header.
+type readConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c readConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// forward hands one tailnet connection, from peer, to tailagent's loopback
+// listener; raw is the connection itself (TLS is hers, as is closing).
+func (n *node) forward(in net.Conn, raw net.Conn, peer netip.Addr) {
+	if tc, ok := raw.(*tls.Conn); ok {
 		ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 		err := tc.HandshakeContext(ctx)
 		cancel()
@@ -307,7 +398,7 @@ func (n *node) forward(in net.Conn) {
 		return
 	}
 	mapper := n.srv.Sys().ProxyMapper()
-	if err := mapper.RegisterIPPortIdentity("tcp", local, peer.Addr()); err != nil {
+	if err := mapper.RegisterIPPortIdentity("tcp", local, peer); err != nil {
 		return
 	}
 	defer mapper.UnregisterIPPortIdentity("tcp", local)
@@ -340,8 +431,9 @@ func tailagent_node_status(handle C.longlong) *C.char {
 	}
 	n.mu.Lock()
 	out := status{
-		Phase: n.phase, Error: n.err, HTTPS: n.https, URL: n.url, Connections: n.conns,
-		LocalAPI: n.loopback[0], ProxyCred: n.loopback[1], LocalAPICred: n.loopback[2],
+		Phase: n.phase, Error: n.err, HTTPS: n.https, URL: n.url, ServiceURL: n.svcURL,
+		Connections: n.conns,
+		LocalAPI:    n.loopback[0], ProxyCred: n.loopback[1], LocalAPICred: n.loopback[2],
 	}
 	n.mu.Unlock()
 	if out.Phase == "closed" {
@@ -388,10 +480,12 @@ func tailagent_node_close(handle C.longlong, logout C.int) *C.char {
 	}
 	n.mu.Lock()
 	n.phase = "closed"
-	ln := n.ln
+	ln, svc := n.ln, n.svc
 	n.mu.Unlock()
-	if ln != nil {
-		ln.Close()
+	for _, l := range []net.Listener{ln, svc} {
+		if l != nil {
+			l.Close() // a service's takes its advertisement and serve entry out
+		}
 	}
 	var problems []string
 	if logout != 0 {

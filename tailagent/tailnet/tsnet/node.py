@@ -23,6 +23,7 @@ from tailagent.output.metrics import TSNET_CONNECTIONS, TSNET_KEY_EXPIRY, TSNET_
 from tailagent.statedir.files import write_private
 from tailagent.tailnet.localapi import LocalAPI
 from tailagent.tailnet.presence import PresenceError
+from tailagent.tailnet.serve_entry import say_unapproved
 from tailagent.tailnet.tsnet.auth_key import auth_key
 from tailagent.tailnet.tsnet.client import NodeAccess, client_file, node_dir
 from tailagent.tailnet.tsnet.library import LibraryMissing, NodeLibrary
@@ -59,10 +60,10 @@ class EmbeddedNode:
     """A `Presence` (see tailagent.tailnet.presence) that is its own tailnet node."""
 
     trusts_forwarding: bool = False
-    own_url: str | None = None  # a service name is not served by an embedded node yet
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings.tsnet
+        self._service = settings.tailnet_service
         self._state_dir = settings.state_dir
         self._dir = node_dir(settings.state_dir)
         self._verbose = settings.log_level == "debug"
@@ -82,6 +83,13 @@ class EmbeddedNode:
     @property
     def tailnet_proxy(self) -> str | None:
         return self._proxy
+
+    @property
+    def own_url(self) -> str | None:
+        """The node's own URL, when it also hosts a Tailscale Service (whose URL is the
+        one advertised): its siblings carry requests here (cluster/carry.py)."""
+        own = self.status.get("url")
+        return str(own) if self._service and own else None
 
     async def start(self, listener: str) -> str | None:
         try:
@@ -106,6 +114,7 @@ class EmbeddedNode:
                 "target": target,
                 "log_file": str(self._dir / "node.log"),
                 "verbose": self._verbose,
+                "service": self._service,
             }
         )
         if "error" in answer:
@@ -137,8 +146,15 @@ class EmbeddedNode:
             status.get("tailnet") or "?", status["dns_name"], ips, status["url"],
         )  # fmt: skip
         self._watch = asyncio.create_task(self._watch_node(), name="tsnet-watch")
-        url: str = status["url"]
-        return url
+        if self._service:
+            await self._say_service(status["service_url"])
+            return str(status["service_url"])
+        return str(status["url"])
+
+    async def _say_service(self, url: str) -> None:
+        """Says the service the node hosts, and whether control has approved it."""
+        log.info("hosting %s as %s", self._service, url)
+        say_unapproved(await self.localapi.status(), self._service, url)
 
     async def _await_running(self) -> dict[str, Any]:
         assert self._library is not None and self._handle is not None
