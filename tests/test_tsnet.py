@@ -286,9 +286,10 @@ async def test_push_goes_through_the_node_to_a_webhook_on_the_callers_node(
     assert "push for task" not in agent.log()  # no refusal, no failed delivery
 
 
-def listening_addresses(pid: int) -> set[str]:
-    """The addresses the process's TCP sockets listen on, as the kernel lists them
-    (/proc/net/tcp and tcp6, state 0A, matched to the process's socket inodes)."""
+def listening_addresses(pid: int, protocol: str = "tcp") -> set[str]:
+    """The addresses the process's TCP sockets listen on (or its UDP sockets are bound
+    to), as the kernel lists them (/proc/net/tcp and tcp6, state 0A; udp and udp6,
+    state 07), matched to the process's socket inodes."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         with contextlib.suppress(OSError):
@@ -296,11 +297,12 @@ def listening_addresses(pid: int) -> set[str]:
             if target.startswith("socket:["):
                 inodes.add(target[8:-1])
     found = set()
-    for table, width in (("tcp", 4), ("tcp6", 16)):
+    listening = "0A" if protocol == "tcp" else "07"
+    for table, width in ((protocol, 4), (f"{protocol}6", 16)):
         for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
             fields = row.split()
             local, state, inode = fields[1], fields[3], fields[9]
-            if state != "0A" or inode not in inodes:
+            if state != listening or inode not in inodes:
                 continue
             raw, port = local.split(":")
             # The kernel prints each 32-bit word of the address in host (little-endian) order.
@@ -380,14 +382,23 @@ def test_doctor_reports_the_running_node(agent: RunningServer) -> None:
     assert 'state="Running"' in metrics.text
 
 
+def udp_ports(server: RunningServer) -> set[int]:
+    return {int(a.rsplit(":", 1)[1]) for a in listening_addresses(server.process.pid, "udp")}
+
+
 def test_a_restart_keeps_the_node_without_a_key(tailnet: Tailnet, tmp_path: Path) -> None:
+    """The node key, and the UDP port its WireGuard is reached on: a peer goes on sending
+    to the address it checked before the restart (tailnet/tsnet/node.py, kept_port)."""
     first = start_tsnet(tailnet, tmp_path, "restarted")
     try:
         ip = joined_ip(first)
+        port = int((first.state_dir / "tsnet" / "udp-port").read_text())
+        assert port in udp_ports(first), (port, udp_ports(first))
     finally:
         assert first.stop() == 0
     again = start_tsnet(tailnet, tmp_path, "restarted", key=None, state_dir=first.state_dir)
     try:
+        assert port in udp_ports(again), (port, udp_ports(again))
         assert joined_ip(again) == ip
         assert "key from the stored node state" in again.log()
         assert f"serving http://{dns_name('restarted')}" in again.log()

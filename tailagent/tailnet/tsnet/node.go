@@ -55,6 +55,7 @@ type config struct {
 	LogFile      string   `json:"log_file"`
 	Verbose      bool     `json:"verbose"`
 	Service      string   `json:"service"` // svc:NAME to host too, or ""
+	Port         uint16   `json:"port"`    // the UDP port for WireGuard, the same at every start
 }
 
 // status is what tailagent_node_status answers.
@@ -159,6 +160,7 @@ func tailagent_node_start(raw *C.char) *C.char {
 		ControlURL:    cfg.ControlURL,
 		AdvertiseTags: cfg.AdvertiseTag,
 		Ephemeral:     cfg.Ephemeral,
+		Port:          cfg.Port,
 		UserLogf:      logger.Printf,
 	}
 	if cfg.Verbose {

@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,6 +36,32 @@ START_TIMEOUT = 60.0
 POLL_SECONDS = 0.1
 WATCH_SECONDS = 5.0
 KEYS_PAGE = "https://login.tailscale.com/admin/settings/keys"
+
+
+PORT_FILE = "udp-port"
+
+
+def kept_port(directory: Path) -> int:
+    """The UDP port the node's WireGuard listens on, the same at every start. A peer that
+    talked to the node before a restart goes on sending to the address it had checked
+    (magicsock trusts a checked path for 6.5 s): on the same port its packets reach the
+    new process; on a new one they went nowhere until that trust ran out, and the first
+    request after a restart waited seconds. Chosen free at the first start and kept in
+    the node's directory; a port taken since is traded for any by magicsock itself."""
+    path = directory / PORT_FILE
+    with contextlib.suppress(OSError, ValueError):
+        port = int(path.read_text())
+        if 0 < port < 65536:
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("", 0))
+        port = int(probe.getsockname()[1])
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_private(path, f"{port}\n")
+    except OSError:
+        return 0  # the node's start says what is wrong with its directory
+    return port
 
 
 def explain(error: str, settings: TsnetSettings) -> str:
@@ -115,6 +143,7 @@ class EmbeddedNode:
                 "log_file": str(self._dir / "node.log"),
                 "verbose": self._verbose,
                 "service": self._service,
+                "port": kept_port(self._dir),
             }
         )
         if "error" in answer:
