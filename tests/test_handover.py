@@ -87,12 +87,20 @@ async def test_a_turns_commit_is_pushed_and_another_box_goes_on_from_it(
     assert read(taken.path / "notes.txt") == "from main\nthe agent on box1\n"
     log = sh(taken.path, "log", "-1", "--format=%H%n%B", taken.branch)
     assert log.startswith(commit) and "Requested-by: alice@example.com (laptop)" in log
-    assert await second.take_over("ctx-1") is None  # it has a directory here now
+    assert await second.take_over("ctx-1") == commit  # its own copy is at it: kept
+    assert (await second.get("ctx-1")) == taken
 
     # It goes on, is pushed from here, and is merged into box2's checkout.
     write(taken.path / "notes.txt", "from main\nthe agent on box1\nand on box2\n")
     again = await second.commit_turn("ctx-1", "more notes", TRAILERS)
     assert await second.hand_over("ctx-1") == again == shared_ref(shared, "ctx-1")
+    # box1 is back, and the conversation's box2 is gone in turn: box1's old copy is
+    # behind the shared repository, and is replaced by what box2 pushed.
+    stale = await first.get("ctx-1")
+    assert stale is not None and await first.take_over("ctx-1") == again
+    fresh = await first.get("ctx-1")
+    assert fresh is not None and "and on box2" in read(fresh.path / "notes.txt")
+    assert not stale.path.exists() or fresh.path == stale.path
     merged = await second.merge("ctx-1")
     assert merged.removed and "and on box2" in read(box2 / "notes.txt")
     assert shared_ref(shared, "ctx-1") == ""  # merged: nothing is left to take over

@@ -171,19 +171,20 @@ class Isolated:
     async def directory(self, context_id: str) -> Path | None:
         started = time.monotonic()
         before = await self.worktrees.get(context_id)
-        taken = None
-        if context_id in self._continuing:
+        continuing, taken = context_id in self._continuing, None
+        if continuing:
             self._continuing.discard(context_id)
             taken = await self.worktrees.take_over(context_id)
         worktree = await self.worktrees.ensure(context_id)
         path = worktree.path
-        if taken is not None:
-            log.info("conversation %s: its box is gone; it goes on here from %s, its last "
-                     "commit in the shared repository", context_id, taken[:12])  # fmt: skip
+        if continuing:
+            commit = taken or worktree.base_commit
+            log.info("conversation %s: its box is gone; it goes on here from %s (%s)",
+                     context_id, commit[:12], "its last commit in the shared repository"
+                     if taken else "its branch had shared none")  # fmt: skip
             shown, checkout = str(worktree.shown), str(self.worktrees.repo)
-            self._starts[context_id] = Start(
-                worktree.base_branch, taken, shown, checkout, [], continued=True
-            )
+            self._starts[context_id] = Start(worktree.base_branch, commit, shown, checkout, [],
+                                             continued=True, shared=taken is not None)  # fmt: skip
         elif before is None or before.idle:  # made from the base's tip now
             try:
                 self._starts[context_id] = await self.worktrees.start_of(worktree)

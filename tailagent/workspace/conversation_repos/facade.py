@@ -75,7 +75,7 @@ class ConversationRepos:
         self._fates = fates = Fates(records)
         self._cleanup = Cleanup(git, records, lock, ahead, idle, removal, fates)
         self._merging = Merging(git, records, lock, removal, fates)
-        self._handover = Handover(git, records, lock, maker, shared) if shared else None
+        self._handover = Handover(git, records, lock, maker, removal, shared) if shared else None
 
     def know_owners(self, owner_of: OwnerOf) -> None:
         """Whose each conversation is (the store's owners, opened after the worktrees):
@@ -200,7 +200,8 @@ class ConversationRepos:
 
     async def take_over(self, context_id: str) -> str | None:
         """Makes the conversation's repository here from the shared repository's commit of
-        it, when it has one and the conversation has no directory here; that commit."""
+        it, unless this box's copy is at it; the commit it goes on from, or None when the
+        shared repository holds none."""
         return await self._handover.take(context_id) if self._handover else None
 
     async def _let_go(self, context_id: str) -> None:

@@ -39,6 +39,7 @@ from tailagent.workspace.conversation_repos.merge.quarantine import FETCH, scrat
 from tailagent.workspace.conversation_repos.plumbing.fs import is_dir, unlink
 from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
 from tailagent.workspace.conversation_repos.records import Records, Worktree
+from tailagent.workspace.conversation_repos.removal import Removal
 from tailagent.workspace.git import GitError, GitResult, Repository, Setting, git, one_line
 
 log = logging.getLogger(__name__)
@@ -57,12 +58,19 @@ class Handover:
     takes one from there."""
 
     def __init__(
-        self, repo: WorkspaceRepo, records: Records, lock: WorktreeLock, maker: Maker, url: str
+        self,
+        repo: WorkspaceRepo,
+        records: Records,
+        lock: WorktreeLock,
+        maker: Maker,
+        removal: Removal,
+        url: str,
     ) -> None:
         self.repo = repo
         self.records = records
         self.lock = lock
         self.maker = maker
+        self.removal = removal
         self.url = url
         protocol = remote_protocol(url)
         self._reach: tuple[Setting, ...] = ((f"protocol.{protocol}.allow", "always"),)
@@ -116,21 +124,43 @@ class Handover:
     async def take(self, context_id: str) -> str | None:
         """Makes the conversation's repository here from the commit the shared repository
         holds for it, on a branch of its own, the base branch shown beside it as a new
-        conversation's is; the commit, or None when it holds none (the conversation gets
-        a new repository from the base, as any does). None too when the conversation
-        already has a directory here."""
+        conversation's is, unless this box's own copy is at that commit already; the
+        commit the conversation goes on from, or None when the shared repository holds
+        none (the conversation gets a new repository from the base, as any does).
+
+        A copy this box kept from before the conversation went on elsewhere (it ran here,
+        this box stopped, another took it over and committed more) is behind the shared
+        commit: it is removed and the conversation made again from the shared one, which
+        holds every commit of the copy (each was pushed as it was made)."""
         async with self.lock.conversation(self.records.slug(context_id)):
-            if await self.records.load(context_id) is not None:
-                return None
             commit = await self.pushed(context_id)
             if commit is None:
                 return None
+            existing = await self.records.load(context_id)
+            if existing is not None:
+                if await self._at(existing, commit):
+                    return commit
+                log.info("conversation %s: this box's copy is behind the shared repository's "
+                         "%s; it is replaced", context_id, commit[:12])  # fmt: skip
+                await self.removal.remove(existing)
             base_branch = await self.maker.base_branch(context_id)
             async with self.lock.exclusive():
                 branch = await self.maker.free_branch(context_id)
                 worktree, record = await self.maker.record_new(context_id, branch, base_branch)
             await self._check_out(worktree, record, context_id, commit)
             return commit
+
+    async def _at(self, worktree: Worktree, commit: str) -> bool:
+        """Whether this box's copy of a conversation is on its branch at `commit`."""
+        if worktree.idle or not is_dir(worktree.path):
+            return False
+        own = await self.repo.trusted(worktree.path)
+        if own is None:
+            return False
+        try:
+            return await self.repo.tip(worktree.branch, own) == commit
+        except GitError:
+            return False
 
     async def _check_out(
         self, worktree: Worktree, record: Path, context_id: str, commit: str

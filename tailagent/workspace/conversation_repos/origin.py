@@ -30,7 +30,8 @@ class Start:
     """A conversation's start: the branch and commit it starts from, where it works, and
     the person's checkout with the changes (paths) left out of it. `continued`: the
     conversation ran on a box that is gone, and goes on here from `commit`, its branch's
-    last commit that box pushed to the team's shared repository (handover.py)."""
+    last commit that box pushed to the team's shared repository (handover.py), or, when
+    it pushed none (`shared` False), from the base as a new conversation."""
 
     base_branch: str
     commit: str
@@ -38,10 +39,18 @@ class Start:
     checkout: str
     left_out: list[str]
     continued: bool = False
+    shared: bool = True  # a continued one: `commit` came from the shared repository
 
     def text(self) -> str:
         """The line a person reads at the start: from which commit, in which folder, and
         what is not included and how to bring it."""
+        if self.continued and not self.shared:
+            return (
+                f"Continued here, in {self.folder}, from {self.base_branch} at "
+                f"{self.commit[:12]}: the box this conversation ran on stopped answering, "
+                "and its branch had shared no commits. The agent starts a new session: it "
+                "does not remember the earlier turns; the task history says what they did."
+            )
         if self.continued:
             return (
                 f"Continued here, in {self.folder}, from {self.commit[:12]}: the last commit "
