@@ -31,9 +31,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.bench_core import HEADERS
+from bench.bench_core import HEADERS, without_tailnet
 from tests.postgres import running_postgres
-from tests.real_tailnet import Node, Tailnet, Unavailable, build
+from tests.real_tailnet import Node, Tailnet
 from tests.test_tailnet_cluster import BOXES, URL, Boxes, Laptop, reach, said
 
 
@@ -109,10 +109,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=40)
     args = parser.parse_args()
-    try:
-        build()
-    except Unavailable as exc:
-        print(f"no real tailnet here: {exc}")
+    if (missing := without_tailnet()) is not None:
+        print(missing)
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     with team_tailnet() as (net, laptop_node, store):

@@ -30,8 +30,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_cluster import team_tailnet
-from bench.bench_core import HEADERS
-from tests.real_tailnet import Unavailable, build
+from bench.bench_core import HEADERS, without_tailnet
 from tests.test_tailnet_cluster import BOXES, URL, Boxes, Laptop, reach, route_to, said
 
 FAKE_CLI = Path(__file__).resolve().parent.parent / "tests" / "fake_claude_cli.py"
@@ -64,10 +63,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=40)
     args = parser.parse_args()
-    try:
-        build()
-    except Unavailable as exc:
-        print(f"no real tailnet here: {exc}")
+    if (missing := without_tailnet()) is not None:
+        print(missing)
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="bench-throughput-"))
     results = {}

@@ -108,6 +108,19 @@ async def concurrent(url: str, c: int, headers: dict[str, str]) -> tuple[int, fl
     return errors, wall
 
 
+def without_tailnet() -> str | None:
+    """Why a real test tailnet cannot run here (tests/real_tailnet.py builds Tailscale's
+    release first, or reuses the build), in the line a tailnet bench prints before it
+    exits 2; None when it can."""
+    from tests.real_tailnet import Unavailable, build
+
+    try:
+        build()
+    except Unavailable as exc:
+        return f"no real tailnet here: {exc}"
+    return None
+
+
 def ms(value: float) -> str:
     return f"{value * 1000:.2f} ms"
 

@@ -29,8 +29,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.bench_core import HEADERS, rpc
-from tests.real_tailnet import Tailnet, Unavailable, build
+from bench.bench_core import HEADERS, rpc, without_tailnet
+from tests.real_tailnet import Tailnet
 from tests.test_real_delegation import PERSON, Box, start_box, stop_box
 
 WAYS = {"delegated": "delegate:boxb hello", "direct": "hello"}
@@ -77,10 +77,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=20)
     args = parser.parse_args()
-    try:
-        build()
-    except Unavailable as exc:
-        print(f"no real tailnet here: {exc}")
+    if (missing := without_tailnet()) is not None:
+        print(missing)
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="bench-delegation-"))
     net = Tailnet().start()

@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.bench_core import load, pct
+from bench.bench_core import load, pct, without_tailnet
 from bench.bench_tsnet import concurrent
 from tests.conftest import RunningServer, start_server
-from tests.real_tailnet import Tailnet, Unavailable, build
+from tests.real_tailnet import Tailnet
 from tests.test_real_tailnet import CALLER_LOGIN
 
 WAYS = {"tcp": 80, "unix": 81}
@@ -54,10 +54,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pause", type=float, default=3.0, help="seconds between bursts")
     args = parser.parse_args()
-    try:
-        build()
-    except Unavailable as exc:
-        print(f"no real tailnet here: {exc}")
+    if (missing := without_tailnet()) is not None:
+        print(missing)
         return 2
     print(f"load average at the start: {load()}")
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-burst-"))

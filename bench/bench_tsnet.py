@@ -47,10 +47,10 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.bench_core import HEADERS, pct, rpc
+from bench.bench_core import HEADERS, pct, rpc, without_tailnet
 from tests.conftest import SERVING, RunningServer
 from tests.processes import status_kib
-from tests.real_tailnet import Node, Tailnet, Unavailable, build
+from tests.real_tailnet import Node, Tailnet
 
 CALLER_LOGIN = "user-2@fake-control.example.net"  # testcontrol names users in join order
 TSNET_HOST = "tsnetagent"
@@ -253,10 +253,8 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--restarts", type=int, default=5)
     args = parser.parse_args()
-    try:
-        build()
-    except Unavailable as exc:
-        print(f"no real tailnet here: {exc}")
+    if (missing := without_tailnet()) is not None:
+        print(missing)
         return 2
 
     failures = 0
