@@ -79,6 +79,24 @@ async def test_sessions_are_capped_and_resume_from_the_map(
     assert kept is first[2] and not was_resumed
 
 
+async def test_a_conversation_taken_over_from_a_box_gone_starts_a_new_session(
+    session_map: SessionMap,
+) -> None:
+    """The store names the session the box gone ran (its files stayed there): the next
+    session of the context is a new one, stored in its place, not a resume the agent
+    here could not find. Only the next one: after it, the context resumes as any."""
+    await session_map.put("ctx", "echo", "the-session-of-the-box-gone")
+    pool = SessionPool(EchoBackend(), session_map)
+    pool.start_afresh("ctx")
+    session, resumed = await pool.acquire("ctx", "task-1")
+    assert not resumed and session.session_id != "the-session-of-the-box-gone"
+    assert await session_map.get("ctx", "echo") == session.session_id
+    await pool.release("ctx", "task-1")
+    await pool.aclose()  # the session ends: the next turn resumes it from the map
+    again, resumed = await SessionPool(EchoBackend(), session_map).acquire("ctx", "task-2")
+    assert resumed and again.session_id == session.session_id
+
+
 def test_ready_text_and_thought_runs_are_joined_in_order() -> None:
     queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
     for event in (Text("b"), Text("c"), Thought("t1"), Thought("t2"), Notice("n"), Text("d")):

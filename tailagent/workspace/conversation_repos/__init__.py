@@ -35,8 +35,9 @@ those below it:
   merge or a discard took), turns (turn commits and their trailers), origin (where a
   conversation starts, and what of the checkout it does not hold), changes (status and
   diff) and legacy (an older tailagent's `git worktree`s converted);
-- ahead (the directory made ahead and its adoption), idle, and merge/ (a branch merged
-  back into its base);
+- ahead (the directory made ahead and its adoption), idle, merge/ (a branch merged
+  back into its base) and handover (a branch pushed to the team's shared repository,
+  and a conversation made again from there on another box);
 - ending/, which decides what goes (discard, prune, `clean`) and so stands on all of them.
 """
 
