@@ -423,12 +423,49 @@ def test_an_ephemeral_node_logs_out_at_stop(tailnet: Tailnet, tmp_path: Path) ->
 
 
 SERVICE_VIP = "100.127.0.3"
+SERVICE_URL = "http://agents.tail.test/"
 
 
 def peer_key(caller: Node, hostname: str) -> str:
     """The node key of the peer `hostname`, as `caller` sees it."""
     peers = json.loads(caller.tailscale("status", "--json"))["Peer"].values()
     return str(next(p["PublicKey"] for p in peers if p["HostName"] == hostname))
+
+
+@contextlib.contextmanager
+def hosting(tailnet: Tailnet, tmp_path: Path, hostname: str) -> Iterator[RunningServer]:
+    """A node `hostname` hosting `svc:agents`, approved once its start said it was not,
+    and called once through the service's name by the caller's node (its person
+    allowed). Each test's node has a name of its own: the service is routed to a node
+    found by its name, and an earlier test's node keeps its name while offline."""
+    caller = tailnet.nodes["callerbox"]
+    login = login_of(caller)
+    config = f'tailnet_service = "svc:agents"\n[access]\nallowed_logins = ["{login}"]\n'
+    server = start_tsnet(tailnet, tmp_path, hostname, config=config,
+                         tsnet='advertise_tags = ["tag:agent"]')  # fmt: skip
+    try:
+        assert "svc:agents is advertised but not approved for this node yet" in server.log()
+        assert "hosting svc:agents as http://agents.tail.test" in server.log()
+        assert "✗ service: svc:agents: not approved" in doctor_of(server, "--service", "svc:agents")
+        key = peer_key(caller, hostname)
+        body = {"name": "svc:agents", "vip": SERVICE_VIP, "hosts": [key], "route": key}
+        approved = httpx.post(tailnet.url + "/testctl/services", json=body, timeout=10)
+        assert approved.text == "ok\n", approved.text
+        said = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                sent = post(caller, SERVICE_URL, rpc("SendMessage", {"message": said}))
+                break
+            assert time.monotonic() < deadline, "the service's name never reached the node"
+            time.sleep(0.2)
+        assert sent.status_code == 200, sent.text
+        assert sent.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        line = server.last_access_line()
+        assert f"user:{login}" in line and "SendMessage" in line, line
+        yield server
+    finally:
+        server.stop()
 
 
 def test_the_node_hosts_a_tailscale_service_and_whois_names_its_callers(
@@ -440,40 +477,71 @@ def test_the_node_hosts_a_tailscale_service_and_whois_names_its_callers(
     card names the service's URL, and the node's own name still serves (its siblings'
     way in). Until control approves the node for the service, the start says so."""
     caller = tailnet.nodes["callerbox"]
-    login = login_of(caller)
-    config = f'tailnet_service = "svc:agents"\n[access]\nallowed_logins = ["{login}"]\n'
-    server = start_tsnet(tailnet, tmp_path, "svchost", config=config,
-                         tsnet='advertise_tags = ["tag:agent"]')  # fmt: skip
-    try:
-        assert "svc:agents is advertised but not approved for this node yet" in server.log()
-        assert "hosting svc:agents as http://agents.tail.test" in server.log()
-        assert "✗ service: svc:agents: not approved" in doctor_of(server, "--service", "svc:agents")
-        key = peer_key(caller, "svchost")
-        body = {"name": "svc:agents", "vip": SERVICE_VIP, "hosts": [key], "route": key}
-        approved = httpx.post(tailnet.url + "/testctl/services", json=body, timeout=10)
-        assert approved.text == "ok\n", approved.text
-        url = "http://agents.tail.test/"
-        said = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                sent = post(caller, url, rpc("SendMessage", {"message": said}))
-                break
-            assert time.monotonic() < deadline, "the service's name never reached the node"
-            time.sleep(0.2)
-        assert sent.status_code == 200, sent.text
-        assert sent.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
-        line = server.last_access_line()
-        assert f"user:{login}" in line and "SendMessage" in line, line
+    with hosting(tailnet, tmp_path, "svchost") as server:
         with httpx.Client(proxy=caller.proxy, timeout=30) as http:
-            card = http.get(url + ".well-known/agent-card.json").json()
+            card = http.get(SERVICE_URL + ".well-known/agent-card.json").json()
             own = http.get("http://svchost.tail.test/.well-known/agent-card.json").json()
         assert card["supportedInterfaces"][0]["url"].startswith("http://agents.tail.test")
         assert own["supportedInterfaces"][0]["url"].startswith("http://svchost.tail.test")
         said = doctor_of(server, "--service", "svc:agents")
         assert "✓ service: svc:agents: tagged, approved, advertised, served" in said, said
-    finally:
-        server.stop()
+
+
+# Connects to a loopback address, writes a PROXY header naming a tailnet address and an
+# A2A call after it, and prints what came back (or why not).
+FORGE = """
+import json, socket, sys
+where, source = sys.argv[1], sys.argv[2]
+body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message":
+    {"messageId": "forged", "role": "ROLE_USER", "parts": [{"text": "forged"}]}}})
+head = f"PROXY TCP4 {source} 100.127.0.3 40000 80\\r\\n"
+call = ("POST / HTTP/1.1\\r\\nHost: agents.tail.test\\r\\n"
+        "Content-Type: application/json\\r\\nA2A-Version: 1.0\\r\\n"
+        f"Content-Length: {len(body)}\\r\\nConnection: close\\r\\n\\r\\n{body}")
+host, _, port = where.rpartition(":")
+got = b""
+try:
+    s = socket.create_connection((host.strip("[]"), int(port)), timeout=10)
+    s.sendall((head + call).encode())
+    while chunk := s.recv(65536):
+        got += chunk
+except ConnectionResetError:
+    pass
+print(got.decode(errors="replace") or "closed unanswered")
+"""
+
+
+def forged(where: str, source: str, as_user: str) -> str:
+    command = [sys.executable, "-c", FORGE, where, source]
+    if as_user != "root":
+        command = ["runuser", "-u", as_user, "--", "/usr/bin/python3", "-c", FORGE, where, source]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    return done.stdout + done.stderr
+
+
+def test_a_local_process_forging_the_service_s_proxy_header_is_nobody(
+    tailnet: Tailnet, tmp_path: Path
+) -> None:
+    """tsnet hands a service's connections to a TCP port on the box's loopback, with a
+    PROXY header naming the caller: any local user could connect there and name the
+    person of their choice. The node believes only connections its own process made.
+    A local process (root, and `nobody`) writing a header that names the allowed
+    caller's address is answered nothing on every loopback port the server listens on
+    but its own listener and the node's LocalAPI, and no call is logged for it."""
+    caller_ip = tailnet.nodes["callerbox"].ip()
+    with hosting(tailnet, tmp_path, "forgedhost") as server:
+        client = json.loads((server.state_dir / "tsnet" / "client.json").read_text())
+        own = {server.url.removeprefix("http://"), client["localapi"]}
+        ports = sorted(listening_addresses(server.process.pid) - own)
+        assert ports, listening_addresses(server.process.pid)
+        for user in ("root", "nobody"):
+            for address in ports:
+                said = forged(address, caller_ip, user)
+                assert '"result"' not in said and "forged" not in said, (user, address, said)
+                assert "closed unanswered" in said, (user, address, said)
+        assert "from another process" in (server.state_dir / "tsnet" / "node.log").read_text()
+        lines = [line for line in server.log().splitlines() if "tailagent.access:" in line]
+        assert sum("SendMessage" in line and "user:" in line for line in lines) == 1, lines
 
 
 def test_an_untagged_node_cannot_host_a_service_and_is_told_how(

@@ -299,6 +299,11 @@ func (n *node) join() {
 // the node's serve machinery first, which hands them to a local socket with a
 // PROXY protocol header naming the caller's tailnet address: whois needs that
 // address, and no header the caller could write takes its place.
+//
+// That socket is a TCP port on the box's loopback (tsnet's choice: its LocalAPI
+// lets a node point a service at a unix socket only for root or an operator),
+// where any local user could connect and write a header naming whomever they
+// like. So only a connection this process dialed is believed (dialedHere).
 func (n *node) hostService(https bool) (*tsnet.ServiceListener, error) {
 	mode := tsnet.ServiceModeTCP{Port: 80, TerminateTLS: https, PROXYProtocolVersion: 2}
 	if https {
@@ -344,11 +349,15 @@ func (n *node) forwardDirect(in net.Conn) {
 }
 
 // forwardProxied forwards a service's connection: the peer is the source of its
-// PROXY protocol header, written by the node's own serve machinery on a socket
-// only this process listens on.
+// PROXY protocol header, written by the node's own serve machinery. A
+// connection another process made is closed unread.
 func (n *node) forwardProxied(in net.Conn) {
 	defer n.served.Done()
 	defer in.Close()
+	if !dialedHere(in) {
+		log.Printf("tailagent node: a connection to the service's local port from another process (%v) was closed unread", in.RemoteAddr())
+		return
+	}
 	in.SetReadDeadline(time.Now().Add(10 * time.Second))
 	reader := bufio.NewReader(in)
 	header, err := proxyproto.Read(reader)
@@ -366,6 +375,63 @@ func (n *node) forwardProxied(in net.Conn) {
 		return
 	}
 	n.forward(readConn{in, reader}, in, peer.Unmap())
+}
+
+// dialedHere reports whether the loopback TCP connection c (accepted here) was
+// dialed by this process: the kernel's table of TCP sockets (/proc/net/tcp, or
+// tcp6) names the socket at its other end by inode, and this process holds that
+// socket among its file descriptors.
+func dialedHere(c net.Conn) bool {
+	local, ok1 := c.LocalAddr().(*net.TCPAddr)
+	remote, ok2 := c.RemoteAddr().(*net.TCPAddr)
+	if !ok1 || !ok2 {
+		return false
+	}
+	table, from, to := "/proc/net/tcp", kernelAddr(remote), kernelAddr(local)
+	if remote.IP.To4() == nil {
+		table = "/proc/net/tcp6"
+	}
+	rows, err := os.ReadFile(table)
+	if err != nil {
+		return false
+	}
+	inode := ""
+	for _, row := range strings.Split(string(rows), "\n")[1:] {
+		fields := strings.Fields(row)
+		if len(fields) > 9 && fields[1] == from && fields[2] == to {
+			inode = fields[9]
+			break
+		}
+	}
+	if inode == "" || inode == "0" {
+		return false
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return false
+	}
+	want := "socket:[" + inode + "]"
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && target == want {
+			return true
+		}
+	}
+	return false
+}
+
+// kernelAddr writes a TCP address as /proc/net/tcp{,6} lists it: each 32-bit
+// word of the address in the host's (little-endian) order, in hex, then the port.
+func kernelAddr(a *net.TCPAddr) string {
+	ip := a.IP.To4()
+	if ip == nil {
+		ip = a.IP.To16()
+	}
+	var b strings.Builder
+	for i := 0; i+4 <= len(ip); i += 4 {
+		fmt.Fprintf(&b, "%02X%02X%02X%02X", ip[i+3], ip[i+2], ip[i+1], ip[i])
+	}
+	fmt.Fprintf(&b, ":%04X", a.Port)
+	return b.String()
 }
 
 // readConn is a connection whose reads come from a reader that already holds
