@@ -246,7 +246,9 @@ func (n *node) join() {
 			return
 		}
 	}
-	https := len(n.srv.CertDomains()) > 0
+	// HTTPS needs certificates and MagicDNS both (tsnet's ListenTLS refuses
+	// without either): a netmap may name cert domains before MagicDNS is on.
+	https := len(n.srv.CertDomains()) > 0 && st.CurrentTailnet != nil && st.CurrentTailnet.MagicDNSEnabled
 	switch n.cfg.HTTPS {
 	case "on":
 		if !https {
