@@ -549,7 +549,7 @@ def test_an_untagged_node_cannot_host_a_service_and_is_told_how(
 ) -> None:
     control = (
         f'tailnet_service = "svc:agents"\n[tsnet]\ncontrol_url = "{tailnet.url}"\n'
-        'hostname = "untagged"\nhttps = "off"\n'
+        'hostname = "untagged"\n'
     )
     code, line, _ = failed_start(tmp_path, control, TS_AUTHKEY="tskey-test", **tailnet.node_env())
     assert code == 1 and "hosted only by a tagged node" in line, line
