@@ -163,6 +163,31 @@ async def test_the_agents_config_does_not_steer_the_push(
     await first.aclose()
 
 
+async def test_a_hook_in_the_shared_repository_runs_nothing_here(
+    team: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """A local shared repository's receive-pack and upload-pack run as this server: a
+    hook a teammate planted there (who can write it, as they push) runs nothing on the
+    push, the takeover's look or its fetch."""
+    box1, box2, shared = team
+    marker = tmp_path / "ran"
+    for hook in ("pre-receive", "update", "post-receive", "post-update", "reference-transaction"):
+        write(shared / "hooks" / hook, f"#!/bin/sh\ntouch '{marker}-{hook}'\ncat >/dev/null\n")
+        (shared / "hooks" / hook).chmod(0o755)
+    sh(shared, "config", "core.fsmonitor", f"touch '{marker}-fsmonitor'")
+    first, second = repos(box1, shared), repos(box2, shared)
+    worktree = await first.ensure("ctx-hooks")
+    write(worktree.path / "notes.txt", "pushed past the hooks\n")
+    commit = await first.commit_turn("ctx-hooks", "edit", TRAILERS)
+    assert await first.hand_over("ctx-hooks") == commit == shared_ref(shared, "ctx-hooks")
+    assert await second.take_over("ctx-hooks") == commit
+    await first.discard("ctx-hooks")
+    assert shared_ref(shared, "ctx-hooks") == ""
+    assert planted_ran(tmp_path) == []
+    await first.aclose()
+    await second.aclose()
+
+
 @pytest.mark.parametrize(
     "url", ["relative/team.git", "ext::sh -c touch% /tmp/x", "fd::3", "ftp://host/team.git"]
 )

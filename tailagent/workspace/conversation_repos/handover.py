@@ -30,12 +30,17 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from pathlib import Path
 
 from tailagent.config.checks import remote_protocol
 from tailagent.workspace.conversation_repos.lock import WorktreeLock
 from tailagent.workspace.conversation_repos.making import Maker
-from tailagent.workspace.conversation_repos.merge.quarantine import FETCH, scratch
+from tailagent.workspace.conversation_repos.merge.quarantine import (
+    FETCH,
+    UPLOAD_PACK_OPTION,
+    scratch,
+)
 from tailagent.workspace.conversation_repos.plumbing.fs import is_dir, unlink
 from tailagent.workspace.conversation_repos.plumbing.repository import WorkspaceRepo
 from tailagent.workspace.conversation_repos.records import Records, Worktree
@@ -45,6 +50,13 @@ from tailagent.workspace.git import GitError, GitResult, Repository, Setting, gi
 log = logging.getLogger(__name__)
 
 REFS = "refs/tailagent/conversations/"
+# A local shared repository's receive-pack: no hook, fsmonitor or maintenance of its
+# config runs (they would run as this server). A repository another user owns is
+# refused by git itself ("dubious ownership"), and the push says so.
+_RECEIVE_PACK = (
+    f"git -c core.hooksPath={os.devnull} -c core.fsmonitor=false -c gc.auto=0 "
+    "-c maintenance.auto=false -c receive.autogc=false receive-pack"
+)
 _TAKEN = "refs/tailagent/taken"
 
 
@@ -74,9 +86,14 @@ class Handover:
         self.url = url
         protocol = remote_protocol(url)
         self._reach: tuple[Setting, ...] = ((f"protocol.{protocol}.allow", "always"),)
-        # A local shared repository's upload-pack runs with every program off, as a
-        # conversation's does; a remote one runs its own server's.
-        self._fetch = FETCH if protocol == "file" else FETCH[:-1]
+        # A local shared repository's upload-pack and receive-pack run here, as this
+        # server's user, with that repository's config and hooks: with every program
+        # off, as a conversation's upload-pack runs (a teammate who can write the shared
+        # repository must not run a hook as the server). A remote one runs its server's.
+        local = protocol == "file"
+        self._fetch = FETCH if local else tuple(a for a in FETCH if a != UPLOAD_PACK_OPTION)
+        self._listing = (UPLOAD_PACK_OPTION,) if local else ()
+        self._pushing = (f"--receive-pack={_RECEIVE_PACK}",) if local else ()
 
     async def push(self, context_id: str) -> str | None:
         """Pushes the conversation's branch tip; the commit pushed, or None when it has no
@@ -112,13 +129,14 @@ class Handover:
         self, repository: Repository, refspec: str, ok: tuple[int, ...] = (0,)
     ) -> GitResult:
         return await git(repository.with_settings(*self._reach).slow(), "push", "-q", "--no-verify",
-                  "--no-recurse-submodules", self.url, refspec, ok=ok)  # fmt: skip
+                  "--no-recurse-submodules", *self._pushing, self.url, refspec, ok=ok)  # fmt: skip
 
     async def pushed(self, context_id: str) -> str | None:
         """The commit the shared repository holds for the conversation, or None."""
         async with scratch(self.repo, self.records.root) as made:  # a config of tailagent's
             found = await git(made.repository.with_settings(*self._reach), "ls-remote",
-                              "--exit-code", self.url, ref_of(context_id), ok=(0, 2))  # fmt: skip
+                              *self._listing, "--exit-code", self.url, ref_of(context_id),
+                              ok=(0, 2))  # fmt: skip
         return found.out.split()[0] if found.code == 0 and found.out.strip() else None
 
     async def take(self, context_id: str) -> str | None:

@@ -59,8 +59,9 @@ _UPLOAD_PACK = (
     f"-c core.hooksPath={os.devnull} -c gc.auto=0 -c maintenance.auto=false "
     "-c safe.directory='*' upload-pack"
 )
+UPLOAD_PACK_OPTION = f"--upload-pack={_UPLOAD_PACK}"
 FETCH = ("fetch", "-q", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
-          "--no-auto-maintenance", f"--upload-pack={_UPLOAD_PACK}")  # fmt: skip
+         "--no-auto-maintenance", UPLOAD_PACK_OPTION)  # fmt: skip
 
 
 @dataclass(frozen=True)
